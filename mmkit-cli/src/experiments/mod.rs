@@ -1,0 +1,142 @@
+//! The experiment registry: one module per seed, each a fixed workload with
+//! fixed parameters that prints the seed's published figures beside what it
+//! measures here, baseline against mmkit.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::report::Report;
+
+/// `mmkit experiments` options, shared by every experiment.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Options {
+    /// Experiments to run (`mmkit list` names them); none runs them all.
+    pub names: Vec<String>,
+    /// A tiny scale for CI smoke runs: seconds, not minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Scale the main loop count (each experiment documents its default).
+    #[arg(long)]
+    pub loops: Option<u64>,
+    /// Number of random seeds for experiments that average over seeds.
+    #[arg(long)]
+    pub seeds: Option<u64>,
+    /// Write every report's machine-readable rows to this JSON file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write a Markdown report (and SVG plots) into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// One registered experiment.
+pub struct Experiment {
+    /// Short name used on the command line.
+    pub name: &'static str,
+    /// One line: what it stresses and which seed it reproduces.
+    pub about: &'static str,
+    /// Runs it and returns its tables.
+    pub run: fn(&Options) -> Report,
+}
+
+/// Every experiment, in the order `mmkit experiments` runs them.
+pub const ALL: &[Experiment] = &[];
+
+/// Runs the experiments named in `opts` (all when none) and prints them.
+pub fn run(opts: &Options) -> ExitCode {
+    let chosen: Vec<&Experiment> = if opts.names.is_empty() {
+        ALL.iter().collect()
+    } else {
+        let mut v = Vec::new();
+        for n in &opts.names {
+            match ALL.iter().find(|e| e.name == n) {
+                Some(e) => v.push(e),
+                None => {
+                    let known: Vec<_> = ALL.iter().map(|e| e.name).collect();
+                    eprintln!("mmkit: unknown experiment {n:?}; known: {}", known.join(", "));
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        v
+    };
+    println!("# machine: {}", machine());
+    let mut reports = Vec::new();
+    for e in chosen {
+        let report = (e.run)(opts);
+        println!("\n== {} ({}) ==", e.name, e.about);
+        for t in &report.tables {
+            println!("\n{t}");
+        }
+        for n in &report.notes {
+            println!("  * {n}");
+        }
+        reports.push(report);
+    }
+    if let Err(err) = write_outputs(opts, &reports) {
+        eprintln!("mmkit: {err}");
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+fn write_outputs(opts: &Options, reports: &[Report]) -> std::io::Result<()> {
+    if let Some(path) = &opts.json {
+        let doc = serde_json::json!({ "machine": machine(), "reports": reports });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
+    }
+    if let Some(dir) = &opts.out {
+        std::fs::create_dir_all(dir)?;
+        let mut md = format!("# mmkit experiments\n\nMachine: {}\n\n", machine());
+        for r in reports {
+            md.push_str(&r.markdown());
+            md.push('\n');
+            for (file, svg) in &r.plots {
+                std::fs::write(dir.join(file), svg)?;
+            }
+        }
+        std::fs::write(dir.join("REPORT.md"), md)?;
+    }
+    Ok(())
+}
+
+/// A one-line description of this machine, recorded beside every result.
+pub fn machine() -> String {
+    let cpus = cpus();
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    format!("{cpus} CPUs, {model}")
+}
+
+/// Number of CPUs this process may run on.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub fn progress(len: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{msg:>24} [{bar:30}] {pos}/{len} {elapsed}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb.enable_steady_tick(Duration::from_millis(200));
+    pb
+}
+
+/// Milliseconds of a duration, as f64.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

@@ -1,0 +1,6 @@
+//! The designs each seed replaced, kept so the experiments can run old
+//! against new through the same traits and workloads.
+//!
+//! These are deliberately the old algorithms (linear scans, memmove-based
+//! maps). They keep the same contracts as their replacements and pass the
+//! same tests; they are only slower, in the ways the seeds measured.

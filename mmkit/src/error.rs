@@ -1,0 +1,88 @@
+//! Typed errors shared by every allocator in mmkit.
+//!
+//! Every fallible operation returns one of these and, when it does, leaves the
+//! allocator exactly as it was: an error never means "half done".
+
+use alloc::string::String;
+use core::fmt;
+
+/// Why an allocation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AllocError {
+    /// The request itself is malformed: size 0, an alignment that is not a
+    /// power of two, an empty or inverted window, an order or size above the
+    /// allocator's maximum.
+    Invalid,
+    /// The request is well formed but no free space satisfies it (also after
+    /// any purge or retry the allocator is documented to attempt).
+    NoSpace,
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::Invalid => f.write_str("invalid allocation request"),
+            AllocError::NoSpace => f.write_str("no free space satisfies the request"),
+        }
+    }
+}
+
+/// Why a free was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FreeError {
+    /// The address (or address and size/order) does not name a live
+    /// allocation: a double free, an interior address, or one never handed
+    /// out.
+    NotAllocated,
+    /// The request is malformed before any lookup: an order above the
+    /// maximum, a zero page count, an address outside the managed space.
+    Invalid,
+}
+
+impl fmt::Display for FreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FreeError::NotAllocated => f.write_str("address is not a live allocation"),
+            FreeError::Invalid => f.write_str("invalid free request"),
+        }
+    }
+}
+
+/// An invariant violation found by a `check()` method. Seeing one is a bug in
+/// mmkit; the message names the invariant and the place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckError(pub String);
+
+impl CheckError {
+    /// Builds a `CheckError` from anything printable.
+    pub fn new(msg: impl Into<String>) -> Self {
+        CheckError(msg.into())
+    }
+}
+
+impl fmt::Display for CheckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invariant violated: {}", self.0)
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for AllocError {}
+#[cfg(feature = "std")]
+impl std::error::Error for FreeError {}
+#[cfg(feature = "std")]
+impl std::error::Error for CheckError {}
+
+/// Returns `Err(CheckError)` with a formatted message when `cond` is false.
+/// Used by the `check()` methods.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)+) => {
+        if !$cond {
+            return Err($crate::error::CheckError($crate::__format!($($arg)+)));
+        }
+    };
+}

@@ -1,0 +1,153 @@
+//! The contract every range allocator in mmkit keeps: [`RangeAllocator`].
+//!
+//! The tree allocator ([`crate::vmap::VmapAllocator`]) and the design it
+//! replaced ([`crate::baseline::LinearVmap`]) both implement it, so every
+//! workload, test and experiment runs on either through the same calls.
+//!
+//! # The contract
+//! A range allocator manages a half-open space `[start, end)` of `u64`
+//! addresses (`end` may be `u64::MAX`).
+//! - [`alloc_in(size, align, vstart, vend)`](RangeAllocator::alloc_in)
+//!   returns the **lowest** address `a` with `a % align == 0`, `vstart <= a`,
+//!   `a + size <= vend` and `[a, a + size)` wholly free. The answer is unique,
+//!   so two allocators that keep the contract return identical addresses.
+//! - `free(addr)` frees the live area starting at `addr`; freed space merges
+//!   with its free neighbours at once.
+//! - `free_lazy(addr)` releases the area, but its space is not reusable until
+//!   a purge. A purge makes every lazily freed area free and calls the flush
+//!   hook once with the range covering them all (the kernel's one TLB flush
+//!   per batch). Purges run on [`purge`](RangeAllocator::purge), when the
+//!   lazily freed bytes exceed `lazy_max`, and once before an allocation
+//!   would fail with [`AllocError::NoSpace`] (the allocation is then retried).
+
+use crate::error::{AllocError, CheckError, FreeError};
+
+/// The kernel's default lazy purge threshold for one CPU:
+/// `fls(1) * 32 MiB` (see `lazy_max_pages()` in mm/vmalloc.c).
+pub const DEFAULT_LAZY_MAX: u64 = 32 << 20;
+
+/// Counters and sizes reported by [`RangeAllocator::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RangeStats {
+    /// Number of maximal free blocks (0 for allocators that keep no free
+    /// structure; then it is derived from the gaps between busy areas).
+    pub free_blocks: u64,
+    /// Bytes free and immediately reusable.
+    pub free_bytes: u64,
+    /// Length of the largest free block.
+    pub largest_free: u64,
+    /// Live (allocated, not freed) areas.
+    pub live_areas: u64,
+    /// Bytes in live areas.
+    pub live_bytes: u64,
+    /// Areas freed lazily and waiting for a purge.
+    pub lazy_areas: u64,
+    /// Bytes freed lazily and waiting for a purge.
+    pub lazy_bytes: u64,
+    /// Purges that ran (explicit, threshold and allocation-failure purges).
+    pub purges: u64,
+    /// Flushes issued (a purge with nothing lazy issues none).
+    pub flushes: u64,
+    /// Heap bytes of metadata the allocator holds (nodes, arenas, indexes).
+    pub metadata_bytes: u64,
+}
+
+/// A flush hook: called once per purge with the half-open range `[start,
+/// end)` that covers every area the purge released.
+#[cfg(feature = "std")]
+pub type FlushHook = alloc::boxed::Box<dyn FnMut(u64, u64) + Send>;
+/// A flush hook: called once per purge with the half-open range `[start,
+/// end)` that covers every area the purge released.
+#[cfg(not(feature = "std"))]
+pub type FlushHook = alloc::boxed::Box<dyn FnMut(u64, u64)>;
+
+/// The range allocator contract (see the [module docs](self)).
+pub trait RangeAllocator {
+    /// The managed space `[start, end)`.
+    fn space(&self) -> (u64, u64);
+
+    /// Allocates `size` bytes aligned to `align` at the lowest address in
+    /// `[vstart, vend)`. Limits outside the space are clamped to it.
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] for `size == 0`, `align` not a power of two, or
+    /// `vstart >= vend`; [`AllocError::NoSpace`] when nothing fits, also after
+    /// one purge of lazily freed areas.
+    fn alloc_in(&mut self, size: u64, align: u64, vstart: u64, vend: u64)
+        -> Result<u64, AllocError>;
+
+    /// Allocates anywhere in the space: `alloc_in(size, align, start, end)`.
+    ///
+    /// # Errors
+    /// As [`alloc_in`](RangeAllocator::alloc_in).
+    fn alloc(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
+        let (start, end) = self.space();
+        self.alloc_in(size, align, start, end)
+    }
+
+    /// Frees the live area that starts at `addr` and returns its size.
+    ///
+    /// # Errors
+    /// [`FreeError::NotAllocated`] if no live area starts at `addr`.
+    fn free(&mut self, addr: u64) -> Result<u64, FreeError>;
+
+    /// Releases the live area that starts at `addr` lazily and returns its
+    /// size: the space becomes reusable at the next purge.
+    ///
+    /// # Errors
+    /// [`FreeError::NotAllocated`] if no live area starts at `addr`.
+    fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError>;
+
+    /// Returns every lazily freed area to free space and calls `flush` once
+    /// with the range covering them. Returns whether anything was purged
+    /// (`flush` is not called when nothing was lazy).
+    fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool;
+
+    /// Sets the automatic purge threshold: a purge runs when lazily freed
+    /// bytes become strictly greater than `bytes`.
+    fn set_lazy_max(&mut self, bytes: u64);
+
+    /// Installs the hook that automatic purges (threshold, allocation
+    /// failure) call with their flush range. Without one they still purge.
+    fn set_flush_hook(&mut self, hook: Option<FlushHook>);
+
+    /// Counters and sizes.
+    fn stats(&self) -> RangeStats;
+
+    /// Verifies every internal invariant. For tests and `mmkit replay --check`.
+    ///
+    /// # Errors
+    /// A [`CheckError`] naming the first violated invariant.
+    fn check(&self) -> Result<(), CheckError>;
+}
+
+/// Validates and clamps an allocation request against the space
+/// `[start, end)`. Returns the clamped window, or `Invalid`.
+///
+/// Shared by every implementation so they reject exactly the same inputs.
+///
+/// # Errors
+/// [`AllocError::Invalid`] for `size == 0`, `align` not a power of two or
+/// `vstart >= vend`.
+pub fn clamp_request(
+    space: (u64, u64),
+    size: u64,
+    align: u64,
+    vstart: u64,
+    vend: u64,
+) -> Result<(u64, u64), AllocError> {
+    if size == 0 || !align.is_power_of_two() || vstart >= vend {
+        return Err(AllocError::Invalid);
+    }
+    Ok((vstart.max(space.0), vend.min(space.1)))
+}
+
+/// The lowest `a >= lo` with `a % align == 0` and `a + size <= hi`, if any.
+/// Never overflows. `align` must be a power of two.
+#[inline]
+pub fn fit_in(lo: u64, hi: u64, size: u64, align: u64) -> Option<u64> {
+    let mask = align - 1;
+    let a = lo.checked_add(mask)? & !mask;
+    let end = a.checked_add(size)?;
+    (end <= hi).then_some(a)
+}
