@@ -42,6 +42,7 @@ pub use alloc::format as __format;
 
 pub mod baseline;
 pub mod error;
+pub mod percpu;
 pub mod range;
 
 pub use error::{AllocError, CheckError, FreeError};
