@@ -277,9 +277,30 @@ impl Chunk {
             self.refresh_chunk();
         } else {
             // Clipped to its block: the chunk record may lag, never lead.
-            self.md.update(rs as u32, re as u32);
+            let (s, e) = self.join_known_runs(rs as u32, re as u32);
+            self.md.update(s, e);
         }
         Ok(end - off)
+    }
+
+    /// Widens the free run `[s, e)` (cut at its block's edges) by the chunk
+    /// record's scan and contig runs when it touches them: both are free,
+    /// so touching means one run, and the record must not hold two
+    /// overlapping pieces of it.
+    fn join_known_runs(&self, mut s: u32, mut e: u32) -> (u32, u32) {
+        let md = &self.md;
+        let known = [
+            (md.scan_hint_start, md.scan_hint),
+            (md.contig_hint_start, md.contig_hint),
+            (md.scan_hint_start, md.scan_hint),
+        ];
+        for (ks, kc) in known {
+            if kc > 0 && s <= ks + kc && ks <= e {
+                s = s.min(ks);
+                e = e.max(ks + kc);
+            }
+        }
+        (s, e)
     }
 
     /// Block records after `[off, end)` was cleared. Returns the free run
