@@ -233,19 +233,25 @@ impl BlockMd {
         }
     }
 
-    /// Recomputes the contig and scan hints from the bitmap. A known scan
-    /// hint is promoted to contig hint (nothing before it is longer) and
-    /// only the bits after it are scanned; otherwise the scan starts at
-    /// `first_free`.
+    /// Recomputes the contig and scan hints from the bitmap after an
+    /// allocation cut the contig run. A known scan hint is promoted to
+    /// contig hint (nothing before the old contig hint is longer) and only
+    /// the bits from the old contig hint on are scanned; otherwise the scan
+    /// starts at `first_free`.
     ///
     /// # Complexity
-    /// O(bits scanned / 64).
+    /// O(bits scanned / 64 + runs found).
     pub(crate) fn refresh(&mut self, map: &[u64], base: usize) {
         let from = if self.scan_hint != 0 {
+            // Runs between the scan hint and the old contig hint are no
+            // longer than the scan hint: they can neither become the contig
+            // hint nor beat the promoted run as the new scan hint, so the
+            // scan resumes where the old contig hint started.
+            let resume = self.contig_hint_start;
             self.contig_hint = self.scan_hint;
             self.contig_hint_start = self.scan_hint_start;
             self.scan_hint = 0;
-            self.contig_hint_start + self.contig_hint
+            resume
         } else {
             self.contig_hint = 0;
             self.contig_hint_start = 0;

@@ -200,11 +200,11 @@ impl Chunk {
 
     /// `pcpu_chunk_refresh_hint`: recomputes the chunk record from
     /// `first_free` on. Free runs are joined across blocks from the block
-    /// records (`right_free` + whole free blocks + `left_free`); only the
-    /// partly skipped first block is read from the bitmap.
+    /// records alone (`right_free` + whole free blocks + `left_free`, and
+    /// each block's contig hint when it is inside the block).
     ///
     /// # Complexity
-    /// O(blocks + BLOCK_BITS / 64).
+    /// O(blocks).
     fn refresh_chunk(&mut self) {
         let nr = self.nr_bits();
         let from = self.md.first_free as usize;
@@ -212,20 +212,10 @@ impl Chunk {
         md.reset_full();
         md.first_free = from as u32;
         let mut carry: Option<(usize, usize)> = None;
-        let mut first = from / BB;
-        if from % BB != 0 {
-            // The first block is cut at `from`: read its runs from the bitmap
-            // and carry the one that reaches the block's end.
-            let bend = (first + 1) * BB;
-            bitmap::for_each_zero_run(&self.alloc_map, from, bend, |s, e| {
-                if e == bend {
-                    carry = Some((s, e));
-                } else {
-                    md.update(s as u32, e as u32);
-                }
-            });
-            first += 1;
-        }
+        // `from` is the chunk's first free bit, so every bit of its block
+        // before `from` is used and the block's hints describe exactly the
+        // runs at or after `from`: no bitmap needs reading.
+        let first = from / BB;
         for (i, b) in self.blocks.iter().enumerate().skip(first) {
             let base = i * BB;
             if b.is_free() {
