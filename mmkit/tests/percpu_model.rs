@@ -11,7 +11,10 @@ use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Alloc { size: u64, align: u64 },
+    Alloc {
+        size: u64,
+        align: u64,
+    },
     /// Free the `n % live`-th live allocation.
     Free(usize),
     /// Free again something already freed (or a made-up pointer).
@@ -19,7 +22,10 @@ enum Op {
     /// Free an offset inside a live allocation.
     FreeInterior(usize, u32),
     /// Free a pointer in a chunk that may not exist.
-    FreeBogus { chunk: u32, offset: u32 },
+    FreeBogus {
+        chunk: u32,
+        offset: u32,
+    },
 }
 
 fn size_strategy(unit: u64) -> impl Strategy<Value = u64> {
@@ -68,7 +74,10 @@ impl Model {
         let (off, unit) = (u64::from(p.offset), self.unit);
         assert_eq!(off % align.max(4), 0, "{p:?} not aligned to {align}");
         assert!(off + rounded <= unit, "{p:?} + {rounded} past the unit");
-        let map = self.bytes.entry(p.chunk).or_insert_with(|| vec![false; unit as usize]);
+        let map = self
+            .bytes
+            .entry(p.chunk)
+            .or_insert_with(|| vec![false; unit as usize]);
         for b in &mut map[off as usize..(off + rounded) as usize] {
             assert!(!*b, "{p:?} overlaps a live allocation");
             *b = true;
@@ -81,7 +90,9 @@ impl Model {
         let n = self.live.remove(&p).expect("live");
         let off = p.offset as usize;
         let map = self.bytes.get_mut(&p.chunk).expect("chunk");
-        map[off..off + n as usize].iter_mut().for_each(|b| *b = false);
+        map[off..off + n as usize]
+            .iter_mut()
+            .for_each(|b| *b = false);
         self.freed.push(p);
         n
     }
@@ -114,7 +125,10 @@ fn step<A: PercpuAlloc>(a: &mut A, m: &mut Model, op: &Op) {
     match *op {
         Op::Alloc { size, align } => match a.alloc(size, align) {
             Ok(p) => {
-                assert!(m.valid(size, align), "alloc({size}, {align}) should be invalid");
+                assert!(
+                    m.valid(size, align),
+                    "alloc({size}, {align}) should be invalid"
+                );
                 m.take(p, size, align);
             }
             Err(e) => {
@@ -140,7 +154,10 @@ fn step<A: PercpuAlloc>(a: &mut A, m: &mut Model, op: &Op) {
             if let Some((p, size)) = m.nth(n) {
                 let d = u64::from(d) % size;
                 if d != 0 {
-                    let q = PcpuPtr { chunk: p.chunk, offset: p.offset + d as u32 };
+                    let q = PcpuPtr {
+                        chunk: p.chunk,
+                        offset: p.offset + d as u32,
+                    };
                     bad_free(a, m, q);
                 }
             }
@@ -155,7 +172,10 @@ fn step<A: PercpuAlloc>(a: &mut A, m: &mut Model, op: &Op) {
 }
 
 fn run<A: PercpuAlloc>(mut a: A, ops: &[Op]) {
-    let mut m = Model { unit: a.unit_size(), ..Model::default() };
+    let mut m = Model {
+        unit: a.unit_size(),
+        ..Model::default()
+    };
     for op in ops {
         step(&mut a, &mut m, op);
         if let Err(e) = a.check() {
@@ -200,7 +220,10 @@ proptest! {
 fn orders<A: PercpuAlloc>(mut make: impl FnMut() -> A) {
     for order in 0..3 {
         let mut a = make();
-        let mut m = Model { unit: a.unit_size(), ..Model::default() };
+        let mut m = Model {
+            unit: a.unit_size(),
+            ..Model::default()
+        };
         let mut ptrs = Vec::new();
         for i in 0..3000u64 {
             let (size, align) = match i % 7 {
@@ -216,7 +239,12 @@ fn orders<A: PercpuAlloc>(mut make: impl FnMut() -> A) {
         a.check().unwrap();
         let seq: Vec<PcpuPtr> = match order {
             0 => ptrs.clone(),
-            1 => ptrs.iter().step_by(2).chain(ptrs.iter().skip(1).step_by(2)).copied().collect(),
+            1 => ptrs
+                .iter()
+                .step_by(2)
+                .chain(ptrs.iter().skip(1).step_by(2))
+                .copied()
+                .collect(),
             _ => ptrs.iter().rev().copied().collect(),
         };
         for (k, p) in seq.into_iter().enumerate() {

@@ -36,7 +36,9 @@ use alloc::vec::Vec;
 
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::percpu::slots::{size_to_slot, SlotLists, NIL};
-use crate::percpu::{check_unit_size, free_slot, request_bits, PcpuPtr, PercpuAlloc, PercpuStats, MIN_ALLOC_SIZE};
+use crate::percpu::{
+    check_unit_size, free_slot, request_bits, PcpuPtr, PercpuAlloc, PercpuStats, MIN_ALLOC_SIZE,
+};
 
 /// Bit 0 of a map entry: the area is in use.
 const IN_USE: u32 = 1;
@@ -57,7 +59,13 @@ impl AreaChunk {
         let mut map = Vec::with_capacity(16);
         map.push(0);
         map.push(unit_size | IN_USE);
-        AreaChunk { map, first_free: 0, contig_hint: unit_size, free_size: unit_size, live: 0 }
+        AreaChunk {
+            map,
+            first_free: 0,
+            contig_hint: unit_size,
+            free_size: unit_size,
+            live: 0,
+        }
     }
 
     fn unit_size(&self) -> u32 {
@@ -105,7 +113,14 @@ impl AreaChunk {
     /// Carves `[off + head, off + head + size)` out of free area `i`. The
     /// previous area is in use (areas are merged), so a head stays a free
     /// area of its own; head and tail entries go in with one memmove.
-    fn split(&mut self, mut i: usize, head: u32, size: u32, mut max_contig: u32, mut seen_free: bool) -> u32 {
+    fn split(
+        &mut self,
+        mut i: usize,
+        head: u32,
+        size: u32,
+        mut max_contig: u32,
+        mut seen_free: bool,
+    ) -> u32 {
         let (off, end, _) = self.area(i);
         let start = off + head;
         let tail = end - start - size;
@@ -132,7 +147,11 @@ impl AreaChunk {
             self.first_free = i + 1;
         }
         // Scanned to the end only when the allocation is the last area.
-        self.contig_hint = if i + 1 == self.areas() { max_contig } else { self.contig_hint.max(max_contig) };
+        self.contig_hint = if i + 1 == self.areas() {
+            max_contig
+        } else {
+            self.contig_hint.max(max_contig)
+        };
         self.free_size -= size;
         self.live += 1;
         self.map[i] |= IN_USE;
@@ -141,7 +160,9 @@ impl AreaChunk {
 
     /// Index of the area starting at `off` (binary search), if any.
     fn find(&self, off: u32) -> Option<usize> {
-        self.map[..self.areas()].binary_search_by_key(&off, |e| e & !IN_USE).ok()
+        self.map[..self.areas()]
+            .binary_search_by_key(&off, |e| e & !IN_USE)
+            .ok()
     }
 
     /// `pcpu_free_area`: frees the in-use area starting at `off`, merging it
@@ -176,24 +197,51 @@ impl AreaChunk {
         let n = self.areas();
         crate::ensure!(self.map[0] & !IN_USE == 0, "map does not start at 0");
         crate::ensure!(self.map[n] & IN_USE != 0, "sentinel not in use");
-        crate::ensure!(self.first_free <= n, "first_free {} past {n} areas", self.first_free);
+        crate::ensure!(
+            self.first_free <= n,
+            "first_free {} past {n} areas",
+            self.first_free
+        );
         let (mut free, mut largest, mut live) = (0u32, 0u32, 0u32);
         for i in 0..n {
             let (s, e, used) = self.area(i);
             crate::ensure!(s < e, "area {i}: [{s}, {e}) not increasing");
-            crate::ensure!(s % 4 == 0 && e % 4 == 0, "area {i}: [{s}, {e}) not 4-byte granular");
+            crate::ensure!(
+                s % 4 == 0 && e % 4 == 0,
+                "area {i}: [{s}, {e}) not 4-byte granular"
+            );
             if used {
                 live += 1;
             } else {
-                crate::ensure!(i >= self.first_free, "free area {i} before first_free {}", self.first_free);
-                crate::ensure!(i == 0 || self.area(i - 1).2, "free areas {} and {i} not merged", i - 1);
+                crate::ensure!(
+                    i >= self.first_free,
+                    "free area {i} before first_free {}",
+                    self.first_free
+                );
+                crate::ensure!(
+                    i == 0 || self.area(i - 1).2,
+                    "free areas {} and {i} not merged",
+                    i - 1
+                );
                 free += e - s;
                 largest = largest.max(e - s);
             }
         }
-        crate::ensure!(free == self.free_size, "free_size {} but {free} free", self.free_size);
-        crate::ensure!(live == self.live, "live {} but {live} in the map", self.live);
-        crate::ensure!(self.contig_hint >= largest, "contig_hint {} below largest free {largest}", self.contig_hint);
+        crate::ensure!(
+            free == self.free_size,
+            "free_size {} but {free} free",
+            self.free_size
+        );
+        crate::ensure!(
+            live == self.live,
+            "live {} but {live} in the map",
+            self.live
+        );
+        crate::ensure!(
+            self.contig_hint >= largest,
+            "contig_hint {} below largest free {largest}",
+            self.contig_hint
+        );
         Ok(())
     }
 }
@@ -266,7 +314,9 @@ impl AreaMapAllocator {
             let mut id = self.slots.head(slot);
             while id != NIL {
                 let next = self.slots.next(id);
-                let c = self.chunks[id as usize].as_mut().expect("listed chunk is held");
+                let c = self.chunks[id as usize]
+                    .as_mut()
+                    .expect("listed chunk is held");
                 if size <= c.contig_hint {
                     let off = c.alloc_area(size, align);
                     self.relocate(id);
@@ -308,13 +358,18 @@ impl PercpuAlloc for AreaMapAllocator {
     /// split; every chunk whose hint is large enough is tried.
     fn alloc(&mut self, size: u64, align: u64) -> Result<PcpuPtr, AllocError> {
         let (bits, align_bits) = request_bits(size, align, self.unit_size)?;
-        let (size, align) = ((bits as u64 * MIN_ALLOC_SIZE) as u32, (align_bits as u64 * MIN_ALLOC_SIZE) as u32);
+        let (size, align) = (
+            (bits as u64 * MIN_ALLOC_SIZE) as u32,
+            (align_bits as u64 * MIN_ALLOC_SIZE) as u32,
+        );
         if let Some(p) = self.alloc_from_slots(size, align) {
             return Ok(p);
         }
         let id = self.create_chunk();
         let c = self.chunks[id as usize].as_mut().expect("just created");
-        let offset = c.alloc_area(size, align).expect("a free chunk fits any valid request");
+        let offset = c
+            .alloc_area(size, align)
+            .expect("a free chunk fits any valid request");
         self.relocate(id);
         Ok(PcpuPtr { chunk: id, offset })
     }
@@ -322,7 +377,10 @@ impl PercpuAlloc for AreaMapAllocator {
     /// # Complexity
     /// O(log areas) to find the area, O(areas) for the merging memmove.
     fn free(&mut self, p: PcpuPtr) -> Result<u64, FreeError> {
-        let held = self.chunks.get(p.chunk as usize).is_some_and(Option::is_some);
+        let held = self
+            .chunks
+            .get(p.chunk as usize)
+            .is_some_and(Option::is_some);
         if !held || u64::from(p.offset) >= self.unit_size {
             return Err(FreeError::Invalid);
         }
@@ -345,16 +403,26 @@ impl PercpuAlloc for AreaMapAllocator {
         let (mut held, mut empty) = (0u64, 0u64);
         for (id, c) in self.chunks.iter().enumerate() {
             let Some(c) = c else {
-                crate::ensure!(self.slots.slot_of(id as u32).is_none(), "released chunk {id} still listed");
+                crate::ensure!(
+                    self.slots.slot_of(id as u32).is_none(),
+                    "released chunk {id} still listed"
+                );
                 continue;
             };
             held += 1;
             empty += u64::from(c.live == 0);
-            crate::ensure!(u64::from(c.unit_size()) == self.unit_size, "chunk {id}: wrong sentinel");
-            c.check().map_err(|e| CheckError(alloc::format!("chunk {id}: {}", e.0)))?;
+            crate::ensure!(
+                u64::from(c.unit_size()) == self.unit_size,
+                "chunk {id}: wrong sentinel"
+            );
+            c.check()
+                .map_err(|e| CheckError(alloc::format!("chunk {id}: {}", e.0)))?;
             let want = self.slot_of_chunk(c);
             let at = self.slots.slot_of(id as u32);
-            crate::ensure!(at == Some(want), "chunk {id} listed in slot {at:?}, belongs in {want}");
+            crate::ensure!(
+                at == Some(want),
+                "chunk {id} listed in slot {at:?}, belongs in {want}"
+            );
         }
         crate::ensure!(listed == held, "{held} chunks held but {listed} listed");
         crate::ensure!(empty <= 1, "{empty} free chunks kept (at most 1)");

@@ -44,7 +44,7 @@ fn fill(map: &mut [u64], from: usize, to: usize, value: bool) {
         return;
     }
     let (fw, lw) = (from / W, (to - 1) / W);
-    for w in fw..=lw {
+    for (w, word) in map.iter_mut().enumerate().take(lw + 1).skip(fw) {
         let mut m = !0u64;
         if w == fw {
             m &= from_bit(from % W);
@@ -53,9 +53,9 @@ fn fill(map: &mut [u64], from: usize, to: usize, value: bool) {
             m &= below_bit(to - lw * W);
         }
         if value {
-            map[w] |= m;
+            *word |= m;
         } else {
-            map[w] &= !m;
+            *word &= !m;
         }
     }
 }

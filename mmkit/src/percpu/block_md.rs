@@ -219,6 +219,7 @@ impl BlockMd {
     /// O(1) unless the contig hint was cut; then O(bits after the scan hint
     /// / 64).
     pub(crate) fn alloc_update(&mut self, map: &[u64], base: usize, s: u32, e: u32) {
+        let old_first_free = self.first_free;
         if s == self.first_free {
             let end = base + self.nr_bits as usize;
             self.first_free = (bitmap::next_zero(map, base + e as usize, end) - base) as u32;
@@ -228,9 +229,55 @@ impl BlockMd {
         if overlaps(s, e - s, self.scan_hint_start, self.scan_hint) {
             self.scan_hint = 0;
         }
-        if overlaps(s, e - s, self.contig_hint_start, self.contig_hint) {
+        if overlaps(s, e - s, self.contig_hint_start, self.contig_hint)
+            && !self.cut_right_run(s, e, old_first_free, true)
+        {
             self.refresh(map, base);
         }
+    }
+
+    /// The common cut, answered without a scan: `[s, e)` was allocated at
+    /// the start of a contig run that reaches the end of the record, so no
+    /// run lies after it and the rest `[e, nr_bits)` is a maximal run. The
+    /// longest run is then the rest or, if known, the scan hint; when
+    /// nothing was free before `s` it is the rest. Returns `false` (nothing
+    /// changed) when the cut is not of that shape. `trust_scan` says the
+    /// scan hint is exact (block records), not a lower bound (chunk).
+    ///
+    /// # Complexity
+    /// O(1).
+    pub(crate) fn cut_right_run(
+        &mut self,
+        s: u32,
+        e: u32,
+        old_first_free: u32,
+        trust_scan: bool,
+    ) -> bool {
+        let (cs, c) = (self.contig_hint_start, self.contig_hint);
+        if s != cs || cs + c != self.nr_bits || e > self.nr_bits {
+            return false;
+        }
+        let rest = self.nr_bits - e;
+        if old_first_free == s {
+            // Nothing free before `s`: the rest is the only run.
+            self.contig_hint = rest;
+            self.contig_hint_start = if rest > 0 { e } else { 0 };
+            self.scan_hint = 0;
+            return true;
+        }
+        if !trust_scan || self.scan_hint == 0 {
+            return false;
+        }
+        if rest > self.scan_hint {
+            // The scan hint stays the longest run before the new hint.
+            self.contig_hint = rest;
+            self.contig_hint_start = e;
+        } else {
+            self.contig_hint = self.scan_hint;
+            self.contig_hint_start = self.scan_hint_start;
+            self.scan_hint = 0;
+        }
+        true
     }
 
     /// Recomputes the contig and scan hints from the bitmap after an

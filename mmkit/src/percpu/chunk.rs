@@ -184,6 +184,7 @@ impl Chunk {
     fn alloc_chunk_hints(&mut self, off: usize, end: usize) {
         let nr = self.nr_bits();
         let md = &mut self.md;
+        let old_first_free = md.first_free;
         if off == md.first_free as usize {
             md.first_free = bitmap::next_zero(&self.alloc_map, end, nr) as u32;
         }
@@ -193,7 +194,9 @@ impl Chunk {
         if overlaps(off as u32, len, md.scan_hint_start, md.scan_hint) {
             md.scan_hint = 0;
         }
-        if overlaps(off as u32, len, md.contig_hint_start, md.contig_hint) {
+        if overlaps(off as u32, len, md.contig_hint_start, md.contig_hint)
+            && !md.cut_right_run(off as u32, end as u32, old_first_free, false)
+        {
             self.refresh_chunk();
         }
     }

@@ -193,7 +193,7 @@ pub(crate) fn free_slot(unit_size: u64) -> usize {
 ///
 /// # Invariants
 /// - Every held chunk is listed in exactly one slot: the slot of its chunk
-///   hints ([`Self::slot_of_chunk`]), or slot 0 when its slot is below
+///   hints (`pcpu_chunk_slot`), or slot 0 when its slot is below
 ///   [`SLOT_FAIL_THRESHOLD`] and a fit failed in it.
 /// - At most one chunk is wholly free.
 /// - Each chunk keeps the invariants in the module docs.
