@@ -25,8 +25,7 @@ use std::process::ExitCode;
 
 use mmkit::baseline::linear_vmap::LinearVmap;
 use mmkit::range::RangeAllocator;
-// VMAP-GATE: until mmkit::vmap lands on main.
-use mmkit::baseline::linear_vmap::LinearVmap as VmapAllocator;
+use mmkit::vmap::VmapAllocator;
 use mmkit::{AllocError, CheckError, FreeError};
 
 use crate::AllocatorKind;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use mmkit::baseline::linear_vmap::LinearVmap;
 use mmkit::range::{clamp_request, fit_in, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
-// VMAP-GATE use mmkit::vmap::VmapAllocator;
+use mmkit::vmap::VmapAllocator;
 use mmkit::{AllocError, FreeError};
 use proptest::prelude::*;
 
@@ -115,6 +115,14 @@ impl Model {
             self.purge();
         }
         Ok(end - addr)
+    }
+
+    /// A threshold below the bytes already lazy purges at once.
+    fn set_lazy_max(&mut self, bytes: u64) {
+        self.lazy_max = bytes;
+        if self.lazy_bytes() > bytes {
+            self.purge();
+        }
     }
 
     fn purge(&mut self) -> bool {
@@ -354,7 +362,7 @@ fn step<A: RangeAllocator>(
         }
         Step::SetLazyMax(x) => {
             a.set_lazy_max(x);
-            m.lazy_max = x;
+            m.set_lazy_max(x);
             (String::new(), String::new())
         }
     };
@@ -395,8 +403,6 @@ fn linear(s: u64, e: u64) -> LinearVmap {
     LinearVmap::new(s, e).unwrap()
 }
 
-// VMAP-GATE: until mmkit::vmap lands on main.
-type VmapAllocator = LinearVmap;
 fn tree(s: u64, e: u64) -> VmapAllocator {
     VmapAllocator::new(s, e).unwrap()
 }
@@ -431,6 +437,7 @@ both!(
     fit_types,
     merge_both_sides,
     lazy_max_is_strictly_greater,
+    lowering_lazy_max_purges,
     purge_on_nospace_then_retry,
     no_purge_without_lazy_areas,
     flush_covers_exactly_the_lazy_areas,
@@ -520,6 +527,23 @@ fn lazy_max_is_strictly_greater<A: RangeAllocator>(make: fn(u64, u64) -> A) {
         (0, 0, 1, 2)
     );
     assert_eq!(a.alloc(0x3000, 1), Ok(0));
+    ok(&a);
+}
+
+fn lowering_lazy_max_purges<A: RangeAllocator>(make: fn(u64, u64) -> A) {
+    let mut a = make(0, 0x10000);
+    let log: Log = Arc::default();
+    let sink = log.clone();
+    a.set_flush_hook(Some(Box::new(move |s, e| {
+        sink.lock().unwrap().push((s, e))
+    })));
+    let x = a.alloc(0x3000, 1).unwrap();
+    a.free_lazy(x).unwrap();
+    a.set_lazy_max(0x3000);
+    assert!(log.lock().unwrap().is_empty());
+    a.set_lazy_max(0x2fff);
+    assert_eq!(*log.lock().unwrap(), vec![(0, 0x3000)]);
+    assert_eq!(a.stats().lazy_bytes, 0);
     ok(&a);
 }
 

@@ -384,8 +384,13 @@ impl RangeAllocator for LinearVmap {
         true
     }
 
+    /// Lowering the threshold below the bytes already lazy purges at once,
+    /// so `lazy_bytes <= lazy_max` holds between calls.
     fn set_lazy_max(&mut self, bytes: u64) {
         self.lazy_max = bytes;
+        if self.lazy_bytes > self.lazy_max {
+            self.purge_with_hook();
+        }
     }
 
     fn set_flush_hook(&mut self, hook: Option<FlushHook>) {
@@ -483,6 +488,12 @@ impl RangeAllocator for LinearVmap {
                 "cache {c:#x} is not a busy area"
             );
         }
+        crate::ensure!(
+            self.lazy_bytes <= self.lazy_max,
+            "lazy bytes {} above lazy_max {}",
+            self.lazy_bytes,
+            self.lazy_max
+        );
         crate::ensure!(
             self.cached_align.is_power_of_two(),
             "cached_align not a power of two"
