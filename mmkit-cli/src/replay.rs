@@ -508,4 +508,65 @@ mod tests {
             (2, 1, 1, 1, 3)
         );
     }
+
+    /// A LinearVmap whose checker reports a violation once anything is
+    /// allocated: `run` must stop at that command and name its line.
+    struct Broken(LinearVmap);
+
+    impl RangeAllocator for Broken {
+        fn space(&self) -> (u64, u64) {
+            self.0.space()
+        }
+        fn alloc_in(&mut self, s: u64, a: u64, lo: u64, hi: u64) -> Result<u64, AllocError> {
+            self.0.alloc_in(s, a, lo, hi)
+        }
+        fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
+            self.0.free(addr)
+        }
+        fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
+            self.0.free_lazy(addr)
+        }
+        fn purge(&mut self, f: &mut dyn FnMut(u64, u64)) -> bool {
+            self.0.purge(f)
+        }
+        fn set_lazy_max(&mut self, b: u64) {
+            self.0.set_lazy_max(b)
+        }
+        fn set_flush_hook(&mut self, h: Option<mmkit::range::FlushHook>) {
+            self.0.set_flush_hook(h)
+        }
+        fn stats(&self) -> mmkit::range::RangeStats {
+            self.0.stats()
+        }
+        fn check(&self) -> Result<(), CheckError> {
+            match self.0.stats().live_areas {
+                0 => Ok(()),
+                _ => Err(CheckError::new("planted")),
+            }
+        }
+    }
+
+    #[test]
+    fn check_failure_stops_at_the_command() {
+        let t = parse(
+            "space 0 0x100
+alloc a 1 align 0
+\nalloc b 1
+alloc c 1
+",
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let mut a = Broken(LinearVmap::new(0, 0x100).unwrap());
+        match run(&mut a, &t, true, &mut out) {
+            Err(RunError::Check { line, err }) => {
+                assert_eq!((line, err.0.as_str()), (4, "planted"))
+            }
+            other => panic!("expected a check failure, got {other:?}"),
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), "a invalid\nb 0x0\n");
+        // Without --check the same trace runs to the end.
+        let mut a = Broken(LinearVmap::new(0, 0x100).unwrap());
+        assert!(run(&mut a, &t, false, &mut Vec::new()).is_ok());
+    }
 }
