@@ -12,12 +12,13 @@
 //!            `--------'             `-----------------'
 //!   free tree: maximal free blocks, sorted by start, each node knowing the
 //!              largest free block below it (smax); threaded by a list
-//!   busy tree: live areas by start, so a free finds its area in O(log n)
+//!   busy index: live areas by start (a hash table), so a free finds its
+//!              area in O(1) and rejects any other address
 //!   lazy list: areas freed lazily; not reusable until the next purge
 //! ```
 //!
-//! Every free block, live area and lazy area is one 48-byte [`tree::Node`]
-//! from one arena; a free moves the node from the busy tree to the free tree
+//! Every free block, live area and lazy area is one 56-byte [`tree::Node`]
+//! from one arena; a free moves the node from the busy index to the free tree
 //! (or releases it when the area merges into a neighbour), so steady-state
 //! operation allocates no heap memory.
 //!
@@ -27,7 +28,10 @@ use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{clamp_request, FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::tree::{NodeArena, NodeId, RangeTree, NIL};
+
+mod busy;
 use alloc::vec::Vec;
+use busy::BusyIndex;
 
 /// How an allocated `[a, a + size)` sits in the free block `[s, e)` it was
 /// cut from: the kernel's four fit types.
@@ -102,7 +106,7 @@ pub struct VmapAllocator {
     /// Maximal free blocks, augmented with the largest block per subtree.
     free: RangeTree,
     /// Live areas by start address.
-    busy: RangeTree,
+    busy: BusyIndex,
     /// Lazily freed areas: a list through the nodes' `next` links.
     lazy: LazyList,
     lazy_max: u64,
@@ -157,7 +161,7 @@ impl VmapAllocator {
             end,
             arena,
             free,
-            busy: RangeTree::new(),
+            busy: BusyIndex::new(),
             lazy: LazyList::default(),
             lazy_max: DEFAULT_LAZY_MAX,
             flush_hook: None,
@@ -175,14 +179,12 @@ impl VmapAllocator {
         self.arena.reserve(n);
     }
 
-    /// The live area containing `addr`, as `(start, size)`.
+    /// The size of the live area that starts at `addr`, if there is one.
     ///
     /// # Complexity
-    /// O(log n).
-    pub fn find_area(&self, addr: u64) -> Option<(u64, u64)> {
-        let id = self.busy.containing(&self.arena, addr)?;
-        let n = self.arena.get(id);
-        Some((n.start, n.len()))
+    /// O(1) expected.
+    pub fn area_size(&self, addr: u64) -> Option<u64> {
+        self.busy.get(addr).map(|id| self.arena.get(id).len())
     }
 
     /// Cuts `[a, a + size)` out of free block `id`, per its [`FitType`].
@@ -247,12 +249,8 @@ impl VmapAllocator {
 
     /// Detaches the live area at `addr` from the busy tree.
     fn take_busy(&mut self, addr: u64) -> Result<(NodeId, u64, u64), FreeError> {
-        let id = self
-            .busy
-            .find(&self.arena, addr)
-            .ok_or(FreeError::NotAllocated)?;
+        let id = self.busy.remove(addr).ok_or(FreeError::NotAllocated)?;
         let (s, e) = (self.arena.get(id).start, self.arena.get(id).end);
-        self.busy.remove(&mut self.arena, id);
         self.live_bytes -= e - s;
         Ok((id, s, e))
     }
@@ -272,7 +270,7 @@ impl VmapAllocator {
         let (id, a) = self.free.lowest_fit(&self.arena, size, align, lo, hi)?;
         self.clip(id, a, size);
         let b = self.arena.alloc(a, a + size);
-        self.busy.insert(&mut self.arena, b);
+        self.busy.insert(a, b);
         self.live_bytes += size;
         Some(a)
     }
@@ -368,6 +366,7 @@ impl RangeAllocator for VmapAllocator {
     fn stats(&self) -> RangeStats {
         let ar = &self.arena;
         let metadata = ar.heap_bytes()
+            + self.busy.heap_bytes()
             + self.lazy.nodes.capacity() * core::mem::size_of::<NodeId>()
             + core::mem::size_of::<Self>();
         RangeStats {
@@ -390,7 +389,7 @@ impl RangeAllocator for VmapAllocator {
         let ar = &self.arena;
         let (lo, hi) = (self.start, self.end);
         self.free.check(ar, lo, hi)?;
-        self.busy.check(ar, lo, hi)?;
+        ensure!(self.busy.consistent(), "busy index: a key is unreachable");
         // Free blocks are maximal.
         let mut at = self.free.first();
         while at != NIL {
@@ -403,12 +402,20 @@ impl RangeAllocator for VmapAllocator {
         }
         // Free, busy and lazy ranges partition the space exactly.
         let mut all = Vec::with_capacity(self.arena.in_use());
-        for (tree, kind) in [(&self.free, "free"), (&self.busy, "busy")] {
-            let mut at = tree.first();
-            while at != NIL {
-                all.push((ar.get(at).start, ar.get(at).end, kind));
-                at = ar.get(at).next();
-            }
+        let mut at = self.free.first();
+        while at != NIL {
+            all.push((ar.get(at).start, ar.get(at).end, "free"));
+            at = ar.get(at).next();
+        }
+        for (key, id) in self.busy.iter() {
+            let n = ar.get(id);
+            ensure!(
+                n.start == key,
+                "busy key {key:#x} names node at {:#x}",
+                n.start
+            );
+            ensure!(n.start < n.end, "empty busy area at {key:#x}");
+            all.push((n.start, n.end, "busy"));
         }
         for &id in &self.lazy.nodes {
             let n = ar.get(id);
