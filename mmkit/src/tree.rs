@@ -169,12 +169,6 @@ impl NodeArena {
         }
     }
 
-    /// Gives the detached node `id` the range `[start, end)`, ready to be
-    /// inserted into a tree.
-    pub fn reset(&mut self, id: NodeId, start: u64, end: u64) {
-        self.nodes[id as usize] = Node::detached(start, end);
-    }
-
     /// Makes room for `n` more nodes, so the next `n` allocations from an
     /// empty cache do not touch the heap.
     pub fn reserve(&mut self, n: usize) {

@@ -12,15 +12,15 @@
 //!            `--------'             `-----------------'
 //!   free tree: maximal free blocks, sorted by start, each node knowing the
 //!              largest free block below it (smax); threaded by a list
-//!   busy index: live areas by start (a hash table), so a free finds its
-//!              area in O(1) and rejects any other address
+//!   busy index: live areas by start (a hash table of (start, end)), so a
+//!              free finds its area in O(1) and rejects any other address
 //!   lazy list: areas freed lazily; not reusable until the next purge
 //! ```
 //!
-//! Every free block, live area and lazy area is one 56-byte [`tree::Node`]
-//! from one arena; a free moves the node from the busy index to the free tree
-//! (or releases it when the area merges into a neighbour), so steady-state
-//! operation allocates no heap memory.
+//! Metadata: a free block is one 56-byte [`tree::Node`] from an arena that
+//! reuses released nodes; a live area is one 16-byte slot of the busy index;
+//! a lazy area is 16 bytes in the lazy list. None of these shrink, so
+//! steady-state operation allocates no heap memory.
 //!
 //! [`tree::Node`]: crate::tree::Node
 
@@ -107,7 +107,7 @@ pub struct VmapAllocator {
     free: RangeTree,
     /// Live areas by start address.
     busy: BusyIndex,
-    /// Lazily freed areas: a list through the nodes' `next` links.
+    /// Lazily freed areas, waiting for a purge.
     lazy: LazyList,
     lazy_max: u64,
     flush_hook: Option<FlushHook>,
@@ -120,7 +120,7 @@ pub struct VmapAllocator {
 /// The lazily freed areas awaiting a purge, and the range covering them.
 #[derive(Debug, Default)]
 struct LazyList {
-    nodes: Vec<NodeId>,
+    areas: Vec<(u64, u64)>,
     bytes: u64,
     lo: u64,
     hi: u64,
@@ -184,7 +184,7 @@ impl VmapAllocator {
     /// # Complexity
     /// O(1) expected.
     pub fn area_size(&self, addr: u64) -> Option<u64> {
-        self.busy.get(addr).map(|id| self.arena.get(id).len())
+        self.busy.get(addr).map(|end| end - addr)
     }
 
     /// Cuts `[a, a + size)` out of free block `id`, per its [`FitType`].
@@ -210,8 +210,7 @@ impl VmapAllocator {
     }
 
     /// Returns `[s, e)` to free space, merging with both neighbours at once.
-    /// `id` is a detached node the caller no longer needs.
-    fn merge_or_add(&mut self, id: NodeId, s: u64, e: u64) {
+    fn merge_or_add(&mut self, s: u64, e: u64) {
         let next = self.free.lower_bound(&self.arena, s);
         let prev = if next == NIL {
             self.free.last()
@@ -226,21 +225,18 @@ impl VmapAllocator {
                 self.free.remove(&mut self.arena, next);
                 self.arena.release(next);
                 self.free.set_range(&mut self.arena, prev, ps, ne);
-                self.arena.release(id);
             }
             (true, false) => {
                 let ps = self.arena.get(prev).start;
                 self.free.set_range(&mut self.arena, prev, ps, e);
-                self.arena.release(id);
             }
             (false, true) => {
                 let ne = self.arena.get(next).end;
                 self.free.set_range(&mut self.arena, next, s, ne);
-                self.arena.release(id);
             }
             (false, false) => {
-                // The caller's node becomes the new free block.
-                self.arena.reset(id, s, e);
+                // The only case that needs a node: a new free block.
+                let id = self.arena.alloc(s, e);
                 self.free.insert(&mut self.arena, id);
             }
         }
@@ -248,11 +244,11 @@ impl VmapAllocator {
     }
 
     /// Detaches the live area at `addr` from the busy tree.
-    fn take_busy(&mut self, addr: u64) -> Result<(NodeId, u64, u64), FreeError> {
-        let id = self.busy.remove(addr).ok_or(FreeError::NotAllocated)?;
-        let (s, e) = (self.arena.get(id).start, self.arena.get(id).end);
+    fn take_busy(&mut self, addr: u64) -> Result<(u64, u64), FreeError> {
+        let e = self.busy.remove(addr).ok_or(FreeError::NotAllocated)?;
+        let s = addr;
         self.live_bytes -= e - s;
-        Ok((id, s, e))
+        Ok((s, e))
     }
 
     /// Purge through the installed hook (threshold and failure purges).
@@ -269,8 +265,7 @@ impl VmapAllocator {
     fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
         let (id, a) = self.free.lowest_fit(&self.arena, size, align, lo, hi)?;
         self.clip(id, a, size);
-        let b = self.arena.alloc(a, a + size);
-        self.busy.insert(a, b);
+        self.busy.insert(a, a + size);
         self.live_bytes += size;
         Some(a)
     }
@@ -308,22 +303,22 @@ impl RangeAllocator for VmapAllocator {
     /// # Complexity
     /// O(log n).
     fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
-        let (id, s, e) = self.take_busy(addr)?;
-        self.merge_or_add(id, s, e);
+        let (s, e) = self.take_busy(addr)?;
+        self.merge_or_add(s, e);
         Ok(e - s)
     }
 
     /// # Complexity
     /// O(log n), plus a purge when the lazy bytes pass `lazy_max`.
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
-        let (id, s, e) = self.take_busy(addr)?;
+        let (s, e) = self.take_busy(addr)?;
         let lz = &mut self.lazy;
-        if lz.nodes.is_empty() {
+        if lz.areas.is_empty() {
             (lz.lo, lz.hi) = (s, e);
         } else {
             (lz.lo, lz.hi) = (lz.lo.min(s), lz.hi.max(e));
         }
-        lz.nodes.push(id);
+        lz.areas.push((s, e));
         lz.bytes += e - s;
         if self.lazy.bytes > self.lazy_max {
             self.purge_with_hook();
@@ -335,19 +330,18 @@ impl RangeAllocator for VmapAllocator {
     /// O(k log n) for k lazy areas.
     fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
         self.purges += 1;
-        if self.lazy.nodes.is_empty() {
+        if self.lazy.areas.is_empty() {
             return false;
         }
         // One flush covers the whole batch, before any of it is reusable.
         flush(self.lazy.lo, self.lazy.hi);
         self.flushes += 1;
-        let mut nodes = core::mem::take(&mut self.lazy.nodes);
-        for &id in &nodes {
-            let (s, e) = (self.arena.get(id).start, self.arena.get(id).end);
-            self.merge_or_add(id, s, e);
+        let mut areas = core::mem::take(&mut self.lazy.areas);
+        for &(s, e) in &areas {
+            self.merge_or_add(s, e);
         }
-        nodes.clear();
-        self.lazy.nodes = nodes; // keep the capacity: no allocation next time
+        areas.clear();
+        self.lazy.areas = areas; // keep the capacity: no allocation next time
         self.lazy.bytes = 0;
         true
     }
@@ -367,7 +361,7 @@ impl RangeAllocator for VmapAllocator {
         let ar = &self.arena;
         let metadata = ar.heap_bytes()
             + self.busy.heap_bytes()
-            + self.lazy.nodes.capacity() * core::mem::size_of::<NodeId>()
+            + self.lazy.areas.capacity() * core::mem::size_of::<(u64, u64)>()
             + core::mem::size_of::<Self>();
         RangeStats {
             free_blocks: self.free.len() as u64,
@@ -375,7 +369,7 @@ impl RangeAllocator for VmapAllocator {
             largest_free: self.free.max_len(ar),
             live_areas: self.busy.len() as u64,
             live_bytes: self.live_bytes,
-            lazy_areas: self.lazy.nodes.len() as u64,
+            lazy_areas: self.lazy.areas.len() as u64,
             lazy_bytes: self.lazy.bytes,
             purges: self.purges,
             flushes: self.flushes,
@@ -407,25 +401,17 @@ impl RangeAllocator for VmapAllocator {
             all.push((ar.get(at).start, ar.get(at).end, "free"));
             at = ar.get(at).next();
         }
-        for (key, id) in self.busy.iter() {
-            let n = ar.get(id);
-            ensure!(
-                n.start == key,
-                "busy key {key:#x} names node at {:#x}",
-                n.start
-            );
-            ensure!(n.start < n.end, "empty busy area at {key:#x}");
-            all.push((n.start, n.end, "busy"));
+        for (s, e) in self.busy.iter() {
+            ensure!(s < e, "empty busy area at {s:#x}");
+            all.push((s, e, "busy"));
         }
-        for &id in &self.lazy.nodes {
-            let n = ar.get(id);
-            ensure!(n.start < n.end, "empty lazy area at {:#x}", n.start);
+        for &(s, e) in &self.lazy.areas {
+            ensure!(s < e, "empty lazy area at {s:#x}");
             ensure!(
-                self.lazy.lo <= n.start && n.end <= self.lazy.hi,
-                "lazy area {:#x} outside the flush range",
-                n.start
+                self.lazy.lo <= s && e <= self.lazy.hi,
+                "lazy area {s:#x} outside the flush range"
             );
-            all.push((n.start, n.end, "lazy"));
+            all.push((s, e, "lazy"));
         }
         all.sort_unstable();
         let mut sums = [0u64; 3];
@@ -459,7 +445,7 @@ impl RangeAllocator for VmapAllocator {
             "lazy bytes {lazy} != counter {}",
             self.lazy.bytes
         );
-        let nodes = self.free.len() + self.busy.len() + self.lazy.nodes.len();
+        let nodes = self.free.len();
         ensure!(
             nodes == ar.in_use(),
             "{nodes} nodes reachable, arena says {}",
