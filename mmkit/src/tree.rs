@@ -664,6 +664,29 @@ impl RangeTree {
         Self::fit_at(ar, n.right, size, align, lo, hi)
     }
 
+    /// The slow reference for [`lowest_fit`](Self::lowest_fit): walks the
+    /// address-ordered list and returns the first range that holds the
+    /// request. Same answer, O(n); the tests cross-check the two (as the
+    /// kernel's debug switch compares its tree search with a list scan).
+    pub fn lowest_fit_linear(
+        &self,
+        ar: &NodeArena,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+    ) -> Option<(NodeId, u64)> {
+        let mut at = self.head;
+        while at != NIL {
+            let n = ar.get(at);
+            if let Some(a) = crate::range::fit_in(n.start.max(lo), n.end.min(hi), size, align) {
+                return Some((at, a));
+            }
+            at = n.next;
+        }
+        None
+    }
+
     /// Verifies every invariant listed in the [module docs](self), and that
     /// each range lies in `[lo, hi)`.
     ///
@@ -756,5 +779,102 @@ impl RangeTree {
             n.rmax
         );
         Ok(n.height)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::collections::BTreeMap;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Insert a range at slot `i` of 256 slots of 64 bytes, length `len`.
+        Insert(u8, u8),
+        /// Remove the range in slot `i`, if any.
+        Remove(u8),
+        /// Shrink or grow the range in slot `i` within its slot.
+        Resize(u8, u8),
+        /// Query the lowest fit.
+        Fit(u8, u8, u16, u16),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (any::<u8>(), 1..=64u8).prop_map(|(i, l)| Op::Insert(i, l)),
+            any::<u8>().prop_map(Op::Remove),
+            (any::<u8>(), 1..=64u8).prop_map(|(i, l)| Op::Resize(i, l)),
+            (1..=80u8, 0..8u8, any::<u16>(), any::<u16>())
+                .prop_map(|(s, a, lo, hi)| Op::Fit(s, a, lo, hi)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Random inserts, removes and in-place resizes against a BTreeMap;
+        /// every lowest-fit query agrees with the linear scan.
+        #[test]
+        fn tree_matches_model(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut ar = NodeArena::new();
+            let mut t = RangeTree::new();
+            let mut model: BTreeMap<u64, (u64, NodeId)> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Insert(i, len) => {
+                        let s = i as u64 * 64;
+                        if let alloc::collections::btree_map::Entry::Vacant(v) = model.entry(s) {
+                            let id = ar.alloc(s, s + len as u64);
+                            t.insert(&mut ar, id);
+                            v.insert((s + len as u64, id));
+                        }
+                    }
+                    Op::Remove(i) => {
+                        if let Some((_, id)) = model.remove(&(i as u64 * 64)) {
+                            t.remove(&mut ar, id);
+                            ar.release(id);
+                        }
+                    }
+                    Op::Resize(i, len) => {
+                        let s = i as u64 * 64;
+                        if let Some(v) = model.get_mut(&s) {
+                            t.set_range(&mut ar, v.1, s, s + len as u64);
+                            v.0 = s + len as u64;
+                        }
+                    }
+                    Op::Fit(size, a, lo, hi) => {
+                        let (size, align) = (size as u64, 1u64 << a);
+                        let (lo, hi) = (lo as u64, hi as u64);
+                        let want = model.iter().find_map(|(&s, &(e, id))| {
+                            crate::range::fit_in(s.max(lo), e.min(hi), size, align).map(|x| (id, x))
+                        });
+                        prop_assert_eq!(t.lowest_fit(&ar, size, align, lo, hi), want);
+                        prop_assert_eq!(t.lowest_fit_linear(&ar, size, align, lo, hi), want);
+                    }
+                }
+                t.check(&ar, 0, 1 << 20).map_err(|e| TestCaseError::fail(e.0))?;
+                prop_assert_eq!(t.len(), model.len());
+                prop_assert_eq!(ar.in_use(), model.len());
+                let found: Vec<u64> = model.keys().filter_map(|&k| t.find(&ar, k)).map(|id| ar.get(id).start).collect();
+                prop_assert_eq!(found, model.keys().copied().collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn lower_bound_and_containing() {
+        let mut ar = NodeArena::new();
+        let mut t = RangeTree::new();
+        for (s, e) in [(10, 20), (30, 40)] {
+            let n = ar.alloc(s, e);
+            t.insert(&mut ar, n);
+        }
+        let start = |id: NodeId| (id != NIL).then(|| ar.get(id).start);
+        assert_eq!(start(t.lower_bound(&ar, 0)), Some(10));
+        assert_eq!(start(t.lower_bound(&ar, 11)), Some(30));
+        assert_eq!(start(t.lower_bound(&ar, 31)), None);
+        assert_eq!(t.containing(&ar, 19).map(|id| ar.get(id).start), Some(10));
+        assert_eq!(t.containing(&ar, 20), None);
+        assert_eq!(t.containing(&ar, 5), None);
     }
 }
