@@ -495,6 +495,10 @@ pub fn run(opts: &Options) -> Report {
             format!("failed test runs: {failed} (align_shift stopping at its first failure is a pass, as in the kernel)"),
             format!("after performance: baseline {}; mmkit {}", perf_base.after, perf_new.after),
             format!("after stress: baseline {}; mmkit {}", stress_base.after, stress_new.after),
+            "stress timings depend on how the threads' tests overlap (the OS scheduler, and a std Mutex \
+             that lets its holder re-take it, where the kernel's queued spinlock hands over in order): \
+             the baseline suffers most when long_busy_list overlaps other tests; rerun to see the spread"
+                .into(),
             "the baseline keeps the exact lowest fit: it restarts its walk when size <= cached_hole_size, \
              where the kernel's rule was size < cached_hole_size (see mmkit::baseline::linear_vmap)"
                 .into(),
