@@ -337,8 +337,22 @@ impl RangeAllocator for VmapAllocator {
         flush(self.lazy.lo, self.lazy.hi);
         self.flushes += 1;
         let mut areas = core::mem::take(&mut self.lazy.areas);
+        // In address order, consecutive merges walk nearby tree paths (warm
+        // in cache), and adjacent lazy areas join before touching the tree.
+        areas.sort_unstable();
+        let mut run: Option<(u64, u64)> = None;
         for &(s, e) in &areas {
-            self.merge_or_add(s, e);
+            run = match run {
+                Some((rs, re)) if re == s => Some((rs, e)),
+                Some((rs, re)) => {
+                    self.merge_or_add(rs, re);
+                    Some((s, e))
+                }
+                None => Some((s, e)),
+            };
+        }
+        if let Some((rs, re)) = run {
+            self.merge_or_add(rs, re);
         }
         areas.clear();
         self.lazy.areas = areas; // keep the capacity: no allocation next time
