@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::report::Report;
 
 pub mod percpu;
+pub mod vmalloc;
 
 /// `mmkit experiments` options, shared by every experiment.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -45,7 +46,7 @@ pub struct Experiment {
 }
 
 /// Every experiment, in the order `mmkit experiments` runs them.
-pub const ALL: &[Experiment] = &[percpu::EXPERIMENT];
+pub const ALL: &[Experiment] = &[vmalloc::EXPERIMENT, percpu::EXPERIMENT];
 
 /// Runs the experiments named in `opts` (all when none) and prints them.
 pub fn run(opts: &Options) -> ExitCode {

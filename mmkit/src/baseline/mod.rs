@@ -6,3 +6,4 @@
 //! same tests; they are only slower, in the ways the seeds measured.
 
 pub mod area_map;
+pub mod linear_vmap;
