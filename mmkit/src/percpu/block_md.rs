@@ -113,6 +113,9 @@ impl BlockMd {
     }
 
     /// Is every bit free?
+    ///
+    /// # Complexity
+    /// O(1).
     pub fn is_free(&self) -> bool {
         self.contig_hint == self.nr_bits
     }

@@ -129,6 +129,19 @@ pub struct PercpuStats {
 /// area-map baseline), so tests and experiments run on either.
 ///
 /// Bad input gets a typed error and changes nothing.
+///
+/// # Example
+/// ```
+/// use mmkit::baseline::area_map::AreaMapAllocator;
+/// use mmkit::percpu::{PercpuAlloc, PercpuAllocator};
+///
+/// fn churn(a: &mut impl PercpuAlloc) -> u64 {
+///     let ptrs: Vec<_> = (0..100).map(|_| a.alloc(4, 4).unwrap()).collect();
+///     ptrs.into_iter().map(|p| a.free(p).unwrap()).sum()
+/// }
+/// assert_eq!(churn(&mut PercpuAllocator::new(8192).unwrap()), 400);
+/// assert_eq!(churn(&mut AreaMapAllocator::new(8192).unwrap()), 400);
+/// ```
 pub trait PercpuAlloc {
     /// Bytes per unit: the largest allocation.
     fn unit_size(&self) -> u64;
