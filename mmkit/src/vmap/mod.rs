@@ -35,6 +35,15 @@ use busy::BusyIndex;
 
 /// How an allocated `[a, a + size)` sits in the free block `[s, e)` it was
 /// cut from: the kernel's four fit types.
+///
+/// # Examples
+/// ```
+/// use mmkit::vmap::FitType;
+/// assert_eq!(FitType::classify(0, 10, 0, 10), FitType::Full);
+/// assert_eq!(FitType::classify(0, 10, 0, 4), FitType::LeftEdge);
+/// assert_eq!(FitType::classify(0, 10, 6, 4), FitType::RightEdge);
+/// assert_eq!(FitType::classify(0, 10, 4, 2), FitType::NoEdge);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FitType {
     /// Full fit: the block is consumed whole and leaves the free tree.
