@@ -41,6 +41,7 @@ extern crate std;
 pub use alloc::format as __format;
 
 pub mod baseline;
+pub mod buddy;
 pub mod error;
 pub mod range;
 
