@@ -552,8 +552,18 @@ impl BuddyAllocator {
             Frame::Alloc { order: o, .. } if o == order => {}
             _ => return Err(FreeError::NotAllocated),
         }
-        let mt = self.block_type(pfn);
-        self.free_one(pfn, order, mt);
+        // A block larger than a pageblock may span pageblocks retagged while
+        // it was allocated: free it a pageblock at a time, each chunk with
+        // its own type, and let merging rejoin them (the kernel's
+        // `split_large_buddy`). Smaller blocks take one pass.
+        let chunk = order.min(self.cfg.pageblock_order);
+        let end = pfn + (1u64 << order);
+        let mut p = pfn;
+        while p < end {
+            let mt = self.block_type(p);
+            self.free_one(p, chunk, mt);
+            p += 1u64 << chunk;
+        }
         self.free_pages += 1u64 << order;
         Ok(())
     }
