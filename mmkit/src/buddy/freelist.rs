@@ -40,6 +40,7 @@ impl List {
     };
 
     /// Whether the list holds no frame.
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.head == NIL
     }
@@ -62,6 +63,7 @@ impl Links {
     }
 
     /// Puts frame `i` first on `list`. O(1).
+    #[inline]
     pub(crate) fn push_head(&mut self, list: &mut List, i: u32) {
         self.prev[i as usize] = NIL;
         self.next[i as usize] = list.head;
@@ -75,6 +77,7 @@ impl Links {
     }
 
     /// Puts frame `i` last on `list`. O(1).
+    #[inline]
     pub(crate) fn push_tail(&mut self, list: &mut List, i: u32) {
         self.next[i as usize] = NIL;
         self.prev[i as usize] = list.tail;
@@ -88,6 +91,7 @@ impl Links {
     }
 
     /// Unlinks frame `i`, which must be on `list`. O(1).
+    #[inline]
     pub(crate) fn remove(&mut self, list: &mut List, i: u32) {
         let (p, n) = (self.prev[i as usize], self.next[i as usize]);
         if p == NIL {
@@ -104,12 +108,21 @@ impl Links {
     }
 
     /// Removes and returns the first frame of `list`. O(1).
+    #[inline]
     pub(crate) fn pop_head(&mut self, list: &mut List) -> Option<u32> {
         let i = list.head;
         if i == NIL {
             return None;
         }
-        self.remove(list, i);
+        // The head's prev is NIL by invariant: no need to read it.
+        let n = self.next[i as usize];
+        list.head = n;
+        if n == NIL {
+            list.tail = NIL;
+        } else {
+            self.prev[n as usize] = NIL;
+        }
+        list.len -= 1;
         Some(i)
     }
 

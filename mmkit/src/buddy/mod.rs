@@ -149,6 +149,44 @@ enum Frame {
     Alloc { order: u8, mt: MigrateType },
 }
 
+/// A [`Frame`] in one byte: `kind | order << 2 | type << 6`. One byte is
+/// read and written whole, so an allocation's store forwards to the free
+/// that follows (a multi-byte enum stored field by field does not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PackedFrame(u8);
+
+impl PackedFrame {
+    const HOLE: PackedFrame = PackedFrame(0);
+
+    #[inline]
+    fn pack(f: Frame) -> Self {
+        let (kind, order, mt) = match f {
+            Frame::Hole => (0, 0, 0),
+            Frame::Tail => (1, 0, 0),
+            Frame::Free { order, mt } => (2, order, mt as u8),
+            Frame::Alloc { order, mt } => (3, order, mt as u8),
+        };
+        PackedFrame(kind | order << 2 | mt << 6)
+    }
+
+    #[inline]
+    fn unpack(self) -> Frame {
+        let order = (self.0 >> 2) & 0xf;
+        let mt = match self.0 >> 6 {
+            0 => MigrateType::Unmovable,
+            1 => MigrateType::Movable,
+            2 => MigrateType::Reclaimable,
+            _ => MigrateType::HighAtomic,
+        };
+        match self.0 & 3 {
+            0 => Frame::Hole,
+            1 => Frame::Tail,
+            2 => Frame::Free { order, mt },
+            _ => Frame::Alloc { order, mt },
+        }
+    }
+}
+
 /// The buddy allocator over one zone of page frames.
 ///
 /// ```text
@@ -173,7 +211,7 @@ enum Frame {
 pub struct BuddyAllocator {
     cfg: BuddyConfig,
     start: u64,
-    frames: Vec<Frame>,
+    frames: Vec<PackedFrame>,
     links: Links,
     /// `lists[order * MIGRATE_TYPES + type]`.
     lists: Vec<List>,
@@ -221,7 +259,7 @@ impl BuddyAllocator {
         Ok(BuddyAllocator {
             cfg,
             start: start_pfn,
-            frames: vec![Frame::Hole; n],
+            frames: vec![PackedFrame::HOLE; n],
             links: Links::new(n),
             lists: vec![List::EMPTY; (usize::from(cfg.max_order) + 1) * MIGRATE_TYPES],
             blocks: vec![MigrateType::Movable; nblocks as usize],
@@ -314,7 +352,7 @@ impl BuddyAllocator {
         core::iter::from_fn(move || {
             while i < self.frames.len() {
                 let at = i;
-                match self.frames[at] {
+                match self.frame(at) {
                     Frame::Free { order, mt } => {
                         i += 1 << order;
                         let pfn = self.start + at as u64;
@@ -330,7 +368,7 @@ impl BuddyAllocator {
 
     /// The order of the allocated block that starts at `pfn`, if one does.
     pub fn allocated_order(&self, pfn: u64) -> Option<u8> {
-        match self.frames[self.idx(pfn)?] {
+        match self.frame(self.idx(pfn)?) {
             Frame::Alloc { order, .. } => Some(order),
             _ => None,
         }
@@ -341,25 +379,40 @@ impl BuddyAllocator {
         self.idx(pfn).map(|_| self.block_type(pfn))
     }
 
+    #[inline]
     fn idx(&self, pfn: u64) -> Option<usize> {
         let i = pfn.checked_sub(self.start)?;
         (i < self.frames.len() as u64).then_some(i as usize)
     }
 
+    #[inline]
+    fn frame(&self, i: usize) -> Frame {
+        self.frames[i].unpack()
+    }
+
+    #[inline]
+    fn set_frame(&mut self, i: usize, f: Frame) {
+        self.frames[i] = PackedFrame::pack(f);
+    }
+
+    #[inline]
     fn list_index(&self, order: u8, mt: MigrateType) -> usize {
         usize::from(order) * MIGRATE_TYPES + mt.index()
     }
 
+    #[inline]
     fn list(&self, order: u8, mt: MigrateType) -> &List {
         &self.lists[self.list_index(order, mt)]
     }
 
+    #[inline]
     fn block_index(&self, pfn: u64) -> usize {
         let pb = self.cfg.pageblock_order;
         ((pfn >> pb) - (self.start >> pb)) as usize
     }
 
     /// Type of the pageblock of `pfn` (which must be in the span).
+    #[inline]
     fn block_type(&self, pfn: u64) -> MigrateType {
         self.blocks[self.block_index(pfn)]
     }
@@ -374,8 +427,9 @@ impl BuddyAllocator {
     }
 
     /// The type of the free block of exactly `order` starting at `pfn`.
+    #[inline]
     fn free_head(&self, pfn: u64, order: u8) -> Option<MigrateType> {
-        match self.frames[self.idx(pfn)?] {
+        match self.frame(self.idx(pfn)?) {
             Frame::Free { order: o, mt } if o == order => Some(mt),
             _ => None,
         }
@@ -389,9 +443,10 @@ impl BuddyAllocator {
 impl BuddyAllocator {
     /// Marks `pfn` a free head of `(order, mt)` and links it at the head or
     /// the tail of that list.
+    #[inline]
     fn link(&mut self, pfn: u64, order: u8, mt: MigrateType, tail: bool) {
         let i = (pfn - self.start) as usize;
-        self.frames[i] = Frame::Free { order, mt };
+        self.set_frame(i, Frame::Free { order, mt });
         let li = self.list_index(order, mt);
         if tail {
             self.links.push_tail(&mut self.lists[li], i as u32);
@@ -402,15 +457,17 @@ impl BuddyAllocator {
 
     /// Unlinks the free head `pfn` of `(order, mt)` and marks it interior;
     /// the caller gives it its next state.
+    #[inline]
     fn unlink(&mut self, pfn: u64, order: u8, mt: MigrateType) {
         let i = (pfn - self.start) as usize;
         let li = self.list_index(order, mt);
         self.links.remove(&mut self.lists[li], i as u32);
-        self.frames[i] = Frame::Tail;
+        self.set_frame(i, Frame::Tail);
     }
 
     /// Splits the block `[pfn, pfn + 2^high)` down to `2^low`, putting the
     /// upper halves at the heads of the `mt` lists (the kernel's `expand`).
+    #[inline]
     fn expand(&mut self, pfn: u64, low: u8, mut high: u8, mt: MigrateType) {
         while high > low {
             high -= 1;
@@ -423,6 +480,7 @@ impl BuddyAllocator {
     /// combined block is a free block of `order + 1`. The top orders never
     /// probe (2.6.36 fix): at `max_order - 1` the combined block is already
     /// `max_order` and cannot merge again.
+    #[inline]
     fn merge_likely(&self, pfn: u64, order: u8) -> bool {
         if order + 1 >= self.cfg.max_order {
             return false;
@@ -434,6 +492,7 @@ impl BuddyAllocator {
 
     /// Frees the block at `pfn` (any previous head state is overwritten)
     /// with merging and placement; counters are the caller's.
+    #[inline]
     fn free_one(&mut self, mut pfn: u64, mut order: u8, mt: MigrateType) {
         while order < self.cfg.max_order {
             let buddy = pfn ^ (1u64 << order);
@@ -450,7 +509,7 @@ impl BuddyAllocator {
                 self.set_block_range(buddy, order, mt);
             }
             let i = (pfn - self.start) as usize;
-            self.frames[i] = Frame::Tail;
+            self.set_frame(i, Frame::Tail);
             pfn &= buddy;
             order += 1;
         }
@@ -481,11 +540,14 @@ impl BuddyAllocator {
             return Err(FreeError::Invalid);
         }
         let range = first..first + count as usize;
-        if self.frames[range.clone()].iter().any(|f| *f != Frame::Hole) {
+        if self.frames[range.clone()]
+            .iter()
+            .any(|f| *f != PackedFrame::HOLE)
+        {
             return Err(FreeError::Invalid);
         }
         for f in &mut self.frames[range] {
-            *f = Frame::Tail;
+            *f = PackedFrame::pack(Frame::Tail);
         }
         self.present_pages += count;
         self.free_pages += count;
@@ -521,13 +583,14 @@ impl BuddyAllocator {
     /// # Complexity
     /// O(max_order) list probes; a claim below `pageblock_order` also scans
     /// the pageblock, O(2^pageblock_order).
+    #[inline]
     pub fn alloc(&mut self, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
         if order > self.cfg.max_order {
             return Err(AllocError::Invalid);
         }
         let pfn = self.rmqueue(order, mt).ok_or(AllocError::NoSpace)?;
         let i = (pfn - self.start) as usize;
-        self.frames[i] = Frame::Alloc { order, mt };
+        self.set_frame(i, Frame::Alloc { order, mt });
         self.free_pages -= 1u64 << order;
         Ok(pfn)
     }
@@ -543,12 +606,13 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(max_order).
+    #[inline]
     pub fn free(&mut self, pfn: u64, order: u8) -> Result<(), FreeError> {
         if order > self.cfg.max_order {
             return Err(FreeError::Invalid);
         }
         let i = self.idx(pfn).ok_or(FreeError::Invalid)?;
-        match self.frames[i] {
+        match self.frame(i) {
             Frame::Alloc { order: o, .. } if o == order => {}
             _ => return Err(FreeError::NotAllocated),
         }
@@ -568,6 +632,7 @@ impl BuddyAllocator {
         Ok(())
     }
 
+    #[inline]
     fn rmqueue(&mut self, order: u8, mt: MigrateType) -> Option<u64> {
         if let Some(pfn) = self.rmqueue_smallest(order, mt) {
             return Some(pfn);
@@ -580,6 +645,7 @@ impl BuddyAllocator {
     }
 
     /// Head of the smallest non-empty `mt` list at `order` or above, split.
+    #[inline]
     fn rmqueue_smallest(&mut self, order: u8, mt: MigrateType) -> Option<u64> {
         for o in order..=self.cfg.max_order {
             let li = self.list_index(o, mt);
@@ -657,7 +723,7 @@ impl BuddyAllocator {
         }
         let (mut free, mut movable, mut i) = (0u64, 0u64, first);
         while i < first + pages {
-            match self.frames[i] {
+            match self.frame(i) {
                 Frame::Free { order, .. } => {
                     free += 1u64 << order;
                     i += 1 << order;
@@ -684,7 +750,7 @@ impl BuddyAllocator {
         let hi = (block_start + (1u64 << self.cfg.pageblock_order)).min(self.end_pfn());
         let mut p = lo;
         while p < hi {
-            let step = match self.frames[(p - self.start) as usize] {
+            let step = match self.frame((p - self.start) as usize) {
                 Frame::Free { order, mt: old } => {
                     self.unlink(p, order, old);
                     self.link(p, order, mt, true);
@@ -877,7 +943,7 @@ impl BuddyAllocator {
         let (mut free, mut present, mut i) = (0u64, 0u64, 0usize);
         while i < self.frames.len() {
             let pfn = self.start + i as u64;
-            let (order, free_mt) = match self.frames[i] {
+            let (order, free_mt) = match self.frame(i) {
                 Frame::Hole => {
                     i += 1;
                     continue;
@@ -931,7 +997,7 @@ impl BuddyAllocator {
         let i = (pfn - self.start) as usize;
         let inner = &self.frames[i + 1..i + (1usize << order)];
         crate::ensure!(
-            inner.iter().all(|f| *f == Frame::Tail),
+            inner.iter().all(|f| f.unpack() == Frame::Tail),
             "pfn {pfn:#x}: order {order} block holds a hole or another head"
         );
         Ok(())
@@ -966,7 +1032,7 @@ impl BuddyAllocator {
                 let li = self.list_index(order, mt);
                 let list = &self.lists[li];
                 self.links
-                    .walk(list, |i| match self.frames[i as usize] {
+                    .walk(list, |i| match self.frame(i as usize) {
                         Frame::Free { order: o, mt: t } if o == order && t == mt => Ok(()),
                         other => Err(alloc::format!("frame index {i} is {other:?}")),
                     })
