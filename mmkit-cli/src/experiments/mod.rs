@@ -10,6 +10,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::report::Report;
 
+pub mod buddy;
+
 /// `mmkit experiments` options, shared by every experiment.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Options {
@@ -43,7 +45,7 @@ pub struct Experiment {
 }
 
 /// Every experiment, in the order `mmkit experiments` runs them.
-pub const ALL: &[Experiment] = &[];
+pub const ALL: &[Experiment] = &[buddy::EXPERIMENT];
 
 /// Runs the experiments named in `opts` (all when none) and prints them.
 pub fn run(opts: &Options) -> ExitCode {
