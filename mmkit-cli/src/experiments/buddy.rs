@@ -378,6 +378,10 @@ fn run(opts: &Options) -> Report {
             Ok(svg) => report.plots.push(("buddy-unusable9.svg".into(), svg)),
             Err(e) => report.notes.push(format!("plot failed: {e}")),
         }
+        match plot_diff(&s, &results) {
+            Ok(svg) => report.plots.push(("buddy-unusable9-diff.svg".into(), svg)),
+            Err(e) => report.notes.push(format!("plot failed: {e}")),
+        }
     }
     report
 }
@@ -603,6 +607,84 @@ fn plot(s: &Scale, results: &[Vec<RunResult>; 2]) -> Result<String, Box<dyn std:
                 .label(name(*p))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// Per sample: mean and 95% half-width of the paired difference
+/// Tail − Head of the order-9 unusable index (0..1 scale).
+fn diff_series(results: &[Vec<RunResult>; 2]) -> Vec<(f64, f64)> {
+    let len = results
+        .iter()
+        .flatten()
+        .map(|r| r.series9.len())
+        .min()
+        .unwrap_or(0);
+    (0..len)
+        .map(|i| {
+            let d: Vec<f64> = results[0]
+                .iter()
+                .zip(&results[1])
+                .map(|(h, t)| (t.series9[i] - h.series9[i]) / 1000.0)
+                .collect();
+            let (m, h) = paired(&d);
+            (m, if h.is_finite() { h } else { 0.0 })
+        })
+        .collect()
+}
+
+fn plot_diff(
+    s: &Scale,
+    results: &[Vec<RunResult>; 2],
+) -> Result<String, Box<dyn std::error::Error>> {
+    let d = diff_series(results);
+    let step = s.ticks as f64 / s.samples as f64 / 1e6;
+    let xmax = step * d.len().max(1) as f64;
+    let ylim = d.iter().fold(0.005f64, |a, &(m, h)| a.max(m.abs() + h)) * 1.1;
+    let at = |i: usize| (i + 1) as f64 * step;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 500)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "Order-9 unusable index: TailIfMergeLikely − Head, {} paired seeds",
+                    s.seeds
+                ),
+                ("sans-serif", 20),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..xmax, -ylim..ylim)?;
+        chart
+            .configure_mesh()
+            .x_desc("allocation requests (millions)")
+            .y_desc("difference (below 0: tail better)")
+            .draw()?;
+        let band = |sign: f64| {
+            d.iter()
+                .enumerate()
+                .map(move |(i, &(m, h))| (at(i), m + sign * h))
+        };
+        for sign in [-1.0, 1.0] {
+            chart.draw_series(LineSeries::new(band(sign), BLUE.mix(0.3)))?;
+        }
+        chart
+            .draw_series(LineSeries::new(
+                d.iter().enumerate().map(|(i, &(m, _))| (at(i), m)),
+                BLUE.stroke_width(2),
+            ))?
+            .label("mean difference (band: 95% t interval)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+        chart.draw_series(LineSeries::new([(0.0, 0.0), (xmax, 0.0)], BLACK))?;
         chart
             .configure_series_labels()
             .background_style(WHITE.mix(0.8))
