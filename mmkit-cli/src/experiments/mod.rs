@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::report::Report;
 
+pub mod buddy;
 pub mod percpu;
 pub mod vmalloc;
 
@@ -46,7 +47,7 @@ pub struct Experiment {
 }
 
 /// Every experiment, in the order `mmkit experiments` runs them.
-pub const ALL: &[Experiment] = &[vmalloc::EXPERIMENT, percpu::EXPERIMENT];
+pub const ALL: &[Experiment] = &[vmalloc::EXPERIMENT, percpu::EXPERIMENT, buddy::EXPERIMENT];
 
 /// Runs the experiments named in `opts` (all when none) and prints them.
 pub fn run(opts: &Options) -> ExitCode {
