@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::experiments::{machine, progress};
+use crate::experiments::{machine, ms, progress};
 use crate::report::{ratio, Report, Table};
 use measure::Outcome;
 use workload::{Plan, Workload};
@@ -108,6 +108,10 @@ pub struct BenchOptions {
     /// count; slower allocators time fewer pairs (default 250).
     #[arg(long)]
     pub budget_ms: Option<u64>,
+    /// Allocators to run, comma separated (see `--list`); mmkit always
+    /// runs, as the ratios divide by it.
+    #[arg(long, value_delimiter = ',')]
+    pub allocators: Vec<String>,
     /// Write every row, with the machine, to this JSON file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -123,6 +127,9 @@ struct Scale {
     pairs: usize,
     judge: usize,
     budget: Duration,
+    /// Live counts given with `--live` run on every workload; the default
+    /// ones stop at each workload's `max_live`.
+    explicit: bool,
 }
 
 impl Scale {
@@ -134,11 +141,16 @@ impl Scale {
         };
         let pairs = o.pairs.unwrap_or(pairs).max(1);
         Scale {
-            lives: if o.live.is_empty() { lives } else { o.live.clone() },
+            lives: if o.live.is_empty() {
+                lives
+            } else {
+                o.live.clone()
+            },
             warmup: pairs / 10,
             pairs,
             judge: pairs.min(20_000),
             budget: Duration::from_millis(o.budget_ms.unwrap_or(budget)),
+            explicit: !o.live.is_empty(),
         }
     }
 }
@@ -200,20 +212,38 @@ pub fn main(o: &BenchOptions) -> ExitCode {
         }
     };
     let scale = Scale::new(o);
-    let peers = allocators();
+    let peers = match pick(&o.allocators) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("mmkit bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
     println!("# machine: {}", machine());
     println!(
-        "# space [0, 2^40), pages of 4 KiB, seed {SEED:#x}, {} timed pairs (at most {} ms) after {} warm-up, {} judged",
-        scale.pairs,
-        scale.budget.as_millis(),
+        "# space [0, 2^40), 4 KiB pages, seed {SEED:#x}; {} warm-up pairs, {} timed pairs in {} segments (at most {} ms), ns/pair of the best segment; {} pairs judged",
         scale.warmup,
+        scale.pairs,
+        measure::SEGMENTS,
+        scale.budget.as_millis(),
         scale.judge
     );
-    let bar = progress((chosen.len() * scale.lives.len() * peers.len()) as u64, "bench");
+    let bar = progress(
+        (chosen.len() * scale.lives.len() * peers.len()) as u64,
+        "bench",
+    );
     let mut reports = Vec::new();
     let mut summary = Table::new(
         "mmkit against the fastest peer",
-        &["workload", "live", "mmkit ns", "fastest peer", "its ns", "mmkit/fastest", "its lowest fit"],
+        &[
+            "workload",
+            "live",
+            "mmkit ns",
+            "fastest peer",
+            "its ns",
+            "mmkit/fastest",
+            "its lowest fit",
+        ],
     );
     for w in chosen {
         let rows = run_workload(w, &scale, &peers, &bar);
@@ -251,6 +281,24 @@ fn list() {
     }
 }
 
+/// The allocators named (mmkit first, always), or all.
+fn pick(names: &[String]) -> Result<Vec<Entry>, String> {
+    let all = allocators();
+    if let Some(n) = names.iter().find(|n| !all.iter().any(|e| e.name == *n)) {
+        let known: Vec<_> = all.iter().map(|e| e.name).collect();
+        return Err(format!(
+            "unknown allocator {n:?}; known: {}",
+            known.join(", ")
+        ));
+    }
+    Ok(all
+        .into_iter()
+        .enumerate()
+        .filter(|(i, e)| *i == 0 || names.is_empty() || names.iter().any(|n| n == e.name))
+        .map(|(_, e)| e)
+        .collect())
+}
+
 fn choose(names: &[String]) -> Result<Vec<&'static Workload>, String> {
     if names.is_empty() {
         return Ok(workload::ALL.iter().collect());
@@ -273,7 +321,7 @@ fn run_workload(
     bar: &indicatif::ProgressBar,
 ) -> Vec<Row> {
     let mut rows = Vec::new();
-    for &live in &s.lives {
+    for &live in s.lives.iter().filter(|&&n| s.explicit || n <= w.max_live) {
         let plan = Plan::new(w, live, s.warmup, s.pairs, SEED);
         for p in peers {
             bar.set_message(format!("{} {} {}", w.name, live, p.name));
@@ -302,7 +350,15 @@ fn mmkit_ns(rows: &[Row], live: usize) -> Option<f64> {
 fn report(w: &Workload, rows: &[Row]) -> Report {
     let mut t = Table::new(
         format!("{}: {}", w.name, w.about),
-        &["live", "allocator", "ns/pair", "vs mmkit", "lowest fit", "timed pairs", "notes"],
+        &[
+            "live",
+            "allocator",
+            "ns/pair",
+            "vs mmkit",
+            "lowest fit",
+            "timed pairs",
+            "notes",
+        ],
     );
     let mut r = Report {
         name: w.name.into(),
@@ -313,7 +369,8 @@ fn report(w: &Workload, rows: &[Row]) -> Report {
         t.row(cells(row, base));
         r.rows.push(json_row(w, row, base));
         if let Some(v) = row.out.as_ref().and_then(|o| o.violation.as_ref()) {
-            r.notes.push(format!("{} at {} live: {v}", row.name, row.live));
+            r.notes
+                .push(format!("{} at {} live: {v}", row.name, row.live));
         }
     }
     r.tables.push(t);
@@ -324,7 +381,15 @@ fn cells(row: &Row, base: Option<f64>) -> Vec<String> {
     let Some(o) = &row.out else {
         let note = "skipped: no alignment above one page".to_string();
         let dash = || "-".to_string();
-        return vec![row.live.to_string(), row.name.into(), dash(), dash(), dash(), dash(), note];
+        return vec![
+            row.live.to_string(),
+            row.name.into(),
+            dash(),
+            dash(),
+            dash(),
+            dash(),
+            note,
+        ];
     };
     let ns = o.ns_per_pair();
     vec![
@@ -364,6 +429,7 @@ fn json_row(w: &Workload, row: &Row, base: Option<f64>) -> serde_json::Value {
         "exact_by_design": row.exact,
         "skipped": o.is_none(),
         "ns_per_pair": o.map(Outcome::ns_per_pair),
+        "mean_ns_per_pair": o.map(Outcome::mean_ns_per_pair),
         "vs_mmkit": o.and_then(|o| base.map(|b| o.ns_per_pair() / b)),
         "timed_pairs": o.map(|o| o.pairs),
         "warm_pairs": o.map(|o| o.warm_pairs),
@@ -372,6 +438,7 @@ fn json_row(w: &Workload, row: &Row, base: Option<f64>) -> serde_json::Value {
         "failed_with_room": o.map(|o| o.failed_with_room),
         "failed_full": o.map(|o| o.failed_full),
         "violation": o.and_then(|o| o.violation.clone()),
+        "wall_ms": o.map(|o| ms(o.wall)),
     })
 }
 
@@ -380,7 +447,9 @@ fn summarize(w: &Workload, rows: &[Row], t: &mut Table) {
     let mut lives: Vec<usize> = rows.iter().map(|r| r.live).collect();
     lives.dedup();
     for live in lives {
-        let Some(m) = mmkit_ns(rows, live) else { continue };
+        let Some(m) = mmkit_ns(rows, live) else {
+            continue;
+        };
         let fastest = rows
             .iter()
             .filter(|r| r.live == live && r.name != Mmkit::name())

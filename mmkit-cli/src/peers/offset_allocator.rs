@@ -33,7 +33,9 @@ impl PeerRange for OffsetAlloc {
         // Its node pool holds live and free nodes; free nodes never exceed
         // live ones by more than one. The crate wants max < u32::MAX - 1.
         let nodes = max_areas.saturating_mul(2).saturating_add(16);
-        let nodes = u32::try_from(nodes).unwrap_or(u32::MAX - 2).min(u32::MAX - 2);
+        let nodes = u32::try_from(nodes)
+            .unwrap_or(u32::MAX - 2)
+            .min(u32::MAX - 2);
         OffsetAlloc(Allocator::with_max_allocs(units, nodes))
     }
 

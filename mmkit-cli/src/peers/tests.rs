@@ -21,9 +21,15 @@ struct Shadow(BTreeMap<u64, u64>);
 impl Shadow {
     fn insert(&mut self, who: &str, addr: u64, size: u64) {
         let end = addr + size;
-        assert!(end <= SMALL, "{who}: [{addr:#x}, {end:#x}) leaves the space");
+        assert!(
+            end <= SMALL,
+            "{who}: [{addr:#x}, {end:#x}) leaves the space"
+        );
         if let Some((&s, &len)) = self.0.range(..end).next_back() {
-            assert!(s + len <= addr, "{who}: [{addr:#x}, {end:#x}) overlaps [{s:#x}, +{len:#x})");
+            assert!(
+                s + len <= addr,
+                "{who}: [{addr:#x}, {end:#x}) overlaps [{s:#x}, +{len:#x})"
+            );
         }
         self.0.insert(addr, size);
     }
@@ -63,7 +69,10 @@ fn exercise<P: PeerRange>() {
         let align = PAGE << (rng.next_u64() % (max_shift + 1));
         let lowest = shadow.lowest_fit(size, align);
         let Some((addr, h)) = a.alloc(size, align) else {
-            assert!(!P::exact_lowest_fit() || lowest.is_none(), "{who}: failed with room");
+            assert!(
+                !P::exact_lowest_fit() || lowest.is_none(),
+                "{who}: failed with room"
+            );
             continue;
         };
         assert_eq!(addr % align, 0, "{who}: {addr:#x} not {align:#x}-aligned");
@@ -74,12 +83,17 @@ fn exercise<P: PeerRange>() {
         live.push((addr, size, h));
         allocs += 1;
     }
-    assert!(allocs > 500 && frees > 500, "{who}: {allocs} allocs, {frees} frees");
+    assert!(
+        allocs > 500 && frees > 500,
+        "{who}: {allocs} allocs, {frees} frees"
+    );
     // Everything freed, the whole space is one free range again.
     for (_, _, h) in live {
         assert!(a.free(h), "{who}: final free refused");
     }
-    let (addr, _) = a.alloc(SMALL, PAGE).expect("the whole space after freeing all");
+    let (addr, _) = a
+        .alloc(SMALL, PAGE)
+        .expect("the whole space after freeing all");
     assert_eq!(addr, 0, "{who}");
 }
 
@@ -120,8 +134,16 @@ fn bad_requests_are_refused_not_panics() {
     fn refuse<P: PeerRange>() {
         let mut a = P::new(SMALL, 8);
         assert!(a.alloc(0, PAGE).is_none(), "{}: size 0", P::name());
-        assert!(a.alloc(PAGE, 3 * PAGE).is_none(), "{}: align 3 pages", P::name());
-        assert!(a.alloc(u64::MAX, PAGE).is_none(), "{}: size u64::MAX", P::name());
+        assert!(
+            a.alloc(PAGE, 3 * PAGE).is_none(),
+            "{}: align 3 pages",
+            P::name()
+        );
+        assert!(
+            a.alloc(u64::MAX, PAGE).is_none(),
+            "{}: size u64::MAX",
+            P::name()
+        );
     }
     refuse::<Mmkit>();
     refuse::<VmAllocator>();
@@ -147,12 +169,17 @@ fn plans_are_deterministic_and_keep_the_live_count() {
         let q = Plan::new(w, 50, 10, 100, SEED);
         assert_eq!(p.churn, q.churn, "{}", w.name);
         assert_eq!(p.churn.len(), 2 * 110);
-        let allocs = p.setup.iter().filter(|o| matches!(o, Op::Alloc { .. })).count();
+        let allocs = p
+            .setup
+            .iter()
+            .filter(|o| matches!(o, Op::Alloc { .. }))
+            .count();
         assert_eq!(allocs, p.setup_addrs.len());
         let frees = p.setup.len() - allocs;
         assert_eq!(allocs - frees, 50, "{}: live areas after set-up", w.name);
         for pair in p.churn.chunks(2) {
-            let (Op::Free { slot: f }, Op::Alloc { slot: a, align, .. }) = (pair[0], pair[1]) else {
+            let (Op::Free { slot: f }, Op::Alloc { slot: a, align, .. }) = (pair[0], pair[1])
+            else {
                 panic!("{}: a pair is a free then an alloc", w.name);
             };
             assert_eq!(f, a);
@@ -170,7 +197,11 @@ fn the_bench_judges_exact_and_inexact_answers() {
     assert_eq!(judge(&m), (2000, None));
     assert_eq!(m.lowest, 2000, "mmkit is the lowest fit");
     let v = measure::run::<VmAllocator>(&plan, std::time::Duration::from_secs(60), 2000);
-    assert_eq!((v.lowest, v.violation), (2000, None), "first match is exact");
+    assert_eq!(
+        (v.lowest, v.violation),
+        (2000, None),
+        "first match is exact"
+    );
     let x = measure::run::<XallocTlsf>(&plan, std::time::Duration::from_secs(60), 2000);
     assert_eq!(judge(&x), (2000, None));
     assert!(x.lowest < 2000, "TLSF is not always the lowest fit");

@@ -33,10 +33,7 @@ impl PeerRange for VmAllocator {
         if !super::sane(size, align) {
             return None; // the crate would assert
         }
-        let r = self
-            .0
-            .allocate(size, align, AllocPolicy::FirstMatch)
-            .ok()?;
+        let r = self.0.allocate(size, align, AllocPolicy::FirstMatch).ok()?;
         Some((r.start(), r))
     }
 
