@@ -156,6 +156,7 @@ impl Scale {
 }
 
 /// One allocator as the registry holds it: its facts and its run.
+#[derive(Debug)]
 pub struct Entry {
     /// [`PeerRange::name`].
     pub name: &'static str,
@@ -243,12 +244,14 @@ pub fn main(o: &BenchOptions) -> ExitCode {
             "its ns",
             "mmkit/fastest",
             "its lowest fit",
+            "exact peer",
+            "it/mmkit",
         ],
     );
     for w in chosen {
         let rows = run_workload(w, &scale, &peers, &bar);
         summarize(w, &rows, &mut summary);
-        reports.push(report(w, &rows));
+        reports.push(report(w, &rows, scale.pairs));
     }
     bar.finish_and_clear();
     for r in &reports {
@@ -347,7 +350,7 @@ fn mmkit_ns(rows: &[Row], live: usize) -> Option<f64> {
         .map(Outcome::ns_per_pair)
 }
 
-fn report(w: &Workload, rows: &[Row]) -> Report {
+fn report(w: &Workload, rows: &[Row], planned: usize) -> Report {
     let mut t = Table::new(
         format!("{}: {}", w.name, w.about),
         &[
@@ -366,7 +369,7 @@ fn report(w: &Workload, rows: &[Row]) -> Report {
     };
     for row in rows {
         let base = mmkit_ns(rows, row.live);
-        t.row(cells(row, base));
+        t.row(cells(row, base, planned));
         r.rows.push(json_row(w, row, base));
         if let Some(v) = row.out.as_ref().and_then(|o| o.violation.as_ref()) {
             r.notes
@@ -377,7 +380,7 @@ fn report(w: &Workload, rows: &[Row]) -> Report {
     r
 }
 
-fn cells(row: &Row, base: Option<f64>) -> Vec<String> {
+fn cells(row: &Row, base: Option<f64>, planned: usize) -> Vec<String> {
     let Some(o) = &row.out else {
         let note = "skipped: no alignment above one page".to_string();
         let dash = || "-".to_string();
@@ -399,14 +402,17 @@ fn cells(row: &Row, base: Option<f64>) -> Vec<String> {
         base.map_or("-".into(), |b| ratio(ns, b)),
         format!("{:.1}%", o.lowest_pct()),
         o.pairs.to_string(),
-        notes(row, o),
+        notes(row, o, planned),
     ]
 }
 
-fn notes(row: &Row, o: &Outcome) -> String {
+fn notes(row: &Row, o: &Outcome, planned: usize) -> String {
     let mut n = Vec::new();
     if row.exact {
         n.push("exact".to_string());
+    }
+    if o.pairs < planned {
+        n.push("slow: budget cut the timed pairs".into());
     }
     if o.failed_with_room > 0 {
         n.push(format!("{} failed with room", o.failed_with_room));
@@ -442,6 +448,13 @@ fn json_row(w: &Workload, row: &Row, base: Option<f64>) -> serde_json::Value {
     })
 }
 
+/// The row with the fewest ns/pair.
+fn fastest<'a>(
+    rows: impl Iterator<Item = (&'a Row, &'a Outcome)>,
+) -> Option<(&'a Row, &'a Outcome)> {
+    rows.min_by(|a, b| a.1.ns_per_pair().total_cmp(&b.1.ns_per_pair()))
+}
+
 /// Adds one summary line per live count: mmkit against the fastest peer.
 fn summarize(w: &Workload, rows: &[Row], t: &mut Table) {
     let mut lives: Vec<usize> = rows.iter().map(|r| r.live).collect();
@@ -450,20 +463,25 @@ fn summarize(w: &Workload, rows: &[Row], t: &mut Table) {
         let Some(m) = mmkit_ns(rows, live) else {
             continue;
         };
-        let fastest = rows
-            .iter()
-            .filter(|r| r.live == live && r.name != Mmkit::name())
-            .filter_map(|r| r.out.as_ref().map(|o| (r.name, o)))
-            .min_by(|a, b| a.1.ns_per_pair().total_cmp(&b.1.ns_per_pair()));
-        let Some((name, o)) = fastest else { continue };
+        let peers = || {
+            rows.iter()
+                .filter(move |r| r.live == live && r.name != Mmkit::name())
+                .filter_map(|r| r.out.as_ref().map(|o| (r, o)))
+        };
+        let Some((any, o)) = fastest(peers()) else {
+            continue;
+        };
+        let exact = fastest(peers().filter(|(r, _)| r.exact));
         t.row(vec![
             w.name.into(),
             live.to_string(),
             format!("{m:.0}"),
-            name.into(),
+            any.name.into(),
             format!("{:.0}", o.ns_per_pair()),
             ratio(m, o.ns_per_pair()),
             format!("{:.1}%", o.lowest_pct()),
+            exact.map_or("-".into(), |(r, _)| r.name.to_string()),
+            exact.map_or("-".into(), |(_, e)| ratio(e.ns_per_pair(), m)),
         ]);
     }
 }

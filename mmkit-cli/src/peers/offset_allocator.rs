@@ -41,7 +41,7 @@ impl PeerRange for OffsetAlloc {
 
     fn alloc(&mut self, size: u64, align: u64) -> Option<(u64, Allocation<u32>)> {
         if !super::sane(size, align) {
-            return None; // the crate would assert
+            return None; // its unit conversion would overflow
         }
         if align > PAGE {
             return None; // it cannot honour an alignment above one unit

@@ -243,3 +243,31 @@ fn the_bench_catches_overlaps() {
     let v = o.violation.expect("overlap found");
     assert!(v.contains("overlaps"), "{v}");
 }
+
+#[test]
+fn names_on_the_command_line() {
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(choose(&[]).unwrap().len(), workload::ALL.len());
+    assert!(choose(&names(&["nope"]))
+        .unwrap_err()
+        .contains("steady-page"));
+    let only: Vec<_> = pick(&names(&["xalloc-tlsf"]))
+        .unwrap()
+        .iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(only, ["mmkit", "xalloc-tlsf"], "mmkit always runs first");
+    assert!(pick(&names(&["nope"]))
+        .unwrap_err()
+        .contains("offset-allocator"));
+}
+
+#[test]
+fn only_mmkit_problems_fail_the_run() {
+    let doc = |name: &str, pct: f64| Report {
+        rows: vec![json!({ "allocator": name, "violation": null, "lowest_fit_pct": pct })],
+        ..Report::default()
+    };
+    assert!(!broken(&[doc("mmkit", 100.0), doc("xalloc-tlsf", 3.0)]));
+    assert!(broken(&[doc("mmkit", 99.9)]));
+}

@@ -31,7 +31,7 @@ impl PeerRange for VmAllocator {
 
     fn alloc(&mut self, size: u64, align: u64) -> Option<(u64, RangeInclusive)> {
         if !super::sane(size, align) {
-            return None; // the crate would assert
+            return None; // it would return an error
         }
         let r = self.0.allocate(size, align, AllocPolicy::FirstMatch).ok()?;
         Some((r.start(), r))

@@ -18,6 +18,7 @@ use rand_mt::Mt64;
 use super::{PAGE, SPACE};
 
 /// One recipe of the registry.
+#[derive(Debug)]
 pub struct Workload {
     /// Short name used on the command line.
     pub name: &'static str,
