@@ -155,6 +155,16 @@ impl Scale {
     }
 }
 
+impl Scale {
+    /// The live counts `w` runs at.
+    fn lives_for<'a>(&'a self, w: &'a Workload) -> impl Iterator<Item = usize> + 'a {
+        self.lives
+            .iter()
+            .copied()
+            .filter(move |&n| self.explicit || n <= w.max_live)
+    }
+}
+
 /// One allocator as the registry holds it: its facts and its run.
 #[derive(Debug)]
 pub struct Entry {
@@ -205,35 +215,17 @@ pub fn main(o: &BenchOptions) -> ExitCode {
         list();
         return ExitCode::SUCCESS;
     }
-    let chosen = match choose(&o.workloads) {
-        Ok(c) => c,
+    let (chosen, peers) = match choose(&o.workloads).and_then(|c| Ok((c, pick(&o.allocators)?))) {
+        Ok(x) => x,
         Err(e) => {
             eprintln!("mmkit bench: {e}");
             return ExitCode::from(2);
         }
     };
     let scale = Scale::new(o);
-    let peers = match pick(&o.allocators) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("mmkit bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    println!("# machine: {}", machine());
-    println!(
-        "# space [0, 2^40), 4 KiB pages, seed {SEED:#x}; {} warm-up pairs, {} timed pairs in {} segments (at most {} ms), ns/pair of the best segment; {} pairs judged",
-        scale.warmup,
-        scale.pairs,
-        measure::SEGMENTS,
-        scale.budget.as_millis(),
-        scale.judge
-    );
-    let bar = progress(
-        (chosen.len() * scale.lives.len() * peers.len()) as u64,
-        "bench",
-    );
-    let mut reports = Vec::new();
+    header(&scale);
+    let runs: usize = chosen.iter().map(|w| scale.lives_for(w).count()).sum();
+    let bar = progress((runs * peers.len()) as u64, "bench");
     let mut summary = Table::new(
         "mmkit against the fastest peer",
         &[
@@ -248,25 +240,43 @@ pub fn main(o: &BenchOptions) -> ExitCode {
             "it/mmkit",
         ],
     );
+    let mut reports = Vec::new();
     for w in chosen {
         let rows = run_workload(w, &scale, &peers, &bar);
         summarize(w, &rows, &mut summary);
         reports.push(report(w, &rows, scale.pairs));
     }
     bar.finish_and_clear();
-    for r in &reports {
+    finish(o, &reports, &summary)
+}
+
+fn header(scale: &Scale) {
+    println!("# machine: {}", machine());
+    println!(
+        "# space [0, 2^40), 4 KiB pages, seed {SEED:#x}; {} warm-up pairs, {} timed pairs in {} \
+         segments (at most {} ms), ns/pair of the best segment; {} pairs judged",
+        scale.warmup,
+        scale.pairs,
+        measure::SEGMENTS,
+        scale.budget.as_millis(),
+        scale.judge
+    );
+}
+
+/// Prints the tables, writes the JSON, and fails if mmkit broke a promise.
+fn finish(o: &BenchOptions, reports: &[Report], summary: &Table) -> ExitCode {
+    for r in reports {
         println!("\n{}", r.tables[0]);
         for n in &r.notes {
             println!("  * {n}");
         }
     }
     println!("\n{summary}");
-    let bad = broken(&reports);
-    if let Err(e) = write_json(o, &reports, &summary) {
+    if let Err(e) = write_json(o, reports, summary) {
         eprintln!("mmkit bench: {e}");
         return ExitCode::from(1);
     }
-    if bad {
+    if broken(reports) {
         eprintln!("mmkit bench: mmkit broke its contract (see the notes above)");
         return ExitCode::from(1);
     }
@@ -324,7 +334,7 @@ fn run_workload(
     bar: &indicatif::ProgressBar,
 ) -> Vec<Row> {
     let mut rows = Vec::new();
-    for &live in s.lives.iter().filter(|&&n| s.explicit || n <= w.max_live) {
+    for live in s.lives_for(w) {
         let plan = Plan::new(w, live, s.warmup, s.pairs, SEED);
         for p in peers {
             bar.set_message(format!("{} {} {}", w.name, live, p.name));
