@@ -2,6 +2,7 @@
 //! designs, old against new, and replays allocation traces.
 
 mod experiments;
+mod peers;
 mod replay;
 mod report;
 
@@ -32,6 +33,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = AllocatorKind::Vmap)]
         allocator: AllocatorKind,
     },
+    /// Compare mmkit's range allocator with peer crates on the same workloads.
+    Bench(peers::BenchOptions),
     /// List the experiments and what each reproduces.
     List,
 }
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
             check,
             allocator,
         } => replay::main(&trace, check, allocator),
+        Command::Bench(opts) => peers::main(&opts),
         Command::List => {
             for e in experiments::ALL {
                 println!("{:<14} {}", e.name, e.about);
