@@ -43,5 +43,6 @@ pub use alloc::format as __format;
 pub mod baseline;
 pub mod error;
 pub mod range;
+pub mod vblock;
 
 pub use error::{AllocError, CheckError, FreeError};

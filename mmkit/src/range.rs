@@ -73,8 +73,13 @@ pub trait RangeAllocator {
     /// [`AllocError::Invalid`] for `size == 0`, `align` not a power of two, or
     /// `vstart >= vend`; [`AllocError::NoSpace`] when nothing fits, also after
     /// one purge of lazily freed areas.
-    fn alloc_in(&mut self, size: u64, align: u64, vstart: u64, vend: u64)
-        -> Result<u64, AllocError>;
+    fn alloc_in(
+        &mut self,
+        size: u64,
+        align: u64,
+        vstart: u64,
+        vend: u64,
+    ) -> Result<u64, AllocError>;
 
     /// Allocates anywhere in the space: `alloc_in(size, align, start, end)`.
     ///

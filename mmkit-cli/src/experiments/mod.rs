@@ -56,7 +56,10 @@ pub fn run(opts: &Options) -> ExitCode {
                 Some(e) => v.push(e),
                 None => {
                     let known: Vec<_> = ALL.iter().map(|e| e.name).collect();
-                    eprintln!("mmkit: unknown experiment {n:?}; known: {}", known.join(", "));
+                    eprintln!(
+                        "mmkit: unknown experiment {n:?}; known: {}",
+                        known.join(", ")
+                    );
                     return ExitCode::from(2);
                 }
             }
