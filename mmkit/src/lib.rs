@@ -29,6 +29,20 @@
 //! - `pfn`: page frame number, an index of a page-sized frame;
 //! - `order`: a power of two count of pages, `2^order`.
 //!
+//! ## Example
+//! ```
+//! use mmkit::range::RangeAllocator;
+//! use mmkit::vmap::VmapAllocator;
+//!
+//! // Manage [0x1000, 0x10_0000) and hand out 4 KiB-aligned ranges.
+//! let mut va = VmapAllocator::new(0x1000, 0x10_0000).unwrap();
+//! let a = va.alloc(0x3000, 0x1000).unwrap();
+//! let b = va.alloc(0x1000, 0x1000).unwrap();
+//! assert_eq!((a, b), (0x1000, 0x4000)); // always the lowest fit
+//! va.free(a).unwrap();
+//! assert_eq!(va.alloc(0x2000, 0x2000).unwrap(), 0x2000);
+//! va.check().unwrap();
+//! ```
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -43,6 +57,8 @@ pub use alloc::format as __format;
 pub mod baseline;
 pub mod error;
 pub mod range;
+pub mod tree;
 pub mod vblock;
+pub mod vmap;
 
 pub use error::{AllocError, CheckError, FreeError};

@@ -1,7 +1,7 @@
 //! The contract every range allocator in mmkit keeps: [`RangeAllocator`].
 //!
 //! The tree allocator ([`crate::vmap::VmapAllocator`]) and the design it
-//! replaced ([`crate::baseline::LinearVmap`]) both implement it, so every
+//! replaced (`crate::baseline::LinearVmap`) both implement it, so every
 //! workload, test and experiment runs on either through the same calls.
 //!
 //! # The contract
@@ -155,4 +155,85 @@ pub fn fit_in(lo: u64, hi: u64, size: u64, align: u64) -> Option<u64> {
     let a = lo.checked_add(mask)? & !mask;
     let end = a.checked_add(size)?;
     (end <= hi).then_some(a)
+}
+
+/// A range allocator behind one lock, shareable between threads (the
+/// kernel's single `vmap_area_lock`). Every method takes the lock once.
+///
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// use mmkit::range::{Locked, RangeAllocator};
+/// use mmkit::vmap::VmapAllocator;
+///
+/// let va = Arc::new(Locked::new(VmapAllocator::new(0, 1 << 30).unwrap()));
+/// let t = {
+///     let va = Arc::clone(&va);
+///     std::thread::spawn(move || va.alloc(4096, 4096).unwrap())
+/// };
+/// let a = va.alloc(4096, 4096).unwrap();
+/// let b = t.join().unwrap();
+/// assert_ne!(a, b);
+/// assert_eq!(va.lock().stats().live_areas, 2);
+/// ```
+#[cfg(feature = "std")]
+#[derive(Debug, Default)]
+pub struct Locked<R>(std::sync::Mutex<R>);
+
+#[cfg(feature = "std")]
+impl<R: RangeAllocator> Locked<R> {
+    /// Wraps `inner`.
+    pub fn new(inner: R) -> Self {
+        Locked(std::sync::Mutex::new(inner))
+    }
+
+    /// Takes the lock for a sequence of operations. A panic while the lock
+    /// was held does not poison it for others: every operation leaves the
+    /// allocator consistent before it can panic.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, R> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// [`RangeAllocator::alloc`] under the lock.
+    ///
+    /// # Errors
+    /// As [`RangeAllocator::alloc_in`].
+    pub fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
+        self.lock().alloc(size, align)
+    }
+
+    /// [`RangeAllocator::alloc_in`] under the lock.
+    ///
+    /// # Errors
+    /// As [`RangeAllocator::alloc_in`].
+    pub fn alloc_in(
+        &self,
+        size: u64,
+        align: u64,
+        vstart: u64,
+        vend: u64,
+    ) -> Result<u64, AllocError> {
+        self.lock().alloc_in(size, align, vstart, vend)
+    }
+
+    /// [`RangeAllocator::free`] under the lock.
+    ///
+    /// # Errors
+    /// As [`RangeAllocator::free`].
+    pub fn free(&self, addr: u64) -> Result<u64, FreeError> {
+        self.lock().free(addr)
+    }
+
+    /// [`RangeAllocator::free_lazy`] under the lock.
+    ///
+    /// # Errors
+    /// As [`RangeAllocator::free_lazy`].
+    pub fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
+        self.lock().free_lazy(addr)
+    }
+
+    /// Unwraps the allocator.
+    pub fn into_inner(self) -> R {
+        self.0.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
 }
