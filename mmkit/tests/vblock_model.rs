@@ -5,149 +5,21 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use mmkit::error::{AllocError, CheckError, FreeError};
-use mmkit::range::{clamp_request, fit_in, FlushHook, RangeAllocator, RangeStats};
+use mmkit::error::{AllocError, FreeError};
+use mmkit::range::RangeAllocator;
 use mmkit::vblock::{ConcurrentVblock, Config, Policy, VblockAllocator};
+use mmkit::vmap::VmapAllocator;
 use proptest::prelude::*;
-
-// ---------------------------------------------------------------------------
-// A tiny range allocator: live and lazy areas in maps, linear lowest fit.
-
-struct TestRange {
-    space: (u64, u64),
-    live: BTreeMap<u64, u64>,
-    lazy: BTreeMap<u64, u64>,
-    lazy_max: u64,
-    hook: Option<FlushHook>,
-    flushes: u64,
-}
-
-impl TestRange {
-    fn new(start: u64, end: u64) -> Self {
-        TestRange {
-            space: (start, end),
-            live: BTreeMap::new(),
-            lazy: BTreeMap::new(),
-            lazy_max: u64::MAX,
-            hook: None,
-            flushes: 0,
-        }
-    }
-
-    fn lowest_fit(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
-        let mut busy: Vec<(u64, u64)> = self
-            .live
-            .iter()
-            .chain(&self.lazy)
-            .map(|(&a, &s)| (a, s))
-            .collect();
-        busy.sort_unstable();
-        let mut a = fit_in(lo, hi, size, align)?;
-        for (s, sz) in busy {
-            if s >= a + size {
-                break;
-            }
-            if s + sz > a {
-                a = fit_in(s + sz, hi, size, align)?;
-            }
-        }
-        Some(a)
-    }
-
-    fn auto_purge(&mut self) {
-        let mut hook = self.hook.take();
-        self.purge(&mut |s, e| {
-            if let Some(h) = hook.as_mut() {
-                h(s, e)
-            }
-        });
-        self.hook = hook;
-    }
-}
-
-impl RangeAllocator for TestRange {
-    fn space(&self) -> (u64, u64) {
-        self.space
-    }
-    fn alloc_in(
-        &mut self,
-        size: u64,
-        align: u64,
-        vstart: u64,
-        vend: u64,
-    ) -> Result<u64, AllocError> {
-        let (lo, hi) = clamp_request(self.space, size, align, vstart, vend)?;
-        let a = match self.lowest_fit(size, align, lo, hi) {
-            Some(a) => a,
-            None if !self.lazy.is_empty() => {
-                self.auto_purge();
-                self.lowest_fit(size, align, lo, hi)
-                    .ok_or(AllocError::NoSpace)?
-            }
-            None => return Err(AllocError::NoSpace),
-        };
-        self.live.insert(a, size);
-        Ok(a)
-    }
-    fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
-        self.live.remove(&addr).ok_or(FreeError::NotAllocated)
-    }
-    fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
-        let size = self.live.remove(&addr).ok_or(FreeError::NotAllocated)?;
-        self.lazy.insert(addr, size);
-        if self.lazy.values().sum::<u64>() > self.lazy_max {
-            self.auto_purge();
-        }
-        Ok(size)
-    }
-    fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
-        let (Some((&lo, _)), Some((&a, &s))) =
-            (self.lazy.first_key_value(), self.lazy.last_key_value())
-        else {
-            return false;
-        };
-        flush(lo, a + s);
-        self.flushes += 1;
-        self.lazy.clear();
-        true
-    }
-    fn set_lazy_max(&mut self, bytes: u64) {
-        self.lazy_max = bytes;
-    }
-    fn set_flush_hook(&mut self, hook: Option<FlushHook>) {
-        self.hook = hook;
-    }
-    fn stats(&self) -> RangeStats {
-        RangeStats {
-            live_areas: self.live.len() as u64,
-            live_bytes: self.live.values().sum(),
-            lazy_areas: self.lazy.len() as u64,
-            lazy_bytes: self.lazy.values().sum(),
-            flushes: self.flushes,
-            ..RangeStats::default()
-        }
-    }
-    fn check(&self) -> Result<(), CheckError> {
-        let mut all: Vec<_> = self.live.iter().chain(&self.lazy).collect();
-        all.sort_unstable();
-        let mut end = self.space.0;
-        for (&a, &s) in all {
-            if a < end || a + s > self.space.1 {
-                return Err(CheckError::new(format!(
-                    "area {a:#x} overlaps or leaves the space"
-                )));
-            }
-            end = a + s;
-        }
-        Ok(())
-    }
-}
 
 const START: u64 = 0x1000_0000;
 const END: u64 = 0x10_0000_0000;
 
-fn range() -> TestRange {
-    TestRange::new(START, END)
+/// The range allocator under test, with automatic lazy purges off so the
+/// model knows every lazily freed area until an alias flush.
+fn range() -> VmapAllocator {
+    let mut r = VmapAllocator::new(START, END).expect("valid space");
+    r.set_lazy_max(u64::MAX);
+    r
 }
 
 // ---------------------------------------------------------------------------
@@ -422,7 +294,7 @@ fn configs() -> impl Strategy<Value = Config> {
 }
 
 struct Run {
-    vb: VblockAllocator<TestRange>,
+    vb: VblockAllocator<VmapAllocator>,
     m: Model,
     unmapped: Vec<(u64, u64)>,
 }
@@ -682,7 +554,7 @@ fn a_fully_dirty_block_is_released_lazily_and_flushed_with_aliases() {
 #[test]
 fn current_purges_fragmented_blocks_when_space_runs_out() {
     // Room for exactly two blocks.
-    let r = TestRange::new(0, 2 * SMALL.block_size());
+    let r = VmapAllocator::new(0, 2 * SMALL.block_size()).unwrap();
     let mut vb = VblockAllocator::new(r, SMALL, Policy::Current, 2).unwrap();
     // CPU 0: a block with 1 page left free, nothing live.
     for _ in 0..31 {
@@ -812,7 +684,7 @@ fn threads_never_hold_overlapping_mappings() {
 }
 
 fn stress_thread(
-    vb: &ConcurrentVblock<TestRange>,
+    vb: &ConcurrentVblock<VmapAllocator>,
     held: &Mutex<BTreeMap<u64, (u64, usize)>>,
     t: usize,
     ops: usize,

@@ -85,32 +85,11 @@ struct Global<R> {
 /// its own lock (see the [module docs](super) and the lock order above).
 ///
 /// ```
-/// # use mmkit::error::{AllocError, CheckError, FreeError};
-/// # use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
-/// # struct Bump { next: u64, live: Vec<(u64, u64)> }
-/// # impl RangeAllocator for Bump {
-/// #     fn space(&self) -> (u64, u64) { (0, 1 << 40) }
-/// #     fn alloc_in(&mut self, size: u64, align: u64, _: u64, _: u64) -> Result<u64, AllocError> {
-/// #         let a = self.next.next_multiple_of(align); self.next = a + size;
-/// #         self.live.push((a, size)); Ok(a)
-/// #     }
-/// #     fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
-/// #         let i = self.live.iter().position(|l| l.0 == addr).ok_or(FreeError::NotAllocated)?;
-/// #         Ok(self.live.remove(i).1)
-/// #     }
-/// #     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> { self.free(addr) }
-/// #     fn purge(&mut self, _: &mut dyn FnMut(u64, u64)) -> bool { false }
-/// #     fn set_lazy_max(&mut self, _: u64) {}
-/// #     fn set_flush_hook(&mut self, _: Option<FlushHook>) {}
-/// #     fn stats(&self) -> RangeStats {
-/// #         RangeStats { live_areas: self.live.len() as u64,
-/// #             live_bytes: self.live.iter().map(|l| l.1).sum(), ..RangeStats::default() }
-/// #     }
-/// #     fn check(&self) -> Result<(), CheckError> { Ok(()) }
-/// # }
+/// # use mmkit::error::FreeError;
+/// use mmkit::vmap::VmapAllocator;
 /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
 ///
-/// let range = Bump { next: 0, live: Vec::new() };
+/// let range = VmapAllocator::new(0xffff_c900_0000_0000, 0xffff_e900_0000_0000)?;
 /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 2)?;
 /// std::thread::scope(|s| {
 ///     for _ in 0..2 {
