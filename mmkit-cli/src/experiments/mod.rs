@@ -10,6 +10,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::report::Report;
 
+pub mod vm_map_ram;
+pub mod vmap_scaling;
+
 /// `mmkit experiments` options, shared by every experiment.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Options {
@@ -43,7 +46,7 @@ pub struct Experiment {
 }
 
 /// Every experiment, in the order `mmkit experiments` runs them.
-pub const ALL: &[Experiment] = &[];
+pub const ALL: &[Experiment] = &[vm_map_ram::EXPERIMENT, vmap_scaling::EXPERIMENT];
 
 /// Runs the experiments named in `opts` (all when none) and prints them.
 pub fn run(opts: &Options) -> ExitCode {

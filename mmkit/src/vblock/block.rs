@@ -65,6 +65,7 @@ fn words(bits: u32) -> usize {
 }
 
 /// Calls `f(word, mask)` for each word the run `[off, off + n)` touches.
+#[inline]
 fn for_each_word(off: u32, n: u32, mut f: impl FnMut(usize, u64)) {
     let (mut at, end) = (off, off + n);
     while at < end {
@@ -80,6 +81,7 @@ fn for_each_word(off: u32, n: u32, mut f: impl FnMut(usize, u64)) {
     }
 }
 
+#[inline]
 fn set_run(map: &mut [u64], off: u32, n: u32) {
     for_each_word(off, n, |w, m| map[w] |= m);
 }
@@ -183,6 +185,7 @@ impl Block {
     /// Takes `2^order` pages for a request of `pages` (`2^order >= pages`);
     /// returns their page offset. Fails when no (aligned, for Legacy) run
     /// is free; the block is then unchanged.
+    #[inline]
     pub fn alloc(&mut self, policy: Policy, pages: u32) -> Option<u32> {
         let n = pages.next_power_of_two();
         if self.free < n {
@@ -208,6 +211,7 @@ impl Block {
     /// # Errors
     /// [`FreeError::NotAllocated`] when no live mapping of exactly `pages`
     /// pages starts at `off`; nothing changes.
+    #[inline]
     pub fn free(&mut self, policy: Policy, off: u32, pages: u32) -> Result<bool, FreeError> {
         if pages == 0 || off >= self.bits || self.heads[off as usize] != pages {
             return Err(FreeError::NotAllocated);

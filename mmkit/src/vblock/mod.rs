@@ -115,12 +115,14 @@ impl Config {
     }
 
     /// Bytes per block: `bits * page_size`; blocks are aligned to it.
+    #[inline]
     pub fn block_size(&self) -> u64 {
         self.bits * self.page_size
     }
 
     /// The order a request of `pages` uses (`2^order >= pages`), or `None`
     /// for 0 pages or more than `max_alloc`.
+    #[inline]
     pub fn order_of(&self, pages: u64) -> Option<u32> {
         (1..=self.max_alloc)
             .contains(&pages)
@@ -243,11 +245,13 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// Reads `clock`, or 0 without one.
+#[inline]
 fn now(clock: Option<Clock>) -> u64 {
     clock.map_or(0, |c| c())
 }
 
 /// Nanoseconds since `t0` on `clock` (0 without one).
+#[inline]
 fn since(clock: Option<Clock>, t0: u64) -> u64 {
     now(clock).saturating_sub(t0)
 }

@@ -6,14 +6,17 @@
 //!                                        reused (no allocation per block)
 //!  list:  HEAD -> 2 -> 0 -> TAIL         slots with free > 0, searched
 //!                                        from HEAD (first fit)
+//!  by_va: va_start -> slot               this CPU's blocks, so an unmap on
+//!                                        the mapping CPU needs no global index
 //! ```
 //!
 //! Invariants: a slot is in `spare` iff its block is not in use; a block is
-//! on `list` iff it is in use and `free > 0`, and appears there once.
+//! on `list` iff it is in use and `free > 0`, and appears there once;
+//! `by_va` maps exactly the blocks in use to their slots.
 //! The queue knows nothing of the range allocator or the index: it reports
 //! the blocks it released, and its owner gives their ranges back.
 
-use alloc::collections::VecDeque;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 
 use super::block::Block;
@@ -29,6 +32,7 @@ pub(crate) struct Queue {
     slab: Vec<Block>,
     spare: Vec<u32>,
     list: VecDeque<u32>,
+    by_va: BTreeMap<u64, u32>,
     /// This CPU's counters.
     pub counters: Counters,
 }
@@ -41,6 +45,7 @@ impl Queue {
             slab: Vec::new(),
             spare: Vec::new(),
             list: VecDeque::new(),
+            by_va: BTreeMap::new(),
             counters: Counters::default(),
         }
     }
@@ -49,6 +54,7 @@ impl Queue {
     /// `2^order`), or `None` when no listed block can serve it. Legacy purges this CPU's
     /// fragmented blocks when a search failed in one with nothing live;
     /// their starts are pushed on `released`.
+    #[inline]
     pub fn alloc(&mut self, pages: u32, page: u64, released: &mut Vec<u64>) -> Option<u64> {
         let mut purge = false;
         let mut found = None;
@@ -90,6 +96,7 @@ impl Queue {
         };
         let vb = &mut self.slab[slot as usize];
         vb.reset(va_start);
+        self.by_va.insert(va_start, slot);
         vb.on_list = true;
         self.counters.blocks_created += 1;
         match self.policy {
@@ -115,6 +122,7 @@ impl Queue {
     /// # Errors
     /// [`FreeError::NotAllocated`] when the slot holds no such block or no
     /// live mapping of that many pages starts there; nothing changes.
+    #[inline]
     pub fn free(
         &mut self,
         slot: u32,
@@ -141,6 +149,7 @@ impl Queue {
         let vb = &mut self.slab[slot as usize];
         debug_assert_eq!(vb.dirty, self.bits);
         vb.in_use = false;
+        self.by_va.remove(&vb.va_start);
         if vb.on_list {
             vb.on_list = false;
             if let Some(pos) = self.list.iter().position(|&s| s == slot) {
@@ -179,6 +188,12 @@ impl Queue {
                 *hi = (*hi).max(vb.va_start + u64::from(b) * page);
             }
         }
+    }
+
+    /// The slot of this CPU's block starting at `va_start`, if any.
+    #[inline]
+    pub fn find(&self, va_start: u64) -> Option<u32> {
+        self.by_va.get(&va_start).copied()
     }
 
     /// `(slot, va_start)` of every block in use.
@@ -225,7 +240,16 @@ impl Queue {
             self.spare.len() + self.slab.iter().filter(|vb| vb.in_use).count() == self.slab.len(),
             "spare slots do not match unused blocks"
         );
+        ensure!(
+            self.spare.len() + self.by_va.len() == self.slab.len(),
+            "by_va holds unused blocks"
+        );
         for (s, vb) in self.slab.iter().enumerate().filter(|(_, vb)| vb.in_use) {
+            ensure!(
+                self.find(vb.va_start) == Some(s as u32),
+                "block {:#x} not in by_va",
+                vb.va_start
+            );
             ensure!(
                 seen[s] == u8::from(vb.on_list),
                 "slot {s} listed {} times, on_list {}",

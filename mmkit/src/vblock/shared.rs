@@ -10,9 +10,11 @@
 //!
 //! Lock order: a queue, then the global lock, then an index shard. No path
 //! holds two queues or takes a queue while holding the global lock or a
-//! shard, so there is no cycle. An unmap reads the index shard, drops it,
-//! then locks the owner's queue; the queue re-validates the block (its
-//! start must match), so a stale read is a clean `NotAllocated`.
+//! shard, so there is no cycle. An unmap first looks in the calling
+//! thread's own queue (one lock: the common case, unmapping on the mapping
+//! CPU); otherwise it reads the index shard, drops it, then locks the
+//! owner's queue, which re-validates the block (its start must match), so
+//! a stale read is a clean `NotAllocated`.
 //!
 //! # Which CPU
 //! The kernel uses the running CPU (preemption disabled). Asking Linux for
@@ -42,6 +44,7 @@ struct Padded<T>(T);
 
 /// Locks, ignoring poisoning: every critical section leaves the structure
 /// consistent before anything that could panic.
+#[inline]
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -61,6 +64,7 @@ std::thread_local! {
 /// let b = std::thread::spawn(mmkit::vblock::current_slot).join().unwrap();
 /// assert_ne!(a, b);
 /// ```
+#[inline]
 pub fn current_slot() -> usize {
     SLOT.with(|s| {
         s.get().unwrap_or_else(|| {
@@ -296,8 +300,9 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// no live mapping of that many pages starts at `addr`. Nothing changes.
     ///
     /// # Complexity
-    /// O(log blocks) under an index shard, then O(1) under the owner's
-    /// queue lock; a release adds the range allocator's O(log n).
+    /// O(log blocks) under the calling thread's queue lock; from another
+    /// CPU, O(log blocks) under an index shard, then O(1) under the owner's
+    /// queue lock. A release adds the range allocator's O(log n).
     pub fn unmap(&self, addr: u64, pages: u64) -> Result<(), FreeError> {
         if pages == 0 {
             return Err(FreeError::Invalid);
@@ -306,16 +311,37 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
             return self.unmap_large(addr, pages);
         };
         let t0 = now(self.clock);
-        let (bs, page) = (self.cfg.block_size(), self.cfg.page_size);
+        let bs = self.cfg.block_size();
+        let va = addr & !(bs - 1);
+        // Fast path: the mapping CPU's own queue knows its blocks.
+        let here = current_slot() % self.queues.len();
+        let mut q = lock(&self.queues[here].0);
+        if let Some(slot) = q.find(va) {
+            return self.unmap_in(&mut q, slot, addr, n, t0);
+        }
+        drop(q);
         let found = lock(self.shard(addr / bs)).get(&(addr / bs)).copied();
         let (cpu, slot) = found.ok_or(FreeError::NotAllocated)?;
+        let mut q = lock(&self.queues[cpu as usize].0);
+        self.unmap_in(&mut q, slot, addr, n, t0)
+    }
+
+    /// Unmaps in the block at `slot` of the locked queue `q`.
+    fn unmap_in(
+        &self,
+        q: &mut Queue,
+        slot: u32,
+        addr: u64,
+        n: u32,
+        t0: u64,
+    ) -> Result<(), FreeError> {
+        let (bs, page) = (self.cfg.block_size(), self.cfg.page_size);
         let va = addr & !(bs - 1);
         if (addr - va) % page != 0 {
             return Err(FreeError::NotAllocated);
         }
-        let mut q = lock(&self.queues[cpu as usize].0);
         if let Some(va) = q.free(slot, va, ((addr - va) / page) as u32, n)? {
-            self.release_all(&mut q, &mut std::vec![va]);
+            self.release_all(q, &mut std::vec![va]);
         }
         q.counters.unmap_calls += 1;
         q.counters.unmap_ns += since(self.clock, t0);
