@@ -735,3 +735,72 @@ fn stress_thread(
         vb.unmap(addr, pages).unwrap();
     }
 }
+
+// ---------------------------------------------------------------------------
+// The thread-safe front end, driven from one thread with explicit CPUs,
+// answers exactly as the single-threaded one (same addresses, flushes,
+// counters, errors), for both policies.
+
+fn compare_fronts(cfg: Config, policy: Policy, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut single = VblockAllocator::new(range(), cfg, policy, 2).expect("valid");
+    let shared = ConcurrentVblock::new(range(), cfg, policy, 2).expect("valid");
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Map { cpu, pages } => {
+                let a = single.map(cpu, pages);
+                prop_assert_eq!(a, shared.map_on(cpu, pages));
+                if let Ok(a) = a {
+                    live.push((a, pages));
+                }
+            }
+            Op::Unmap { pick } if !live.is_empty() => {
+                let (a, p) = live.swap_remove(pick % live.len());
+                prop_assert_eq!(single.unmap(a, p), Ok(()));
+                prop_assert_eq!(shared.unmap(a, p), Ok(()));
+            }
+            Op::Unmap { .. } => {}
+            Op::Bad { kind, pick } => {
+                let (a, p) = live
+                    .get(pick % live.len().max(1))
+                    .copied()
+                    .unwrap_or((START, 1));
+                let (a, p) = if kind % 2 == 0 {
+                    (a, p + 1)
+                } else {
+                    (a + 4096, p)
+                };
+                if live.contains(&(a, p)) {
+                    continue; // a live mapping: not a bad unmap
+                }
+                prop_assert_eq!(single.unmap(a, p), shared.unmap(a, p));
+            }
+            Op::Aliases => {
+                let (mut x, mut y) = (Vec::new(), Vec::new());
+                single.unmap_aliases(&mut |s, e| x.push((s, e)));
+                shared.unmap_aliases(&mut |s, e| y.push((s, e)));
+                prop_assert_eq!(x, y);
+            }
+        }
+        prop_assert_eq!(single.counters(), shared.counters());
+        shared
+            .check()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn concurrent_front_end_matches_single(
+        cfg in configs(),
+        legacy in any::<bool>(),
+        ops in prop::collection::vec(op(16), 1..200),
+    ) {
+        let ops: Vec<Op> = ops.into_iter().map(|o| clamp_op(o, cfg.max_alloc)).collect();
+        let policy = if legacy { Policy::Legacy } else { Policy::Current };
+        compare_fronts(cfg, policy, &ops)?;
+    }
+}
