@@ -659,19 +659,25 @@ fn exhaustion_loop_leaks_only_under_legacy() {
 #[test]
 fn threads_never_hold_overlapping_mappings() {
     const THREADS: usize = 4;
-    const OPS: usize = 6000;
+    const OPS: usize = 40_000;
     for policy in [Policy::Legacy, Policy::Current] {
         let mut r = range();
         r.set_lazy_max(4 * SMALL.block_size());
         let vb = ConcurrentVblock::new(r, SMALL, policy, 2).unwrap();
         // Every live mapping: start -> (end, owner).
         let held: Mutex<BTreeMap<u64, (u64, usize)>> = Mutex::new(BTreeMap::new());
+        // Mappings handed from one thread to another, to unmap there.
+        let pool: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
         std::thread::scope(|s| {
             for t in 0..THREADS {
-                let (vb, held) = (&vb, &held);
-                s.spawn(move || stress_thread(vb, held, t, OPS));
+                let (vb, held, pool) = (&vb, &held, &pool);
+                s.spawn(move || stress_thread(vb, held, pool, t, OPS));
             }
         });
+        for (addr, pages) in pool.lock().unwrap().drain(..) {
+            held.lock().unwrap().remove(&addr);
+            vb.unmap(addr, pages).unwrap();
+        }
         vb.check().unwrap();
         let c = vb.counters();
         assert_eq!(c.map_calls, c.unmap_calls, "{policy:?}: every map unmapped");
@@ -686,6 +692,7 @@ fn threads_never_hold_overlapping_mappings() {
 fn stress_thread(
     vb: &ConcurrentVblock<VmapAllocator>,
     held: &Mutex<BTreeMap<u64, (u64, usize)>>,
+    pool: &Mutex<Vec<(u64, u64)>>,
     t: usize,
     ops: usize,
 ) {
@@ -723,8 +730,17 @@ fn stress_thread(
             mine.push((addr, pages));
         } else if !mine.is_empty() {
             let (addr, pages) = mine.swap_remove((r >> 16) as usize % mine.len());
+            if r % 5 == 0 {
+                pool.lock().unwrap().push((addr, pages)); // another thread unmaps it
+                continue;
+            }
             held.lock().unwrap().remove(&addr);
             vb.unmap(addr, pages).unwrap();
+            let handed = pool.lock().unwrap().pop();
+            if let Some((addr, pages)) = handed {
+                held.lock().unwrap().remove(&addr);
+                vb.unmap(addr, pages).unwrap();
+            }
         }
         if i % 997 == 0 {
             vb.unmap_aliases(&mut |s, e| assert!(s < e));

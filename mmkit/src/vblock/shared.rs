@@ -168,6 +168,9 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
 
     /// Runs `f` on the range allocator under its lock (for stats; holding
     /// it stalls block creation and release on every CPU).
+    ///
+    /// # Complexity
+    /// One lock, plus `f`.
     pub fn with_range<T>(&self, f: impl FnOnce(&R) -> T) -> T {
         f(&lock(&self.global).range)
     }
@@ -389,6 +392,9 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     }
 
     /// Counters summed over every CPU and the large path.
+    ///
+    /// # Complexity
+    /// O(cpus), taking each lock in turn.
     pub fn counters(&self) -> Counters {
         let mut c = lock(&self.global).counters;
         for cell in &self.queues {
@@ -398,6 +404,9 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     }
 
     /// One CPU's counters; `None` for `cpu >= cpus()`.
+    ///
+    /// # Complexity
+    /// O(1), taking that CPU's lock.
     pub fn cpu_counters(&self, cpu: usize) -> Option<Counters> {
         self.queues.get(cpu).map(|cell| lock(&cell.0).counters)
     }

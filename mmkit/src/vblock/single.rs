@@ -286,6 +286,9 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     }
 
     /// Counters summed over every CPU (and the large path).
+    ///
+    /// # Complexity
+    /// O(cpus).
     pub fn counters(&self) -> Counters {
         let mut c = self.global;
         for q in &self.queues {
@@ -296,21 +299,33 @@ impl<R: RangeAllocator> VblockAllocator<R> {
 
     /// One CPU's counters (block maps and unmaps that ran on its blocks).
     /// `None` for `cpu >= cpus()`.
+    ///
+    /// # Complexity
+    /// O(1).
     pub fn cpu_counters(&self, cpu: usize) -> Option<Counters> {
         self.queues.get(cpu).map(|q| q.counters)
     }
 
     /// Blocks in use, over all CPUs.
+    ///
+    /// # Complexity
+    /// O(1).
     pub fn blocks(&self) -> usize {
         self.index.len()
     }
 
     /// Blocks on a CPU's list (with free pages); `None` for a bad CPU.
+    ///
+    /// # Complexity
+    /// O(1).
     pub fn listed_blocks(&self, cpu: usize) -> Option<usize> {
         self.queues.get(cpu).map(Queue::listed)
     }
 
     /// Pages in live mappings (block and large).
+    ///
+    /// # Complexity
+    /// O(blocks + large maps).
     pub fn live_pages(&self) -> u64 {
         self.queues.iter().map(Queue::live_pages).sum::<u64>() + self.large.values().sum::<u64>()
     }
