@@ -1,12 +1,572 @@
-//! `mmkit replay TRACE`: the trace format of DESIGN.md.
+//! `mmkit replay TRACE`: drives a range allocator from a text trace (the
+//! format of DESIGN.md, "Trace replay").
+//!
+//! ```text
+//! lazymax BYTES                 optional, before or after space
+//! space START END               the managed space [START, END); first command
+//! alloc ID SIZE [align A] [range VSTART VEND]
+//! free ID                       free what ID's last successful alloc returned
+//! lazy ID                       the same, lazily
+//! freeat ADDR                   free a raw address
+//! purge
+//! ```
+//!
+//! `#` starts a comment; numbers are decimal or `0x` hex. Stdout gets one
+//! line per `alloc` (`ID 0xaddr`, `ID invalid`, `ID nospace`) and one per
+//! failed free (`ID notallocated`, `0xADDR notallocated`), nothing else; the
+//! summary goes to stderr. The whole trace is parsed before anything runs,
+//! so a malformed line (exit status 2) produces no partial output.
 
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
+use mmkit::baseline::linear_vmap::LinearVmap;
+use mmkit::range::RangeAllocator;
+use mmkit::vmap::VmapAllocator;
+use mmkit::{AllocError, CheckError, FreeError};
+
 use crate::AllocatorKind;
 
+/// One trace command (the `space` line is kept in [`Trace::space`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cmd {
+    /// `lazymax BYTES`.
+    LazyMax(u64),
+    /// `alloc ID SIZE [align A] [range VSTART VEND]`; align defaults to 1,
+    /// the range to the whole space.
+    Alloc {
+        /// The name later `free`/`lazy` lines use.
+        id: String,
+        /// Bytes.
+        size: u64,
+        /// Alignment (validated by the allocator, not the parser).
+        align: u64,
+        /// The window `[vstart, vend)`.
+        range: Option<(u64, u64)>,
+    },
+    /// `free ID`.
+    Free(String),
+    /// `lazy ID`.
+    Lazy(String),
+    /// `freeat ADDR`.
+    FreeAt(u64),
+    /// `purge`.
+    Purge,
+}
+
+/// A parsed trace: the space and the commands with their line numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    /// `[start, end)` from the `space` line.
+    pub space: (u64, u64),
+    /// Commands in order, each with its 1-based line number.
+    pub cmds: Vec<(usize, Cmd)>,
+}
+
+/// A malformed trace: the line (1-based) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong.
+    pub msg: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.msg)
+    }
+}
+
+const USAGE: &str = "`alloc ID SIZE [align A] [range VSTART VEND]`";
+
+/// Parses a number: decimal, or hex with a `0x` prefix.
+fn number(tok: &str) -> Result<u64, String> {
+    let parsed = match tok.strip_prefix("0x").or_else(|| tok.strip_prefix("0X")) {
+        Some(hex) if !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            u64::from_str_radix(hex, 16)
+        }
+        None if !tok.is_empty() && tok.bytes().all(|b| b.is_ascii_digit()) => tok.parse(),
+        _ => return Err(format!("{tok:?} is not a number (decimal or 0x hex)")),
+    };
+    parsed.map_err(|_| format!("{tok:?} does not fit in 64 bits"))
+}
+
+/// Exactly `n` operands after the keyword.
+fn operands<'a>(words: &[&'a str], n: usize, usage: &str) -> Result<Vec<&'a str>, String> {
+    if words.len() != n + 1 {
+        return Err(format!(
+            "expected {usage}, got {} operand(s)",
+            words.len() - 1
+        ));
+    }
+    Ok(words[1..].to_vec())
+}
+
+fn parse_alloc(words: &[&str]) -> Result<Cmd, String> {
+    let (id, size) = match words {
+        [_, id, size, ..] => (id.to_string(), number(size)?),
+        _ => return Err(format!("expected {USAGE}")),
+    };
+    let (mut align, mut range) = (None, None);
+    let mut rest = &words[3..];
+    while let Some((&key, tail)) = rest.split_first() {
+        match (key, tail) {
+            ("align", [a, ..]) if align.is_none() => {
+                align = Some(number(a)?);
+                rest = &tail[1..];
+            }
+            ("range", [s, e, ..]) if range.is_none() => {
+                range = Some((number(s)?, number(e)?));
+                rest = &tail[2..];
+            }
+            _ => return Err(format!("unexpected {key:?}; expected {USAGE}")),
+        }
+    }
+    let align = align.unwrap_or(1);
+    Ok(Cmd::Alloc {
+        id,
+        size,
+        align,
+        range,
+    })
+}
+
+/// One non-empty line, comment stripped, split into words.
+fn parse_cmd(words: &[&str]) -> Result<Cmd, String> {
+    match words[0] {
+        "lazymax" => Ok(Cmd::LazyMax(number(
+            operands(words, 1, "`lazymax BYTES`")?[0],
+        )?)),
+        "alloc" => parse_alloc(words),
+        "free" => Ok(Cmd::Free(operands(words, 1, "`free ID`")?[0].to_string())),
+        "lazy" => Ok(Cmd::Lazy(operands(words, 1, "`lazy ID`")?[0].to_string())),
+        "freeat" => Ok(Cmd::FreeAt(number(
+            operands(words, 1, "`freeat ADDR`")?[0],
+        )?)),
+        "purge" => operands(words, 0, "`purge`").map(|_| Cmd::Purge),
+        other => Err(format!("unknown command {other:?}")),
+    }
+}
+
+/// Parses a whole trace. `space` must come before every command but
+/// `lazymax`, exactly once, with `START < END`.
+///
+/// # Errors
+/// The first malformed line, with its number.
+pub fn parse(text: &str) -> Result<Trace, ParseError> {
+    let mut space = None;
+    let mut cmds = Vec::new();
+    let mut last = 0;
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        last = line;
+        let err = |msg: String| ParseError { line, msg };
+        let words: Vec<&str> = raw
+            .split('#')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if words.is_empty() {
+            continue;
+        }
+        if words[0] == "space" {
+            if space.is_some() {
+                return Err(err("a second `space` command".into()));
+            }
+            let ops = operands(&words, 2, "`space START END`").map_err(err)?;
+            let (s, e) = (number(ops[0]).map_err(err)?, number(ops[1]).map_err(err)?);
+            if s >= e {
+                return Err(err(format!("space [{s:#x}, {e:#x}) is empty")));
+            }
+            space = Some((s, e));
+            continue;
+        }
+        let cmd = parse_cmd(&words).map_err(err)?;
+        if space.is_none() && !matches!(cmd, Cmd::LazyMax(_)) {
+            return Err(err(format!("`{}` before the `space` command", words[0])));
+        }
+        cmds.push((line, cmd));
+    }
+    let space = space.ok_or(ParseError {
+        line: last.max(1),
+        msg: "the trace has no `space` command".into(),
+    })?;
+    Ok(Trace { space, cmds })
+}
+
+/// Totals printed to stderr after a replay.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    /// Successful allocations.
+    pub allocs: u64,
+    /// `invalid` answers.
+    pub invalid: u64,
+    /// `nospace` answers.
+    pub nospace: u64,
+    /// Successful frees (eager and lazy).
+    pub frees: u64,
+    /// `notallocated` answers.
+    pub notallocated: u64,
+}
+
+/// Why a replay stopped early.
+#[derive(Debug)]
+pub enum RunError {
+    /// `--check` found a violated invariant after the command on `line`.
+    Check {
+        /// 1-based line of the command after which the check failed.
+        line: usize,
+        /// The violation.
+        err: CheckError,
+    },
+    /// Writing the output failed.
+    Io(io::Error),
+}
+
+impl From<io::Error> for RunError {
+    fn from(e: io::Error) -> Self {
+        RunError::Io(e)
+    }
+}
+
+/// Replays `trace` on `a` (built over `trace.space`), writing the answer
+/// lines to `out`. With `check`, runs `a.check()` after every command.
+///
+/// # Errors
+/// The first invariant violation (with `check`), or an output error.
+pub fn run<R: RangeAllocator>(
+    a: &mut R,
+    trace: &Trace,
+    check: bool,
+    out: &mut dyn Write,
+) -> Result<Summary, RunError> {
+    let verify = |a: &R, line| match check {
+        true => a.check().map_err(|err| RunError::Check { line, err }),
+        false => Ok(()),
+    };
+    verify(a, 0)?;
+    let mut sum = Summary::default();
+    let mut ids: HashMap<&str, u64> = HashMap::new();
+    for (line, cmd) in &trace.cmds {
+        match cmd {
+            Cmd::LazyMax(b) => a.set_lazy_max(*b),
+            Cmd::Purge => {
+                a.purge(&mut |_, _| {});
+            }
+            Cmd::Alloc {
+                id,
+                size,
+                align,
+                range,
+            } => {
+                let (lo, hi) = range.unwrap_or(trace.space);
+                match a.alloc_in(*size, *align, lo, hi) {
+                    Ok(addr) => {
+                        sum.allocs += 1;
+                        ids.insert(id, addr);
+                        writeln!(out, "{id} {addr:#x}")?;
+                    }
+                    Err(AllocError::Invalid) => {
+                        sum.invalid += 1;
+                        writeln!(out, "{id} invalid")?;
+                    }
+                    Err(_) => {
+                        sum.nospace += 1;
+                        writeln!(out, "{id} nospace")?;
+                    }
+                }
+            }
+            Cmd::Free(id) | Cmd::Lazy(id) => {
+                let lazy = matches!(cmd, Cmd::Lazy(_));
+                let r = match ids.get(id.as_str()) {
+                    Some(&addr) if lazy => a.free_lazy(addr),
+                    Some(&addr) => a.free(addr),
+                    None => Err(FreeError::NotAllocated),
+                };
+                count_free(&mut sum, r.is_ok());
+                if r.is_err() {
+                    writeln!(out, "{id} notallocated")?;
+                }
+            }
+            Cmd::FreeAt(addr) => {
+                let ok = a.free(*addr).is_ok();
+                count_free(&mut sum, ok);
+                if !ok {
+                    writeln!(out, "{addr:#x} notallocated")?;
+                }
+            }
+        }
+        verify(a, *line)?;
+    }
+    Ok(sum)
+}
+
+fn count_free(sum: &mut Summary, ok: bool) {
+    match ok {
+        true => sum.frees += 1,
+        false => sum.notallocated += 1,
+    }
+}
+
+fn read_trace(path: &Path) -> io::Result<String> {
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        io::stdin().read_to_string(&mut s)?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path)
+}
+
+/// Builds the chosen allocator and replays on it; prints the summary.
+fn replay_on<R: RangeAllocator>(mut a: R, name: &str, trace: &Trace, check: bool) -> ExitCode {
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let result = run(&mut a, trace, check, &mut out);
+    let flushed = out.flush();
+    match (result, flushed) {
+        (Ok(sum), Ok(())) => {
+            let s = a.stats();
+            eprintln!(
+                "mmkit replay: {} commands on {name}{}: {} allocs ({} invalid, {} nospace), \
+                 {} frees ({} notallocated); {} purges, {} flushes; now {} live areas ({} bytes), \
+                 {} lazy ({} bytes), {} free blocks, largest {:#x}",
+                trace.cmds.len(),
+                if check { " (checked)" } else { "" },
+                sum.allocs,
+                sum.invalid,
+                sum.nospace,
+                sum.frees,
+                sum.notallocated,
+                s.purges,
+                s.flushes,
+                s.live_areas,
+                s.live_bytes,
+                s.lazy_areas,
+                s.lazy_bytes,
+                s.free_blocks,
+                s.largest_free,
+            );
+            ExitCode::SUCCESS
+        }
+        (Err(RunError::Check { line, err }), _) => {
+            eprintln!("mmkit replay: CHECK FAILED on {name} after line {line}: {err}");
+            ExitCode::from(1)
+        }
+        (Err(RunError::Io(e)), _) | (_, Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
+        (Err(RunError::Io(e)), _) | (_, Err(e)) => {
+            eprintln!("mmkit replay: writing the output: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// Replays `trace` and prints one line per alloc and per failed free.
-pub fn main(_trace: &Path, _check: bool, _allocator: AllocatorKind) -> ExitCode {
-    eprintln!("mmkit replay: not built yet");
+/// Exit status: 0 done, 1 check failure or output error, 2 unreadable or
+/// malformed trace.
+pub fn main(trace: &Path, check: bool, allocator: AllocatorKind) -> ExitCode {
+    let text = match read_trace(trace) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("mmkit replay: {}: {e}", trace.display());
+            return ExitCode::from(2);
+        }
+    };
+    let parsed = match parse(&text) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("mmkit replay: {}: {e}", trace.display());
+            return ExitCode::from(2);
+        }
+    };
+    let (s, e) = parsed.space;
+    // `parse` guarantees s < e, the only way `new` can fail.
+    match allocator {
+        AllocatorKind::Vmap => match VmapAllocator::new(s, e) {
+            Ok(a) => replay_on(a, "vmap", &parsed, check),
+            Err(err) => bad_space(err),
+        },
+        AllocatorKind::Baseline => match LinearVmap::new(s, e) {
+            Ok(a) => replay_on(a, "baseline", &parsed, check),
+            Err(err) => bad_space(err),
+        },
+    }
+}
+
+fn bad_space(err: AllocError) -> ExitCode {
+    eprintln!("mmkit replay: space refused: {err}");
     ExitCode::from(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err_line(text: &str) -> usize {
+        parse(text).expect_err("must be malformed").line
+    }
+
+    #[test]
+    fn parses_every_command() {
+        let t = parse(
+            "# a comment\nlazymax 0x2000\n\nspace 0x1000 65536  # trailing\n\
+             alloc a 4096\nalloc b 0X10 align 8 range 0 0x8000\nalloc c 1 range 1 2 align 2\n\
+             free a\nlazy b\nfreeat 0xdead\npurge\n",
+        )
+        .unwrap();
+        assert_eq!(t.space, (0x1000, 65536));
+        let alloc = |id: &str, size, align, range| Cmd::Alloc {
+            id: id.into(),
+            size,
+            align,
+            range,
+        };
+        assert_eq!(
+            t.cmds,
+            vec![
+                (2, Cmd::LazyMax(0x2000)),
+                (5, alloc("a", 4096, 1, None)),
+                (6, alloc("b", 16, 8, Some((0, 0x8000)))),
+                (7, alloc("c", 1, 2, Some((1, 2)))),
+                (8, Cmd::Free("a".into())),
+                (9, Cmd::Lazy("b".into())),
+                (10, Cmd::FreeAt(0xdead)),
+                (11, Cmd::Purge),
+            ]
+        );
+    }
+
+    #[test]
+    fn numbers_at_the_limits() {
+        assert_eq!(number("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(number("0xffffffffffffffff"), Ok(u64::MAX));
+        for bad in [
+            "18446744073709551616",
+            "0x10000000000000000",
+            "0x",
+            "-1",
+            "1e3",
+            "0b1",
+            "12a",
+            "",
+        ] {
+            assert!(number(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_lines_name_their_line() {
+        assert_eq!(err_line("space 0 10\nalloc a\n"), 2);
+        assert_eq!(err_line("space 0 10\n\n# c\nalloc a x\n"), 4);
+        assert_eq!(err_line("space 0 10\nalloc a 1 align\n"), 2);
+        assert_eq!(err_line("space 0 10\nalloc a 1 align 2 align 4\n"), 2);
+        assert_eq!(err_line("space 0 10\nalloc a 1 range 5\n"), 2);
+        assert_eq!(err_line("space 0 10\nalloc a 1 bogus\n"), 2);
+        assert_eq!(err_line("space 0 10\nfree\n"), 2);
+        assert_eq!(err_line("space 0 10\nfree a b\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge now\n"), 2);
+        assert_eq!(err_line("space 0 10\nfreeat -3\n"), 2);
+        assert_eq!(err_line("space 0 10\nmalloc a 1\n"), 2);
+        assert_eq!(err_line("space 0 10\nspace 0 20\n"), 2);
+        assert_eq!(err_line("space 10 10\n"), 1);
+        assert_eq!(err_line("space 0x10\n"), 1);
+        assert_eq!(err_line("alloc a 1\nspace 0 10\n"), 1);
+        assert_eq!(err_line("lazymax 5\n\n"), 2);
+        assert_eq!(err_line(""), 1);
+        assert_eq!(err_line("space 0 10\nlazymax 99999999999999999999\n"), 2);
+    }
+
+    #[test]
+    fn run_prints_one_line_per_alloc_and_failed_free() {
+        let t = parse(
+            "space 0x1000 0x3000\nalloc a 0x1000\nalloc b 0\nalloc c 0x2000\nfree a\n\
+             free a\nlazy zz\nfreeat 0x1001\nalloc d 0x800 align 0x800 range 0 0x1800\n",
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let mut a = LinearVmap::new(0x1000, 0x3000).unwrap();
+        let sum = run(&mut a, &t, true, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "a 0x1000\nb invalid\nc nospace\na notallocated\nzz notallocated\n\
+             0x1001 notallocated\nd 0x1000\n"
+        );
+        assert_eq!(
+            (
+                sum.allocs,
+                sum.invalid,
+                sum.nospace,
+                sum.frees,
+                sum.notallocated
+            ),
+            (2, 1, 1, 1, 3)
+        );
+    }
+
+    /// A LinearVmap whose checker reports a violation once anything is
+    /// allocated: `run` must stop at that command and name its line.
+    struct Broken(LinearVmap);
+
+    impl RangeAllocator for Broken {
+        fn space(&self) -> (u64, u64) {
+            self.0.space()
+        }
+        fn alloc_in(&mut self, s: u64, a: u64, lo: u64, hi: u64) -> Result<u64, AllocError> {
+            self.0.alloc_in(s, a, lo, hi)
+        }
+        fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
+            self.0.free(addr)
+        }
+        fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
+            self.0.free_lazy(addr)
+        }
+        fn purge(&mut self, f: &mut dyn FnMut(u64, u64)) -> bool {
+            self.0.purge(f)
+        }
+        fn set_lazy_max(&mut self, b: u64) {
+            self.0.set_lazy_max(b)
+        }
+        fn set_flush_hook(&mut self, h: Option<mmkit::range::FlushHook>) {
+            self.0.set_flush_hook(h)
+        }
+        fn stats(&self) -> mmkit::range::RangeStats {
+            self.0.stats()
+        }
+        fn check(&self) -> Result<(), CheckError> {
+            match self.0.stats().live_areas {
+                0 => Ok(()),
+                _ => Err(CheckError::new("planted")),
+            }
+        }
+    }
+
+    #[test]
+    fn check_failure_stops_at_the_command() {
+        let t = parse(
+            "space 0 0x100
+alloc a 1 align 0
+\nalloc b 1
+alloc c 1
+",
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let mut a = Broken(LinearVmap::new(0, 0x100).unwrap());
+        match run(&mut a, &t, true, &mut out) {
+            Err(RunError::Check { line, err }) => {
+                assert_eq!((line, err.0.as_str()), (4, "planted"))
+            }
+            other => panic!("expected a check failure, got {other:?}"),
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), "a invalid\nb 0x0\n");
+        // Without --check the same trace runs to the end.
+        let mut a = Broken(LinearVmap::new(0, 0x100).unwrap());
+        assert!(run(&mut a, &t, false, &mut Vec::new()).is_ok());
+    }
 }

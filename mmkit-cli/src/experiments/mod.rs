@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::report::Report;
 
 pub mod vm_map_ram;
+pub mod vmalloc;
 pub mod vmap_scaling;
 
 /// `mmkit experiments` options, shared by every experiment.
@@ -46,7 +47,11 @@ pub struct Experiment {
 }
 
 /// Every experiment, in the order `mmkit experiments` runs them.
-pub const ALL: &[Experiment] = &[vm_map_ram::EXPERIMENT, vmap_scaling::EXPERIMENT];
+pub const ALL: &[Experiment] = &[
+    vmalloc::EXPERIMENT,
+    vm_map_ram::EXPERIMENT,
+    vmap_scaling::EXPERIMENT,
+];
 
 /// Runs the experiments named in `opts` (all when none) and prints them.
 pub fn run(opts: &Options) -> ExitCode {

@@ -12,14 +12,15 @@
 //!            `--------'             `-----------------'
 //!   free tree: maximal free blocks, sorted by start, each node knowing the
 //!              largest free block below it (smax); threaded by a list
-//!   busy tree: live areas by start, so a free finds its area in O(log n)
+//!   busy index: live areas by start (a hash table of (start, end)), so a
+//!              free finds its area in O(1) and rejects any other address
 //!   lazy list: areas freed lazily; not reusable until the next purge
 //! ```
 //!
-//! Every free block, live area and lazy area is one 48-byte [`tree::Node`]
-//! from one arena; a free moves the node from the busy tree to the free tree
-//! (or releases it when the area merges into a neighbour), so steady-state
-//! operation allocates no heap memory.
+//! Metadata: a free block is one 56-byte [`tree::Node`] from an arena that
+//! reuses released nodes; a live area is one 16-byte slot of the busy index;
+//! a lazy area is 16 bytes in the lazy list. None of these shrink, so
+//! steady-state operation allocates no heap memory.
 //!
 //! [`tree::Node`]: crate::tree::Node
 
@@ -27,7 +28,10 @@ use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{clamp_request, FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::tree::{NodeArena, NodeId, RangeTree, NIL};
+
+mod busy;
 use alloc::vec::Vec;
+use busy::BusyIndex;
 
 /// How an allocated `[a, a + size)` sits in the free block `[s, e)` it was
 /// cut from: the kernel's four fit types.
@@ -102,8 +106,8 @@ pub struct VmapAllocator {
     /// Maximal free blocks, augmented with the largest block per subtree.
     free: RangeTree,
     /// Live areas by start address.
-    busy: RangeTree,
-    /// Lazily freed areas: a list through the nodes' `next` links.
+    busy: BusyIndex,
+    /// Lazily freed areas, waiting for a purge.
     lazy: LazyList,
     lazy_max: u64,
     flush_hook: Option<FlushHook>,
@@ -116,7 +120,7 @@ pub struct VmapAllocator {
 /// The lazily freed areas awaiting a purge, and the range covering them.
 #[derive(Debug, Default)]
 struct LazyList {
-    nodes: Vec<NodeId>,
+    areas: Vec<(u64, u64)>,
     bytes: u64,
     lo: u64,
     hi: u64,
@@ -157,7 +161,7 @@ impl VmapAllocator {
             end,
             arena,
             free,
-            busy: RangeTree::new(),
+            busy: BusyIndex::new(),
             lazy: LazyList::default(),
             lazy_max: DEFAULT_LAZY_MAX,
             flush_hook: None,
@@ -175,14 +179,12 @@ impl VmapAllocator {
         self.arena.reserve(n);
     }
 
-    /// The live area containing `addr`, as `(start, size)`.
+    /// The size of the live area that starts at `addr`, if there is one.
     ///
     /// # Complexity
-    /// O(log n).
-    pub fn find_area(&self, addr: u64) -> Option<(u64, u64)> {
-        let id = self.busy.containing(&self.arena, addr)?;
-        let n = self.arena.get(id);
-        Some((n.start, n.len()))
+    /// O(1) expected.
+    pub fn area_size(&self, addr: u64) -> Option<u64> {
+        self.busy.get(addr).map(|end| end - addr)
     }
 
     /// Cuts `[a, a + size)` out of free block `id`, per its [`FitType`].
@@ -208,8 +210,7 @@ impl VmapAllocator {
     }
 
     /// Returns `[s, e)` to free space, merging with both neighbours at once.
-    /// `id` is a detached node the caller no longer needs.
-    fn merge_or_add(&mut self, id: NodeId, s: u64, e: u64) {
+    fn merge_or_add(&mut self, s: u64, e: u64) {
         let next = self.free.lower_bound(&self.arena, s);
         let prev = if next == NIL {
             self.free.last()
@@ -224,21 +225,18 @@ impl VmapAllocator {
                 self.free.remove(&mut self.arena, next);
                 self.arena.release(next);
                 self.free.set_range(&mut self.arena, prev, ps, ne);
-                self.arena.release(id);
             }
             (true, false) => {
                 let ps = self.arena.get(prev).start;
                 self.free.set_range(&mut self.arena, prev, ps, e);
-                self.arena.release(id);
             }
             (false, true) => {
                 let ne = self.arena.get(next).end;
                 self.free.set_range(&mut self.arena, next, s, ne);
-                self.arena.release(id);
             }
             (false, false) => {
-                // The caller's node becomes the new free block.
-                self.arena.reset(id, s, e);
+                // The only case that needs a node: a new free block.
+                let id = self.arena.alloc(s, e);
                 self.free.insert(&mut self.arena, id);
             }
         }
@@ -246,15 +244,11 @@ impl VmapAllocator {
     }
 
     /// Detaches the live area at `addr` from the busy tree.
-    fn take_busy(&mut self, addr: u64) -> Result<(NodeId, u64, u64), FreeError> {
-        let id = self
-            .busy
-            .find(&self.arena, addr)
-            .ok_or(FreeError::NotAllocated)?;
-        let (s, e) = (self.arena.get(id).start, self.arena.get(id).end);
-        self.busy.remove(&mut self.arena, id);
+    fn take_busy(&mut self, addr: u64) -> Result<(u64, u64), FreeError> {
+        let e = self.busy.remove(addr).ok_or(FreeError::NotAllocated)?;
+        let s = addr;
         self.live_bytes -= e - s;
-        Ok((id, s, e))
+        Ok((s, e))
     }
 
     /// Purge through the installed hook (threshold and failure purges).
@@ -271,8 +265,7 @@ impl VmapAllocator {
     fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
         let (id, a) = self.free.lowest_fit(&self.arena, size, align, lo, hi)?;
         self.clip(id, a, size);
-        let b = self.arena.alloc(a, a + size);
-        self.busy.insert(&mut self.arena, b);
+        self.busy.insert(a, a + size);
         self.live_bytes += size;
         Some(a)
     }
@@ -310,22 +303,22 @@ impl RangeAllocator for VmapAllocator {
     /// # Complexity
     /// O(log n).
     fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
-        let (id, s, e) = self.take_busy(addr)?;
-        self.merge_or_add(id, s, e);
+        let (s, e) = self.take_busy(addr)?;
+        self.merge_or_add(s, e);
         Ok(e - s)
     }
 
     /// # Complexity
     /// O(log n), plus a purge when the lazy bytes pass `lazy_max`.
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
-        let (id, s, e) = self.take_busy(addr)?;
+        let (s, e) = self.take_busy(addr)?;
         let lz = &mut self.lazy;
-        if lz.nodes.is_empty() {
+        if lz.areas.is_empty() {
             (lz.lo, lz.hi) = (s, e);
         } else {
             (lz.lo, lz.hi) = (lz.lo.min(s), lz.hi.max(e));
         }
-        lz.nodes.push(id);
+        lz.areas.push((s, e));
         lz.bytes += e - s;
         if self.lazy.bytes > self.lazy_max {
             self.purge_with_hook();
@@ -337,19 +330,18 @@ impl RangeAllocator for VmapAllocator {
     /// O(k log n) for k lazy areas.
     fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
         self.purges += 1;
-        if self.lazy.nodes.is_empty() {
+        if self.lazy.areas.is_empty() {
             return false;
         }
         // One flush covers the whole batch, before any of it is reusable.
         flush(self.lazy.lo, self.lazy.hi);
         self.flushes += 1;
-        let mut nodes = core::mem::take(&mut self.lazy.nodes);
-        for &id in &nodes {
-            let (s, e) = (self.arena.get(id).start, self.arena.get(id).end);
-            self.merge_or_add(id, s, e);
+        let mut areas = core::mem::take(&mut self.lazy.areas);
+        for &(s, e) in &areas {
+            self.merge_or_add(s, e);
         }
-        nodes.clear();
-        self.lazy.nodes = nodes; // keep the capacity: no allocation next time
+        areas.clear();
+        self.lazy.areas = areas; // keep the capacity: no allocation next time
         self.lazy.bytes = 0;
         true
     }
@@ -368,7 +360,8 @@ impl RangeAllocator for VmapAllocator {
     fn stats(&self) -> RangeStats {
         let ar = &self.arena;
         let metadata = ar.heap_bytes()
-            + self.lazy.nodes.capacity() * core::mem::size_of::<NodeId>()
+            + self.busy.heap_bytes()
+            + self.lazy.areas.capacity() * core::mem::size_of::<(u64, u64)>()
             + core::mem::size_of::<Self>();
         RangeStats {
             free_blocks: self.free.len() as u64,
@@ -376,7 +369,7 @@ impl RangeAllocator for VmapAllocator {
             largest_free: self.free.max_len(ar),
             live_areas: self.busy.len() as u64,
             live_bytes: self.live_bytes,
-            lazy_areas: self.lazy.nodes.len() as u64,
+            lazy_areas: self.lazy.areas.len() as u64,
             lazy_bytes: self.lazy.bytes,
             purges: self.purges,
             flushes: self.flushes,
@@ -390,7 +383,7 @@ impl RangeAllocator for VmapAllocator {
         let ar = &self.arena;
         let (lo, hi) = (self.start, self.end);
         self.free.check(ar, lo, hi)?;
-        self.busy.check(ar, lo, hi)?;
+        ensure!(self.busy.consistent(), "busy index: a key is unreachable");
         // Free blocks are maximal.
         let mut at = self.free.first();
         while at != NIL {
@@ -403,22 +396,22 @@ impl RangeAllocator for VmapAllocator {
         }
         // Free, busy and lazy ranges partition the space exactly.
         let mut all = Vec::with_capacity(self.arena.in_use());
-        for (tree, kind) in [(&self.free, "free"), (&self.busy, "busy")] {
-            let mut at = tree.first();
-            while at != NIL {
-                all.push((ar.get(at).start, ar.get(at).end, kind));
-                at = ar.get(at).next();
-            }
+        let mut at = self.free.first();
+        while at != NIL {
+            all.push((ar.get(at).start, ar.get(at).end, "free"));
+            at = ar.get(at).next();
         }
-        for &id in &self.lazy.nodes {
-            let n = ar.get(id);
-            ensure!(n.start < n.end, "empty lazy area at {:#x}", n.start);
+        for (s, e) in self.busy.iter() {
+            ensure!(s < e, "empty busy area at {s:#x}");
+            all.push((s, e, "busy"));
+        }
+        for &(s, e) in &self.lazy.areas {
+            ensure!(s < e, "empty lazy area at {s:#x}");
             ensure!(
-                self.lazy.lo <= n.start && n.end <= self.lazy.hi,
-                "lazy area {:#x} outside the flush range",
-                n.start
+                self.lazy.lo <= s && e <= self.lazy.hi,
+                "lazy area {s:#x} outside the flush range"
             );
-            all.push((n.start, n.end, "lazy"));
+            all.push((s, e, "lazy"));
         }
         all.sort_unstable();
         let mut sums = [0u64; 3];
@@ -452,7 +445,7 @@ impl RangeAllocator for VmapAllocator {
             "lazy bytes {lazy} != counter {}",
             self.lazy.bytes
         );
-        let nodes = self.free.len() + self.busy.len() + self.lazy.nodes.len();
+        let nodes = self.free.len();
         ensure!(
             nodes == ar.in_use(),
             "{nodes} nodes reachable, arena says {}",
