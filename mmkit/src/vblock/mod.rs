@@ -129,6 +129,22 @@ impl Config {
             .then(|| pages.next_power_of_two().trailing_zeros())
     }
 
+    /// The block number of `addr`: `addr / block_size`, as a shift.
+    #[inline]
+    fn block_no(&self, addr: u64) -> u64 {
+        addr >> self.block_size().trailing_zeros()
+    }
+
+    /// The page index of byte offset `d` inside a block, or `None` when
+    /// `d` is not page aligned. Shifts, not divisions: the page size is a
+    /// power of two, which the compiler cannot know.
+    #[inline]
+    fn page_index(&self, d: u64) -> Option<u32> {
+        let ok = d & (self.page_size - 1) == 0;
+        // d < block size <= bits * page, so the index fits in u32.
+        ok.then(|| (d >> self.page_size.trailing_zeros()) as u32)
+    }
+
     fn bits32(&self) -> u32 {
         // validate() bounds bits by MAX_BITS, so this never truncates.
         self.bits as u32

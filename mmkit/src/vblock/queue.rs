@@ -193,6 +193,12 @@ impl Queue {
     /// The slot of this CPU's block starting at `va_start`, if any.
     #[inline]
     pub fn find(&self, va_start: u64) -> Option<u32> {
+        // Most unmaps hit the block maps are coming from: the list head.
+        if let Some(&s) = self.list.front() {
+            if self.slab[s as usize].va_start == va_start {
+                return Some(s);
+            }
+        }
         self.by_va.get(&va_start).copied()
     }
 

@@ -181,8 +181,22 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         self.cfg.order_of(pages).map(|_| pages as u32)
     }
 
+    /// This thread's queue: its slot modulo the queue count (a mask when
+    /// that is a power of two: a division costs more than the rest of the
+    /// slot lookup).
+    #[inline]
+    fn here(&self) -> usize {
+        let (slot, n) = (current_slot(), self.queues.len());
+        if n.is_power_of_two() {
+            slot & (n - 1)
+        } else {
+            slot % n
+        }
+    }
+
     fn shard(&self, blockno: u64) -> &Mutex<Index> {
-        &self.index[(blockno % self.index.len() as u64) as usize].0
+        // The shard count is a power of two.
+        &self.index[(blockno & (self.index.len() as u64 - 1)) as usize].0
     }
 
     /// Maps `pages` pages on this thread's queue ([`current_slot`] modulo
@@ -194,7 +208,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// # Complexity
     /// As [`map_on`](Self::map_on).
     pub fn map(&self, pages: u64) -> Result<u64, AllocError> {
-        self.map_on(current_slot() % self.queues.len(), pages)
+        self.map_on(self.here(), pages)
     }
 
     /// Maps `pages` pages on CPU queue `cpu`.
@@ -255,7 +269,8 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         let bs = self.cfg.block_size();
         let va = lock(&self.global).range.alloc(bs, bs)?;
         let (slot, addr) = q.add_block(va, n);
-        lock(self.shard(va / bs)).insert(va / bs, (cpu as u32, slot));
+        let no = self.cfg.block_no(va);
+        lock(self.shard(no)).insert(no, (cpu as u32, slot));
         q.counters.create_ns += since(self.clock, t0);
         Ok(addr)
     }
@@ -265,8 +280,8 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     fn release_all(&self, q: &mut Queue, released: &mut Vec<u64>) {
         for va in released.drain(..) {
             let t0 = now(self.clock);
-            let bs = self.cfg.block_size();
-            lock(self.shard(va / bs)).remove(&(va / bs));
+            let no = self.cfg.block_no(va);
+            lock(self.shard(no)).remove(&no);
             let freed = lock(&self.global).range.free_lazy(va);
             debug_assert!(freed.is_ok(), "a block's range is live");
             q.counters.release_ns += since(self.clock, t0);
@@ -317,13 +332,14 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         let bs = self.cfg.block_size();
         let va = addr & !(bs - 1);
         // Fast path: the mapping CPU's own queue knows its blocks.
-        let here = current_slot() % self.queues.len();
+        let here = self.here();
         let mut q = lock(&self.queues[here].0);
         if let Some(slot) = q.find(va) {
             return self.unmap_in(&mut q, slot, addr, n, t0);
         }
         drop(q);
-        let found = lock(self.shard(addr / bs)).get(&(addr / bs)).copied();
+        let no = self.cfg.block_no(addr);
+        let found = lock(self.shard(no)).get(&no).copied();
         let (cpu, slot) = found.ok_or(FreeError::NotAllocated)?;
         let mut q = lock(&self.queues[cpu as usize].0);
         self.unmap_in(&mut q, slot, addr, n, t0)
@@ -338,12 +354,13 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         n: u32,
         t0: u64,
     ) -> Result<(), FreeError> {
-        let (bs, page) = (self.cfg.block_size(), self.cfg.page_size);
+        let bs = self.cfg.block_size();
         let va = addr & !(bs - 1);
-        if (addr - va) % page != 0 {
-            return Err(FreeError::NotAllocated);
-        }
-        if let Some(va) = q.free(slot, va, ((addr - va) / page) as u32, n)? {
+        let off = self
+            .cfg
+            .page_index(addr - va)
+            .ok_or(FreeError::NotAllocated)?;
+        if let Some(va) = q.free(slot, va, off, n)? {
             self.release_all(q, &mut std::vec![va]);
         }
         q.counters.unmap_calls += 1;

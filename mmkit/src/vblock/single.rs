@@ -163,7 +163,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         let bs = self.cfg.block_size();
         let va = self.range.alloc(bs, bs)?;
         let (slot, addr) = self.queues[cpu].add_block(va, n);
-        self.index.insert(va / bs, (cpu as u32, slot));
+        self.index.insert(self.cfg.block_no(va), (cpu as u32, slot));
         self.queues[cpu].counters.create_ns += since(self.clock, t0);
         Ok(addr)
     }
@@ -173,7 +173,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     fn release_all(&mut self, cpu: usize, released: &mut Vec<u64>) {
         for va in released.drain(..) {
             let t0 = now(self.clock);
-            self.index.remove(&(va / self.cfg.block_size()));
+            self.index.remove(&self.cfg.block_no(va));
             let freed = self.range.free_lazy(va);
             debug_assert!(freed.is_ok(), "a block's range is live");
             self.queues[cpu].counters.release_ns += since(self.clock, t0);
@@ -229,16 +229,16 @@ impl<R: RangeAllocator> VblockAllocator<R> {
             return self.unmap_large(addr, pages);
         };
         let t0 = now(self.clock);
-        let (bs, page) = (self.cfg.block_size(), self.cfg.page_size);
+        let bs = self.cfg.block_size();
         let &(cpu, slot) = self
             .index
-            .get(&(addr / bs))
+            .get(&self.cfg.block_no(addr))
             .ok_or(FreeError::NotAllocated)?;
         let (va, cpu) = (addr & !(bs - 1), cpu as usize);
-        if (addr - va) % page != 0 {
-            return Err(FreeError::NotAllocated);
-        }
-        let off = ((addr - va) / page) as u32;
+        let off = self
+            .cfg
+            .page_index(addr - va)
+            .ok_or(FreeError::NotAllocated)?;
         if let Some(va) = self.queues[cpu].free(slot, va, off, n)? {
             self.release_all(cpu, &mut alloc::vec![va]);
         }
@@ -387,7 +387,7 @@ pub(crate) fn check_all<'a, R: RangeAllocator>(
             ensure!(va % bs == 0, "block {va:#x} not aligned to {bs:#x}");
             let want = (cpu as u32, slot);
             ensure!(
-                index.get(&(va / bs)) == Some(&want),
+                index.get(&cfg.block_no(va)) == Some(&want),
                 "block {va:#x} (cpu {cpu}) not indexed"
             );
             blocks += 1;
