@@ -39,6 +39,16 @@
 //! | freed pages | dirty bitmap | `dirty` count + `[dirty_min, dirty_max)` |
 //! | fragmented purge | when an aligned search fails in a block with nothing live | when creating a block fails (all CPUs), and in `unmap_aliases` when `free < BITS/4` |
 //!
+//! A fragmented block has nothing live and is not entirely dirty. When a
+//! new block cannot be created, Current purges every such block on every CPU
+//! (the kernel's forced purge) and retries once; `unmap_aliases` purges only
+//! those with less than a quarter of their pages free (the kernel's
+//! `VMAP_PURGE_THRESHOLD`).
+//!
+//! Unlike the kernel, which trusts its callers, an unmap is validated: the
+//! address must start a live mapping of exactly that many pages, or the
+//! call fails with a typed error and changes nothing.
+//!
 //! The single-threaded [`VblockAllocator`] takes the CPU as an argument (for
 //! deterministic tests and the seed 001 scenarios); [`ConcurrentVblock`]
 //! (feature `std`) locks one queue per CPU.
