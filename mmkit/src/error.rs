@@ -2,6 +2,19 @@
 //!
 //! Every fallible operation returns one of these and, when it does, leaves the
 //! allocator exactly as it was: an error never means "half done".
+//!
+//! ```
+//! use mmkit::range::RangeAllocator;
+//! use mmkit::vmap::VmapAllocator;
+//! use mmkit::{AllocError, FreeError};
+//!
+//! let mut va = VmapAllocator::new(0, 4096).unwrap();
+//! assert_eq!(va.alloc(0, 1), Err(AllocError::Invalid)); // size 0
+//! assert_eq!(va.alloc(8, 3), Err(AllocError::Invalid)); // align not a power of two
+//! assert_eq!(va.alloc(8192, 1), Err(AllocError::NoSpace));
+//! assert_eq!(va.free(7), Err(FreeError::NotAllocated));
+//! assert_eq!(AllocError::NoSpace.to_string(), "no free space satisfies the request");
+//! ```
 
 use alloc::string::String;
 use core::fmt;

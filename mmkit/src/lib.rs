@@ -55,7 +55,9 @@ extern crate std;
 pub use alloc::format as __format;
 
 pub mod baseline;
+pub mod buddy;
 pub mod error;
+pub mod percpu;
 pub mod range;
 pub mod tree;
 pub mod vblock;

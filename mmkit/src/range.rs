@@ -27,6 +27,16 @@ use crate::error::{AllocError, CheckError, FreeError};
 pub const DEFAULT_LAZY_MAX: u64 = 32 << 20;
 
 /// Counters and sizes reported by [`RangeAllocator::stats`].
+///
+/// # Examples
+/// ```
+/// use mmkit::range::RangeAllocator;
+/// use mmkit::vmap::VmapAllocator;
+/// let mut va = VmapAllocator::new(0, 100).unwrap();
+/// va.alloc(10, 1).unwrap();
+/// let s = va.stats();
+/// assert_eq!((s.live_areas, s.live_bytes, s.free_bytes, s.free_blocks), (1, 10, 90, 1));
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RangeStats {
     /// Number of maximal free blocks (0 for allocators that keep no free

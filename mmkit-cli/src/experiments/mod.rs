@@ -10,6 +10,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::report::Report;
 
+pub mod buddy;
+pub mod percpu;
 pub mod vm_map_ram;
 pub mod vmalloc;
 pub mod vmap_scaling;
@@ -51,6 +53,8 @@ pub const ALL: &[Experiment] = &[
     vmalloc::EXPERIMENT,
     vm_map_ram::EXPERIMENT,
     vmap_scaling::EXPERIMENT,
+    percpu::EXPERIMENT,
+    buddy::EXPERIMENT,
 ];
 
 /// Runs the experiments named in `opts` (all when none) and prints them.

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 use mmkit::baseline::linear_vmap::LinearVmap;
-use mmkit::range::{Locked, RangeAllocator};
+use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
+use parking_lot::FairMutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -125,7 +126,7 @@ type Area = u64;
 /// count the kernel's constants derive from.
 pub struct Workload<'a, R> {
     /// The allocator every thread shares.
-    pub va: &'a Locked<R>,
+    pub va: &'a FairMutex<R>,
     /// `test_loop_count`.
     pub loops: u64,
     /// `num_online_cpus()`.
@@ -244,9 +245,9 @@ pub struct ModeResult {
 
 /// A fresh allocator of the vmalloc space behind one lock, with the
 /// kernel's lazy threshold.
-fn shared<R: RangeAllocator>(mut va: R, cpus: usize) -> Locked<R> {
+fn shared<R: RangeAllocator>(mut va: R, cpus: usize) -> FairMutex<R> {
     va.set_lazy_max(lazy_max(cpus));
-    Locked::new(va)
+    FairMutex::new(va)
 }
 
 fn index(t: TestCase) -> usize {
@@ -256,7 +257,7 @@ fn index(t: TestCase) -> usize {
         .expect("every test is listed")
 }
 
-fn finish<R: RangeAllocator>(va: &Locked<R>, r: &mut ModeResult) {
+fn finish<R: RangeAllocator>(va: &FairMutex<R>, r: &mut ModeResult) {
     let mut a = va.lock();
     a.purge(&mut |_, _| {});
     let s = a.stats();
@@ -495,9 +496,9 @@ pub fn run(opts: &Options) -> Report {
             format!("failed test runs: {failed} (align_shift stopping at its first failure is a pass, as in the kernel)"),
             format!("after performance: baseline {}; mmkit {}", perf_base.after, perf_new.after),
             format!("after stress: baseline {}; mmkit {}", stress_base.after, stress_new.after),
-            "stress timings depend on how the threads' tests overlap (the OS scheduler, and a std Mutex \
-             that lets its holder re-take it, where the kernel's queued spinlock hands over in order): \
-             the baseline suffers most when long_busy_list overlaps other tests; rerun to see the spread"
+            "the one lock is a FIFO-fair mutex (parking_lot::FairMutex), as the kernel's queued spinlock \
+             hands over in arrival order; stress timings still depend on how the threads' tests overlap \
+             (the baseline suffers most when long_busy_list overlaps other tests): rerun to see the spread"
                 .into(),
             "the baseline keeps the exact lowest fit: it restarts its walk when size <= cached_hole_size, \
              where the kernel's rule was size < cached_hole_size (see mmkit::baseline::linear_vmap)"

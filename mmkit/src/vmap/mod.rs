@@ -35,6 +35,15 @@ use busy::BusyIndex;
 
 /// How an allocated `[a, a + size)` sits in the free block `[s, e)` it was
 /// cut from: the kernel's four fit types.
+///
+/// # Examples
+/// ```
+/// use mmkit::vmap::FitType;
+/// assert_eq!(FitType::classify(0, 10, 0, 10), FitType::Full);
+/// assert_eq!(FitType::classify(0, 10, 0, 4), FitType::LeftEdge);
+/// assert_eq!(FitType::classify(0, 10, 6, 4), FitType::RightEdge);
+/// assert_eq!(FitType::classify(0, 10, 4, 2), FitType::NoEdge);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FitType {
     /// Full fit: the block is consumed whole and leaves the free tree.
@@ -337,8 +346,22 @@ impl RangeAllocator for VmapAllocator {
         flush(self.lazy.lo, self.lazy.hi);
         self.flushes += 1;
         let mut areas = core::mem::take(&mut self.lazy.areas);
+        // In address order, consecutive merges walk nearby tree paths (warm
+        // in cache), and adjacent lazy areas join before touching the tree.
+        areas.sort_unstable();
+        let mut run: Option<(u64, u64)> = None;
         for &(s, e) in &areas {
-            self.merge_or_add(s, e);
+            run = match run {
+                Some((rs, re)) if re == s => Some((rs, e)),
+                Some((rs, re)) => {
+                    self.merge_or_add(rs, re);
+                    Some((s, e))
+                }
+                None => Some((s, e)),
+            };
+        }
+        if let Some((rs, re)) = run {
+            self.merge_or_add(rs, re);
         }
         areas.clear();
         self.lazy.areas = areas; // keep the capacity: no allocation next time

@@ -1,0 +1,116 @@
+//! Order-0 alloc+free pair of the buddy allocator against a bare
+//! doubly-linked-list push+pop (issue 5 target: under 2x).
+//!
+//! - `list_push_pop`: a Vec-indexed doubly-linked list (head, next, prev),
+//!   one pop from the head and one push at the head: the floor any
+//!   free-list allocator pays.
+//! - `buddy_order0_pair/<placement>`: a 1 GiB zone (262144 frames) where
+//!   every odd frame is free, so an order-0 request takes an order-0 block
+//!   and its free finds the buddy busy (no split, no merge): the common case
+//!   in a full zone.
+//! - `buddy_order0_split_merge/<placement>`: an empty zone, so each pair
+//!   splits an order-10 block down and merges it back up (the worst case).
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType, Placement};
+
+const FRAMES: u64 = 262_144;
+const NIL: u32 = u32::MAX;
+
+/// The baseline: a doubly-linked list threaded through two vectors.
+struct VecList {
+    head: u32,
+    next: Vec<u32>,
+    prev: Vec<u32>,
+}
+
+impl VecList {
+    fn new(n: u32) -> Self {
+        let mut l = VecList {
+            head: NIL,
+            next: vec![NIL; n as usize],
+            prev: vec![NIL; n as usize],
+        };
+        for i in (0..n).step_by(2) {
+            l.push(i);
+        }
+        l
+    }
+
+    fn push(&mut self, i: u32) {
+        self.prev[i as usize] = NIL;
+        self.next[i as usize] = self.head;
+        if self.head != NIL {
+            self.prev[self.head as usize] = i;
+        }
+        self.head = i;
+    }
+
+    fn pop(&mut self) -> Option<u32> {
+        let i = self.head;
+        if i == NIL {
+            return None;
+        }
+        let n = self.next[i as usize];
+        if n != NIL {
+            self.prev[n as usize] = NIL;
+        }
+        self.head = n;
+        Some(i)
+    }
+}
+
+fn zone(placement: Placement) -> BuddyAllocator {
+    let cfg = BuddyConfig {
+        placement,
+        ..BuddyConfig::default()
+    };
+    let mut b = BuddyAllocator::new(0x100000, FRAMES, cfg).expect("valid zone");
+    b.add_free_range(0x100000, FRAMES).expect("fresh range");
+    b
+}
+
+fn fragmented(placement: Placement) -> BuddyAllocator {
+    let mut b = zone(placement);
+    while b.alloc(0, MigrateType::Movable).is_ok() {}
+    for pfn in (0x100000..0x100000 + FRAMES).skip(1).step_by(2) {
+        b.free(pfn, 0).expect("allocated above");
+    }
+    b
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("order0");
+    let mut list = VecList::new(FRAMES as u32);
+    g.bench_function("list_push_pop", |bch| {
+        bch.iter(|| {
+            let i = list.pop().expect("non-empty");
+            list.push(black_box(i));
+        })
+    });
+    for (name, p) in [
+        ("head", Placement::Head),
+        ("tail", Placement::TailIfMergeLikely),
+    ] {
+        let mut b = fragmented(p);
+        g.bench_function(format!("buddy_order0_pair/{name}"), |bch| {
+            bch.iter(|| {
+                let pfn = b.alloc(0, MigrateType::Movable).expect("free pages");
+                b.free(black_box(pfn), 0).expect("just allocated");
+            })
+        });
+        let mut b = zone(p);
+        g.bench_function(format!("buddy_order0_split_merge/{name}"), |bch| {
+            bch.iter(|| {
+                let pfn = b.alloc(0, MigrateType::Movable).expect("free pages");
+                b.free(black_box(pfn), 0).expect("just allocated");
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,1053 @@
+//! The buddy page allocator (`mm/page_alloc.c`), with the merge-likely tail
+//! placement of seed 004, migratetypes, and the fragmentation indexes of
+//! `mm/vmstat.c`.
+//!
+//! A zone is a span of page frame numbers `[start_pfn, start_pfn + span)`;
+//! frames become usable only when added with
+//! [`add_free_range`](BuddyAllocator::add_free_range), so a zone may start
+//! anywhere and have holes. Free memory is kept as blocks of `2^order`
+//! frames, each aligned to its size (in absolute pfn), on one free list per
+//! order and migratetype:
+//!
+//! ```text
+//!  pfn    0       4   6 7 8              16
+//!         [  free o2  ][a][f][   free order 3   ]   a = allocated order 1
+//!                               ^ buddy of [0,4) is [4,8): not free, no merge
+//!
+//!  lists  order 0: Movable: 7
+//!         order 2: Movable: 0
+//!         order 3: Movable: 8
+//! ```
+//!
+//! - `alloc(order, mt)` takes the head of the smallest non-empty list of its
+//!   type at `order` or above, and splits it: the upper halves go back to the
+//!   lower lists (the kernel's `expand`). When the type has nothing, the
+//!   fallback rules of [`MigrateType::fallbacks`] claim or steal (module
+//!   `migrate`).
+//! - `free(pfn, order)` merges the block with its buddy (`pfn ^ 2^order`)
+//!   while the buddy is a free block of the same order, up to `max_order`,
+//!   and never at or above `pageblock_order` between a HighAtomic pageblock
+//!   and another type. The merged block goes to the head of its list, or, with
+//!   [`Placement::TailIfMergeLikely`], to the tail when the buddy of the
+//!   next-higher block is free (seed 004): the block is then likely to merge
+//!   twice soon, so allocations should take other blocks first.
+//!
+//! Per-frame state (the kernel's `PageBuddy`/`page_order` bits, here an
+//! enum per frame) records the head of every block, free or allocated, so a
+//! free of anything that is not an allocated block of that order is refused.
+//!
+//! # Invariants (checked by [`BuddyAllocator::check`])
+//! - every present frame belongs to exactly one block, whose head records its
+//!   order; blocks are aligned to their order and lie inside the span;
+//! - every free block is on exactly the list of its order and type, and its
+//!   type is the migratetype of every pageblock it covers;
+//! - no free block has a free buddy of the same order below `max_order`,
+//!   except across pageblocks where one side is HighAtomic and the other not;
+//! - list lengths and the free page count equal what the frames say.
+
+mod freelist;
+mod metrics;
+mod migrate;
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+
+pub use metrics::{
+    buddyinfo_line, extfrag_for_order, extfrag_index_line, fragmentation_index,
+    unusable_free_index, unusable_index_line, ContigInfo, PageTypeCounts, ZoneId,
+};
+pub use migrate::{MigrateType, MIGRATE_TYPES};
+
+use crate::error::{AllocError, CheckError, FreeError};
+use freelist::{Links, List, NIL};
+use migrate::{alike_pages, should_try_claim};
+
+/// The kernel's default `MAX_PAGE_ORDER`: blocks of up to 1024 frames.
+pub const DEFAULT_MAX_ORDER: u8 = 10;
+/// The kernel's default `pageblock_order` on x86-64: 512 frames (2 MiB).
+pub const DEFAULT_PAGEBLOCK_ORDER: u8 = 9;
+/// The largest `max_order` this allocator accepts.
+pub const ORDER_LIMIT: u8 = 15;
+
+/// Where a freed (merged) block goes on its free list.
+///
+/// ```
+/// use mmkit::buddy::Placement;
+/// assert_eq!(Placement::default(), Placement::TailIfMergeLikely);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Placement {
+    /// Always the head (kernels before 2.6.33): the block freed last is
+    /// allocated first.
+    Head,
+    /// The tail when the buddy of the next-higher-order block is free, else
+    /// the head (2.6.33 on), with the 2.6.36 bound: blocks of order
+    /// `max_order - 1` and above never probe, since their next-higher buddy
+    /// could never merge.
+    #[default]
+    TailIfMergeLikely,
+}
+
+/// Sizes and policy of a [`BuddyAllocator`].
+///
+/// ```
+/// use mmkit::buddy::{BuddyConfig, Placement};
+/// let c = BuddyConfig { placement: Placement::Head, ..BuddyConfig::default() };
+/// assert_eq!((c.max_order, c.pageblock_order), (10, 9));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BuddyConfig {
+    /// Largest block order (inclusive), at most [`ORDER_LIMIT`].
+    pub max_order: u8,
+    /// Order of a pageblock, the unit that carries a migratetype; at most
+    /// `max_order`.
+    pub pageblock_order: u8,
+    /// Head or merge-likely tail placement of freed blocks.
+    pub placement: Placement,
+}
+
+impl Default for BuddyConfig {
+    fn default() -> Self {
+        BuddyConfig {
+            max_order: DEFAULT_MAX_ORDER,
+            pageblock_order: DEFAULT_PAGEBLOCK_ORDER,
+            placement: Placement::default(),
+        }
+    }
+}
+
+/// A free block, as [`BuddyAllocator::free_blocks`] lists it.
+///
+/// ```
+/// use mmkit::buddy::{BuddyAllocator, BuddyConfig, FreeBlock, MigrateType};
+/// let mut b = BuddyAllocator::new(0, 4, BuddyConfig::default()).unwrap();
+/// b.add_free_range(0, 4).unwrap();
+/// let all: Vec<FreeBlock> = b.free_blocks().collect();
+/// assert_eq!(all, [FreeBlock { pfn: 0, order: 2, mt: MigrateType::Movable }]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FreeBlock {
+    /// First frame.
+    pub pfn: u64,
+    /// The block is `2^order` frames.
+    pub order: u8,
+    /// The list it is on (its pageblocks' type).
+    pub mt: MigrateType,
+}
+
+/// What one frame is. Only block heads carry an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Frame {
+    /// Never added: not memory.
+    Hole,
+    /// Present, inside a block whose head is an earlier frame.
+    Tail,
+    /// Head of a free block on list `(order, mt)`.
+    Free { order: u8, mt: MigrateType },
+    /// Head of an allocated block; `mt` is the type it was requested as.
+    Alloc { order: u8, mt: MigrateType },
+}
+
+/// A [`Frame`] in one byte: `kind | order << 2 | type << 6`. One byte is
+/// read and written whole, so an allocation's store forwards to the free
+/// that follows (a multi-byte enum stored field by field does not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PackedFrame(u8);
+
+impl PackedFrame {
+    const HOLE: PackedFrame = PackedFrame(0);
+
+    #[inline]
+    fn pack(f: Frame) -> Self {
+        let (kind, order, mt) = match f {
+            Frame::Hole => (0, 0, 0),
+            Frame::Tail => (1, 0, 0),
+            Frame::Free { order, mt } => (2, order, mt as u8),
+            Frame::Alloc { order, mt } => (3, order, mt as u8),
+        };
+        PackedFrame(kind | order << 2 | mt << 6)
+    }
+
+    #[inline]
+    fn unpack(self) -> Frame {
+        let order = (self.0 >> 2) & 0xf;
+        let mt = match self.0 >> 6 {
+            0 => MigrateType::Unmovable,
+            1 => MigrateType::Movable,
+            2 => MigrateType::Reclaimable,
+            _ => MigrateType::HighAtomic,
+        };
+        match self.0 & 3 {
+            0 => Frame::Hole,
+            1 => Frame::Tail,
+            2 => Frame::Free { order, mt },
+            _ => Frame::Alloc { order, mt },
+        }
+    }
+}
+
+/// The buddy allocator over one zone of page frames.
+///
+/// ```text
+///  frames:  [Hole Hole | Free{2,M} Tail Tail Tail | Alloc{0,U} | Free{0,M} | ...]
+///  links:   next/prev per frame   (free heads only)
+///  lists:   [order][type] -> List { head, tail, len }
+///  blocks:  migratetype per pageblock
+/// ```
+///
+/// ```
+/// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+/// let mut b = BuddyAllocator::new(0x1000, 2048, BuddyConfig::default()).unwrap();
+/// b.add_free_range(0x1000, 2048).unwrap();
+/// let pfn = b.alloc(3, MigrateType::Movable).unwrap();
+/// assert_eq!(pfn % 8, 0);
+/// assert_eq!(b.free_pages(), 2048 - 8);
+/// b.free(pfn, 3).unwrap();
+/// assert_eq!(b.nr_free(10), 2);
+/// b.check().unwrap();
+/// ```
+#[derive(Clone)]
+pub struct BuddyAllocator {
+    cfg: BuddyConfig,
+    start: u64,
+    frames: Vec<PackedFrame>,
+    links: Links,
+    /// `lists[order * MIGRATE_TYPES + type]`.
+    lists: Vec<List>,
+    /// Migratetype of pageblock `(pfn >> pageblock_order) - (start >> pageblock_order)`.
+    blocks: Vec<MigrateType>,
+    free_pages: u64,
+    present_pages: u64,
+}
+
+impl fmt::Debug for BuddyAllocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BuddyAllocator")
+            .field("config", &self.cfg)
+            .field("start_pfn", &self.start)
+            .field("span", &self.frames.len())
+            .field("present_pages", &self.present_pages)
+            .field("free_pages", &self.free_pages)
+            .finish()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Construction and queries
+// ---------------------------------------------------------------------------
+
+impl BuddyAllocator {
+    /// An empty zone spanning `[start_pfn, start_pfn + span)`: every frame a
+    /// hole until added, every pageblock Movable (as the kernel boots).
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] when `span` is 0 or above `u32::MAX - 1`, the
+    /// span overflows `u64`, `max_order` exceeds [`ORDER_LIMIT`], or
+    /// `pageblock_order` exceeds `max_order`.
+    ///
+    /// # Complexity
+    /// O(span).
+    pub fn new(start_pfn: u64, span: u64, cfg: BuddyConfig) -> Result<Self, AllocError> {
+        let ok_cfg = cfg.max_order <= ORDER_LIMIT && cfg.pageblock_order <= cfg.max_order;
+        let end = start_pfn.checked_add(span).ok_or(AllocError::Invalid)?;
+        if !ok_cfg || span == 0 || span >= u64::from(NIL) {
+            return Err(AllocError::Invalid);
+        }
+        let n = span as usize;
+        let nblocks = ((end - 1) >> cfg.pageblock_order) - (start_pfn >> cfg.pageblock_order) + 1;
+        Ok(BuddyAllocator {
+            cfg,
+            start: start_pfn,
+            frames: vec![PackedFrame::HOLE; n],
+            links: Links::new(n),
+            lists: vec![List::EMPTY; (usize::from(cfg.max_order) + 1) * MIGRATE_TYPES],
+            blocks: vec![MigrateType::Movable; nblocks as usize],
+            free_pages: 0,
+            present_pages: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> BuddyConfig {
+        self.cfg
+    }
+
+    /// First pfn of the span.
+    pub fn start_pfn(&self) -> u64 {
+        self.start
+    }
+
+    /// One past the last pfn of the span.
+    pub fn end_pfn(&self) -> u64 {
+        self.start + self.frames.len() as u64
+    }
+
+    /// Frames added so far (the kernel's `present_pages`).
+    pub fn present_pages(&self) -> u64 {
+        self.present_pages
+    }
+
+    /// Free frames.
+    pub fn free_pages(&self) -> u64 {
+        self.free_pages
+    }
+
+    /// Free blocks of `order` over all types (`free_area[order].nr_free`);
+    /// 0 above `max_order`.
+    ///
+    /// # Complexity
+    /// O(types).
+    pub fn nr_free(&self, order: u8) -> u64 {
+        if order > self.cfg.max_order {
+            return 0;
+        }
+        MigrateType::ALL
+            .iter()
+            .map(|&t| self.list(order, t).len)
+            .sum()
+    }
+
+    /// [`nr_free`](Self::nr_free) for every order `0..=max_order`.
+    ///
+    /// # Complexity
+    /// O(orders × types).
+    pub fn nr_free_all(&self) -> Vec<u64> {
+        (0..=self.cfg.max_order).map(|o| self.nr_free(o)).collect()
+    }
+
+    /// Free blocks on the list of `order` and `mt`; 0 above `max_order`.
+    pub fn free_count(&self, order: u8, mt: MigrateType) -> u64 {
+        if order > self.cfg.max_order {
+            return 0;
+        }
+        self.list(order, mt).len
+    }
+
+    /// The pfns on the free list of `order` and `mt`, head first (the next
+    /// allocation from that list takes the first). Empty above `max_order`.
+    ///
+    /// # Complexity
+    /// O(1) per item.
+    pub fn free_list(&self, order: u8, mt: MigrateType) -> impl Iterator<Item = u64> + '_ {
+        let mut cur = if order > self.cfg.max_order {
+            None
+        } else {
+            let h = self.list(order, mt).head;
+            (h != NIL).then_some(h)
+        };
+        core::iter::from_fn(move || {
+            let i = cur?;
+            cur = self.links.next(i);
+            Some(self.start + u64::from(i))
+        })
+    }
+
+    /// Every free block in pfn order.
+    ///
+    /// # Complexity
+    /// O(span) for the whole walk.
+    pub fn free_blocks(&self) -> impl Iterator<Item = FreeBlock> + '_ {
+        let mut i = 0usize;
+        core::iter::from_fn(move || {
+            while i < self.frames.len() {
+                let at = i;
+                match self.frame(at) {
+                    Frame::Free { order, mt } => {
+                        i += 1 << order;
+                        let pfn = self.start + at as u64;
+                        return Some(FreeBlock { pfn, order, mt });
+                    }
+                    Frame::Alloc { order, .. } => i += 1 << order,
+                    Frame::Hole | Frame::Tail => i += 1,
+                }
+            }
+            None
+        })
+    }
+
+    /// The order of the allocated block that starts at `pfn`, if one does.
+    pub fn allocated_order(&self, pfn: u64) -> Option<u8> {
+        match self.frame(self.idx(pfn)?) {
+            Frame::Alloc { order, .. } => Some(order),
+            _ => None,
+        }
+    }
+
+    /// The migratetype of the pageblock holding `pfn`, if `pfn` is in the span.
+    pub fn pageblock_migratetype(&self, pfn: u64) -> Option<MigrateType> {
+        self.idx(pfn).map(|_| self.block_type(pfn))
+    }
+
+    #[inline]
+    fn idx(&self, pfn: u64) -> Option<usize> {
+        let i = pfn.checked_sub(self.start)?;
+        (i < self.frames.len() as u64).then_some(i as usize)
+    }
+
+    #[inline]
+    fn frame(&self, i: usize) -> Frame {
+        self.frames[i].unpack()
+    }
+
+    #[inline]
+    fn set_frame(&mut self, i: usize, f: Frame) {
+        self.frames[i] = PackedFrame::pack(f);
+    }
+
+    #[inline]
+    fn list_index(&self, order: u8, mt: MigrateType) -> usize {
+        usize::from(order) * MIGRATE_TYPES + mt.index()
+    }
+
+    #[inline]
+    fn list(&self, order: u8, mt: MigrateType) -> &List {
+        &self.lists[self.list_index(order, mt)]
+    }
+
+    #[inline]
+    fn block_index(&self, pfn: u64) -> usize {
+        let pb = self.cfg.pageblock_order;
+        ((pfn >> pb) - (self.start >> pb)) as usize
+    }
+
+    /// Type of the pageblock of `pfn` (which must be in the span).
+    #[inline]
+    fn block_type(&self, pfn: u64) -> MigrateType {
+        self.blocks[self.block_index(pfn)]
+    }
+
+    /// Retags every pageblock that `[pfn, pfn + 2^order)` touches.
+    fn set_block_range(&mut self, pfn: u64, order: u8, mt: MigrateType) {
+        let first = self.block_index(pfn);
+        let last = self.block_index(pfn + (1u64 << order) - 1);
+        for t in &mut self.blocks[first..=last] {
+            *t = mt;
+        }
+    }
+
+    /// The type of the free block of exactly `order` starting at `pfn`.
+    #[inline]
+    fn free_head(&self, pfn: u64, order: u8) -> Option<MigrateType> {
+        match self.frame(self.idx(pfn)?) {
+            Frame::Free { order: o, mt } if o == order => Some(mt),
+            _ => None,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// List surgery
+// ---------------------------------------------------------------------------
+
+impl BuddyAllocator {
+    /// Marks `pfn` a free head of `(order, mt)` and links it at the head or
+    /// the tail of that list.
+    #[inline]
+    fn link(&mut self, pfn: u64, order: u8, mt: MigrateType, tail: bool) {
+        let i = (pfn - self.start) as usize;
+        self.set_frame(i, Frame::Free { order, mt });
+        let li = self.list_index(order, mt);
+        if tail {
+            self.links.push_tail(&mut self.lists[li], i as u32);
+        } else {
+            self.links.push_head(&mut self.lists[li], i as u32);
+        }
+    }
+
+    /// Unlinks the free head `pfn` of `(order, mt)` and marks it interior;
+    /// the caller gives it its next state.
+    #[inline]
+    fn unlink(&mut self, pfn: u64, order: u8, mt: MigrateType) {
+        let i = (pfn - self.start) as usize;
+        let li = self.list_index(order, mt);
+        self.links.remove(&mut self.lists[li], i as u32);
+        self.set_frame(i, Frame::Tail);
+    }
+
+    /// Splits the block `[pfn, pfn + 2^high)` down to `2^low`, putting the
+    /// upper halves at the heads of the `mt` lists (the kernel's `expand`).
+    #[inline]
+    fn expand(&mut self, pfn: u64, low: u8, mut high: u8, mt: MigrateType) {
+        while high > low {
+            high -= 1;
+            self.link(pfn + (1u64 << high), high, mt, false);
+        }
+    }
+
+    /// Whether the freed block `[pfn, pfn + 2^order)`, whose buddy is not
+    /// free, would merge twice if that buddy were freed: the buddy of their
+    /// combined block is a free block of `order + 1`. The top orders never
+    /// probe (2.6.36 fix): at `max_order - 1` the combined block is already
+    /// `max_order` and cannot merge again.
+    #[inline]
+    fn merge_likely(&self, pfn: u64, order: u8) -> bool {
+        if order + 1 >= self.cfg.max_order {
+            return false;
+        }
+        let combined = pfn & !(1u64 << order);
+        let higher_buddy = combined ^ (1u64 << (order + 1));
+        self.free_head(higher_buddy, order + 1).is_some()
+    }
+
+    /// Frees the block at `pfn` (any previous head state is overwritten)
+    /// with merging and placement; counters are the caller's.
+    #[inline]
+    fn free_one(&mut self, mut pfn: u64, mut order: u8, mt: MigrateType) {
+        while order < self.cfg.max_order {
+            let buddy = pfn ^ (1u64 << order);
+            let Some(bmt) = self.free_head(buddy, order) else {
+                break;
+            };
+            if bmt != mt && !(bmt.is_pcp() && mt.is_pcp()) {
+                break; // only possible at >= pageblock_order
+            }
+            self.unlink(buddy, order, bmt);
+            if bmt != mt {
+                // Different pageblocks (order >= pageblock_order): the
+                // merged block takes our type, so retag the buddy's blocks.
+                self.set_block_range(buddy, order, mt);
+            }
+            let i = (pfn - self.start) as usize;
+            self.set_frame(i, Frame::Tail);
+            pfn &= buddy;
+            order += 1;
+        }
+        let tail =
+            self.cfg.placement == Placement::TailIfMergeLikely && self.merge_likely(pfn, order);
+        self.link(pfn, order, mt, tail);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Adding memory, allocation, free
+// ---------------------------------------------------------------------------
+
+impl BuddyAllocator {
+    /// Adds the frames `[pfn, pfn + count)` as free memory, merging with free
+    /// neighbours (the kernel's boot-time `__free_pages_core`).
+    ///
+    /// # Errors
+    /// [`FreeError::Invalid`] when `count` is 0, the range leaves the span,
+    /// or any of its frames was already added. Nothing changes then.
+    ///
+    /// # Complexity
+    /// O(count / 2^pageblock_order × max_order + count).
+    pub fn add_free_range(&mut self, pfn: u64, count: u64) -> Result<(), FreeError> {
+        let end = pfn.checked_add(count).ok_or(FreeError::Invalid)?;
+        let first = self.idx(pfn).ok_or(FreeError::Invalid)?;
+        if count == 0 || end > self.end_pfn() {
+            return Err(FreeError::Invalid);
+        }
+        let range = first..first + count as usize;
+        if self.frames[range.clone()]
+            .iter()
+            .any(|f| *f != PackedFrame::HOLE)
+        {
+            return Err(FreeError::Invalid);
+        }
+        for f in &mut self.frames[range] {
+            *f = PackedFrame::pack(Frame::Tail);
+        }
+        self.present_pages += count;
+        self.free_pages += count;
+        // Free in aligned chunks of at most a pageblock (each inside one
+        // pageblock, so of one type); merging joins them up.
+        let mut p = pfn;
+        while p < end {
+            let align = p.trailing_zeros().min(u32::from(self.cfg.pageblock_order));
+            let fit = 63 - (end - p).leading_zeros();
+            let order = align.min(fit) as u8;
+            let mt = self.block_type(p);
+            self.free_one(p, order, mt);
+            p += 1u64 << order;
+        }
+        Ok(())
+    }
+
+    /// Allocates `2^order` contiguous frames for an allocation of type `mt`
+    /// and returns the first pfn (aligned to `2^order`).
+    ///
+    /// The smallest block of type `mt` at `order` or above is split. When
+    /// there is none, the fallback types are tried: first a *claim* from the
+    /// largest order down (take over the whole pageblock when the request may
+    /// claim and at least half the pageblock is free or alike), then a
+    /// *steal* from the smallest order up (one block, pageblock untouched).
+    /// HighAtomic requests use only HighAtomic lists.
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] when `order > max_order`;
+    /// [`AllocError::NoSpace`] when no usable free block of `order` or above
+    /// exists. Nothing changes then.
+    ///
+    /// # Complexity
+    /// O(max_order) list probes; a claim below `pageblock_order` also scans
+    /// the pageblock, O(2^pageblock_order).
+    #[inline]
+    pub fn alloc(&mut self, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
+        if order > self.cfg.max_order {
+            return Err(AllocError::Invalid);
+        }
+        let pfn = self.rmqueue(order, mt).ok_or(AllocError::NoSpace)?;
+        let i = (pfn - self.start) as usize;
+        self.set_frame(i, Frame::Alloc { order, mt });
+        self.free_pages -= 1u64 << order;
+        Ok(pfn)
+    }
+
+    /// Frees the block of `2^order` frames at `pfn` that `alloc` returned,
+    /// merging it with free buddies and placing it per the [`Placement`].
+    ///
+    /// # Errors
+    /// [`FreeError::Invalid`] when `order > max_order` or `pfn` is outside the
+    /// span; [`FreeError::NotAllocated`] when `pfn` is not the start of an
+    /// allocated block of exactly `order` (double free, interior pfn, hole,
+    /// wrong order). Nothing changes then.
+    ///
+    /// # Complexity
+    /// O(max_order).
+    #[inline]
+    pub fn free(&mut self, pfn: u64, order: u8) -> Result<(), FreeError> {
+        if order > self.cfg.max_order {
+            return Err(FreeError::Invalid);
+        }
+        let i = self.idx(pfn).ok_or(FreeError::Invalid)?;
+        match self.frame(i) {
+            Frame::Alloc { order: o, .. } if o == order => {}
+            _ => return Err(FreeError::NotAllocated),
+        }
+        // A block larger than a pageblock may span pageblocks retagged while
+        // it was allocated: free it a pageblock at a time, each chunk with
+        // its own type, and let merging rejoin them (the kernel's
+        // `split_large_buddy`). Smaller blocks take one pass.
+        let chunk = order.min(self.cfg.pageblock_order);
+        let end = pfn + (1u64 << order);
+        let mut p = pfn;
+        while p < end {
+            let mt = self.block_type(p);
+            self.free_one(p, chunk, mt);
+            p += 1u64 << chunk;
+        }
+        self.free_pages += 1u64 << order;
+        Ok(())
+    }
+
+    #[inline]
+    fn rmqueue(&mut self, order: u8, mt: MigrateType) -> Option<u64> {
+        if let Some(pfn) = self.rmqueue_smallest(order, mt) {
+            return Some(pfn);
+        }
+        if !mt.is_pcp() {
+            return None;
+        }
+        self.rmqueue_claim(order, mt)
+            .or_else(|| self.rmqueue_steal(order, mt))
+    }
+
+    /// Head of the smallest non-empty `mt` list at `order` or above, split.
+    #[inline]
+    fn rmqueue_smallest(&mut self, order: u8, mt: MigrateType) -> Option<u64> {
+        for o in order..=self.cfg.max_order {
+            let li = self.list_index(o, mt);
+            if let Some(i) = self.links.pop_head(&mut self.lists[li]) {
+                let pfn = self.start + u64::from(i);
+                self.expand(pfn, order, o, mt);
+                return Some(pfn);
+            }
+        }
+        None
+    }
+
+    /// The first fallback type of `mt` with a free block of `order`.
+    fn fallback_with_block(&self, order: u8, mt: MigrateType) -> Option<MigrateType> {
+        mt.fallbacks()
+            .iter()
+            .copied()
+            .find(|&f| !self.list(order, f).is_empty())
+    }
+
+    /// Claim: from the largest order down, while the request may claim.
+    fn rmqueue_claim(&mut self, order: u8, mt: MigrateType) -> Option<u64> {
+        let pb = self.cfg.pageblock_order;
+        for o in (order..=self.cfg.max_order).rev() {
+            if !should_try_claim(o, pb, mt) {
+                break;
+            }
+            let Some(ft) = self.fallback_with_block(o, mt) else {
+                continue;
+            };
+            let pfn = self.start + u64::from(self.list(o, ft).head);
+            if let Some(got) = self.try_claim(pfn, o, order, mt, ft) {
+                return Some(got);
+            }
+        }
+        None
+    }
+
+    /// Claims the pageblock(s) of the free block `(pfn, o)` of type `ft` for
+    /// `mt` if the rule allows, and allocates `order` from them.
+    fn try_claim(
+        &mut self,
+        pfn: u64,
+        o: u8,
+        order: u8,
+        mt: MigrateType,
+        ft: MigrateType,
+    ) -> Option<u64> {
+        let pb = self.cfg.pageblock_order;
+        if o >= pb {
+            // Whole pageblocks: take them all.
+            self.unlink(pfn, o, ft);
+            self.set_block_range(pfn, o, mt);
+            self.expand(pfn, order, o, mt);
+            return Some(pfn);
+        }
+        let block_start = pfn & !((1u64 << pb) - 1);
+        let (free, movable) = self.pageblock_usage(block_start)?;
+        let pages = 1u64 << pb;
+        if free + alike_pages(mt, ft, pages, free, movable) < pages / 2 {
+            return None;
+        }
+        self.move_pageblock(block_start, mt);
+        self.rmqueue_smallest(order, mt)
+    }
+
+    /// Free pages and pages of movable allocations in the pageblock at
+    /// `block_start`, or `None` when the pageblock is not wholly inside the
+    /// span (the kernel refuses to move blocks across the zone edge).
+    fn pageblock_usage(&self, block_start: u64) -> Option<(u64, u64)> {
+        let first = self.idx(block_start)?;
+        let pages = 1usize << self.cfg.pageblock_order;
+        if first + pages > self.frames.len() {
+            return None;
+        }
+        let (mut free, mut movable, mut i) = (0u64, 0u64, first);
+        while i < first + pages {
+            match self.frame(i) {
+                Frame::Free { order, .. } => {
+                    free += 1u64 << order;
+                    i += 1 << order;
+                }
+                Frame::Alloc { order, mt } => {
+                    if mt == MigrateType::Movable {
+                        movable += 1u64 << order;
+                    }
+                    i += 1 << order;
+                }
+                Frame::Hole | Frame::Tail => i += 1,
+            }
+        }
+        Some((free, movable))
+    }
+
+    /// Retags the pageblock at `block_start` (wholly in the span, holding no
+    /// free block larger than itself) and moves its free blocks to the tails
+    /// of the `mt` lists.
+    fn move_pageblock(&mut self, block_start: u64, mt: MigrateType) {
+        let bi = self.block_index(block_start);
+        self.blocks[bi] = mt;
+        let lo = block_start.max(self.start);
+        let hi = (block_start + (1u64 << self.cfg.pageblock_order)).min(self.end_pfn());
+        let mut p = lo;
+        while p < hi {
+            let step = match self.frame((p - self.start) as usize) {
+                Frame::Free { order, mt: old } => {
+                    self.unlink(p, order, old);
+                    self.link(p, order, mt, true);
+                    1u64 << order
+                }
+                Frame::Alloc { order, .. } => 1u64 << order,
+                Frame::Hole | Frame::Tail => 1,
+            };
+            p += step;
+        }
+    }
+
+    /// Steal: the smallest fallback block at `order` or above, split; its
+    /// remainder stays on the fallback type and the pageblock keeps its type.
+    fn rmqueue_steal(&mut self, order: u8, mt: MigrateType) -> Option<u64> {
+        for o in order..=self.cfg.max_order {
+            let Some(ft) = self.fallback_with_block(o, mt) else {
+                continue;
+            };
+            let li = self.list_index(o, ft);
+            let i = self.links.pop_head(&mut self.lists[li])?;
+            let pfn = self.start + u64::from(i);
+            self.expand(pfn, order, o, ft);
+            return Some(pfn);
+        }
+        None
+    }
+
+    /// Sets the migratetype of the pageblock holding `pfn`, moving its free
+    /// memory to the new type's lists (how the kernel reserves HighAtomic
+    /// pageblocks and how tests build mixed zones).
+    ///
+    /// When the pageblock lies inside a larger free block, that block is
+    /// split down to the pageblock first; the pageblock is then re-merged
+    /// with its neighbours under the usual rules (so between two ordinary
+    /// types the whole merged block takes the new type, as a merge would).
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] when `pfn` is outside the span.
+    ///
+    /// # Complexity
+    /// O(2^pageblock_order + max_order).
+    pub fn set_pageblock_migratetype(
+        &mut self,
+        pfn: u64,
+        mt: MigrateType,
+    ) -> Result<(), AllocError> {
+        self.idx(pfn).ok_or(AllocError::Invalid)?;
+        let pb = self.cfg.pageblock_order;
+        let block_start = pfn & !((1u64 << pb) - 1);
+        match self.covering_free_block(pfn) {
+            Some((head, order, old)) => {
+                self.unlink(head, order, old);
+                let cur = self.split_towards(head, order, pfn, old);
+                self.set_block_range(cur, pb, mt);
+                self.free_one(cur, pb, mt);
+            }
+            None => self.move_pageblock(block_start, mt),
+        }
+        Ok(())
+    }
+
+    /// The free block of order >= `pageblock_order` that contains `pfn`.
+    fn covering_free_block(&self, pfn: u64) -> Option<(u64, u8, MigrateType)> {
+        (self.cfg.pageblock_order..=self.cfg.max_order).find_map(|o| {
+            let head = pfn & !((1u64 << o) - 1);
+            self.free_head(head, o).map(|mt| (head, o, mt))
+        })
+    }
+
+    /// Splits the unlinked free block `(head, order)` of type `mt` down to
+    /// the pageblock holding `pfn`, relinking the other halves; returns the
+    /// pageblock's first pfn (left unlinked).
+    fn split_towards(&mut self, mut head: u64, mut order: u8, pfn: u64, mt: MigrateType) -> u64 {
+        while order > self.cfg.pageblock_order {
+            order -= 1;
+            let upper = head + (1u64 << order);
+            if pfn >= upper {
+                self.link(head, order, mt, false);
+                head = upper;
+            } else {
+                self.link(upper, order, mt, false);
+            }
+        }
+        head
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Fragmentation metrics and the kernel's text formats
+// ---------------------------------------------------------------------------
+
+impl BuddyAllocator {
+    /// The unusable free space index for order `k`, in thousandths (see
+    /// [`unusable_free_index`]).
+    ///
+    /// # Complexity
+    /// O(orders × types).
+    pub fn unusable_free_index(&self, k: u8) -> u32 {
+        unusable_free_index(&self.nr_free_all(), k)
+    }
+
+    /// The fragmentation index for order `k`, in thousandths (see
+    /// [`fragmentation_index`]).
+    ///
+    /// # Complexity
+    /// O(orders × types).
+    pub fn fragmentation_index(&self, k: u8) -> i32 {
+        fragmentation_index(&self.nr_free_all(), k)
+    }
+
+    /// The unusable percentage for order `k` (see [`extfrag_for_order`]).
+    ///
+    /// # Complexity
+    /// O(orders × types).
+    pub fn extfrag_for_order(&self, k: u8) -> u32 {
+        extfrag_for_order(&self.nr_free_all(), k)
+    }
+
+    /// This zone's `/proc/buddyinfo` line.
+    ///
+    /// # Complexity
+    /// O(orders × types).
+    pub fn buddyinfo(&self, zone: ZoneId<'_>) -> alloc::string::String {
+        buddyinfo_line(zone, &self.nr_free_all())
+    }
+
+    /// This zone's `/sys/kernel/debug/extfrag/unusable_index` line.
+    ///
+    /// # Complexity
+    /// O(orders² × types).
+    pub fn unusable_index_line(&self, zone: ZoneId<'_>) -> alloc::string::String {
+        unusable_index_line(zone, &self.nr_free_all())
+    }
+
+    /// This zone's `/sys/kernel/debug/extfrag/extfrag_index` line.
+    ///
+    /// # Complexity
+    /// O(orders² × types).
+    pub fn extfrag_index_line(&self, zone: ZoneId<'_>) -> alloc::string::String {
+        extfrag_index_line(zone, &self.nr_free_all())
+    }
+
+    /// Free-list lengths per order and type, and pageblocks per type (every
+    /// pageblock the span touches).
+    ///
+    /// # Complexity
+    /// O(orders × types + pageblocks).
+    pub fn pagetype_counts(&self) -> PageTypeCounts {
+        let free = (0..=self.cfg.max_order)
+            .map(|o| MigrateType::ALL.map(|t| self.list(o, t).len))
+            .collect();
+        let mut blocks = [0u64; MIGRATE_TYPES];
+        for t in &self.blocks {
+            blocks[t.index()] += 1;
+        }
+        PageTypeCounts { free, blocks }
+    }
+
+    /// This zone's `/proc/pagetypeinfo` text.
+    ///
+    /// # Complexity
+    /// O(orders × types + pageblocks).
+    pub fn pagetypeinfo(&self, zone: ZoneId<'_>) -> alloc::string::String {
+        self.pagetype_counts()
+            .pagetypeinfo(zone, self.cfg.pageblock_order)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Invariant checker
+// ---------------------------------------------------------------------------
+
+impl BuddyAllocator {
+    /// Checks every invariant listed in the module documentation.
+    ///
+    /// # Errors
+    /// A [`CheckError`] naming the first violation (a bug in mmkit).
+    ///
+    /// # Complexity
+    /// O(span + pageblocks).
+    pub fn check(&self) -> Result<(), CheckError> {
+        let per_list = self.check_frames()?;
+        self.check_lists(&per_list)
+    }
+
+    /// Walks the frames block by block; returns free blocks per list.
+    fn check_frames(&self) -> Result<Vec<u64>, CheckError> {
+        let mut per_list = vec![0u64; self.lists.len()];
+        let (mut free, mut present, mut i) = (0u64, 0u64, 0usize);
+        while i < self.frames.len() {
+            let pfn = self.start + i as u64;
+            let (order, free_mt) = match self.frame(i) {
+                Frame::Hole => {
+                    i += 1;
+                    continue;
+                }
+                Frame::Tail => {
+                    return Err(CheckError::new(alloc::format!(
+                        "pfn {pfn:#x}: interior frame without a head"
+                    )))
+                }
+                Frame::Free { order, mt } => (order, Some(mt)),
+                Frame::Alloc { order, .. } => (order, None),
+            };
+            self.check_block_shape(pfn, order)?;
+            if let Some(mt) = free_mt {
+                self.check_free_block(pfn, order, mt)?;
+                per_list[self.list_index(order, mt)] += 1;
+                free += 1u64 << order;
+            }
+            present += 1u64 << order;
+            i += 1 << order;
+        }
+        crate::ensure!(
+            free == self.free_pages,
+            "free_pages {} but blocks hold {free}",
+            self.free_pages
+        );
+        crate::ensure!(
+            present == self.present_pages,
+            "present_pages {} but blocks cover {present}",
+            self.present_pages
+        );
+        Ok(per_list)
+    }
+
+    /// A block head at `pfn`: order in range, aligned, inside the span, and
+    /// every other frame of it interior.
+    fn check_block_shape(&self, pfn: u64, order: u8) -> Result<(), CheckError> {
+        crate::ensure!(
+            order <= self.cfg.max_order,
+            "pfn {pfn:#x}: order {order} > max"
+        );
+        crate::ensure!(
+            pfn % (1u64 << order) == 0,
+            "pfn {pfn:#x}: not aligned to order {order}"
+        );
+        let end = pfn + (1u64 << order);
+        crate::ensure!(
+            end <= self.end_pfn(),
+            "pfn {pfn:#x}: order {order} block leaves the span"
+        );
+        let i = (pfn - self.start) as usize;
+        let inner = &self.frames[i + 1..i + (1usize << order)];
+        crate::ensure!(
+            inner.iter().all(|f| f.unpack() == Frame::Tail),
+            "pfn {pfn:#x}: order {order} block holds a hole or another head"
+        );
+        Ok(())
+    }
+
+    /// A free block: its type matches its pageblocks, and its buddy is not a
+    /// free block it should have merged with.
+    fn check_free_block(&self, pfn: u64, order: u8, mt: MigrateType) -> Result<(), CheckError> {
+        let first = self.block_index(pfn);
+        let last = self.block_index(pfn + (1u64 << order) - 1);
+        crate::ensure!(
+            self.blocks[first..=last].iter().all(|&t| t == mt),
+            "pfn {pfn:#x}: free on {mt:?} list inside a pageblock of another type"
+        );
+        if order < self.cfg.max_order {
+            if let Some(bmt) = self.free_head(pfn ^ (1u64 << order), order) {
+                let forbidden = bmt != mt && !(bmt.is_pcp() && mt.is_pcp());
+                crate::ensure!(
+                    forbidden,
+                    "pfn {pfn:#x}: order {order} buddy is free but not merged"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Every list: links consistent, members are free heads of that list,
+    /// and as many as the frames say.
+    fn check_lists(&self, per_list: &[u64]) -> Result<(), CheckError> {
+        for order in 0..=self.cfg.max_order {
+            for mt in MigrateType::ALL {
+                let li = self.list_index(order, mt);
+                let list = &self.lists[li];
+                self.links
+                    .walk(list, |i| match self.frame(i as usize) {
+                        Frame::Free { order: o, mt: t } if o == order && t == mt => Ok(()),
+                        other => Err(alloc::format!("frame index {i} is {other:?}")),
+                    })
+                    .map_err(|e| CheckError::new(alloc::format!("list ({order}, {mt:?}): {e}")))?;
+                crate::ensure!(
+                    list.len == per_list[li],
+                    "list ({order}, {mt:?}) has {} blocks, frames say {}",
+                    list.len,
+                    per_list[li]
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,192 @@
+//! Chunk slots: lists of chunk ids sorted by how much a chunk can still
+//! hold, shared by the bitmap allocator and the area-map baseline.
+//!
+//! ```text
+//!  slot 0        full, or failed a fit          [c7] <-> [c2]
+//!  slot 1..=k    longest free run ~ 2^(slot+2)  [c4] <-> [c9] <-> [c1]
+//!  free slot     wholly free (at most one kept) [c0]
+//! ```
+//!
+//! The lists are intrusive and doubly linked over chunk ids (`prev`/`next`
+//! arrays indexed by id), so moving a chunk between slots is O(1), as the
+//! kernel's `list_move` is.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// "No chunk" in the link arrays.
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// `__pcpu_size_to_slot`: `max(fls(bytes) - 5 + 2, 1)`, where `fls` is the
+/// 1-based index of the highest set bit. 4..=15 bytes map to slot 1,
+/// 16..=31 to 2, doubling from there.
+pub(crate) fn size_to_slot(bytes: u64) -> usize {
+    let fls = 64 - bytes.leading_zeros() as usize;
+    fls.saturating_sub(3).max(1)
+}
+
+/// Doubly linked lists of chunk ids, one per slot.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotLists {
+    head: Vec<u32>,
+    tail: Vec<u32>,
+    count: Vec<u64>,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    /// The slot each chunk id is listed in, `NIL` when it is not listed.
+    slot_of: Vec<u32>,
+}
+
+impl SlotLists {
+    /// `nr_slots` empty lists.
+    pub(crate) fn new(nr_slots: usize) -> Self {
+        SlotLists {
+            head: vec![NIL; nr_slots],
+            tail: vec![NIL; nr_slots],
+            count: vec![0; nr_slots],
+            prev: Vec::new(),
+            next: Vec::new(),
+            slot_of: Vec::new(),
+        }
+    }
+
+    /// Number of slots.
+    pub(crate) fn len(&self) -> usize {
+        self.head.len()
+    }
+
+    /// Chunks listed in `slot`.
+    pub(crate) fn count(&self, slot: usize) -> u64 {
+        self.count[slot]
+    }
+
+    /// Per-slot chunk counts.
+    pub(crate) fn counts(&self) -> Vec<u64> {
+        self.count.clone()
+    }
+
+    /// First chunk of `slot`, or `NIL`.
+    pub(crate) fn head(&self, slot: usize) -> u32 {
+        self.head[slot]
+    }
+
+    /// The chunk after `id` in its list, or `NIL`.
+    pub(crate) fn next(&self, id: u32) -> u32 {
+        self.next[id as usize]
+    }
+
+    /// The slot `id` is listed in, if any.
+    pub(crate) fn slot_of(&self, id: u32) -> Option<usize> {
+        self.slot_of
+            .get(id as usize)
+            .and_then(|&s| (s != NIL).then_some(s as usize))
+    }
+
+    fn grow_to(&mut self, id: u32) {
+        let need = id as usize + 1;
+        if self.prev.len() < need {
+            self.prev.resize(need, NIL);
+            self.next.resize(need, NIL);
+            self.slot_of.resize(need, NIL);
+        }
+    }
+
+    /// Lists `id` (not listed now) in `slot`, at the head or the tail.
+    pub(crate) fn insert(&mut self, id: u32, slot: usize, at_head: bool) {
+        self.grow_to(id);
+        let i = id as usize;
+        if at_head {
+            let h = self.head[slot];
+            self.prev[i] = NIL;
+            self.next[i] = h;
+            if h == NIL {
+                self.tail[slot] = id;
+            } else {
+                self.prev[h as usize] = id;
+            }
+            self.head[slot] = id;
+        } else {
+            let t = self.tail[slot];
+            self.next[i] = NIL;
+            self.prev[i] = t;
+            if t == NIL {
+                self.head[slot] = id;
+            } else {
+                self.next[t as usize] = id;
+            }
+            self.tail[slot] = id;
+        }
+        self.slot_of[i] = slot as u32;
+        self.count[slot] += 1;
+    }
+
+    /// Unlists `id` (a no-op when it is not listed).
+    pub(crate) fn remove(&mut self, id: u32) {
+        let Some(slot) = self.slot_of(id) else { return };
+        let i = id as usize;
+        let (p, n) = (self.prev[i], self.next[i]);
+        if p == NIL {
+            self.head[slot] = n;
+        } else {
+            self.next[p as usize] = n;
+        }
+        if n == NIL {
+            self.tail[slot] = p;
+        } else {
+            self.prev[n as usize] = p;
+        }
+        self.prev[i] = NIL;
+        self.next[i] = NIL;
+        self.slot_of[i] = NIL;
+        self.count[slot] -= 1;
+    }
+
+    /// Moves `id` to `slot`: to the head when the chunk got freer (a higher
+    /// slot: try it first), to the tail when it got fuller.
+    pub(crate) fn relocate(&mut self, id: u32, slot: usize) {
+        let old = self.slot_of(id);
+        if old == Some(slot) {
+            return;
+        }
+        self.remove(id);
+        let at_head = match old {
+            None => true,
+            Some(o) => slot > o,
+        };
+        self.insert(id, slot, at_head);
+    }
+
+    /// Checks the links: every list is consistent both ways, its count is
+    /// right, and every chunk in it says it is in that slot. Returns the
+    /// number of listed chunks.
+    pub(crate) fn check(&self) -> Result<u64, crate::CheckError> {
+        let mut total = 0u64;
+        for slot in 0..self.len() {
+            let (mut cur, mut prev, mut n) = (self.head[slot], NIL, 0u64);
+            while cur != NIL {
+                let i = cur as usize;
+                crate::ensure!(
+                    self.slot_of[i] == slot as u32,
+                    "chunk {cur} in list {slot} says slot {}",
+                    self.slot_of[i]
+                );
+                crate::ensure!(self.prev[i] == prev, "chunk {cur}: broken prev link");
+                n += 1;
+                crate::ensure!(n <= self.slot_of.len() as u64, "slot {slot}: list loops");
+                prev = cur;
+                cur = self.next[i];
+            }
+            crate::ensure!(
+                self.tail[slot] == prev,
+                "slot {slot}: tail is not the last chunk"
+            );
+            crate::ensure!(
+                self.count[slot] == n,
+                "slot {slot}: count {} but {n} listed",
+                self.count[slot]
+            );
+            total += n;
+        }
+        Ok(total)
+    }
+}
