@@ -6,6 +6,7 @@
 //! live one-page areas (every other one of 2 x 10^4 freed), the shape a
 //! long-running vmalloc space has. The per-CPU path touches the range
 //! allocator only once per 256 maps (a block of 1024 pages / 4).
+//! `floor_two_lock_pairs` is what both pay for their two lock round trips.
 
 use std::hint::black_box;
 use std::sync::Mutex;
@@ -31,6 +32,14 @@ fn populated(n: u64) -> VmapAllocator {
 
 fn pair(c: &mut Criterion) {
     let mut g = c.benchmark_group("vblock_pair_4_pages");
+    // The floor both paths share: two uncontended lock/unlock pairs.
+    let m = Mutex::new(0u64);
+    g.bench_function("floor_two_lock_pairs", |b| {
+        b.iter(|| {
+            *m.lock().unwrap() += 1;
+            *m.lock().unwrap() += 1;
+        })
+    });
     for live in [0u64, 10_000] {
         let range = Mutex::new(populated(live));
         g.bench_with_input(

@@ -56,6 +56,19 @@ impl Queue {
     /// their starts are pushed on `released`.
     #[inline]
     pub fn alloc(&mut self, pages: u32, page: u64, released: &mut Vec<u64>) -> Option<u64> {
+        // Fast path: the head block serves nearly every request. A failure
+        // changes nothing, and the full walk below looks at it again.
+        if let Some(&slot) = self.list.front() {
+            let vb = &mut self.slab[slot as usize];
+            if let Some(off) = vb.alloc(self.policy, pages) {
+                let addr = vb.va_start + u64::from(off) * page;
+                if vb.free == 0 {
+                    vb.on_list = false;
+                    self.list.pop_front();
+                }
+                return Some(addr);
+            }
+        }
         let mut purge = false;
         let mut found = None;
         for (pos, &slot) in self.list.iter().enumerate() {
