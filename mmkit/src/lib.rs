@@ -60,6 +60,7 @@ pub mod error;
 pub mod percpu;
 pub mod range;
 pub mod tree;
+pub mod vblock;
 pub mod vmap;
 
 pub use error::{AllocError, CheckError, FreeError};

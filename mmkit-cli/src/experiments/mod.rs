@@ -12,7 +12,9 @@ use crate::report::Report;
 
 pub mod buddy;
 pub mod percpu;
+pub mod vm_map_ram;
 pub mod vmalloc;
+pub mod vmap_scaling;
 
 /// `mmkit experiments` options, shared by every experiment.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -47,7 +49,13 @@ pub struct Experiment {
 }
 
 /// Every experiment, in the order `mmkit experiments` runs them.
-pub const ALL: &[Experiment] = &[vmalloc::EXPERIMENT, percpu::EXPERIMENT, buddy::EXPERIMENT];
+pub const ALL: &[Experiment] = &[
+    vmalloc::EXPERIMENT,
+    vm_map_ram::EXPERIMENT,
+    vmap_scaling::EXPERIMENT,
+    percpu::EXPERIMENT,
+    buddy::EXPERIMENT,
+];
 
 /// Runs the experiments named in `opts` (all when none) and prints them.
 pub fn run(opts: &Options) -> ExitCode {

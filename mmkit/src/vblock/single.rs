@@ -1,0 +1,416 @@
+//! The single-threaded front end: per-CPU queues driven with an explicit
+//! CPU index, over a range allocator it owns.
+
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+
+use super::queue::Queue;
+use super::{now, since, Clock, Config, Counters, Policy};
+use crate::ensure;
+use crate::error::{AllocError, CheckError, FreeError};
+use crate::range::RangeAllocator;
+
+/// `vm_map_ram` / `vm_unmap_ram` over per-CPU blocks, single-threaded: the
+/// caller names the CPU of each map (see the [module docs](super)).
+///
+/// ```text
+///  queues[cpu]  one Queue per CPU: blocks + list of blocks with free pages
+///  index        block number -> (cpu, slot): the block an address is in
+///  large        start -> pages of maps above max_alloc (range allocator)
+///  range        the range allocator, owned: blocks and large maps only
+/// ```
+///
+/// Invariants (checked by [`check`](Self::check)): each queue's; the index
+/// holds exactly the blocks in use, under their block number; the range
+/// allocator's live areas are exactly the blocks and the large maps.
+///
+/// ```
+/// # use mmkit::error::FreeError;
+/// use mmkit::vmap::VmapAllocator;
+/// use mmkit::vblock::{Config, Policy, VblockAllocator};
+///
+/// let range = VmapAllocator::new(0xffff_c900_0000_0000, 0xffff_e900_0000_0000)?;
+/// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 2)?;
+/// let a = vb.map(0, 3)?; // 3 pages use 4, from CPU 0's first block
+/// let b = vb.map(0, 1)?;
+/// assert_eq!(b, a + 4 * 4096); // bump allocation
+/// vb.unmap(a, 3)?;
+/// assert_eq!(vb.unmap(a, 3), Err(FreeError::NotAllocated)); // double unmap
+/// vb.check()?;
+/// assert_eq!(vb.counters().blocks_created, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct VblockAllocator<R> {
+    cfg: Config,
+    policy: Policy,
+    range: R,
+    queues: Vec<Queue>,
+    index: BTreeMap<u64, (u32, u32)>,
+    large: BTreeMap<u64, u64>,
+    /// Large maps/unmaps and alias flushes (not tied to one CPU).
+    global: Counters,
+    clock: Option<Clock>,
+}
+
+impl<R: RangeAllocator> VblockAllocator<R> {
+    /// A front end with `cpus` queues over `range`, which it owns: every
+    /// area `range` holds must come from this front end.
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] for an invalid `cfg` (see
+    /// [`Config::validate`]) or `cpus == 0`.
+    ///
+    /// # Complexity
+    /// O(cpus).
+    pub fn new(range: R, cfg: Config, policy: Policy, cpus: usize) -> Result<Self, AllocError> {
+        cfg.validate()?;
+        if cpus == 0 || cpus > u32::MAX as usize {
+            return Err(AllocError::Invalid);
+        }
+        Ok(VblockAllocator {
+            cfg,
+            policy,
+            range,
+            queues: (0..cpus).map(|_| Queue::new(&cfg, policy)).collect(),
+            index: BTreeMap::new(),
+            large: BTreeMap::new(),
+            global: Counters::default(),
+            clock: None,
+        })
+    }
+
+    /// Installs (or removes) the clock that times maps, unmaps, block
+    /// creation and release in the counters.
+    pub fn set_clock(&mut self, clock: Option<Clock>) {
+        self.clock = clock;
+    }
+
+    /// The geometry.
+    pub fn config(&self) -> Config {
+        self.cfg
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Number of CPU queues.
+    pub fn cpus(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// The range allocator (read only: changing it behind the front end's
+    /// back would break its invariants).
+    pub fn range(&self) -> &R {
+        &self.range
+    }
+
+    /// Maps `pages` pages on CPU `cpu`: from its blocks up to `max_alloc`
+    /// pages, from the range allocator above. Returns the start address.
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] for 0 pages, a size that overflows, or
+    /// `cpu >= cpus()`; [`AllocError::NoSpace`] when the range allocator
+    /// has no room for a new block (after a fragmented-block purge, for
+    /// Current) or the large request.
+    ///
+    /// # Complexity
+    /// O(blocks on the CPU's list) plus, when a block is created or
+    /// released, the range allocator's O(log n).
+    pub fn map(&mut self, cpu: usize, pages: u64) -> Result<u64, AllocError> {
+        if cpu >= self.queues.len() {
+            return Err(AllocError::Invalid);
+        }
+        let Some(n) = self.small(pages) else {
+            return self.map_large(pages);
+        };
+        let t0 = now(self.clock);
+        let addr = self.map_small(cpu, n)?;
+        let q = &mut self.queues[cpu].counters;
+        q.map_calls += 1;
+        q.map_ns += since(self.clock, t0);
+        Ok(addr)
+    }
+
+    fn map_small(&mut self, cpu: usize, n: u32) -> Result<u64, AllocError> {
+        let mut purged = false;
+        let mut released = Vec::new();
+        // At most: search, create (Legacy: search again); plus one retry
+        // after a fragmented purge.
+        loop {
+            let page = self.cfg.page_size;
+            let hit = self.queues[cpu].alloc(n, page, &mut released);
+            self.release_all(cpu, &mut released);
+            if let Some(addr) = hit {
+                return Ok(addr);
+            }
+            match self.new_block(cpu, n) {
+                Ok(Some(addr)) => return Ok(addr),
+                Ok(None) => continue, // Legacy: the new block is at HEAD
+                Err(AllocError::NoSpace) if self.policy == Policy::Current && !purged => {
+                    purged = true;
+                    self.purge_all_fragmented();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `alloc_vmap_area` for a block: a block-aligned block-sized range.
+    fn new_block(&mut self, cpu: usize, n: u32) -> Result<Option<u64>, AllocError> {
+        let t0 = now(self.clock);
+        let bs = self.cfg.block_size();
+        let va = self.range.alloc(bs, bs)?;
+        let (slot, addr) = self.queues[cpu].add_block(va, n);
+        self.index.insert(self.cfg.block_no(va), (cpu as u32, slot));
+        self.queues[cpu].counters.create_ns += since(self.clock, t0);
+        Ok(addr)
+    }
+
+    /// Gives released blocks back to the range allocator, lazily
+    /// (`free_vmap_block`).
+    fn release_all(&mut self, cpu: usize, released: &mut Vec<u64>) {
+        for va in released.drain(..) {
+            let t0 = now(self.clock);
+            self.index.remove(&self.cfg.block_no(va));
+            let freed = self.range.free_lazy(va);
+            debug_assert!(freed.is_ok(), "a block's range is live");
+            self.queues[cpu].counters.release_ns += since(self.clock, t0);
+        }
+    }
+
+    /// Forced fragmented purge on every CPU (the allocation-failure path).
+    fn purge_all_fragmented(&mut self) {
+        let mut released = Vec::new();
+        for cpu in 0..self.queues.len() {
+            self.queues[cpu].purge_fragmented(true, &mut released);
+            self.release_all(cpu, &mut released);
+        }
+    }
+
+    /// `Some(pages)` when a block serves the request (1..=max_alloc).
+    fn small(&self, pages: u64) -> Option<u32> {
+        // max_alloc <= MAX_BITS / 2, so the cast never truncates.
+        self.cfg.order_of(pages).map(|_| pages as u32)
+    }
+
+    fn map_large(&mut self, pages: u64) -> Result<u64, AllocError> {
+        let size = pages
+            .checked_mul(self.cfg.page_size)
+            .ok_or(AllocError::Invalid)?;
+        let t0 = now(self.clock);
+        let addr = self.range.alloc(size, self.cfg.page_size)?;
+        self.large.insert(addr, pages);
+        self.global.map_calls += 1;
+        self.global.large_maps += 1;
+        self.global.map_ns += since(self.clock, t0);
+        Ok(addr)
+    }
+
+    /// Unmaps the mapping of `pages` pages that `map` returned at `addr`
+    /// (any CPU may unmap any CPU's mapping). The pages become dirty; a
+    /// block whose pages are all dirty goes back to the range allocator
+    /// lazily.
+    ///
+    /// # Errors
+    /// [`FreeError::Invalid`] for 0 pages; [`FreeError::NotAllocated`] when
+    /// no live mapping of that many pages starts at `addr` (unknown address,
+    /// double unmap, wrong page count). Nothing changes.
+    ///
+    /// # Complexity
+    /// O(log blocks) for the index, plus the range allocator's O(log n)
+    /// when a block is released.
+    pub fn unmap(&mut self, addr: u64, pages: u64) -> Result<(), FreeError> {
+        if pages == 0 {
+            return Err(FreeError::Invalid);
+        }
+        let Some(n) = self.small(pages) else {
+            return self.unmap_large(addr, pages);
+        };
+        let t0 = now(self.clock);
+        let bs = self.cfg.block_size();
+        let &(cpu, slot) = self
+            .index
+            .get(&self.cfg.block_no(addr))
+            .ok_or(FreeError::NotAllocated)?;
+        let (va, cpu) = (addr & !(bs - 1), cpu as usize);
+        let off = self
+            .cfg
+            .page_index(addr - va)
+            .ok_or(FreeError::NotAllocated)?;
+        if let Some(va) = self.queues[cpu].free(slot, va, off, n)? {
+            self.release_all(cpu, &mut alloc::vec![va]);
+        }
+        let q = &mut self.queues[cpu].counters;
+        q.unmap_calls += 1;
+        q.unmap_ns += since(self.clock, t0);
+        Ok(())
+    }
+
+    fn unmap_large(&mut self, addr: u64, pages: u64) -> Result<(), FreeError> {
+        if self.large.get(&addr) != Some(&pages) {
+            return Err(FreeError::NotAllocated);
+        }
+        let t0 = now(self.clock);
+        self.large.remove(&addr);
+        let freed = self.range.free_lazy(addr);
+        debug_assert!(freed.is_ok(), "a large map's range is live");
+        self.global.unmap_calls += 1;
+        self.global.large_unmaps += 1;
+        self.global.unmap_ns += since(self.clock, t0);
+        Ok(())
+    }
+
+    /// `vm_unmap_aliases`: flushes every block's unflushed dirty range and
+    /// every lazily freed area with ONE call of `flush(start, end)` over the
+    /// range covering them all. Current first releases fragmented blocks
+    /// with less than a quarter free. Returns whether `flush` was called
+    /// (not when nothing was dirty or lazy).
+    ///
+    /// # Complexity
+    /// O(blocks) plus the range allocator's purge.
+    pub fn unmap_aliases(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        let mut released = Vec::new();
+        for cpu in 0..self.queues.len() {
+            if self.policy == Policy::Current {
+                self.queues[cpu].purge_fragmented(false, &mut released);
+            }
+            self.queues[cpu].take_dirty(self.cfg.page_size, &mut lo, &mut hi);
+            self.release_all(cpu, &mut released);
+        }
+        let flushed = purge_widened(&mut self.range, lo, hi, flush);
+        self.global.flushes += u64::from(flushed);
+        flushed
+    }
+
+    /// Counters summed over every CPU (and the large path).
+    ///
+    /// # Complexity
+    /// O(cpus).
+    pub fn counters(&self) -> Counters {
+        let mut c = self.global;
+        for q in &self.queues {
+            c += q.counters;
+        }
+        c
+    }
+
+    /// One CPU's counters (block maps and unmaps that ran on its blocks).
+    /// `None` for `cpu >= cpus()`.
+    ///
+    /// # Complexity
+    /// O(1).
+    pub fn cpu_counters(&self, cpu: usize) -> Option<Counters> {
+        self.queues.get(cpu).map(|q| q.counters)
+    }
+
+    /// Blocks in use, over all CPUs.
+    ///
+    /// # Complexity
+    /// O(1).
+    pub fn blocks(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Blocks on a CPU's list (with free pages); `None` for a bad CPU.
+    ///
+    /// # Complexity
+    /// O(1).
+    pub fn listed_blocks(&self, cpu: usize) -> Option<usize> {
+        self.queues.get(cpu).map(Queue::listed)
+    }
+
+    /// Pages in live mappings (block and large).
+    ///
+    /// # Complexity
+    /// O(blocks + large maps).
+    pub fn live_pages(&self) -> u64 {
+        self.queues.iter().map(Queue::live_pages).sum::<u64>() + self.large.values().sum::<u64>()
+    }
+
+    /// Verifies every invariant (see the type docs) and the range
+    /// allocator's own.
+    ///
+    /// # Errors
+    /// A [`CheckError`] naming the first violation.
+    ///
+    /// # Complexity
+    /// O(blocks x bits) plus the range allocator's check.
+    pub fn check(&self) -> Result<(), CheckError> {
+        check_all(
+            &self.cfg,
+            self.queues.iter(),
+            &self.index,
+            &self.large,
+            &self.range,
+        )
+    }
+}
+
+/// Purges the range allocator's lazy areas and calls `flush` once with the
+/// range covering them and `[lo, hi)` (empty when `lo >= hi`). Returns
+/// whether `flush` ran.
+pub(crate) fn purge_widened<R: RangeAllocator>(
+    range: &mut R,
+    lo: u64,
+    hi: u64,
+    flush: &mut dyn FnMut(u64, u64),
+) -> bool {
+    let mut called = false;
+    range.purge(&mut |s, e| {
+        flush(s.min(lo), e.max(hi));
+        called = true;
+    });
+    if !called && lo < hi {
+        flush(lo, hi);
+        called = true;
+    }
+    called
+}
+
+/// The shared checker: every queue, the index against the blocks, the range
+/// allocator's live areas against blocks plus large maps.
+pub(crate) fn check_all<'a, R: RangeAllocator>(
+    cfg: &Config,
+    queues: impl Iterator<Item = &'a Queue>,
+    index: &BTreeMap<u64, (u32, u32)>,
+    large: &BTreeMap<u64, u64>,
+    range: &R,
+) -> Result<(), CheckError> {
+    let bs = cfg.block_size();
+    let mut blocks = 0usize;
+    for (cpu, q) in queues.enumerate() {
+        q.check()?;
+        for (slot, va) in q.blocks() {
+            ensure!(va % bs == 0, "block {va:#x} not aligned to {bs:#x}");
+            let want = (cpu as u32, slot);
+            ensure!(
+                index.get(&cfg.block_no(va)) == Some(&want),
+                "block {va:#x} (cpu {cpu}) not indexed"
+            );
+            blocks += 1;
+        }
+    }
+    ensure!(
+        index.len() == blocks,
+        "index holds {} blocks, queues {blocks}",
+        index.len()
+    );
+    let mut prev_end = 0u64;
+    for (&a, &p) in large {
+        ensure!(a >= prev_end, "large maps overlap at {a:#x}");
+        prev_end = a + p * cfg.page_size;
+    }
+    let st = range.stats();
+    let bytes = blocks as u64 * bs + large.values().map(|p| p * cfg.page_size).sum::<u64>();
+    ensure!(
+        st.live_areas == (blocks + large.len()) as u64 && st.live_bytes == bytes,
+        "range allocator holds {} live areas / {} bytes, front end {} / {bytes}",
+        st.live_areas,
+        st.live_bytes,
+        blocks + large.len()
+    );
+    range.check()
+}
