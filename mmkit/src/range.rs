@@ -157,6 +157,43 @@ pub fn clamp_request(
     Ok((vstart.max(space.0), vend.min(space.1)))
 }
 
+/// The allocation path every range allocator shares: validate and clamp,
+/// try; on failure purge lazily freed areas once and try again (the kernel's
+/// purge-and-retry before reporting failure).
+pub(crate) fn alloc_with_purge_retry<A: RangeAllocator>(
+    a: &mut A,
+    request: (u64, u64, u64, u64),
+    try_alloc: fn(&mut A, u64, u64, u64, u64) -> Option<u64>,
+    purge: fn(&mut A) -> bool,
+) -> Result<u64, AllocError> {
+    let (size, align, vstart, vend) = request;
+    let (lo, hi) = clamp_request(a.space(), size, align, vstart, vend)?;
+    if let Some(addr) = try_alloc(a, size, align, lo, hi) {
+        return Ok(addr);
+    }
+    if purge(a) {
+        if let Some(addr) = try_alloc(a, size, align, lo, hi) {
+            return Ok(addr);
+        }
+    }
+    Err(AllocError::NoSpace)
+}
+
+/// Purges through the allocator's installed flush hook (`hook` names the
+/// field), as the threshold and allocation-failure purges do.
+pub(crate) fn purge_through_hook<A: RangeAllocator>(
+    a: &mut A,
+    hook: fn(&mut A) -> &mut Option<FlushHook>,
+) -> bool {
+    let mut h = hook(a).take();
+    let purged = match h.as_mut() {
+        Some(f) => a.purge(&mut |s, e| f(s, e)),
+        None => a.purge(&mut |_, _| {}),
+    };
+    *hook(a) = h;
+    purged
+}
+
 /// The lowest `a >= lo` with `a % align == 0` and `a + size <= hi`, if any.
 /// Never overflows. `align` must be a power of two.
 #[inline]

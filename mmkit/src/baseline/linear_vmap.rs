@@ -47,9 +47,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
 use crate::error::{AllocError, CheckError, FreeError};
-use crate::range::{
-    clamp_request, fit_in, FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX,
-};
+use crate::range::{fit_in, FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 
 /// One busy area: live, or lazily freed and waiting for a purge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,13 +262,7 @@ impl LinearVmap {
 
     /// Purges through the installed hook (threshold and failure purges).
     fn purge_with_hook(&mut self) -> bool {
-        let mut hook = self.hook.take();
-        let purged = match hook.as_mut() {
-            Some(h) => self.purge(&mut |s, e| h(s, e)),
-            None => self.purge(&mut |_, _| {}),
-        };
-        self.hook = hook;
-        purged
+        crate::range::purge_through_hook(self, |a| &mut a.hook)
     }
 
     /// The holes between busy areas inside the space, in address order.
@@ -308,16 +300,12 @@ impl RangeAllocator for LinearVmap {
         vstart: u64,
         vend: u64,
     ) -> Result<u64, AllocError> {
-        let (lo, hi) = clamp_request((self.start, self.end), size, align, vstart, vend)?;
-        if let Some(a) = self.try_alloc(size, align, lo, hi) {
-            return Ok(a);
-        }
-        if self.purge_with_hook() {
-            if let Some(a) = self.try_alloc(size, align, lo, hi) {
-                return Ok(a);
-            }
-        }
-        Err(AllocError::NoSpace)
+        crate::range::alloc_with_purge_retry(
+            self,
+            (size, align, vstart, vend),
+            Self::try_alloc,
+            Self::purge_with_hook,
+        )
     }
 
     /// # Errors

@@ -26,7 +26,7 @@
 
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
-use crate::range::{clamp_request, FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
+use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::tree::{NodeArena, NodeId, RangeTree, NIL};
 
 mod busy;
@@ -262,13 +262,7 @@ impl VmapAllocator {
 
     /// Purge through the installed hook (threshold and failure purges).
     fn purge_with_hook(&mut self) -> bool {
-        let mut hook = self.flush_hook.take();
-        let done = match hook.as_mut() {
-            Some(h) => self.purge(&mut |s, e| h(s, e)),
-            None => self.purge(&mut |_, _| {}),
-        };
-        self.flush_hook = hook;
-        done
+        crate::range::purge_through_hook(self, |a| &mut a.flush_hook)
     }
 
     fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
@@ -296,17 +290,12 @@ impl RangeAllocator for VmapAllocator {
         vstart: u64,
         vend: u64,
     ) -> Result<u64, AllocError> {
-        let (lo, hi) = clamp_request((self.start, self.end), size, align, vstart, vend)?;
-        if let Some(a) = self.try_alloc(size, align, lo, hi) {
-            return Ok(a);
-        }
-        // The slow path, as the kernel's: purge lazy areas once and retry.
-        if self.purge_with_hook() {
-            if let Some(a) = self.try_alloc(size, align, lo, hi) {
-                return Ok(a);
-            }
-        }
-        Err(AllocError::NoSpace)
+        crate::range::alloc_with_purge_retry(
+            self,
+            (size, align, vstart, vend),
+            Self::try_alloc,
+            Self::purge_with_hook,
+        )
     }
 
     /// # Complexity
