@@ -383,19 +383,24 @@ impl RangeTree {
         let (mut pred, mut succ) = (NIL, NIL);
         self.root = Self::insert_at(ar, self.root, id, key, &mut pred, &mut succ);
         // Thread into the list between in-order neighbours found on the way.
-        ar.n(id).prev = pred;
-        ar.n(id).next = succ;
-        if pred == NIL {
-            self.head = id;
-        } else {
-            ar.n(pred).next = id;
-        }
-        if succ == NIL {
-            self.tail = id;
-        } else {
-            ar.n(succ).prev = id;
-        }
+        self.join(ar, pred, id);
+        self.join(ar, id, succ);
         self.len += 1;
+    }
+
+    /// Makes `b` follow `a` in the list; `NIL` on either side stands for the
+    /// list's head or tail.
+    fn join(&mut self, ar: &mut NodeArena, a: NodeId, b: NodeId) {
+        if a == NIL {
+            self.head = b;
+        } else {
+            ar.n(a).next = b;
+        }
+        if b == NIL {
+            self.tail = a;
+        } else {
+            ar.n(b).prev = a;
+        }
     }
 
     fn insert_at(
@@ -439,16 +444,7 @@ impl RangeTree {
         let key = ar.get(id).start;
         self.root = Self::remove_at(ar, self.root, key);
         let (p, nx) = (ar.get(id).prev, ar.get(id).next);
-        if p == NIL {
-            self.head = nx;
-        } else {
-            ar.n(p).next = nx;
-        }
-        if nx == NIL {
-            self.tail = p;
-        } else {
-            ar.n(nx).prev = p;
-        }
+        self.join(ar, p, nx);
         let n = ar.n(id);
         (n.left, n.right, n.prev, n.next, n.height) = (NIL, NIL, NIL, NIL, 1);
         self.len -= 1;
