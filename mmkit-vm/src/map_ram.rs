@@ -1,0 +1,174 @@
+//! What `vm_map_ram` mapped where: one record per per-CPU block, so a block
+//! can be unmapped once, whole, when it is released (seed 002's saving),
+//! and the frames it showed get their map counts back.
+//!
+//! ```text
+//!  block (1024 pages)  |L L L L|S S|L|. . . . . . . . .|
+//!  record.slots        pfn per page: L live, S stale (unmapped by
+//!                      vm_unmap_ram, still mapped until the purge), . none
+//!  record.lens         the page count at each live mapping's first page
+//! ```
+//!
+//! `vm_unmap_ram` only marks its pages stale: the mapping stays until the
+//! block, entirely dirty, is released and purged (one system call for the
+//! block and its lazily freed neighbours), or until `vm_unmap_aliases`
+//! unmaps every stale run at once. This is the kernel's lazy TLB flush in
+//! user space: reading a stale page after `vm_unmap_ram` is the caller's
+//! bug, as it is in the kernel, and its frames are not reused until the
+//! mapping is gone.
+//!
+//! Records are sharded by block number, each shard behind its own lock, so
+//! CPUs mapping in their own blocks do not contend.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::error::VmError;
+use crate::phys::Phys;
+
+/// Marks a stale slot (the pfn is kept: the page is still mapped).
+const STALE: u32 = 1 << 31;
+/// Slots hold `pfn + 1`; 0 is "nothing mapped".
+const NONE: u32 = 0;
+/// Shards of the record map.
+const SHARDS: usize = 64;
+
+#[derive(Debug)]
+struct Record {
+    slots: Box<[u32]>,
+    lens: Box<[u8]>,
+}
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard(Mutex<HashMap<u64, Record>>);
+
+/// The records of every block in use (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Records {
+    shards: Box<[Shard]>,
+    block_size: u64,
+    page: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Each critical section leaves its record consistent before anything
+    // that can panic.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Records {
+    /// Records for blocks of `block_size` bytes of `page`-byte pages.
+    pub(crate) fn new(block_size: u64, page: u64) -> Self {
+        Records {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            block_size,
+            page,
+        }
+    }
+
+    /// The block start of `addr` and the page index inside it.
+    fn locate(&self, addr: u64) -> (u64, usize) {
+        let start = addr & !(self.block_size - 1);
+        (start, ((addr - start) / self.page) as usize)
+    }
+
+    fn shard(&self, start: u64) -> MutexGuard<'_, HashMap<u64, Record>> {
+        lock(&self.shards[(start / self.block_size) as usize % SHARDS].0)
+    }
+
+    /// Records a fresh mapping of `pfns` at `addr` (a slot just handed out
+    /// by the front end).
+    pub(crate) fn insert(&self, addr: u64, pfns: &[u64]) {
+        let (start, off) = self.locate(addr);
+        let bits = (self.block_size / self.page) as usize;
+        let mut shard = self.shard(start);
+        let rec = shard.entry(start).or_insert_with(|| Record {
+            slots: vec![NONE; bits].into_boxed_slice(),
+            lens: vec![0; bits].into_boxed_slice(),
+        });
+        for (i, &pfn) in pfns.iter().enumerate() {
+            debug_assert_eq!(rec.slots[off + i], NONE, "slot reused before purge");
+            rec.slots[off + i] = pfn as u32 + 1;
+        }
+        rec.lens[off] = pfns.len() as u8;
+    }
+
+    /// Marks the live mapping of exactly `pages` pages at `addr` stale.
+    ///
+    /// # Errors
+    /// [`VmError::NotAllocated`] when no live mapping of that many pages
+    /// starts at `addr`; nothing changes then.
+    pub(crate) fn mark_stale(&self, addr: u64, pages: u64) -> Result<(), VmError> {
+        let (start, off) = self.locate(addr);
+        let mut shard = self.shard(start);
+        let live = |r: &Record| {
+            addr % self.page == 0
+                && u64::from(r.lens[off]) == pages
+                && r.slots[off] != NONE
+                && r.slots[off] & STALE == 0
+        };
+        match shard.get_mut(&start) {
+            Some(r) if live(r) => {
+                r.lens[off] = 0;
+                for s in &mut r.slots[off..off + pages as usize] {
+                    *s |= STALE;
+                }
+                Ok(())
+            }
+            _ => Err(VmError::NotAllocated { addr }),
+        }
+    }
+
+    /// Forgets the block at `start` after its range was unmapped: one
+    /// mapping fewer for every frame it showed.
+    pub(crate) fn drop_block(&self, start: u64, phys: &Phys) {
+        let rec = self.shard(start).remove(&start);
+        for &s in rec.iter().flat_map(|r| r.slots.iter()) {
+            if s != NONE {
+                phys.unmapped(u64::from((s & !STALE) - 1), 1);
+            }
+        }
+    }
+
+    /// Unmaps every stale run of every block with `unmap(addr, len)` (one
+    /// call per run) and forgets those pages. Returns the runs unmapped.
+    pub(crate) fn unmap_stale(&self, phys: &Phys, mut unmap: impl FnMut(u64, u64)) -> u64 {
+        let mut runs = 0;
+        for shard in self.shards.iter() {
+            let mut map = lock(&shard.0);
+            for (&start, rec) in map.iter_mut() {
+                let mut i = 0;
+                while i < rec.slots.len() {
+                    if rec.slots[i] & STALE == 0 {
+                        i += 1;
+                        continue;
+                    }
+                    let first = i;
+                    while i < rec.slots.len() && rec.slots[i] & STALE != 0 {
+                        phys.unmapped(u64::from((rec.slots[i] & !STALE) - 1), 1);
+                        rec.slots[i] = NONE;
+                        i += 1;
+                    }
+                    let at = start + first as u64 * self.page;
+                    unmap(at, (i - first) as u64 * self.page);
+                    runs += 1;
+                }
+            }
+        }
+        runs
+    }
+
+    /// Pages mapped through records (live and stale), for the checker.
+    pub(crate) fn mapped_pages(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| {
+                lock(&s.0)
+                    .values()
+                    .map(|r| r.slots.iter().filter(|&&s| s != NONE).count() as u64)
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+}

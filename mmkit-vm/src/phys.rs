@@ -1,0 +1,322 @@
+//! Physical memory: the page frames of a memfd, managed by
+//! [`mmkit::buddy::BuddyAllocator`] (pfn = file offset / page size).
+//!
+//! ```text
+//!  memfd  |pageblock|pageblock|pageblock| . . . . . . . . . |
+//!         0         grown_pages (file length)               limit_pages
+//!  buddy  spans [0, limit_pages); frames are added a pageblock at a time
+//!         as the file grows, never beyond the limit
+//! ```
+//!
+//! Each frame has a *map count* (the mappings of it that exist right now,
+//! lazily freed ones included) and an *owner* (free, a caller of
+//! `alloc_pages`, an area of the crate, or freed-while-mapped). A frame goes
+//! back to the buddy only when its map count is 0: a block freed while some
+//! stale mapping still shows it waits on the `deferred` list for the purge
+//! that removes the mapping.
+
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+
+use crate::error::VmError;
+use crate::sys::Memfd;
+
+/// A block of `2^order` frames starting at `pfn`, as the buddy hands out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Block {
+    pub(crate) pfn: u64,
+    pub(crate) order: u8,
+}
+
+impl Block {
+    pub(crate) fn pages(self) -> u64 {
+        1 << self.order
+    }
+}
+
+/// Who holds a frame.
+pub(crate) mod owner {
+    /// In the buddy (or not yet added).
+    pub(crate) const FREE: u8 = 0;
+    /// Allocated by `Vm::alloc_pages`: the caller frees it.
+    pub(crate) const USER: u8 = 1;
+    /// Belongs to an area (vmalloc, mirror ring): freed with the area.
+    pub(crate) const AREA: u8 = 2;
+    /// Freed while still mapped: waits for the purge that unmaps it.
+    pub(crate) const DEFERRED: u8 = 3;
+}
+
+/// Counters of the physical layer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhysStats {
+    /// Bytes of the memfd (grown so far).
+    pub grown_bytes: u64,
+    /// Frames free in the buddy.
+    pub free_pages: u64,
+    /// Frame blocks freed while mapped, waiting for a purge.
+    pub deferred_blocks: u64,
+    /// `ftruncate` calls that grew the memfd.
+    pub grow_calls: u64,
+}
+
+struct Zone {
+    buddy: BuddyAllocator,
+    grown_pages: u64,
+    deferred: Vec<Block>,
+    grow_calls: u64,
+}
+
+/// The memfd and its frame allocator (see the module docs).
+pub(crate) struct Phys {
+    pub(crate) mem: Memfd,
+    page: u64,
+    limit_pages: u64,
+    zone: Mutex<Zone>,
+    mapcount: Box<[AtomicU32]>,
+    owner: Box<[AtomicU8]>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves its structure consistent before
+    // anything that can panic, so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Phys {
+    /// An empty memfd that may grow to `limit` bytes (rounded down to whole
+    /// pageblocks).
+    pub(crate) fn new(limit: u64, page: u64) -> Result<Self, VmError> {
+        let cfg = BuddyConfig::default();
+        let pageblock = 1u64 << cfg.pageblock_order;
+        let limit_pages = limit / page / pageblock * pageblock;
+        if limit_pages == 0 {
+            return Err(VmError::Invalid("phys_limit is below one pageblock"));
+        }
+        let buddy = BuddyAllocator::new(0, limit_pages, cfg)
+            .map_err(|_| VmError::Invalid("phys_limit is too large for the buddy"))?;
+        let mem = Memfd::new("mmkit-vm").map_err(|e| VmError::os("memfd_create", e))?;
+        let n = limit_pages as usize;
+        Ok(Phys {
+            mem,
+            page,
+            limit_pages,
+            zone: Mutex::new(Zone {
+                buddy,
+                grown_pages: 0,
+                deferred: Vec::new(),
+                grow_calls: 0,
+            }),
+            mapcount: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            owner: (0..n).map(|_| AtomicU8::new(owner::FREE)).collect(),
+        })
+    }
+
+    /// The memfd offset of frame `pfn`.
+    pub(crate) fn offset(&self, pfn: u64) -> u64 {
+        pfn * self.page
+    }
+
+    /// The limit in bytes.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit_pages * self.page
+    }
+
+    /// The largest block order the buddy hands out.
+    pub(crate) fn max_order(&self) -> u8 {
+        BuddyConfig::default().max_order
+    }
+
+    /// Grows the memfd by one pageblock and gives its frames to the buddy.
+    fn grow(&self, z: &mut Zone) -> Result<(), VmError> {
+        let step = 1u64 << z.buddy.config().pageblock_order;
+        if z.grown_pages + step > self.limit_pages {
+            return Err(VmError::LimitReached {
+                limit: self.limit(),
+            });
+        }
+        self.mem
+            .set_len((z.grown_pages + step) * self.page)
+            .map_err(|e| VmError::os("ftruncate", e))?;
+        let added = z.buddy.add_free_range(z.grown_pages, step);
+        debug_assert!(added.is_ok(), "fresh frames inside the span");
+        z.grown_pages += step;
+        z.grow_calls += 1;
+        Ok(())
+    }
+
+    /// Allocates one block of `2^order` frames for `who`, growing the memfd
+    /// when the buddy has none.
+    pub(crate) fn alloc(&self, order: u8, who: u8) -> Result<u64, VmError> {
+        if order > self.max_order() {
+            return Err(VmError::Invalid("order above the buddy's max_order"));
+        }
+        let mut z = lock(&self.zone);
+        let pfn = loop {
+            match z.buddy.alloc(order, MigrateType::Movable) {
+                Ok(pfn) => break pfn,
+                Err(_) => self.grow(&mut z)?,
+            }
+        };
+        drop(z);
+        self.set_owner(Block { pfn, order }, who);
+        Ok(pfn)
+    }
+
+    /// Appends blocks covering `pages` frames to `out`, largest orders
+    /// first (high orders while the buddy has them, then lower ones; the
+    /// memfd grows only when not even one frame is free). On failure
+    /// nothing is taken.
+    pub(crate) fn alloc_pages(&self, pages: u64, out: &mut Vec<Block>) -> Result<(), VmError> {
+        let first = out.len();
+        let mut z = lock(&self.zone);
+        let mut left = pages;
+        let top = |left: u64| (63 - left.leading_zeros() as u8).min(self.max_order());
+        let mut order = top(left);
+        while left > 0 {
+            if let Ok(pfn) = z.buddy.alloc(order, MigrateType::Movable) {
+                out.push(Block { pfn, order });
+                left -= 1 << order;
+                order = order.min(top(left.max(1)));
+            } else if order > 0 {
+                order -= 1;
+            } else if let Err(e) = self.grow(&mut z) {
+                for b in out.drain(first..) {
+                    let freed = z.buddy.free(b.pfn, b.order);
+                    debug_assert!(freed.is_ok(), "just allocated");
+                }
+                return Err(e);
+            } else {
+                order = top(left);
+            }
+        }
+        drop(z);
+        for &b in &out[first..] {
+            self.set_owner(b, owner::AREA);
+        }
+        Ok(())
+    }
+
+    fn set_owner(&self, b: Block, who: u8) {
+        for pfn in b.pfn..b.pfn + b.pages() {
+            self.owner[pfn as usize].store(who, Ordering::Relaxed);
+        }
+    }
+
+    /// The owner of frame `pfn`, `None` outside the limit.
+    pub(crate) fn owner_of(&self, pfn: u64) -> Option<u8> {
+        let o = self.owner.get(usize::try_from(pfn).ok()?)?;
+        Some(o.load(Ordering::Relaxed))
+    }
+
+    /// One more mapping of each frame in `[pfn, pfn + n)`.
+    pub(crate) fn mapped(&self, pfn: u64, n: u64) {
+        for p in pfn..pfn + n {
+            self.mapcount[p as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// One mapping fewer of each frame in `[pfn, pfn + n)`.
+    pub(crate) fn unmapped(&self, pfn: u64, n: u64) {
+        for p in pfn..pfn + n {
+            let before = self.mapcount[p as usize].fetch_sub(1, Ordering::Relaxed);
+            debug_assert!(before > 0, "map count of frame {p} underflows");
+        }
+    }
+
+    fn is_mapped(&self, b: Block) -> bool {
+        (b.pfn..b.pfn + b.pages()).any(|p| self.mapcount[p as usize].load(Ordering::Relaxed) > 0)
+    }
+
+    /// Gives area-owned blocks back; those still mapped somewhere wait.
+    pub(crate) fn release(&self, blocks: &[Block]) {
+        let mut z = lock(&self.zone);
+        for &b in blocks {
+            self.release_one(&mut z, b);
+        }
+    }
+
+    fn release_one(&self, z: &mut Zone, b: Block) {
+        if self.is_mapped(b) {
+            self.set_owner(b, owner::DEFERRED);
+            z.deferred.push(b);
+        } else {
+            self.set_owner(b, owner::FREE);
+            let freed = z.buddy.free(b.pfn, b.order);
+            debug_assert!(freed.is_ok(), "releasing an allocated block");
+        }
+    }
+
+    /// Frees a block that `alloc(order, USER)` returned.
+    pub(crate) fn free_user(&self, pfn: u64, order: u8) -> Result<(), VmError> {
+        let mut z = lock(&self.zone);
+        let ours =
+            self.owner_of(pfn) == Some(owner::USER) && z.buddy.allocated_order(pfn) == Some(order);
+        if !ours {
+            return Err(VmError::NotAllocated { addr: pfn });
+        }
+        self.release_one(&mut z, Block { pfn, order });
+        Ok(())
+    }
+
+    /// Releases every deferred block whose mappings are all gone (after a
+    /// purge).
+    pub(crate) fn retry_deferred(&self) {
+        let mut z = lock(&self.zone);
+        if z.deferred.is_empty() {
+            return;
+        }
+        let waiting = std::mem::take(&mut z.deferred);
+        for b in waiting {
+            self.release_one(&mut z, b);
+        }
+    }
+
+    /// Counters.
+    pub(crate) fn stats(&self) -> PhysStats {
+        let z = lock(&self.zone);
+        PhysStats {
+            grown_bytes: z.grown_pages * self.page,
+            free_pages: z.buddy.free_pages(),
+            deferred_blocks: z.deferred.len() as u64,
+            grow_calls: z.grow_calls,
+        }
+    }
+
+    /// The total of every frame's map count.
+    pub(crate) fn total_mapcount(&self) -> u64 {
+        self.mapcount
+            .iter()
+            .map(|c| u64::from(c.load(Ordering::Relaxed)))
+            .sum()
+    }
+
+    /// Checks the buddy, the owners against it, and that no free frame is
+    /// mapped.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let z = lock(&self.zone);
+        z.buddy.check().map_err(|e| format!("buddy: {e}"))?;
+        let mut owned = 0;
+        for pfn in 0..z.grown_pages {
+            let o = self.owner[pfn as usize].load(Ordering::Relaxed);
+            let m = self.mapcount[pfn as usize].load(Ordering::Relaxed);
+            if o == owner::FREE && m > 0 {
+                return Err(format!("free frame {pfn} is mapped {m} times"));
+            }
+            owned += u64::from(o != owner::FREE);
+        }
+        let used = z.grown_pages - z.buddy.free_pages();
+        if owned != used {
+            return Err(format!(
+                "{owned} frames have owners, the buddy has {used} in use"
+            ));
+        }
+        for b in &z.deferred {
+            if self.owner_of(b.pfn) != Some(owner::DEFERRED) {
+                return Err(format!("deferred block at {} not marked deferred", b.pfn));
+            }
+        }
+        Ok(())
+    }
+}
