@@ -125,8 +125,11 @@ impl Vm {
     /// system refuses the reservation or the memfd.
     pub fn new(cfg: VmConfig) -> Result<Vm, VmError> {
         let page = sys::page_size();
-        let vb_ok = cfg.vblock.validate().is_ok() && cfg.vblock.page_size == page;
-        if !vb_ok || cfg.vblock.max_alloc > u64::from(u8::MAX) {
+        // max_alloc first: the records keep a mapping's length in a byte.
+        let vb_ok = cfg.vblock.max_alloc <= u64::from(u8::MAX)
+            && cfg.vblock.page_size == page
+            && cfg.vblock.validate().is_ok();
+        if !vb_ok {
             return Err(VmError::Invalid("vblock geometry (page size, max_alloc)"));
         }
         if cfg.virt_size == 0 || cfg.virt_size % cfg.vblock.block_size() != 0 {
