@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs mmkit-vm's tests (the crate with unsafe code) under valgrind memcheck:
+# invalid reads and writes, uses of uninitialised memory and definite leaks
+# fail the run. Usage: scripts/valgrind.sh [extra test-binary args]
+# Needs valgrind (Debian: apt-get install valgrind).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "valgrind not installed"; exit 1; }
+
+# Fewer proptest cases: memcheck runs code about 30x slower.
+export PROPTEST_CASES="${PROPTEST_CASES:-4}"
+bins=$(cargo test -p mmkit-vm --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("mmkit_vm","vm_model","vm_threads","vm_faults","vm_errors"):
+        print(m["executable"])')
+status=0
+for b in $bins; do
+  echo "== valgrind $(basename "$b")"
+  valgrind --quiet --error-exitcode=99 --leak-check=full --show-possibly-lost=no --errors-for-leak-kinds=definite \
+    "$b" --test-threads=1 "$@" || status=$?
+done
+exit "$status"
