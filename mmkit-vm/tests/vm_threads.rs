@@ -99,3 +99,23 @@ fn threads_never_overlap() {
         "{st:?}"
     );
 }
+
+#[test]
+fn handles_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Vm>();
+    send_sync::<VBuf>();
+    send_sync::<mmkit_vm::MirrorRing>();
+    let vm = Vm::new(VmConfig::default()).unwrap();
+    let mut buf = VBuf::zeroed(&vm, 100_000).unwrap();
+    buf[99_999] = 5;
+    let buf = std::thread::spawn(move || {
+        assert_eq!(buf[99_999], 5);
+        buf
+    })
+    .join()
+    .unwrap();
+    drop(buf); // freed from another thread than the one that made it
+    vm.purge();
+    vm.check().unwrap();
+}
