@@ -545,7 +545,8 @@ impl Space {
     /// Unmaps `list` (one call per run of adjacent ranges), releases frames,
     /// frees the ranges. Returns the covering range.
     fn teardown(&self, mut list: Vec<Lazy>) -> (u64, u64) {
-        list.sort_unstable_by_key(|l| l.range().0);
+        // A stable sort: the list is mostly in address order already.
+        list.sort_by_key(|l| l.range().0);
         let lo = list[0].range().0;
         let mut run = list[0].range();
         for l in &list[1..] {
