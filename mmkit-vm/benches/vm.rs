@@ -2,8 +2,10 @@
 //! iteration, lazy (the kernel since 2008) against eager unmapping (before).
 
 use criterion::{criterion_group, criterion_main, Criterion};
+#[cfg(target_os = "linux")]
 use mmkit_vm::{Vm, VmConfig};
 
+#[cfg(target_os = "linux")]
 fn vm(lazy_unmap: bool) -> Vm {
     Vm::new(VmConfig {
         lazy_unmap,
@@ -12,6 +14,7 @@ fn vm(lazy_unmap: bool) -> Vm {
     .expect("vm")
 }
 
+#[cfg(target_os = "linux")]
 fn touch(addr: u64, pages: u64) {
     for p in 0..pages {
         // SAFETY: `addr` starts a live mapping of `pages` pages.
@@ -19,6 +22,7 @@ fn touch(addr: u64, pages: u64) {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn map_ram(c: &mut Criterion) {
     let mut g = c.benchmark_group("vm_map_ram 4 pages + touch + unmap");
     for (name, lazy) in [("per-CPU blocks, lazy", true), ("area, eager", false)] {
@@ -36,6 +40,7 @@ fn map_ram(c: &mut Criterion) {
     g.finish();
 }
 
+#[cfg(target_os = "linux")]
 fn vmalloc(c: &mut Criterion) {
     let mut g = c.benchmark_group("vmalloc + touch + vfree");
     for pages in [16u64, 256] {
@@ -53,5 +58,10 @@ fn vmalloc(c: &mut Criterion) {
     g.finish();
 }
 
+#[cfg(target_os = "linux")]
 criterion_group!(benches, map_ram, vmalloc);
+#[cfg(not(target_os = "linux"))]
+fn unsupported(_: &mut Criterion) {}
+#[cfg(not(target_os = "linux"))]
+criterion_group!(benches, unsupported);
 criterion_main!(benches);

@@ -1,5 +1,6 @@
 //! Bad input gets a typed error and changes nothing: the stats compare equal
 //! and `check()` passes after every rejected call.
+#![cfg(target_os = "linux")]
 
 use mmkit_vm::{VBuf, Vm, VmConfig, VmError};
 

@@ -2,6 +2,7 @@
 //! a guard page, or a vm_map_ram mapping after vm_unmap_aliases) kills the
 //! process with SIGSEGV. Each case runs in a child process: this test
 //! binary re-executes itself with `MMKIT_VM_FAULT` naming the case.
+#![cfg(target_os = "linux")]
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;

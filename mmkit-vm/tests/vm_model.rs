@@ -3,6 +3,7 @@
 //! writes. Every live area must hold exactly the bytes the model says,
 //! a pattern written through one alias must read back through every other,
 //! and `Vm::check` must pass after every step.
+#![cfg(target_os = "linux")]
 
 use mmkit_vm::{MirrorRing, Vm, VmConfig};
 use proptest::prelude::*;

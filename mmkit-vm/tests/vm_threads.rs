@@ -1,5 +1,6 @@
 //! Several threads vmalloc, vm_map_ram, write, verify and free at once,
 //! each tracking what it owns; nothing may overlap or lose a byte.
+#![cfg(target_os = "linux")]
 
 use mmkit_vm::{VBuf, Vm, VmConfig};
 
