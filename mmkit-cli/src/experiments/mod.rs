@@ -16,6 +16,43 @@ pub mod vm_map_ram;
 pub mod vmalloc;
 pub mod vmap_scaling;
 
+#[cfg(target_os = "linux")]
+mod real;
+
+/// Declares an experiment on real memory: its module on Linux; elsewhere
+/// (mmkit-vm is Linux-only) a stand-in that says it is unsupported.
+macro_rules! real_memory {
+    ($module:ident, $name:literal) => {
+        #[cfg(target_os = "linux")]
+        pub mod $module;
+        #[cfg(not(target_os = "linux"))]
+        pub mod $module {
+            /// The registry entry: unsupported here.
+            pub const EXPERIMENT: super::Experiment = super::Experiment {
+                name: $name,
+                about: "on real memory: Linux only, unsupported on this system",
+                run: |_| super::unsupported($name),
+            };
+        }
+    };
+}
+
+real_memory!(vmalloc_real, "vmalloc-real");
+real_memory!(vmap_scaling_real, "vmap_scaling_real");
+real_memory!(vm_buffers, "vm_buffers");
+
+/// The report of an experiment that cannot run on this system.
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+fn unsupported(name: &str) -> Report {
+    Report {
+        name: name.into(),
+        notes: vec![format!(
+            "{name}: unsupported on this system (mmkit-vm runs on Linux only)"
+        )],
+        ..Report::default()
+    }
+}
+
 /// `mmkit experiments` options, shared by every experiment.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Options {
@@ -53,6 +90,9 @@ pub const ALL: &[Experiment] = &[
     vmalloc::EXPERIMENT,
     vm_map_ram::EXPERIMENT,
     vmap_scaling::EXPERIMENT,
+    vmalloc_real::EXPERIMENT,
+    vmap_scaling_real::EXPERIMENT,
+    vm_buffers::EXPERIMENT,
     percpu::EXPERIMENT,
     buddy::EXPERIMENT,
 ];

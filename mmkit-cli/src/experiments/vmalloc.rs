@@ -122,27 +122,71 @@ pub fn lazy_max(cpus: usize) -> u64 {
 /// A vmalloc'ed area: its address.
 type Area = u64;
 
-/// What a test run needs: the shared allocator, the loop count and the CPU
-/// count the kernel's constants derive from.
-pub struct Workload<'a, R> {
-    /// The allocator every thread shares.
-    pub va: &'a FairMutex<R>,
-    /// `test_loop_count`.
-    pub loops: u64,
-    /// `num_online_cpus()`.
-    pub cpus: usize,
+/// What `test_vmalloc`'s tests call, so the same tests run on a range
+/// allocator (addresses only) and on real memory (`vmalloc-real`).
+pub trait Vmalloc: Sync {
+    /// `vmalloc`: `pages` pages (plus the guard page), aligned to `align`;
+    /// `None` when it fails.
+    fn vmalloc(&self, pages: u64, align: u64) -> Option<Area>;
+    /// `vfree` of an area this workload allocated.
+    fn vfree(&self, a: Area);
+    /// Unmapping system calls so far (0 where nothing is mapped).
+    fn unmap_calls(&self) -> u64 {
+        0
+    }
 }
 
-impl<R: RangeAllocator + Send> Workload<'_, R> {
-    /// `vmalloc`: `pages` plus the guard page, aligned to `align`.
+/// The allocator-level vmalloc: the range allocator behind one lock.
+impl<R: RangeAllocator + Send> Vmalloc for FairMutex<R> {
     fn vmalloc(&self, pages: u64, align: u64) -> Option<Area> {
-        self.va.lock().alloc((pages + 1) * PAGE, align).ok()
+        self.lock().alloc((pages + 1) * PAGE, align).ok()
     }
 
-    /// `vfree`: lazy, as the kernel's.
+    /// Lazy, as the kernel's.
     fn vfree(&self, a: Area) {
         // Only areas this workload allocated are freed: an error is a bug.
-        self.va.lock().free_lazy(a).expect("vfree of a live area");
+        self.lock().free_lazy(a).expect("vfree of a live area");
+    }
+}
+
+/// The tests' parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    /// `test_loop_count`.
+    pub loops: u64,
+    /// Pairs of 1-page areas of `full_fit_alloc_test` (the kernel:
+    /// `lazy_max(cpus) / PAGE`).
+    pub full_fit: usize,
+    /// Live areas of `long_busy_list_alloc_test` (the kernel: 15000).
+    pub busy_list: usize,
+}
+
+impl Params {
+    /// The kernel's parameters for `cpus` CPUs.
+    pub fn kernel(loops: u64, cpus: usize) -> Self {
+        Params {
+            loops,
+            full_fit: (lazy_max(cpus) / PAGE) as usize,
+            busy_list: LONG_BUSY_LIST,
+        }
+    }
+}
+
+/// What a test run needs: the shared vmalloc and the parameters.
+pub struct Workload<'a, V> {
+    /// The vmalloc every thread shares.
+    pub va: &'a V,
+    /// Loop counts and sizes.
+    pub p: Params,
+}
+
+impl<V: Vmalloc> Workload<'_, V> {
+    fn vmalloc(&self, pages: u64, align: u64) -> Option<Area> {
+        self.va.vmalloc(pages, align)
+    }
+
+    fn vfree(&self, a: Area) {
+        self.va.vfree(a);
     }
 
     /// `vmalloc` of an array of `n` pointers (the tests' bookkeeping).
@@ -177,7 +221,7 @@ impl<R: RangeAllocator + Send> Workload<'_, R> {
 
     /// `loops` x {vmalloc(pages, align) from `next`, vfree}.
     fn repeat(&self, mut next: impl FnMut() -> (u64, u64)) -> bool {
-        for _ in 0..self.loops {
+        for _ in 0..self.p.loops {
             let (pages, align) = next();
             match self.vmalloc(pages, align) {
                 Some(a) => self.vfree(a),
@@ -188,7 +232,7 @@ impl<R: RangeAllocator + Send> Workload<'_, R> {
     }
 
     fn full_fit(&self) -> bool {
-        let j = (lazy_max(self.cpus) / PAGE) as usize;
+        let j = self.p.full_fit;
         let (Some(arr), Some(junk_arr)) = (self.vmalloc_array(j), self.vmalloc_array(j)) else {
             return false;
         };
@@ -208,14 +252,13 @@ impl<R: RangeAllocator + Send> Workload<'_, R> {
     }
 
     fn long_busy_list(&self) -> bool {
-        let Some(arr) = self.vmalloc_array(LONG_BUSY_LIST) else {
+        let n = self.p.busy_list;
+        let Some(arr) = self.vmalloc_array(n) else {
             return false;
         };
-        let held: Vec<Area> = (0..LONG_BUSY_LIST)
-            .filter_map(|_| self.vmalloc(1, PAGE))
-            .collect();
-        let mut ok = held.len() == LONG_BUSY_LIST;
-        for _ in 0..self.loops {
+        let held: Vec<Area> = (0..n).filter_map(|_| self.vmalloc(1, PAGE)).collect();
+        let mut ok = held.len() == n;
+        for _ in 0..self.p.loops {
             let (Some(a), Some(b)) = (self.vmalloc(100, PAGE), self.vmalloc(1, PAGE)) else {
                 ok = false;
                 break;
@@ -237,27 +280,56 @@ pub struct ModeResult {
     pub per_test: Vec<Duration>,
     /// Per test, runs that failed.
     pub failed: Vec<u32>,
+    /// Per test, unmapping system calls (performance mode only: in stress
+    /// mode the threads' calls cannot be told apart, so these stay 0).
+    pub unmaps: Vec<u64>,
     /// Wall time of the mode.
     pub wall: Duration,
     /// `check()` outcome and live areas left after the mode.
     pub after: String,
 }
 
-/// A fresh allocator of the vmalloc space behind one lock, with the
-/// kernel's lazy threshold.
-fn shared<R: RangeAllocator>(mut va: R, cpus: usize) -> FairMutex<R> {
+impl ModeResult {
+    fn new() -> Self {
+        ModeResult {
+            per_test: vec![Duration::ZERO; TESTS.len()],
+            failed: vec![0; TESTS.len()],
+            unmaps: vec![0; TESTS.len()],
+            ..Default::default()
+        }
+    }
+}
+
+/// How `test_vmalloc.sh` runs the tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One thread, the tests in order, each [`PERF_REPEAT`] times.
+    Performance,
+    /// This many threads, each shuffling its test order, each test
+    /// [`STRESS_REPEAT`] times per thread.
+    Stress(usize),
+}
+
+/// Runs `mode` on `va`.
+pub fn run_mode<V: Vmalloc>(va: &V, p: Params, mode: Mode, pb: &ProgressBar) -> ModeResult {
+    match mode {
+        Mode::Performance => performance(va, p, pb),
+        Mode::Stress(threads) => stress(va, p, threads, pb),
+    }
+}
+
+/// `mode` at the allocator level: `va` behind one lock with the kernel's
+/// lazy threshold for `cpus` CPUs, purged and checked afterwards.
+pub fn on_allocator<R: RangeAllocator + Send>(
+    mut va: R,
+    p: Params,
+    mode: Mode,
+    cpus: usize,
+    pb: &ProgressBar,
+) -> ModeResult {
     va.set_lazy_max(lazy_max(cpus));
-    FairMutex::new(va)
-}
-
-fn index(t: TestCase) -> usize {
-    TESTS
-        .iter()
-        .position(|&x| x == t)
-        .expect("every test is listed")
-}
-
-fn finish<R: RangeAllocator>(va: &FairMutex<R>, r: &mut ModeResult) {
+    let va = FairMutex::new(va);
+    let mut r = run_mode(&va, p, mode, pb);
     let mut a = va.lock();
     a.purge(&mut |_, _| {});
     let s = a.stats();
@@ -268,38 +340,33 @@ fn finish<R: RangeAllocator>(va: &FairMutex<R>, r: &mut ModeResult) {
         "{check}, {} live areas, {} free blocks",
         s.live_areas, s.free_blocks
     );
+    r
+}
+
+fn index(t: TestCase) -> usize {
+    TESTS
+        .iter()
+        .position(|&x| x == t)
+        .expect("every test is listed")
 }
 
 /// Performance mode: one thread, the tests in order, each `repeat` times.
-pub fn performance<R: RangeAllocator + Send>(
-    va: R,
-    loops: u64,
-    cpus: usize,
-    pb: &ProgressBar,
-) -> ModeResult {
-    let va = shared(va, cpus);
-    let w = Workload {
-        va: &va,
-        loops,
-        cpus,
-    };
+fn performance<V: Vmalloc>(va: &V, p: Params, pb: &ProgressBar) -> ModeResult {
+    let w = Workload { va, p };
     let mut rng = StdRng::seed_from_u64(SEED);
-    let mut r = ModeResult {
-        per_test: vec![Duration::ZERO; TESTS.len()],
-        failed: vec![0; TESTS.len()],
-        ..Default::default()
-    };
+    let mut r = ModeResult::new();
     let start = Instant::now();
     for (i, &t) in TESTS.iter().enumerate() {
+        let calls = va.unmap_calls();
         for _ in 0..PERF_REPEAT {
             let t0 = Instant::now();
             r.failed[i] += u32::from(!w.run(t, &mut rng));
             r.per_test[i] += t0.elapsed();
         }
+        r.unmaps[i] = va.unmap_calls() - calls;
         pb.inc(1);
     }
     r.wall = start.elapsed();
-    finish(&va, &mut r);
     r
 }
 
@@ -313,30 +380,16 @@ fn shuffled(rng: &mut StdRng) -> Vec<TestCase> {
 }
 
 /// Stress mode: `threads` workers, each shuffling its test order, sharing
-/// one allocator; each test runs `repeat` times per worker.
-pub fn stress<R: RangeAllocator + Send>(
-    va: R,
-    loops: u64,
-    threads: usize,
-    pb: &ProgressBar,
-) -> ModeResult {
-    let va = shared(va, threads);
+/// one vmalloc; each test runs `repeat` times per worker.
+fn stress<V: Vmalloc>(va: &V, p: Params, threads: usize, pb: &ProgressBar) -> ModeResult {
     let go = Barrier::new(threads + 1);
-    let mut r = ModeResult {
-        per_test: vec![Duration::ZERO; TESTS.len()],
-        failed: vec![0; TESTS.len()],
-        ..Default::default()
-    };
+    let mut r = ModeResult::new();
     let start = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|id| {
-                let (va, go) = (&va, &go);
+                let go = &go;
                 s.spawn(move || {
-                    let w = Workload {
-                        va,
-                        loops,
-                        cpus: threads,
-                    };
+                    let w = Workload { va, p };
                     let mut rng = StdRng::seed_from_u64(SEED + id as u64);
                     let order = shuffled(&mut rng);
                     let mut mine = Vec::new();
@@ -364,15 +417,16 @@ pub fn stress<R: RangeAllocator + Send>(
         start
     });
     r.wall = start.elapsed();
-    finish(&va, &mut r);
     r
 }
 
-fn new_baseline() -> LinearVmap {
+/// The busy-list baseline over the vmalloc space.
+pub fn new_baseline() -> LinearVmap {
     LinearVmap::new(VMALLOC_START, VMALLOC_START + VMALLOC_SIZE).expect("a valid space")
 }
 
-fn new_vmap() -> VmapAllocator {
+/// The augmented-tree allocator over the vmalloc space.
+pub fn new_vmap() -> VmapAllocator {
     VmapAllocator::new(VMALLOC_START, VMALLOC_START + VMALLOC_SIZE).expect("a valid space")
 }
 
@@ -442,14 +496,16 @@ pub fn run(opts: &Options) -> Report {
         2 * (TESTS.len() + threads * TESTS.len()) as u64,
         "test_vmalloc",
     );
+    let p = Params::kernel(loops, threads);
+    let (perf, stress) = (Mode::Performance, Mode::Stress(threads));
     pb.set_message("performance, baseline");
-    let perf_base = performance(new_baseline(), loops, threads, &pb);
+    let perf_base = on_allocator(new_baseline(), p, perf, threads, &pb);
     pb.set_message("performance, mmkit");
-    let perf_new = performance(new_vmap(), loops, threads, &pb);
+    let perf_new = on_allocator(new_vmap(), p, perf, threads, &pb);
     pb.set_message("stress, baseline");
-    let stress_base = stress(new_baseline(), loops, threads, &pb);
+    let stress_base = on_allocator(new_baseline(), p, stress, threads, &pb);
     pb.set_message("stress, mmkit");
-    let stress_new = stress(new_vmap(), loops, threads, &pb);
+    let stress_new = on_allocator(new_vmap(), p, stress, threads, &pb);
     pb.finish_and_clear();
 
     let mut rows = Vec::new();
@@ -525,25 +581,25 @@ mod tests {
     #[test]
     fn every_test_passes_on_both_allocators() {
         let pb = ProgressBar::hidden();
+        let p = Params::kernel(50, 2);
         for r in [
-            performance(new_baseline(), 50, 2, &pb),
-            performance(new_vmap(), 50, 2, &pb),
+            on_allocator(new_baseline(), p, Mode::Performance, 2, &pb),
+            on_allocator(new_vmap(), p, Mode::Performance, 2, &pb),
         ] {
             assert!(r.failed.iter().all(|&f| f == 0), "{:?}", r.failed);
             assert_eq!(r.after, "check() ok, 0 live areas, 1 free blocks");
         }
-        let r = stress(new_vmap(), 20, 2, &pb);
+        let r = on_allocator(new_vmap(), Params::kernel(20, 2), Mode::Stress(2), 2, &pb);
         assert!(r.failed.iter().all(|&f| f == 0));
         assert_eq!(r.after, "check() ok, 0 live areas, 1 free blocks");
     }
 
     #[test]
     fn align_shift_stops_at_the_first_impossible_alignment() {
-        let va = shared(new_vmap(), 1);
+        let va = FairMutex::new(new_vmap());
         let w = Workload {
             va: &va,
-            loops: 1,
-            cpus: 1,
+            p: Params::kernel(1, 1),
         };
         assert!(w.run(TestCase::AlignShift, &mut StdRng::seed_from_u64(1)));
         // 2^45 still has a multiple in the 32 TiB space, 2^46 does not.

@@ -27,14 +27,15 @@ pub const EXPERIMENT: Experiment = Experiment {
 /// What the scaling loop needs: map and unmap from many threads, and a
 /// way to touch the mapping.
 pub trait SharedMapper: Sync {
-    /// Maps `pages` pages; returns the start address. Panics on failure
+    /// Maps `pages` pages for thread number `thread` (a real mapper maps
+    /// that thread's frames); returns the start address. Panics on failure
     /// (the loop has no way to go on without a mapping).
-    fn map(&self, pages: u64) -> u64;
+    fn map(&self, thread: usize, pages: u64) -> u64;
     /// Unmaps what `map(pages)` returned.
     fn unmap(&self, addr: u64, pages: u64);
-    /// Writes one byte "into the page" at `addr`. Address-only mappers
-    /// write into `local`, the calling thread's stand-in for the page.
-    fn touch(&self, addr: u64, local: &mut [u8]) {
+    /// Writes "into the mapping" of `pages` pages at `addr`. Address-only
+    /// mappers write one byte into `local`, the calling thread's stand-in.
+    fn touch(&self, addr: u64, _pages: u64, local: &mut [u8]) {
         let i = (addr / 4096) as usize % local.len();
         local[i] = local[i].wrapping_add(1);
     }
@@ -66,7 +67,7 @@ pub struct OneLock {
 }
 
 impl SharedMapper for OneLock {
-    fn map(&self, pages: u64) -> u64 {
+    fn map(&self, _thread: usize, pages: u64) -> u64 {
         let mut r = self.range.lock().expect("range lock");
         r.alloc(pages * self.page, self.page)
             .expect("vmalloc space")
@@ -85,7 +86,7 @@ pub struct PerCpu {
 }
 
 impl SharedMapper for PerCpu {
-    fn map(&self, pages: u64) -> u64 {
+    fn map(&self, _thread: usize, pages: u64) -> u64 {
         self.vb.map(pages).expect("vmalloc space")
     }
     fn unmap(&self, addr: u64, pages: u64) {
@@ -108,15 +109,15 @@ pub fn scaling_loop<M: SharedMapper>(m: &M, threads: usize, iters: u64, pages: u
     let start = Barrier::new(threads);
     let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
-            .map(|_| {
+            .map(|thread| {
                 let start = &start;
                 s.spawn(move || {
                     let mut local = vec![0u8; 4 * 4096];
                     start.wait();
                     let t0 = Instant::now();
                     for _ in 0..iters {
-                        let a = m.map(pages);
-                        m.touch(a, &mut local);
+                        let a = m.map(thread, pages);
+                        m.touch(a, pages, &mut local);
                         m.unmap(a, pages);
                     }
                     std::hint::black_box(&local);
