@@ -77,7 +77,7 @@ fn measure(lazy: bool, threads: usize, iters: u64, reps: usize) -> (f64, f64) {
 }
 
 fn run(opts: &Options) -> Report {
-    let iters = opts.loops.unwrap_or(if opts.quick { 2000 } else { 20_000 });
+    let iters = opts.loops.unwrap_or(if opts.quick { 2000 } else { 10_000 });
     let reps = if opts.quick { 1 } else { 3 };
     let n = cpus();
     let mut t = Table::new(
