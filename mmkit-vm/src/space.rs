@@ -223,10 +223,11 @@ impl Space {
         }
     }
 
-    /// [`alloc_va`](Self::alloc_va) anywhere, page aligned, as a `VmError`.
-    fn alloc_span(&self, span: u64) -> Result<u64, VmError> {
+    /// [`alloc_va`](Self::alloc_va) anywhere, aligned to `align` (a power
+    /// of two, at least a page), as a `VmError`.
+    fn alloc_span(&self, span: u64, align: u64) -> Result<u64, VmError> {
         let (lo, hi) = (self.res.base(), self.res.base() + self.res.len());
-        self.alloc_va(span, self.page, lo, hi)
+        self.alloc_va(span, align.max(self.page), lo, hi)
             .map_err(|_| VmError::NoVirtualSpace { size: span })
     }
 
@@ -291,11 +292,13 @@ impl Space {
     // Areas: vmalloc, vmap, mirror
     // -----------------------------------------------------------------
 
-    /// Reserves a span for `pages` pages mapped `maps` times, takes frames
-    /// (or uses the caller's), maps them and records the area.
+    /// Reserves a span aligned to `align` for `len` bytes (twice over for a
+    /// mirror), takes frames (or uses the caller's), maps them and records
+    /// the area.
     pub(crate) fn create_area(
         &self,
         len: u64,
+        align: u64,
         frames: Option<Vec<Block>>,
         mirror: bool,
         handle: bool,
@@ -311,7 +314,7 @@ impl Space {
                 .and_then(|p| p.checked_mul(self.page))
                 .ok_or(VmError::Invalid("size overflows"))?,
         )?;
-        let addr = self.alloc_span(span)?;
+        let addr = self.alloc_span(span, align)?;
         let owns_frames = frames.is_none();
         let frames = match frames {
             Some(f) => f,
@@ -481,7 +484,7 @@ impl Space {
 
     fn move_area(&self, addr: u64, area: &mut Area, pages: u64) -> Result<u64, VmError> {
         let (_, span) = self.pages_for(pages * self.page)?;
-        let to = self.alloc_span(span)?;
+        let to = self.alloc_span(span, self.page)?;
         let mut more = Vec::new();
         if let Err(e) = self.alloc_frames(pages - area.pages, &mut more) {
             self.free_va(&[to]);

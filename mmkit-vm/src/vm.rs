@@ -218,7 +218,28 @@ impl Vm {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn vmalloc(&self, size: u64) -> Result<u64, VmError> {
-        self.space().create_area(size, None, false, false)
+        self.space().create_area(size, 0, None, false, false)
+    }
+
+    /// [`vmalloc`](Self::vmalloc) at an address aligned to `align` (a power
+    /// of two; below a page means a page), as the kernel's
+    /// `__vmalloc_node(size, align, ...)`.
+    ///
+    /// # Errors
+    /// [`VmError::Invalid`] when `align` is not a power of two; otherwise as
+    /// [`vmalloc`](Self::vmalloc).
+    ///
+    /// ```
+    /// # let vm = mmkit_vm::Vm::new(Default::default())?;
+    /// let a = vm.vmalloc_aligned(8192, 1 << 21)?;
+    /// assert_eq!(a % (1 << 21), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn vmalloc_aligned(&self, size: u64, align: u64) -> Result<u64, VmError> {
+        if !align.is_power_of_two() {
+            return Err(VmError::Invalid("alignment is not a power of two"));
+        }
+        self.space().create_area(size, align, None, false, false)
     }
 
     /// [`vmalloc`](Self::vmalloc), then zeroes the memory.
@@ -322,7 +343,7 @@ impl Vm {
     pub fn vmap(&self, pfns: &[u64]) -> Result<u64, VmError> {
         let frames = self.frames_of(pfns)?;
         let len = pfns.len() as u64 * self.page_size();
-        self.space().create_area(len, Some(frames), false, false)
+        self.space().create_area(len, 0, Some(frames), false, false)
     }
 
     /// Unmaps an area from [`vmap`](Self::vmap) (lazily, as
@@ -447,7 +468,7 @@ impl Vm {
     // -----------------------------------------------------------------
 
     pub(crate) fn alloc_handle(&self, size: u64, mirror: bool) -> Result<u64, VmError> {
-        self.space().create_area(size, None, mirror, true)
+        self.space().create_area(size, 0, None, mirror, true)
     }
 
     pub(crate) fn free_handle(&self, addr: u64) -> Result<(), VmError> {
