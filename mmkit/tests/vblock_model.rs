@@ -820,3 +820,43 @@ proptest! {
         compare_fronts(cfg, policy, &ops)?;
     }
 }
+
+/// Issue 12, defect 1: `max_alloc` above 2^63 made `next_power_of_two` wrap
+/// to 0 (release builds), so validate accepted it and `map` handed out the
+/// same pages twice; `pages as u32` truncated 2^32 + 1 to 1.
+#[test]
+fn huge_max_alloc_is_refused_never_overlapping() {
+    for max_alloc in [u64::MAX, (1 << 63) + 1, 1 << 32, 1 << 20] {
+        let cfg = Config {
+            page_size: 4096,
+            max_alloc,
+            bits: 1024,
+        };
+        assert_eq!(cfg.validate(), Err(AllocError::Invalid), "{max_alloc:#x}");
+        assert_eq!(cfg.order_of(u64::MAX), None, "no order above max_alloc");
+        for policy in [Policy::Legacy, Policy::Current] {
+            let range = VmapAllocator::new(0, 64 << 20).unwrap();
+            assert_eq!(
+                VblockAllocator::new(range, cfg, policy, 1).err(),
+                Some(AllocError::Invalid)
+            );
+            let range = VmapAllocator::new(0, 64 << 20).unwrap();
+            assert_eq!(
+                ConcurrentVblock::new(range, cfg, policy, 1).err(),
+                Some(AllocError::Invalid)
+            );
+        }
+    }
+}
+
+/// Issue 12, defect 1: a request of 2^32 + 1 pages is large (range
+/// allocator), never truncated to one page from a block.
+#[test]
+fn page_counts_never_truncate() {
+    let mut vb = VblockAllocator::new(range(), SMALL, Policy::Current, 1).unwrap();
+    let pages = (1 << 32) + 1;
+    assert_eq!(vb.map(0, pages), Err(AllocError::NoSpace));
+    assert_eq!(vb.unmap(START, pages), Err(FreeError::NotAllocated));
+    assert_eq!(vb.blocks(), 0);
+    vb.check().unwrap();
+}

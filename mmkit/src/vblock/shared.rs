@@ -175,12 +175,6 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         f(&lock(&self.global).range)
     }
 
-    /// `Some(pages)` when a block serves the request (1..=max_alloc).
-    fn small(&self, pages: u64) -> Option<u32> {
-        // max_alloc <= MAX_BITS / 2, so the cast never truncates.
-        self.cfg.order_of(pages).map(|_| pages as u32)
-    }
-
     /// This thread's queue: its slot modulo the queue count (a mask when
     /// that is a power of two: a division costs more than the rest of the
     /// slot lookup).
@@ -225,7 +219,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         if cpu >= self.queues.len() {
             return Err(AllocError::Invalid);
         }
-        let Some(n) = self.small(pages) else {
+        let Some(n) = self.cfg.small(pages) else {
             return self.map_large(pages);
         };
         let t0 = now(self.clock);
@@ -325,7 +319,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         if pages == 0 {
             return Err(FreeError::Invalid);
         }
-        let Some(n) = self.small(pages) else {
+        let Some(n) = self.cfg.small(pages) else {
             return self.unmap_large(addr, pages);
         };
         let t0 = now(self.clock);

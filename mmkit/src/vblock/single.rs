@@ -122,7 +122,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         if cpu >= self.queues.len() {
             return Err(AllocError::Invalid);
         }
-        let Some(n) = self.small(pages) else {
+        let Some(n) = self.cfg.small(pages) else {
             return self.map_large(pages);
         };
         let t0 = now(self.clock);
@@ -189,12 +189,6 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         }
     }
 
-    /// `Some(pages)` when a block serves the request (1..=max_alloc).
-    fn small(&self, pages: u64) -> Option<u32> {
-        // max_alloc <= MAX_BITS / 2, so the cast never truncates.
-        self.cfg.order_of(pages).map(|_| pages as u32)
-    }
-
     fn map_large(&mut self, pages: u64) -> Result<u64, AllocError> {
         let size = pages
             .checked_mul(self.cfg.page_size)
@@ -225,7 +219,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         if pages == 0 {
             return Err(FreeError::Invalid);
         }
-        let Some(n) = self.small(pages) else {
+        let Some(n) = self.cfg.small(pages) else {
             return self.unmap_large(addr, pages);
         };
         let t0 = now(self.clock);
