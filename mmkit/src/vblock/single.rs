@@ -316,10 +316,11 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         self.queues.get(cpu).map(Queue::listed)
     }
 
-    /// Pages in live mappings (block and large).
+    /// Pages in live mappings (block and large), as asked for: a map of 17
+    /// pages counts 17, not the 32 its block reserves.
     ///
     /// # Complexity
-    /// O(blocks + large maps).
+    /// O(cpus + large maps).
     pub fn live_pages(&self) -> u64 {
         self.queues.iter().map(Queue::live_pages).sum::<u64>() + self.large.values().sum::<u64>()
     }
