@@ -331,9 +331,7 @@ impl RangeAllocator for VmapAllocator {
         if self.lazy.areas.is_empty() {
             return false;
         }
-        // One flush covers the whole batch, before any of it is reusable.
-        flush(self.lazy.lo, self.lazy.hi);
-        self.flushes += 1;
+        let (lo, hi) = (self.lazy.lo, self.lazy.hi);
         let mut areas = core::mem::take(&mut self.lazy.areas);
         // In address order, consecutive merges walk nearby tree paths (warm
         // in cache), and adjacent lazy areas join before touching the tree.
@@ -355,6 +353,11 @@ impl RangeAllocator for VmapAllocator {
         areas.clear();
         self.lazy.areas = areas; // keep the capacity: no allocation next time
         self.lazy.bytes = 0;
+        // One flush covers the whole batch. It runs last: nothing can reuse
+        // the batch before we return, and a flush that panics finds every
+        // invariant (lazy_max included) already holding.
+        self.flushes += 1;
+        flush(lo, hi);
         true
     }
 
