@@ -873,3 +873,15 @@ fn live_pages_counts_requested_pages() {
         assert_eq!(vb.live_pages(), 0);
     }
 }
+
+/// Issue 12: `cpus = u32::MAX` aborted allocating the queues; a CPU count
+/// above `MAX_CPUS` is refused before anything is allocated.
+#[test]
+fn absurd_cpu_counts_are_refused_before_allocating() {
+    for cpus in [u32::MAX as usize, 1 << 20] {
+        let r = VblockAllocator::new(range(), Config::KERNEL, Policy::Current, cpus);
+        assert_eq!(r.err(), Some(AllocError::Invalid), "{cpus} cpus");
+        let r = ConcurrentVblock::new(range(), Config::KERNEL, Policy::Current, cpus);
+        assert_eq!(r.err(), Some(AllocError::Invalid), "{cpus} cpus");
+    }
+}

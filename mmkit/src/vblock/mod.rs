@@ -93,6 +93,11 @@ pub struct Config {
 /// Largest supported [`Config::bits`] (the per-block page index is `u32`).
 pub const MAX_BITS: u64 = 1 << 20;
 
+/// Most CPU queues a front end accepts: the kernel's largest `NR_CPUS`
+/// (x86-64 `MAXSMP`). Queues are allocated up front, so an absurd count is
+/// refused before allocating rather than aborting on the allocation.
+pub const MAX_CPUS: usize = 8192;
+
 impl Config {
     /// The 64-bit kernel's values: 4 KiB pages, 64-page requests, 1024-page
     /// (4 MiB) blocks.

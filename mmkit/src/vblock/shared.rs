@@ -33,7 +33,7 @@ use std::vec::Vec;
 
 use super::queue::Queue;
 use super::single::{check_all, purge_widened};
-use super::{now, since, Clock, Config, Counters, Policy};
+use super::{now, since, Clock, Config, Counters, Policy, MAX_CPUS};
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::RangeAllocator;
 
@@ -120,13 +120,14 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// A front end with `cpus` queues over `range`, which it owns.
     ///
     /// # Errors
-    /// [`AllocError::Invalid`] for an invalid `cfg` or `cpus == 0`.
+    /// [`AllocError::Invalid`] for an invalid `cfg`, `cpus == 0` or
+    /// `cpus >` [`MAX_CPUS`].
     ///
     /// # Complexity
     /// O(cpus).
     pub fn new(range: R, cfg: Config, policy: Policy, cpus: usize) -> Result<Self, AllocError> {
         cfg.validate()?;
-        if cpus == 0 || cpus > u32::MAX as usize {
+        if !(1..=MAX_CPUS).contains(&cpus) {
             return Err(AllocError::Invalid);
         }
         let shards = (cpus * 4).next_power_of_two().max(16);

@@ -5,7 +5,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
 use super::queue::Queue;
-use super::{now, since, Clock, Config, Counters, Policy};
+use super::{now, since, Clock, Config, Counters, Policy, MAX_CPUS};
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::RangeAllocator;
@@ -58,13 +58,13 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     ///
     /// # Errors
     /// [`AllocError::Invalid`] for an invalid `cfg` (see
-    /// [`Config::validate`]) or `cpus == 0`.
+    /// [`Config::validate`]), `cpus == 0` or `cpus >` [`MAX_CPUS`].
     ///
     /// # Complexity
     /// O(cpus).
     pub fn new(range: R, cfg: Config, policy: Policy, cpus: usize) -> Result<Self, AllocError> {
         cfg.validate()?;
-        if cpus == 0 || cpus > u32::MAX as usize {
+        if !(1..=MAX_CPUS).contains(&cpus) {
             return Err(AllocError::Invalid);
         }
         Ok(VblockAllocator {
