@@ -24,11 +24,13 @@ pub struct Options {
     /// A tiny scale for CI smoke runs: seconds, not minutes.
     #[arg(long)]
     pub quick: bool,
-    /// Scale the main loop count (each experiment documents its default).
-    #[arg(long)]
+    /// Scale the main loop count, 1 to 10^9 (each experiment documents its
+    /// default).
+    #[arg(long, value_parser = count())]
     pub loops: Option<u64>,
-    /// Number of random seeds for experiments that average over seeds.
-    #[arg(long)]
+    /// Number of random seeds for experiments that average over seeds, 1 to
+    /// 10^9.
+    #[arg(long, value_parser = count())]
     pub seeds: Option<u64>,
     /// Write every report's machine-readable rows to this JSON file.
     #[arg(long, value_name = "FILE")]
@@ -36,6 +38,13 @@ pub struct Options {
     /// Write a Markdown report (and SVG plots) into this directory.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+}
+
+/// Parses `--loops` and `--seeds`: 0 would average over nothing (a table
+/// of NaN) and the bound keeps every derived count from overflowing; clap
+/// refuses anything outside with exit 2.
+fn count() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::builder::RangedU64ValueParser::new().range(1..=1_000_000_000)
 }
 
 /// One registered experiment.

@@ -98,11 +98,12 @@ pub struct BenchOptions {
     /// A tiny scale for CI: 10^3 live areas, a few thousand pairs.
     #[arg(long)]
     pub quick: bool,
-    /// Live-area counts, comma separated (default 1000,10000,100000).
-    #[arg(long, value_delimiter = ',')]
+    /// Live-area counts, comma separated, each 1 to 10^7 (default
+    /// 1000,10000,100000).
+    #[arg(long, value_delimiter = ',', value_parser = count(MAX_LIVE))]
     pub live: Vec<usize>,
-    /// Timed free+alloc pairs per allocator (default 200000).
-    #[arg(long)]
+    /// Timed free+alloc pairs per allocator, 1 to 10^7 (default 200000).
+    #[arg(long, value_parser = count(MAX_PAIRS))]
     pub pairs: Option<usize>,
     /// Milliseconds one allocator may spend timed per workload and live
     /// count; slower allocators time fewer pairs (default 250).
@@ -118,6 +119,19 @@ pub struct BenchOptions {
     /// List the workloads and the allocators, then exit.
     #[arg(long)]
     pub list: bool,
+}
+
+/// The most live areas `--live` accepts: the plan and every allocator
+/// hold them up front.
+const MAX_LIVE: u64 = 10_000_000;
+
+/// The most pairs `--pairs` accepts: the plan holds every operation up
+/// front (about 50 bytes a pair), so timing never pays for generating them.
+const MAX_PAIRS: u64 = 10_000_000;
+
+/// Parses a count in `1..=max`; clap refuses anything else with exit 2.
+fn count(max: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..=max)
 }
 
 /// The scale one run uses, from the options.
@@ -139,7 +153,7 @@ impl Scale {
         } else {
             (vec![1_000, 10_000, 100_000], 200_000, 250)
         };
-        let pairs = o.pairs.unwrap_or(pairs).max(1);
+        let pairs = o.pairs.unwrap_or(pairs);
         Scale {
             lives: if o.live.is_empty() {
                 lives
