@@ -323,13 +323,18 @@ fn read_trace(path: &Path) -> io::Result<String> {
 }
 
 /// Builds the chosen allocator and replays on it; prints the summary.
-fn replay_on<R: RangeAllocator>(mut a: R, name: &str, trace: &Trace, check: bool) -> ExitCode {
-    let stdout = io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
+fn replay_on<R: RangeAllocator>(
+    mut a: R,
+    name: &str,
+    trace: &Trace,
+    check: bool,
+    out: &mut dyn Write,
+) -> io::Result<ExitCode> {
+    let mut out = BufWriter::new(out);
     let result = run(&mut a, trace, check, &mut out);
-    let flushed = out.flush();
-    match (result, flushed) {
-        (Ok(sum), Ok(())) => {
+    out.flush()?;
+    match result {
+        Ok(sum) => {
             let s = a.stats();
             eprintln!(
                 "mmkit replay: {} commands on {name}{}: {} allocs ({} invalid, {} nospace), \
@@ -351,50 +356,52 @@ fn replay_on<R: RangeAllocator>(mut a: R, name: &str, trace: &Trace, check: bool
                 s.free_blocks,
                 s.largest_free,
             );
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
-        (Err(RunError::Check { line, err }), _) => {
+        Err(RunError::Check { line, err }) => {
             eprintln!("mmkit replay: CHECK FAILED on {name} after line {line}: {err}");
-            ExitCode::from(1)
+            Ok(ExitCode::from(1))
         }
-        (Err(RunError::Io(e)), _) | (_, Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
-            ExitCode::SUCCESS
-        }
-        (Err(RunError::Io(e)), _) | (_, Err(e)) => {
-            eprintln!("mmkit replay: writing the output: {e}");
-            ExitCode::from(1)
-        }
+        Err(RunError::Io(e)) => Err(e),
     }
 }
 
-/// Replays `trace` and prints one line per alloc and per failed free.
-/// Exit status: 0 done, 1 check failure or output error, 2 unreadable or
-/// malformed trace.
-pub fn main(trace: &Path, check: bool, allocator: AllocatorKind) -> ExitCode {
+/// Replays `trace` and prints one line per alloc and per failed free to
+/// `out`. Exit status: 0 done, 1 check failure, 2 unreadable or malformed
+/// trace.
+///
+/// # Errors
+/// Writing to `out` failed.
+pub fn main(
+    trace: &Path,
+    check: bool,
+    allocator: AllocatorKind,
+    out: &mut dyn Write,
+) -> io::Result<ExitCode> {
     let text = match read_trace(trace) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("mmkit replay: {}: {e}", trace.display());
-            return ExitCode::from(2);
+            return Ok(ExitCode::from(2));
         }
     };
     let parsed = match parse(&text) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("mmkit replay: {}: {e}", trace.display());
-            return ExitCode::from(2);
+            return Ok(ExitCode::from(2));
         }
     };
     let (s, e) = parsed.space;
     // `parse` guarantees s < e, the only way `new` can fail.
     match allocator {
         AllocatorKind::Vmap => match VmapAllocator::new(s, e) {
-            Ok(a) => replay_on(a, "vmap", &parsed, check),
-            Err(err) => bad_space(err),
+            Ok(a) => replay_on(a, "vmap", &parsed, check, out),
+            Err(err) => Ok(bad_space(err)),
         },
         AllocatorKind::Baseline => match LinearVmap::new(s, e) {
-            Ok(a) => replay_on(a, "baseline", &parsed, check),
-            Err(err) => bad_space(err),
+            Ok(a) => replay_on(a, "baseline", &parsed, check, out),
+            Err(err) => Ok(bad_space(err)),
         },
     }
 }

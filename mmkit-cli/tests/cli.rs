@@ -1,5 +1,6 @@
-//! The `mmkit` binary's argument checks, end to end: bad scales are
-//! refused with exit status 2 before anything runs.
+//! The `mmkit` binary's argument checks and output handling, end to end:
+//! bad scales are refused with exit status 2 before anything runs, and a
+//! reader that has gone (`mmkit list | head -1`) ends the run quietly.
 
 use std::process::{Command, Output, Stdio};
 
@@ -57,4 +58,44 @@ fn experiments_refuse_zero_loops_and_seeds() {
         &["experiments", "--quick", "--seeds", "0", "buddy"],
         "--seeds",
     );
+}
+
+/// A pipe whose reader has already gone, as `| head -1` leaves it once
+/// `head` has exited: the reader is a process that exited without reading.
+fn reader_gone() -> Stdio {
+    let mut reader = Command::new("true")
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("`true` runs");
+    let pipe = reader.stdin.take().unwrap();
+    reader.wait().unwrap();
+    Stdio::from(pipe)
+}
+
+/// Issue 12, defect 7: every command that prints ends quietly with status 0
+/// when its reader has gone, instead of panicking with status 101.
+#[test]
+fn a_reader_gone_ends_every_command_quietly() {
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/fits.trace");
+    let runs: [&[&str]; 5] = [
+        &["list"],
+        &["bench", "--list"],
+        &[
+            "bench",
+            "--quick",
+            "--pairs",
+            "10",
+            "--live",
+            "10",
+            "steady-page",
+        ],
+        &["experiments", "--quick", "vm_map_ram"],
+        &["replay", trace],
+    ];
+    for args in runs {
+        let out = mmkit(args, reader_gone());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
 }

@@ -2,6 +2,7 @@
 //! fixed parameters that prints the seed's published figures beside what it
 //! measures here, baseline against mmkit.
 
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -67,7 +68,10 @@ pub const ALL: &[Experiment] = &[
 ];
 
 /// Runs the experiments named in `opts` (all when none) and prints them.
-pub fn run(opts: &Options) -> ExitCode {
+///
+/// # Errors
+/// Writing to `out` failed.
+pub fn run(opts: &Options, out: &mut dyn Write) -> io::Result<ExitCode> {
     let chosen: Vec<&Experiment> = if opts.names.is_empty() {
         ALL.iter().collect()
     } else {
@@ -81,30 +85,30 @@ pub fn run(opts: &Options) -> ExitCode {
                         "mmkit: unknown experiment {n:?}; known: {}",
                         known.join(", ")
                     );
-                    return ExitCode::from(2);
+                    return Ok(ExitCode::from(2));
                 }
             }
         }
         v
     };
-    println!("# machine: {}", machine());
+    writeln!(out, "# machine: {}", machine())?;
     let mut reports = Vec::new();
     for e in chosen {
         let report = (e.run)(opts);
-        println!("\n== {} ({}) ==", e.name, e.about);
+        writeln!(out, "\n== {} ({}) ==", e.name, e.about)?;
         for t in &report.tables {
-            println!("\n{t}");
+            writeln!(out, "\n{t}")?;
         }
         for n in &report.notes {
-            println!("  * {n}");
+            writeln!(out, "  * {n}")?;
         }
         reports.push(report);
     }
     if let Err(err) = write_outputs(opts, &reports) {
         eprintln!("mmkit: {err}");
-        return ExitCode::from(1);
+        return Ok(ExitCode::from(1));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 fn write_outputs(opts: &Options, reports: &[Report]) -> std::io::Result<()> {

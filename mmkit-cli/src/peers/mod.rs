@@ -26,6 +26,7 @@ mod xalloc;
 #[cfg(test)]
 mod tests;
 
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -223,21 +224,24 @@ struct Row {
     out: Option<Outcome>,
 }
 
-/// Runs `mmkit bench`.
-pub fn main(o: &BenchOptions) -> ExitCode {
+/// Runs `mmkit bench`, printing to `out`.
+///
+/// # Errors
+/// Writing to `out` failed.
+pub fn main(o: &BenchOptions, out: &mut dyn Write) -> io::Result<ExitCode> {
     if o.list {
-        list();
-        return ExitCode::SUCCESS;
+        list(out)?;
+        return Ok(ExitCode::SUCCESS);
     }
     let (chosen, peers) = match choose(&o.workloads).and_then(|c| Ok((c, pick(&o.allocators)?))) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("mmkit bench: {e}");
-            return ExitCode::from(2);
+            return Ok(ExitCode::from(2));
         }
     };
     let scale = Scale::new(o);
-    header(&scale);
+    header(&scale, out)?;
     let runs: usize = chosen.iter().map(|w| scale.lives_for(w).count()).sum();
     let bar = progress((runs * peers.len()) as u64, "bench");
     let mut summary = Table::new(
@@ -261,12 +265,13 @@ pub fn main(o: &BenchOptions) -> ExitCode {
         reports.push(report(w, &rows, scale.pairs));
     }
     bar.finish_and_clear();
-    finish(o, &reports, &summary)
+    finish(o, &reports, &summary, out)
 }
 
-fn header(scale: &Scale) {
-    println!("# machine: {}", machine());
-    println!(
+fn header(scale: &Scale, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "# machine: {}", machine())?;
+    writeln!(
+        out,
         "# space [0, 2^40), 4 KiB pages, seed {SEED:#x}; {} warm-up pairs, {} timed pairs in {} \
          segments (at most {} ms), ns/pair of the best segment; {} pairs judged",
         scale.warmup,
@@ -274,38 +279,44 @@ fn header(scale: &Scale) {
         measure::SEGMENTS,
         scale.budget.as_millis(),
         scale.judge
-    );
+    )
 }
 
 /// Prints the tables, writes the JSON, and fails if mmkit broke a promise.
-fn finish(o: &BenchOptions, reports: &[Report], summary: &Table) -> ExitCode {
+fn finish(
+    o: &BenchOptions,
+    reports: &[Report],
+    summary: &Table,
+    out: &mut dyn Write,
+) -> io::Result<ExitCode> {
     for r in reports {
-        println!("\n{}", r.tables[0]);
+        writeln!(out, "\n{}", r.tables[0])?;
         for n in &r.notes {
-            println!("  * {n}");
+            writeln!(out, "  * {n}")?;
         }
     }
-    println!("\n{summary}");
+    writeln!(out, "\n{summary}")?;
     if let Err(e) = write_json(o, reports, summary) {
         eprintln!("mmkit bench: {e}");
-        return ExitCode::from(1);
+        return Ok(ExitCode::from(1));
     }
     if broken(reports) {
         eprintln!("mmkit bench: mmkit broke its contract (see the notes above)");
-        return ExitCode::from(1);
+        return Ok(ExitCode::from(1));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-fn list() {
-    println!("workloads:");
+fn list(out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "workloads:")?;
     for w in workload::ALL {
-        println!("  {:<14} {}", w.name, w.about);
+        writeln!(out, "  {:<14} {}", w.name, w.about)?;
     }
-    println!("allocators:");
+    writeln!(out, "allocators:")?;
     for e in allocators() {
-        println!("  {:<18} {}", e.name, e.about);
+        writeln!(out, "  {:<18} {}", e.name, e.about)?;
     }
+    Ok(())
 }
 
 /// The allocators named (mmkit first, always), or all.
