@@ -6,6 +6,7 @@ mod peers;
 mod replay;
 mod report;
 
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -50,19 +51,35 @@ pub enum AllocatorKind {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Experiments(opts) => experiments::run(&opts),
+    let mut out = io::stdout().lock();
+    match run(cli.command, &mut out).and_then(|code| out.flush().map(|()| code)) {
+        Ok(code) => code,
+        // The reader has gone (`mmkit list | head -1`): stop quietly, as a
+        // program killed by SIGPIPE would. Handled here, once, for every
+        // command.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mmkit: writing the output: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs one command, writing its results to `out`.
+fn run(command: Command, out: &mut dyn Write) -> io::Result<ExitCode> {
+    match command {
+        Command::Experiments(opts) => experiments::run(&opts, out),
         Command::Replay {
             trace,
             check,
             allocator,
-        } => replay::main(&trace, check, allocator),
-        Command::Bench(opts) => peers::main(&opts),
+        } => replay::main(&trace, check, allocator, out),
+        Command::Bench(opts) => peers::main(&opts, out),
         Command::List => {
             for e in experiments::ALL {
-                println!("{:<14} {}", e.name, e.about);
+                writeln!(out, "{:<14} {}", e.name, e.about)?;
             }
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

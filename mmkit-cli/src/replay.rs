@@ -14,14 +14,21 @@
 //! `#` starts a comment; numbers are decimal or `0x` hex. Stdout gets one
 //! line per `alloc` (`ID 0xaddr`, `ID invalid`, `ID nospace`) and one per
 //! failed free (`ID notallocated`, `0xADDR notallocated`), nothing else; the
-//! summary goes to stderr. The whole trace is parsed before anything runs,
-//! so a malformed line (exit status 2) produces no partial output.
+//! summary goes to stderr.
+//!
+//! The trace is streamed, never held: a first pass reads it line by line
+//! and checks every line, so a malformed one (exit status 2) produces no
+//! partial output; a second pass reads it again and replays each command as
+//! it is read. Standard input cannot be read twice, so it alone is held in
+//! memory (once, as bytes).
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{self, BufWriter, Read, Write};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Cursor, Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
+use std::rc::Rc;
 
 use mmkit::baseline::linear_vmap::LinearVmap;
 use mmkit::range::RangeAllocator;
@@ -30,9 +37,11 @@ use mmkit::{AllocError, CheckError, FreeError};
 
 use crate::AllocatorKind;
 
-/// One trace command (the `space` line is kept in [`Trace::space`]).
+/// One trace command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cmd {
+    /// `space START END`: the managed space, `START < END`.
+    Space(u64, u64),
     /// `lazymax BYTES`.
     LazyMax(u64),
     /// `alloc ID SIZE [align A] [range VSTART VEND]`; align defaults to 1,
@@ -57,13 +66,19 @@ pub enum Cmd {
     Purge,
 }
 
-/// A parsed trace: the space and the commands with their line numbers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Trace {
-    /// `[start, end)` from the `space` line.
-    pub space: (u64, u64),
-    /// Commands in order, each with its 1-based line number.
-    pub cmds: Vec<(usize, Cmd)>,
+impl Cmd {
+    /// The command's first word in the trace.
+    fn keyword(&self) -> &'static str {
+        match self {
+            Cmd::Space(..) => "space",
+            Cmd::LazyMax(_) => "lazymax",
+            Cmd::Alloc { .. } => "alloc",
+            Cmd::Free(_) => "free",
+            Cmd::Lazy(_) => "lazy",
+            Cmd::FreeAt(_) => "freeat",
+            Cmd::Purge => "purge",
+        }
+    }
 }
 
 /// A malformed trace: the line (1-based) and what is wrong with it.
@@ -136,8 +151,16 @@ fn parse_alloc(words: &[&str]) -> Result<Cmd, String> {
 }
 
 /// One non-empty line, comment stripped, split into words.
-fn parse_cmd(words: &[&str]) -> Result<Cmd, String> {
+fn parse_line(words: &[&str]) -> Result<Cmd, String> {
     match words[0] {
+        "space" => {
+            let ops = operands(words, 2, "`space START END`")?;
+            let (s, e) = (number(ops[0])?, number(ops[1])?);
+            if s >= e {
+                return Err(format!("space [{s:#x}, {e:#x}) is empty"));
+            }
+            Ok(Cmd::Space(s, e))
+        }
         "lazymax" => Ok(Cmd::LazyMax(number(
             operands(words, 1, "`lazymax BYTES`")?[0],
         )?)),
@@ -152,56 +175,121 @@ fn parse_cmd(words: &[&str]) -> Result<Cmd, String> {
     }
 }
 
-/// Parses a whole trace. `space` must come before every command but
-/// `lazymax`, exactly once, with `START < END`.
+/// A trace read line by line: each item is a command with its 1-based line
+/// number, or the first malformed (or unreadable) line, after which the
+/// iterator ends. `space` must come before every command but `lazymax`,
+/// exactly once.
+pub struct Commands<R> {
+    src: R,
+    buf: Vec<u8>,
+    line: usize,
+    space: Option<(u64, u64)>,
+    failed: bool,
+}
+
+impl<R: BufRead> Commands<R> {
+    /// Reads commands from `src`.
+    pub fn new(src: R) -> Self {
+        Commands {
+            src,
+            buf: Vec::new(),
+            line: 0,
+            space: None,
+            failed: false,
+        }
+    }
+
+    /// The next command, `None` at the end, or the first bad line.
+    fn next_cmd(&mut self) -> Result<Option<(usize, Cmd)>, ParseError> {
+        loop {
+            self.buf.clear();
+            let read = self.src.read_until(b'\n', &mut self.buf);
+            let n = read.map_err(|e| self.error(self.line + 1, format!("reading: {e}")))?;
+            if n == 0 {
+                return match self.space {
+                    Some(_) => Ok(None),
+                    None => Err(self.error(self.line.max(1), "the trace has no `space` command")),
+                };
+            }
+            self.line += 1;
+            let text = std::str::from_utf8(&self.buf)
+                .map_err(|_| self.error(self.line, "not valid UTF-8"))?;
+            let words: Vec<&str> = text
+                .split('#')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            if words.is_empty() {
+                continue;
+            }
+            let cmd = self.check_order(parse_line(&words))?;
+            return Ok(Some((self.line, cmd)));
+        }
+    }
+
+    /// Keeps the `space` rules: once, before every command but `lazymax`.
+    fn check_order(&mut self, cmd: Result<Cmd, String>) -> Result<Cmd, ParseError> {
+        let cmd = cmd.map_err(|msg| self.error(self.line, msg))?;
+        match cmd {
+            Cmd::Space(..) if self.space.is_some() => {
+                Err(self.error(self.line, "a second `space` command"))
+            }
+            Cmd::Space(s, e) => {
+                self.space = Some((s, e));
+                Ok(cmd)
+            }
+            Cmd::LazyMax(_) => Ok(cmd),
+            _ if self.space.is_none() => Err(self.error(
+                self.line,
+                format!("`{}` before the `space` command", cmd.keyword()),
+            )),
+            _ => Ok(cmd),
+        }
+    }
+
+    fn error(&self, line: usize, msg: impl Into<String>) -> ParseError {
+        ParseError {
+            line,
+            msg: msg.into(),
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for Commands<R> {
+    type Item = Result<(usize, Cmd), ParseError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let item = self.next_cmd().transpose();
+        self.failed = matches!(item, Some(Err(_)));
+        item
+    }
+}
+
+/// Reads the whole trace once, checking every line; returns its space.
 ///
 /// # Errors
-/// The first malformed line, with its number.
-pub fn parse(text: &str) -> Result<Trace, ParseError> {
+/// The first malformed or unreadable line, with its number.
+pub fn check_trace(src: impl BufRead) -> Result<(u64, u64), ParseError> {
+    let mut cmds = Commands::new(src);
     let mut space = None;
-    let mut cmds = Vec::new();
-    let mut last = 0;
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        last = line;
-        let err = |msg: String| ParseError { line, msg };
-        let words: Vec<&str> = raw
-            .split('#')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        if words.is_empty() {
-            continue;
-        }
-        if words[0] == "space" {
-            if space.is_some() {
-                return Err(err("a second `space` command".into()));
-            }
-            let ops = operands(&words, 2, "`space START END`").map_err(err)?;
-            let (s, e) = (number(ops[0]).map_err(err)?, number(ops[1]).map_err(err)?);
-            if s >= e {
-                return Err(err(format!("space [{s:#x}, {e:#x}) is empty")));
-            }
+    for item in &mut cmds {
+        if let (_, Cmd::Space(s, e)) = item? {
             space = Some((s, e));
-            continue;
         }
-        let cmd = parse_cmd(&words).map_err(err)?;
-        if space.is_none() && !matches!(cmd, Cmd::LazyMax(_)) {
-            return Err(err(format!("`{}` before the `space` command", words[0])));
-        }
-        cmds.push((line, cmd));
     }
-    let space = space.ok_or(ParseError {
-        line: last.max(1),
-        msg: "the trace has no `space` command".into(),
-    })?;
-    Ok(Trace { space, cmds })
+    // A trace without a space ends in an error above, so this is set.
+    space.ok_or_else(|| cmds.error(1, "the trace has no `space` command"))
 }
 
 /// Totals printed to stderr after a replay.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Summary {
+    /// Commands replayed (every line but `space`, comments and blanks).
+    pub commands: u64,
     /// Successful allocations.
     pub allocs: u64,
     /// `invalid` answers.
@@ -226,6 +314,9 @@ pub enum RunError {
     },
     /// Writing the output failed.
     Io(io::Error),
+    /// A line read in the replay pass is malformed (the trace changed
+    /// since the checking pass).
+    Parse(ParseError),
 }
 
 impl From<io::Error> for RunError {
@@ -234,14 +325,16 @@ impl From<io::Error> for RunError {
     }
 }
 
-/// Replays `trace` on `a` (built over `trace.space`), writing the answer
-/// lines to `out`. With `check`, runs `a.check()` after every command.
+/// Replays `cmds` on `a` (built over the trace's space) as they are read,
+/// writing the answer lines to `out`. With `check`, runs `a.check()` after
+/// every command.
 ///
 /// # Errors
-/// The first invariant violation (with `check`), or an output error.
+/// The first invariant violation (with `check`), an output error, or a
+/// malformed line.
 pub fn run<R: RangeAllocator>(
     a: &mut R,
-    trace: &Trace,
+    cmds: impl Iterator<Item = Result<(usize, Cmd), ParseError>>,
     check: bool,
     out: &mut dyn Write,
 ) -> Result<Summary, RunError> {
@@ -251,10 +344,13 @@ pub fn run<R: RangeAllocator>(
     };
     verify(a, 0)?;
     let mut sum = Summary::default();
-    let mut ids: HashMap<&str, u64> = HashMap::new();
-    for (line, cmd) in &trace.cmds {
+    let mut ids: HashMap<String, u64> = HashMap::new();
+    for item in cmds {
+        let (line, cmd) = item.map_err(RunError::Parse)?;
         match cmd {
-            Cmd::LazyMax(b) => a.set_lazy_max(*b),
+            // The allocator was built over it.
+            Cmd::Space(..) => continue,
+            Cmd::LazyMax(b) => a.set_lazy_max(b),
             Cmd::Purge => {
                 a.purge(&mut |_, _| {});
             }
@@ -264,12 +360,12 @@ pub fn run<R: RangeAllocator>(
                 align,
                 range,
             } => {
-                let (lo, hi) = range.unwrap_or(trace.space);
-                match a.alloc_in(*size, *align, lo, hi) {
+                let (lo, hi) = range.unwrap_or(a.space());
+                match a.alloc_in(size, align, lo, hi) {
                     Ok(addr) => {
                         sum.allocs += 1;
-                        ids.insert(id, addr);
                         writeln!(out, "{id} {addr:#x}")?;
+                        ids.insert(id, addr);
                     }
                     Err(AllocError::Invalid) => {
                         sum.invalid += 1;
@@ -281,9 +377,9 @@ pub fn run<R: RangeAllocator>(
                     }
                 }
             }
-            Cmd::Free(id) | Cmd::Lazy(id) => {
+            Cmd::Free(ref id) | Cmd::Lazy(ref id) => {
                 let lazy = matches!(cmd, Cmd::Lazy(_));
-                let r = match ids.get(id.as_str()) {
+                let r = match ids.get(id) {
                     Some(&addr) if lazy => a.free_lazy(addr),
                     Some(&addr) => a.free(addr),
                     None => Err(FreeError::NotAllocated),
@@ -294,14 +390,15 @@ pub fn run<R: RangeAllocator>(
                 }
             }
             Cmd::FreeAt(addr) => {
-                let ok = a.free(*addr).is_ok();
+                let ok = a.free(addr).is_ok();
                 count_free(&mut sum, ok);
                 if !ok {
                     writeln!(out, "{addr:#x} notallocated")?;
                 }
             }
         }
-        verify(a, *line)?;
+        sum.commands += 1;
+        verify(a, line)?;
     }
     Ok(sum)
 }
@@ -313,29 +410,41 @@ fn count_free(sum: &mut Summary, ok: bool) {
     }
 }
 
-fn read_trace(path: &Path) -> io::Result<String> {
+/// The trace, readable twice: a file is opened twice and streamed;
+/// standard input cannot be read again, so it is held once in memory.
+fn open_twice(path: &Path) -> io::Result<[Box<dyn BufRead>; 2]> {
     if path.as_os_str() == "-" {
-        let mut s = String::new();
-        io::stdin().read_to_string(&mut s)?;
-        return Ok(s);
+        let mut bytes = Vec::new();
+        io::stdin().read_to_end(&mut bytes)?;
+        let bytes: Rc<[u8]> = bytes.into();
+        return Ok([
+            Box::new(Cursor::new(Rc::clone(&bytes))),
+            Box::new(Cursor::new(bytes)),
+        ]);
     }
-    std::fs::read_to_string(path)
+    let open = || File::open(path).map(BufReader::new);
+    Ok([Box::new(open()?), Box::new(open()?)])
 }
 
-/// Builds the chosen allocator and replays on it; prints the summary.
-fn replay_on<R: RangeAllocator>(mut a: R, name: &str, trace: &Trace, check: bool) -> ExitCode {
-    let stdout = io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    let result = run(&mut a, trace, check, &mut out);
-    let flushed = out.flush();
-    match (result, flushed) {
-        (Ok(sum), Ok(())) => {
+/// Replays `cmds` on `a` as they are read; prints the summary.
+fn replay_on<R: RangeAllocator>(
+    mut a: R,
+    name: &str,
+    cmds: Commands<impl BufRead>,
+    check: bool,
+    out: &mut dyn Write,
+) -> io::Result<ExitCode> {
+    let mut out = BufWriter::new(out);
+    let result = run(&mut a, cmds, check, &mut out);
+    out.flush()?;
+    match result {
+        Ok(sum) => {
             let s = a.stats();
             eprintln!(
                 "mmkit replay: {} commands on {name}{}: {} allocs ({} invalid, {} nospace), \
                  {} frees ({} notallocated); {} purges, {} flushes; now {} live areas ({} bytes), \
                  {} lazy ({} bytes), {} free blocks, largest {:#x}",
-                trace.cmds.len(),
+                sum.commands,
                 if check { " (checked)" } else { "" },
                 sum.allocs,
                 sum.invalid,
@@ -351,50 +460,54 @@ fn replay_on<R: RangeAllocator>(mut a: R, name: &str, trace: &Trace, check: bool
                 s.free_blocks,
                 s.largest_free,
             );
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
-        (Err(RunError::Check { line, err }), _) => {
+        Err(RunError::Check { line, err }) => {
             eprintln!("mmkit replay: CHECK FAILED on {name} after line {line}: {err}");
-            ExitCode::from(1)
+            Ok(ExitCode::from(1))
         }
-        (Err(RunError::Io(e)), _) | (_, Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
-            ExitCode::SUCCESS
+        Err(RunError::Parse(e)) => {
+            eprintln!("mmkit replay: {e}");
+            Ok(ExitCode::from(2))
         }
-        (Err(RunError::Io(e)), _) | (_, Err(e)) => {
-            eprintln!("mmkit replay: writing the output: {e}");
-            ExitCode::from(1)
-        }
+        Err(RunError::Io(e)) => Err(e),
     }
 }
 
-/// Replays `trace` and prints one line per alloc and per failed free.
-/// Exit status: 0 done, 1 check failure or output error, 2 unreadable or
-/// malformed trace.
-pub fn main(trace: &Path, check: bool, allocator: AllocatorKind) -> ExitCode {
-    let text = match read_trace(trace) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("mmkit replay: {}: {e}", trace.display());
-            return ExitCode::from(2);
-        }
+/// Replays `trace` and prints one line per alloc and per failed free to
+/// `out`. Exit status: 0 done, 1 check failure, 2 unreadable or malformed
+/// trace.
+///
+/// # Errors
+/// Writing to `out` failed.
+pub fn main(
+    trace: &Path,
+    check: bool,
+    allocator: AllocatorKind,
+    out: &mut dyn Write,
+) -> io::Result<ExitCode> {
+    let refuse = |e: &dyn fmt::Display| {
+        eprintln!("mmkit replay: {}: {e}", trace.display());
+        Ok(ExitCode::from(2))
     };
-    let parsed = match parse(&text) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("mmkit replay: {}: {e}", trace.display());
-            return ExitCode::from(2);
-        }
+    let [first, second] = match open_twice(trace) {
+        Ok(readers) => readers,
+        Err(e) => return refuse(&e),
     };
-    let (s, e) = parsed.space;
-    // `parse` guarantees s < e, the only way `new` can fail.
+    let (s, e) = match check_trace(first) {
+        Ok(space) => space,
+        Err(e) => return refuse(&e),
+    };
+    let cmds = Commands::new(second);
+    // The checking pass guarantees s < e, the only way `new` can fail.
     match allocator {
         AllocatorKind::Vmap => match VmapAllocator::new(s, e) {
-            Ok(a) => replay_on(a, "vmap", &parsed, check),
-            Err(err) => bad_space(err),
+            Ok(a) => replay_on(a, "vmap", cmds, check, out),
+            Err(err) => Ok(bad_space(err)),
         },
         AllocatorKind::Baseline => match LinearVmap::new(s, e) {
-            Ok(a) => replay_on(a, "baseline", &parsed, check),
-            Err(err) => bad_space(err),
+            Ok(a) => replay_on(a, "baseline", cmds, check, out),
+            Err(err) => Ok(bad_space(err)),
         },
     }
 }
@@ -408,6 +521,10 @@ fn bad_space(err: AllocError) -> ExitCode {
 mod tests {
     use super::*;
 
+    fn parse(text: &str) -> Result<Vec<(usize, Cmd)>, ParseError> {
+        Commands::new(text.as_bytes()).collect()
+    }
+
     fn err_line(text: &str) -> usize {
         parse(text).expect_err("must be malformed").line
     }
@@ -420,7 +537,6 @@ mod tests {
              free a\nlazy b\nfreeat 0xdead\npurge\n",
         )
         .unwrap();
-        assert_eq!(t.space, (0x1000, 65536));
         let alloc = |id: &str, size, align, range| Cmd::Alloc {
             id: id.into(),
             size,
@@ -428,9 +544,10 @@ mod tests {
             range,
         };
         assert_eq!(
-            t.cmds,
+            t,
             vec![
                 (2, Cmd::LazyMax(0x2000)),
+                (4, Cmd::Space(0x1000, 65536)),
                 (5, alloc("a", 4096, 1, None)),
                 (6, alloc("b", 16, 8, Some((0, 0x8000)))),
                 (7, alloc("c", 1, 2, Some((1, 2)))),
@@ -482,6 +599,54 @@ mod tests {
         assert_eq!(err_line("space 0 10\nlazymax 99999999999999999999\n"), 2);
     }
 
+    /// Issue 12, defect 6: bytes that are not UTF-8 name their line too.
+    #[test]
+    fn non_utf8_lines_name_their_line() {
+        let mut cmds = Commands::new(&b"space 0 10\n\nalloc a \xff\nalloc b 1\n"[..]);
+        assert!(matches!(cmds.next(), Some(Ok((1, Cmd::Space(0, 10))))));
+        let err = cmds.next().unwrap().unwrap_err();
+        assert_eq!((err.line, err.msg.as_str()), (3, "not valid UTF-8"));
+        assert!(cmds.next().is_none(), "nothing after the first bad line");
+        assert_eq!(check_trace(&b"space 0 1\n\xc3\n"[..]).unwrap_err().line, 2);
+    }
+
+    /// Issue 12: the replay pass runs each command as it is read, so its
+    /// memory does not grow with the trace: the first answer is written
+    /// when only the first line of a long trace has been read.
+    #[test]
+    fn run_streams_the_trace() {
+        struct Counted<'a>(&'a [u8], Rc<std::cell::Cell<usize>>);
+        impl Read for Counted<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                // One byte at a time: the count is exactly what was consumed.
+                let n = self.0.len().min(buf.len()).min(1);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                self.1.set(self.1.get() + n);
+                Ok(n)
+            }
+        }
+        struct FirstLine(Rc<std::cell::Cell<usize>>, Option<usize>);
+        impl Write for FirstLine {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                self.1.get_or_insert(self.0.get());
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let text = format!("space 0 0x100000\n{}", "alloc a 1\nfree a\n".repeat(10_000));
+        let consumed = Rc::new(std::cell::Cell::new(0));
+        let src = BufReader::with_capacity(1, Counted(text.as_bytes(), Rc::clone(&consumed)));
+        let mut out = FirstLine(Rc::clone(&consumed), None);
+        let mut a = VmapAllocator::new(0, 0x100000).unwrap();
+        let sum = run(&mut a, Commands::new(src), false, &mut out).unwrap();
+        assert_eq!(sum.commands, 20_000);
+        assert_eq!(out.1, Some("space 0 0x100000\nalloc a 1\n".len()));
+        assert_eq!(consumed.get(), text.len());
+    }
+
     #[test]
     fn run_prints_one_line_per_alloc_and_failed_free() {
         let t = parse(
@@ -491,12 +656,13 @@ mod tests {
         .unwrap();
         let mut out = Vec::new();
         let mut a = LinearVmap::new(0x1000, 0x3000).unwrap();
-        let sum = run(&mut a, &t, true, &mut out).unwrap();
+        let sum = run(&mut a, t.into_iter().map(Ok), true, &mut out).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "a 0x1000\nb invalid\nc nospace\na notallocated\nzz notallocated\n\
              0x1001 notallocated\nd 0x1000\n"
         );
+        assert_eq!(sum.commands, 8);
         assert_eq!(
             (
                 sum.allocs,
@@ -558,7 +724,7 @@ alloc c 1
         .unwrap();
         let mut out = Vec::new();
         let mut a = Broken(LinearVmap::new(0, 0x100).unwrap());
-        match run(&mut a, &t, true, &mut out) {
+        match run(&mut a, t.clone().into_iter().map(Ok), true, &mut out) {
             Err(RunError::Check { line, err }) => {
                 assert_eq!((line, err.0.as_str()), (4, "planted"))
             }
@@ -567,6 +733,6 @@ alloc c 1
         assert_eq!(String::from_utf8(out).unwrap(), "a invalid\nb 0x0\n");
         // Without --check the same trace runs to the end.
         let mut a = Broken(LinearVmap::new(0, 0x100).unwrap());
-        assert!(run(&mut a, &t, false, &mut Vec::new()).is_ok());
+        assert!(run(&mut a, t.into_iter().map(Ok), false, &mut Vec::new()).is_ok());
     }
 }

@@ -97,3 +97,62 @@ fn missing_file_exits_2() {
     let out = mmkit(&["replay", "/nonexistent/mmkit.trace"], None);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A trace file with `body` in the temporary directory, removed on drop.
+struct TempTrace(PathBuf);
+
+impl TempTrace {
+    fn new(name: &str, body: &[u8]) -> TempTrace {
+        let path = std::env::temp_dir().join(format!("mmkit-{}-{name}.trace", std::process::id()));
+        std::fs::write(&path, body).unwrap();
+        TempTrace(path)
+    }
+}
+
+impl Drop for TempTrace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Issue 12, defect 6: bytes that are not UTF-8 are a malformed line like
+/// any other: exit 2, the line named, nothing replayed.
+#[test]
+fn non_utf8_trace_exits_2_naming_the_line() {
+    let t = TempTrace::new(
+        "non-utf8",
+        b"space 0 0x1000\nalloc a 0x10 \xff\nalloc b 1\n",
+    );
+    let out = mmkit(&["replay", t.0.to_str().unwrap()], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 2") && stderr.contains("UTF-8"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+/// Issue 12: a trace is streamed, not held: 1.2 million commands (12 MB)
+/// replay under a 64 MiB address-space limit, where holding the parsed
+/// trace (about 8 bytes for each byte of trace) cannot fit.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_large_trace_replays_in_bounded_memory() {
+    let mut body = b"space 0 0x100000000\n".to_vec();
+    for _ in 0..600_000 {
+        body.extend_from_slice(b"alloc a 4096\nfree a\n");
+    }
+    let t = TempTrace::new("large", &body);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 65536 && exec \"$0\" replay \"$1\" | tail -1")
+        .arg(env!("CARGO_BIN_EXE_mmkit"))
+        .arg(&t.0)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a 0x0\n", "{stderr}");
+    assert!(stderr.contains("1200000 commands"), "{stderr}");
+}

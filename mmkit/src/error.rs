@@ -17,6 +17,7 @@
 //! ```
 
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::fmt;
 
 /// Why an allocation was refused.
@@ -28,7 +29,8 @@ pub enum AllocError {
     /// allocator's maximum.
     Invalid,
     /// The request is well formed but no free space satisfies it (also after
-    /// any purge or retry the allocator is documented to attempt).
+    /// any purge or retry the allocator is documented to attempt). From a
+    /// constructor: the heap refused the metadata for the size asked.
     NoSpace,
 }
 
@@ -79,6 +81,15 @@ impl fmt::Display for CheckError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "invariant violated: {}", self.0)
     }
+}
+
+/// `n` copies of `value`, or [`AllocError::NoSpace`] when the heap refuses
+/// them: metadata sized by a caller's argument must not abort the process.
+pub(crate) fn try_vec<T: Clone>(n: usize, value: T) -> Result<Vec<T>, AllocError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| AllocError::NoSpace)?;
+    v.resize(n, value);
+    Ok(v)
 }
 
 #[cfg(feature = "std")]

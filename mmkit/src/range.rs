@@ -115,7 +115,9 @@ pub trait RangeAllocator {
 
     /// Returns every lazily freed area to free space and calls `flush` once
     /// with the range covering them. Returns whether anything was purged
-    /// (`flush` is not called when nothing was lazy).
+    /// (`flush` is not called when nothing was lazy). `flush` runs after
+    /// the purge is complete, so a `flush` that panics leaves the allocator
+    /// consistent.
     fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool;
 
     /// Sets the automatic purge threshold: a purge runs when lazily freed
@@ -185,13 +187,31 @@ pub(crate) fn purge_through_hook<A: RangeAllocator>(
     a: &mut A,
     hook: fn(&mut A) -> &mut Option<FlushHook>,
 ) -> bool {
-    let mut h = hook(a).take();
-    let purged = match h.as_mut() {
+    let mut out = HookOut {
+        hook: hook(a).take(),
+        a,
+        field: hook,
+    };
+    let HookOut { a, hook, .. } = &mut out;
+    match hook.as_mut() {
         Some(f) => a.purge(&mut |s, e| f(s, e)),
         None => a.purge(&mut |_, _| {}),
-    };
-    *hook(a) = h;
-    purged
+    }
+}
+
+/// A flush hook taken out of its allocator for one purge. Dropping it puts
+/// the hook back, also when the hook panics: an unwind must not leave later
+/// purges without it.
+struct HookOut<'a, A> {
+    a: &'a mut A,
+    field: fn(&mut A) -> &mut Option<FlushHook>,
+    hook: Option<FlushHook>,
+}
+
+impl<A> Drop for HookOut<'_, A> {
+    fn drop(&mut self) {
+        *(self.field)(self.a) = self.hook.take();
+    }
 }
 
 /// The lowest `a >= lo` with `a % align == 0` and `a + size <= hi`, if any.

@@ -39,13 +39,17 @@
 use alloc::vec::Vec;
 
 use crate::ensure;
-use crate::error::CheckError;
+use crate::error::{CheckError, FreeError};
 
 /// Index of a node in a [`NodeArena`].
 pub type NodeId = u32;
 
 /// "No node".
 pub const NIL: NodeId = u32::MAX;
+
+/// The height of a node in the arena's free cache: a node handed out has
+/// height 1 or more, so a second release is recognised.
+const RELEASED: u8 = 0;
 
 /// Deepest possible AVL path for `u32` node ids (1.44 * 32 < 48), with room.
 const MAX_DEPTH: usize = 64;
@@ -120,7 +124,8 @@ impl Node {
 /// t.insert(&mut arena, n);
 /// assert_eq!(t.find(&arena, 10), Some(n));
 /// t.remove(&mut arena, n);
-/// arena.release(n);
+/// arena.release(n).unwrap();
+/// assert!(arena.release(n).is_err()); // already released
 /// assert_eq!(arena.alloc(0, 5), n); // reused, no new heap memory
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -176,10 +181,24 @@ impl NodeArena {
     }
 
     /// Returns a node (already removed from every tree) to the cache.
-    pub fn release(&mut self, id: NodeId) {
-        self.nodes[id as usize].next = self.free_head;
+    ///
+    /// # Errors
+    /// [`FreeError::NotAllocated`] when `id` is not a node handed out by
+    /// [`alloc`](Self::alloc) and not yet released; nothing changes.
+    ///
+    /// # Complexity
+    /// O(1).
+    pub fn release(&mut self, id: NodeId) -> Result<(), FreeError> {
+        let node = self
+            .nodes
+            .get_mut(id as usize)
+            .filter(|n| n.height != RELEASED)
+            .ok_or(FreeError::NotAllocated)?;
+        node.height = RELEASED;
+        node.next = self.free_head;
         self.free_head = id;
         self.in_use -= 1;
+        Ok(())
     }
 
     /// The node `id`.
@@ -828,7 +847,7 @@ mod tests {
                     Op::Remove(i) => {
                         if let Some((_, id)) = model.remove(&(i as u64 * 64)) {
                             t.remove(&mut ar, id);
-                            ar.release(id);
+                            ar.release(id).unwrap();
                         }
                     }
                     Op::Resize(i, len) => {
@@ -872,5 +891,21 @@ mod tests {
         assert_eq!(t.containing(&ar, 19).map(|id| ar.get(id).start), Some(10));
         assert_eq!(t.containing(&ar, 20), None);
         assert_eq!(t.containing(&ar, 5), None);
+    }
+
+    /// Issue 12, defect 8: releasing a node twice (or one never handed
+    /// out) is refused, so the free cache never holds a node twice.
+    #[test]
+    fn double_release_is_refused() {
+        let mut ar = NodeArena::new();
+        let n = ar.alloc(0, 10);
+        assert_eq!(ar.release(n), Ok(()));
+        assert_eq!(ar.release(n), Err(FreeError::NotAllocated));
+        assert_eq!(ar.release(7), Err(FreeError::NotAllocated));
+        assert_eq!(ar.release(NIL), Err(FreeError::NotAllocated));
+        assert_eq!(ar.in_use(), 0);
+        let (x, y) = (ar.alloc(0, 1), ar.alloc(1, 2));
+        assert_ne!(x, y, "one node handed out twice");
+        assert_eq!(ar.in_use(), 2);
     }
 }

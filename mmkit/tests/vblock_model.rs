@@ -402,12 +402,8 @@ impl Run {
             (c.blocks_created, c.blocks_released),
             (self.m.created, self.m.released)
         );
-        let live: u64 = self
-            .m
-            .live
-            .values()
-            .map(|&(p, n)| if p > self.m.cfg.max_alloc { p } else { n })
-            .sum();
+        // Pages asked for, not the 2^order slots blocks reserve for them.
+        let live: u64 = self.m.live.values().map(|&(p, _)| p).sum();
         prop_assert_eq!(self.vb.live_pages(), live);
         self.vb
             .check()
@@ -818,5 +814,74 @@ proptest! {
         let ops: Vec<Op> = ops.into_iter().map(|o| clamp_op(o, cfg.max_alloc)).collect();
         let policy = if legacy { Policy::Legacy } else { Policy::Current };
         compare_fronts(cfg, policy, &ops)?;
+    }
+}
+
+/// Issue 12, defect 1: `max_alloc` above 2^63 made `next_power_of_two` wrap
+/// to 0 (release builds), so validate accepted it and `map` handed out the
+/// same pages twice; `pages as u32` truncated 2^32 + 1 to 1.
+#[test]
+fn huge_max_alloc_is_refused_never_overlapping() {
+    for max_alloc in [u64::MAX, (1 << 63) + 1, 1 << 32, 1 << 20] {
+        let cfg = Config {
+            page_size: 4096,
+            max_alloc,
+            bits: 1024,
+        };
+        assert_eq!(cfg.validate(), Err(AllocError::Invalid), "{max_alloc:#x}");
+        assert_eq!(cfg.order_of(u64::MAX), None, "no order above max_alloc");
+        for policy in [Policy::Legacy, Policy::Current] {
+            let range = VmapAllocator::new(0, 64 << 20).unwrap();
+            assert_eq!(
+                VblockAllocator::new(range, cfg, policy, 1).err(),
+                Some(AllocError::Invalid)
+            );
+            let range = VmapAllocator::new(0, 64 << 20).unwrap();
+            assert_eq!(
+                ConcurrentVblock::new(range, cfg, policy, 1).err(),
+                Some(AllocError::Invalid)
+            );
+        }
+    }
+}
+
+/// Issue 12, defect 1: a request of 2^32 + 1 pages is large (range
+/// allocator), never truncated to one page from a block.
+#[test]
+fn page_counts_never_truncate() {
+    let mut vb = VblockAllocator::new(range(), SMALL, Policy::Current, 1).unwrap();
+    let pages = (1 << 32) + 1;
+    assert_eq!(vb.map(0, pages), Err(AllocError::NoSpace));
+    assert_eq!(vb.unmap(START, pages), Err(FreeError::NotAllocated));
+    assert_eq!(vb.blocks(), 0);
+    vb.check().unwrap();
+}
+
+/// Issue 12, defect 5: `live_pages` counts the pages asked for, not the
+/// power-of-two slot a block reserves for them.
+#[test]
+fn live_pages_counts_requested_pages() {
+    for policy in [Policy::Legacy, Policy::Current] {
+        let mut vb = VblockAllocator::new(range(), Config::KERNEL, policy, 1).unwrap();
+        let a = vb.map(0, 17).unwrap();
+        assert_eq!(vb.live_pages(), 17, "{policy:?}");
+        let b = vb.map(0, 100).unwrap(); // large
+        assert_eq!(vb.live_pages(), 117);
+        vb.unmap(a, 17).unwrap();
+        assert_eq!(vb.live_pages(), 100);
+        vb.unmap(b, 100).unwrap();
+        assert_eq!(vb.live_pages(), 0);
+    }
+}
+
+/// Issue 12: `cpus = u32::MAX` aborted allocating the queues; a CPU count
+/// above `MAX_CPUS` is refused before anything is allocated.
+#[test]
+fn absurd_cpu_counts_are_refused_before_allocating() {
+    for cpus in [u32::MAX as usize, 1 << 20] {
+        let r = VblockAllocator::new(range(), Config::KERNEL, Policy::Current, cpus);
+        assert_eq!(r.err(), Some(AllocError::Invalid), "{cpus} cpus");
+        let r = ConcurrentVblock::new(range(), Config::KERNEL, Policy::Current, cpus);
+        assert_eq!(r.err(), Some(AllocError::Invalid), "{cpus} cpus");
     }
 }

@@ -26,6 +26,7 @@ mod xalloc;
 #[cfg(test)]
 mod tests;
 
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -98,11 +99,12 @@ pub struct BenchOptions {
     /// A tiny scale for CI: 10^3 live areas, a few thousand pairs.
     #[arg(long)]
     pub quick: bool,
-    /// Live-area counts, comma separated (default 1000,10000,100000).
-    #[arg(long, value_delimiter = ',')]
+    /// Live-area counts, comma separated, each 1 to 10^7 (default
+    /// 1000,10000,100000).
+    #[arg(long, value_delimiter = ',', value_parser = count(MAX_LIVE))]
     pub live: Vec<usize>,
-    /// Timed free+alloc pairs per allocator (default 200000).
-    #[arg(long)]
+    /// Timed free+alloc pairs per allocator, 1 to 10^7 (default 200000).
+    #[arg(long, value_parser = count(MAX_PAIRS))]
     pub pairs: Option<usize>,
     /// Milliseconds one allocator may spend timed per workload and live
     /// count; slower allocators time fewer pairs (default 250).
@@ -118,6 +120,19 @@ pub struct BenchOptions {
     /// List the workloads and the allocators, then exit.
     #[arg(long)]
     pub list: bool,
+}
+
+/// The most live areas `--live` accepts: the plan and every allocator
+/// hold them up front.
+const MAX_LIVE: u64 = 10_000_000;
+
+/// The most pairs `--pairs` accepts: the plan holds every operation up
+/// front (about 50 bytes a pair), so timing never pays for generating them.
+const MAX_PAIRS: u64 = 10_000_000;
+
+/// Parses a count in `1..=max`; clap refuses anything else with exit 2.
+fn count(max: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..=max)
 }
 
 /// The scale one run uses, from the options.
@@ -139,7 +154,7 @@ impl Scale {
         } else {
             (vec![1_000, 10_000, 100_000], 200_000, 250)
         };
-        let pairs = o.pairs.unwrap_or(pairs).max(1);
+        let pairs = o.pairs.unwrap_or(pairs);
         Scale {
             lives: if o.live.is_empty() {
                 lives
@@ -209,21 +224,24 @@ struct Row {
     out: Option<Outcome>,
 }
 
-/// Runs `mmkit bench`.
-pub fn main(o: &BenchOptions) -> ExitCode {
+/// Runs `mmkit bench`, printing to `out`.
+///
+/// # Errors
+/// Writing to `out` failed.
+pub fn main(o: &BenchOptions, out: &mut dyn Write) -> io::Result<ExitCode> {
     if o.list {
-        list();
-        return ExitCode::SUCCESS;
+        list(out)?;
+        return Ok(ExitCode::SUCCESS);
     }
     let (chosen, peers) = match choose(&o.workloads).and_then(|c| Ok((c, pick(&o.allocators)?))) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("mmkit bench: {e}");
-            return ExitCode::from(2);
+            return Ok(ExitCode::from(2));
         }
     };
     let scale = Scale::new(o);
-    header(&scale);
+    header(&scale, out)?;
     let runs: usize = chosen.iter().map(|w| scale.lives_for(w).count()).sum();
     let bar = progress((runs * peers.len()) as u64, "bench");
     let mut summary = Table::new(
@@ -247,12 +265,13 @@ pub fn main(o: &BenchOptions) -> ExitCode {
         reports.push(report(w, &rows, scale.pairs));
     }
     bar.finish_and_clear();
-    finish(o, &reports, &summary)
+    finish(o, &reports, &summary, out)
 }
 
-fn header(scale: &Scale) {
-    println!("# machine: {}", machine());
-    println!(
+fn header(scale: &Scale, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "# machine: {}", machine())?;
+    writeln!(
+        out,
         "# space [0, 2^40), 4 KiB pages, seed {SEED:#x}; {} warm-up pairs, {} timed pairs in {} \
          segments (at most {} ms), ns/pair of the best segment; {} pairs judged",
         scale.warmup,
@@ -260,38 +279,44 @@ fn header(scale: &Scale) {
         measure::SEGMENTS,
         scale.budget.as_millis(),
         scale.judge
-    );
+    )
 }
 
 /// Prints the tables, writes the JSON, and fails if mmkit broke a promise.
-fn finish(o: &BenchOptions, reports: &[Report], summary: &Table) -> ExitCode {
+fn finish(
+    o: &BenchOptions,
+    reports: &[Report],
+    summary: &Table,
+    out: &mut dyn Write,
+) -> io::Result<ExitCode> {
     for r in reports {
-        println!("\n{}", r.tables[0]);
+        writeln!(out, "\n{}", r.tables[0])?;
         for n in &r.notes {
-            println!("  * {n}");
+            writeln!(out, "  * {n}")?;
         }
     }
-    println!("\n{summary}");
+    writeln!(out, "\n{summary}")?;
     if let Err(e) = write_json(o, reports, summary) {
         eprintln!("mmkit bench: {e}");
-        return ExitCode::from(1);
+        return Ok(ExitCode::from(1));
     }
     if broken(reports) {
         eprintln!("mmkit bench: mmkit broke its contract (see the notes above)");
-        return ExitCode::from(1);
+        return Ok(ExitCode::from(1));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-fn list() {
-    println!("workloads:");
+fn list(out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "workloads:")?;
     for w in workload::ALL {
-        println!("  {:<14} {}", w.name, w.about);
+        writeln!(out, "  {:<14} {}", w.name, w.about)?;
     }
-    println!("allocators:");
+    writeln!(out, "allocators:")?;
     for e in allocators() {
-        println!("  {:<18} {}", e.name, e.about);
+        writeln!(out, "  {:<18} {}", e.name, e.about)?;
     }
+    Ok(())
 }
 
 /// The allocators named (mmkit first, always), or all.

@@ -20,6 +20,8 @@
 //! `next == NIL`, and walking from `head` meets exactly `len` frames. A frame
 //! is on at most one list at a time; its links are meaningless otherwise.
 
+use crate::error::{try_vec, AllocError};
+
 /// "No frame": the end of a list.
 pub(crate) const NIL: u32 = u32::MAX;
 
@@ -54,12 +56,13 @@ pub(crate) struct Links {
 }
 
 impl Links {
-    /// Links for `n` frames, all off-list.
-    pub(crate) fn new(n: usize) -> Self {
-        Links {
-            next: alloc::vec![NIL; n],
-            prev: alloc::vec![NIL; n],
-        }
+    /// Links for `n` frames, all off-list; `NoSpace` when the heap refuses
+    /// them.
+    pub(crate) fn new(n: usize) -> Result<Self, AllocError> {
+        Ok(Links {
+            next: try_vec(n, NIL)?,
+            prev: try_vec(n, NIL)?,
+        })
     }
 
     /// Puts frame `i` first on `list`. O(1).
@@ -188,7 +191,7 @@ mod tests {
 
     #[test]
     fn push_remove_pop_keep_order_and_links() {
-        let mut links = Links::new(8);
+        let mut links = Links::new(8).unwrap();
         let mut list = List::EMPTY;
         links.push_head(&mut list, 3);
         links.push_tail(&mut list, 5);

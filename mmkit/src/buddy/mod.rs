@@ -59,7 +59,7 @@ pub use metrics::{
 };
 pub use migrate::{MigrateType, MIGRATE_TYPES};
 
-use crate::error::{AllocError, CheckError, FreeError};
+use crate::error::{try_vec, AllocError, CheckError, FreeError};
 use freelist::{Links, List, NIL};
 use migrate::{alike_pages, should_try_claim};
 
@@ -69,6 +69,12 @@ pub const DEFAULT_MAX_ORDER: u8 = 10;
 pub const DEFAULT_PAGEBLOCK_ORDER: u8 = 9;
 /// The largest `max_order` this allocator accepts.
 pub const ORDER_LIMIT: u8 = 15;
+
+/// The largest zone span, in frames: 4 TiB of 4 KiB pages. The metadata
+/// (about 9 bytes a frame) is allocated up front, so a larger span is
+/// refused before anything is allocated rather than risk aborting on a
+/// heap that cannot hold it. It also keeps frame indexes below `u32::MAX`.
+pub const MAX_SPAN: u64 = 1 << 30;
 
 /// Where a freed (merged) block goes on its free list.
 ///
@@ -242,27 +248,29 @@ impl BuddyAllocator {
     /// hole until added, every pageblock Movable (as the kernel boots).
     ///
     /// # Errors
-    /// [`AllocError::Invalid`] when `span` is 0 or above `u32::MAX - 1`, the
+    /// [`AllocError::Invalid`] when `span` is 0 or above [`MAX_SPAN`], the
     /// span overflows `u64`, `max_order` exceeds [`ORDER_LIMIT`], or
-    /// `pageblock_order` exceeds `max_order`.
+    /// `pageblock_order` exceeds `max_order`; [`AllocError::NoSpace`] when
+    /// the heap refuses the metadata (about 9 bytes a frame).
     ///
     /// # Complexity
     /// O(span).
     pub fn new(start_pfn: u64, span: u64, cfg: BuddyConfig) -> Result<Self, AllocError> {
         let ok_cfg = cfg.max_order <= ORDER_LIMIT && cfg.pageblock_order <= cfg.max_order;
         let end = start_pfn.checked_add(span).ok_or(AllocError::Invalid)?;
-        if !ok_cfg || span == 0 || span >= u64::from(NIL) {
+        if !ok_cfg || span == 0 || span > MAX_SPAN {
             return Err(AllocError::Invalid);
         }
+        // span <= MAX_SPAN < u32::MAX: every count below fits in usize.
         let n = span as usize;
         let nblocks = ((end - 1) >> cfg.pageblock_order) - (start_pfn >> cfg.pageblock_order) + 1;
         Ok(BuddyAllocator {
             cfg,
             start: start_pfn,
-            frames: vec![PackedFrame::HOLE; n],
-            links: Links::new(n),
+            frames: try_vec(n, PackedFrame::HOLE)?,
+            links: Links::new(n)?,
             lists: vec![List::EMPTY; (usize::from(cfg.max_order) + 1) * MIGRATE_TYPES],
-            blocks: vec![MigrateType::Movable; nblocks as usize],
+            blocks: try_vec(nblocks as usize, MigrateType::Movable)?,
             free_pages: 0,
             present_pages: 0,
         })

@@ -385,3 +385,13 @@ fn metrics_on_hand_computed_counts() {
     assert!(info
         .ends_with("Node 0, zone   Normal            0            1            0            0 \n"));
 }
+
+/// Issue 12: a span near `u32::MAX` needed 36 GiB of metadata up front and
+/// aborted (or was killed) allocating it; spans above `MAX_SPAN` are refused.
+#[test]
+fn absurd_spans_are_refused_before_allocating() {
+    for span in [u64::from(u32::MAX) - 2, (1 << 31) + 1] {
+        let r = BuddyAllocator::new(0, span, BuddyConfig::default());
+        assert_eq!(r.err(), Some(AllocError::Invalid), "span {span:#x}");
+    }
+}

@@ -93,6 +93,11 @@ pub struct Config {
 /// Largest supported [`Config::bits`] (the per-block page index is `u32`).
 pub const MAX_BITS: u64 = 1 << 20;
 
+/// Most CPU queues a front end accepts: the kernel's largest `NR_CPUS`
+/// (x86-64 `MAXSMP`). Queues are allocated up front, so an absurd count is
+/// refused before allocating rather than aborting on the allocation.
+pub const MAX_CPUS: usize = 8192;
+
 impl Config {
     /// The 64-bit kernel's values: 4 KiB pages, 64-page requests, 1024-page
     /// (4 MiB) blocks.
@@ -116,7 +121,13 @@ impl Config {
             && self.bits.is_power_of_two()
             && self.bits <= MAX_BITS
             && self.max_alloc >= 1
-            && self.max_alloc.next_power_of_two().checked_mul(2) <= Some(self.bits)
+            // Checked: above 2^63 the power of two does not exist (an
+            // unchecked one wraps to 0 and would pass).
+            && self
+                .max_alloc
+                .checked_next_power_of_two()
+                .and_then(|p| p.checked_mul(2))
+                .is_some_and(|twice| twice <= self.bits)
             && self
                 .bits
                 .checked_mul(self.page_size)
@@ -125,18 +136,30 @@ impl Config {
     }
 
     /// Bytes per block: `bits * page_size`; blocks are aligned to it.
+    /// Saturates at `u64::MAX` for a geometry [`validate`](Self::validate)
+    /// refuses.
     #[inline]
     pub fn block_size(&self) -> u64 {
-        self.bits * self.page_size
+        self.bits.saturating_mul(self.page_size)
     }
 
     /// The order a request of `pages` uses (`2^order >= pages`), or `None`
-    /// for 0 pages or more than `max_alloc`.
+    /// for 0 pages, more than `max_alloc`, or no such power of two.
     #[inline]
     pub fn order_of(&self, pages: u64) -> Option<u32> {
-        (1..=self.max_alloc)
-            .contains(&pages)
-            .then(|| pages.next_power_of_two().trailing_zeros())
+        if !(1..=self.max_alloc).contains(&pages) {
+            return None;
+        }
+        pages.checked_next_power_of_two().map(u64::trailing_zeros)
+    }
+
+    /// `Some(pages)` when a block serves the request (1..=max_alloc pages),
+    /// `None` when it goes to the range allocator.
+    #[inline]
+    fn small(&self, pages: u64) -> Option<u32> {
+        // validate() bounds max_alloc by MAX_BITS / 2: the conversion never
+        // fails for a valid geometry, and is checked anyway.
+        self.order_of(pages).and(u32::try_from(pages).ok())
     }
 
     /// The block number of `addr`: `addr / block_size`, as a shift.

@@ -33,6 +33,9 @@ pub(crate) struct Queue {
     spare: Vec<u32>,
     list: VecDeque<u32>,
     by_va: BTreeMap<u64, u32>,
+    /// Pages asked for by the live mappings in this queue's blocks (a
+    /// block's `live` counts whole `2^order` slots, so it cannot say).
+    live_pages: u64,
     /// This CPU's counters.
     pub counters: Counters,
 }
@@ -46,6 +49,7 @@ impl Queue {
             spare: Vec::new(),
             list: VecDeque::new(),
             by_va: BTreeMap::new(),
+            live_pages: 0,
             counters: Counters::default(),
         }
     }
@@ -66,6 +70,7 @@ impl Queue {
                     vb.on_list = false;
                     self.list.pop_front();
                 }
+                self.live_pages += u64::from(pages);
                 return Some(addr);
             }
         }
@@ -91,7 +96,9 @@ impl Queue {
         if purge {
             self.purge_fragmented(true, released);
         }
-        found.map(|(_, _, addr)| addr)
+        let (_, _, addr) = found?;
+        self.live_pages += u64::from(pages);
+        Some(addr)
     }
 
     /// Installs a new block at `va_start`. Current occupies its first
@@ -120,6 +127,7 @@ impl Queue {
                 if vb.on_list {
                     self.list.push_back(slot);
                 }
+                self.live_pages += u64::from(pages);
                 (slot, Some(va_start))
             }
             Policy::Legacy => {
@@ -150,7 +158,9 @@ impl Queue {
         if !vb.in_use || vb.va_start != va_start {
             return Err(FreeError::NotAllocated);
         }
-        if !vb.free(self.policy, off, pages)? {
+        let released = vb.free(self.policy, off, pages)?;
+        self.live_pages -= u64::from(pages);
+        if !released {
             return Ok(None);
         }
         self.release(slot);
@@ -224,13 +234,9 @@ impl Queue {
             .map(|(s, vb)| (s as u32, vb.va_start))
     }
 
-    /// Pages in live mappings over all blocks.
+    /// Pages asked for by the live mappings in this queue's blocks.
     pub fn live_pages(&self) -> u64 {
-        self.slab
-            .iter()
-            .filter(|vb| vb.in_use)
-            .map(|vb| u64::from(vb.live))
-            .sum()
+        self.live_pages
     }
 
     /// Listed blocks (those with free pages).

@@ -33,7 +33,7 @@ use std::vec::Vec;
 
 use super::queue::Queue;
 use super::single::{check_all, purge_widened};
-use super::{now, since, Clock, Config, Counters, Policy};
+use super::{now, since, Clock, Config, Counters, Policy, MAX_CPUS};
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::RangeAllocator;
 
@@ -120,13 +120,14 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// A front end with `cpus` queues over `range`, which it owns.
     ///
     /// # Errors
-    /// [`AllocError::Invalid`] for an invalid `cfg` or `cpus == 0`.
+    /// [`AllocError::Invalid`] for an invalid `cfg`, `cpus == 0` or
+    /// `cpus >` [`MAX_CPUS`].
     ///
     /// # Complexity
     /// O(cpus).
     pub fn new(range: R, cfg: Config, policy: Policy, cpus: usize) -> Result<Self, AllocError> {
         cfg.validate()?;
-        if cpus == 0 || cpus > u32::MAX as usize {
+        if !(1..=MAX_CPUS).contains(&cpus) {
             return Err(AllocError::Invalid);
         }
         let shards = (cpus * 4).next_power_of_two().max(16);
@@ -175,12 +176,6 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         f(&lock(&self.global).range)
     }
 
-    /// `Some(pages)` when a block serves the request (1..=max_alloc).
-    fn small(&self, pages: u64) -> Option<u32> {
-        // max_alloc <= MAX_BITS / 2, so the cast never truncates.
-        self.cfg.order_of(pages).map(|_| pages as u32)
-    }
-
     /// This thread's queue: its slot modulo the queue count (a mask when
     /// that is a power of two: a division costs more than the rest of the
     /// slot lookup).
@@ -225,7 +220,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         if cpu >= self.queues.len() {
             return Err(AllocError::Invalid);
         }
-        let Some(n) = self.small(pages) else {
+        let Some(n) = self.cfg.small(pages) else {
             return self.map_large(pages);
         };
         let t0 = now(self.clock);
@@ -325,7 +320,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         if pages == 0 {
             return Err(FreeError::Invalid);
         }
-        let Some(n) = self.small(pages) else {
+        let Some(n) = self.cfg.small(pages) else {
             return self.unmap_large(addr, pages);
         };
         let t0 = now(self.clock);

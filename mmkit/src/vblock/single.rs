@@ -5,7 +5,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
 use super::queue::Queue;
-use super::{now, since, Clock, Config, Counters, Policy};
+use super::{now, since, Clock, Config, Counters, Policy, MAX_CPUS};
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::RangeAllocator;
@@ -58,13 +58,13 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     ///
     /// # Errors
     /// [`AllocError::Invalid`] for an invalid `cfg` (see
-    /// [`Config::validate`]) or `cpus == 0`.
+    /// [`Config::validate`]), `cpus == 0` or `cpus >` [`MAX_CPUS`].
     ///
     /// # Complexity
     /// O(cpus).
     pub fn new(range: R, cfg: Config, policy: Policy, cpus: usize) -> Result<Self, AllocError> {
         cfg.validate()?;
-        if cpus == 0 || cpus > u32::MAX as usize {
+        if !(1..=MAX_CPUS).contains(&cpus) {
             return Err(AllocError::Invalid);
         }
         Ok(VblockAllocator {
@@ -122,7 +122,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         if cpu >= self.queues.len() {
             return Err(AllocError::Invalid);
         }
-        let Some(n) = self.small(pages) else {
+        let Some(n) = self.cfg.small(pages) else {
             return self.map_large(pages);
         };
         let t0 = now(self.clock);
@@ -189,12 +189,6 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         }
     }
 
-    /// `Some(pages)` when a block serves the request (1..=max_alloc).
-    fn small(&self, pages: u64) -> Option<u32> {
-        // max_alloc <= MAX_BITS / 2, so the cast never truncates.
-        self.cfg.order_of(pages).map(|_| pages as u32)
-    }
-
     fn map_large(&mut self, pages: u64) -> Result<u64, AllocError> {
         let size = pages
             .checked_mul(self.cfg.page_size)
@@ -225,7 +219,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         if pages == 0 {
             return Err(FreeError::Invalid);
         }
-        let Some(n) = self.small(pages) else {
+        let Some(n) = self.cfg.small(pages) else {
             return self.unmap_large(addr, pages);
         };
         let t0 = now(self.clock);
@@ -322,10 +316,11 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         self.queues.get(cpu).map(Queue::listed)
     }
 
-    /// Pages in live mappings (block and large).
+    /// Pages in live mappings (block and large), as asked for: a map of 17
+    /// pages counts 17, not the 32 its block reserves.
     ///
     /// # Complexity
-    /// O(blocks + large maps).
+    /// O(cpus + large maps).
     pub fn live_pages(&self) -> u64 {
         self.queues.iter().map(Queue::live_pages).sum::<u64>() + self.large.values().sum::<u64>()
     }

@@ -203,10 +203,7 @@ impl VmapAllocator {
             (n.start, n.end)
         };
         match FitType::classify(s, e, a, size) {
-            FitType::Full => {
-                self.free.remove(&mut self.arena, id);
-                self.arena.release(id);
-            }
+            FitType::Full => self.remove_free_node(id),
             FitType::LeftEdge => self.free.set_range(&mut self.arena, id, a + size, e),
             FitType::RightEdge => self.free.set_range(&mut self.arena, id, s, a),
             FitType::NoEdge => {
@@ -216,6 +213,13 @@ impl VmapAllocator {
             }
         }
         self.free_bytes -= size;
+    }
+
+    /// Takes the free block `id` out of the free tree and back to the arena.
+    fn remove_free_node(&mut self, id: NodeId) {
+        self.free.remove(&mut self.arena, id);
+        let released = self.arena.release(id);
+        debug_assert!(released.is_ok(), "a free block's node is live");
     }
 
     /// Returns `[s, e)` to free space, merging with both neighbours at once.
@@ -231,8 +235,7 @@ impl VmapAllocator {
         match (joins_prev, joins_next) {
             (true, true) => {
                 let (ps, ne) = (self.arena.get(prev).start, self.arena.get(next).end);
-                self.free.remove(&mut self.arena, next);
-                self.arena.release(next);
+                self.remove_free_node(next);
                 self.free.set_range(&mut self.arena, prev, ps, ne);
             }
             (true, false) => {
@@ -331,9 +334,7 @@ impl RangeAllocator for VmapAllocator {
         if self.lazy.areas.is_empty() {
             return false;
         }
-        // One flush covers the whole batch, before any of it is reusable.
-        flush(self.lazy.lo, self.lazy.hi);
-        self.flushes += 1;
+        let (lo, hi) = (self.lazy.lo, self.lazy.hi);
         let mut areas = core::mem::take(&mut self.lazy.areas);
         // In address order, consecutive merges walk nearby tree paths (warm
         // in cache), and adjacent lazy areas join before touching the tree.
@@ -355,6 +356,11 @@ impl RangeAllocator for VmapAllocator {
         areas.clear();
         self.lazy.areas = areas; // keep the capacity: no allocation next time
         self.lazy.bytes = 0;
+        // One flush covers the whole batch. It runs last: nothing can reuse
+        // the batch before we return, and a flush that panics finds every
+        // invariant (lazy_max included) already holding.
+        self.flushes += 1;
+        flush(lo, hi);
         true
     }
 

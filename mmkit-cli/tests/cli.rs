@@ -1,0 +1,101 @@
+//! The `mmkit` binary's argument checks and output handling, end to end:
+//! bad scales are refused with exit status 2 before anything runs, and a
+//! reader that has gone (`mmkit list | head -1`) ends the run quietly.
+
+use std::process::{Command, Output, Stdio};
+
+fn mmkit(args: &[&str], stdout: Stdio) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mmkit"))
+        .args(args)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("the mmkit binary runs")
+}
+
+/// Exit status 2 and a message naming `flag`, nothing on stdout.
+fn refused(args: &[&str], flag: &str) {
+    let out = mmkit(args, Stdio::piped());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(flag), "{args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?} ran");
+}
+
+/// Issue 12, defect 2: `--live 0` divided by zero in the workload.
+#[test]
+fn bench_refuses_zero_live_areas() {
+    refused(
+        &["bench", "--quick", "--live", "0", "steady-page"],
+        "--live",
+    );
+    refused(&["bench", "--quick", "--live", "1000,0"], "--live");
+}
+
+/// Issue 12, defect 3: `--pairs 10^12` aborted allocating the plan.
+#[test]
+fn bench_refuses_absurd_scales() {
+    for pairs in ["1000000000000", "18446744073709551615", "0"] {
+        refused(
+            &["bench", "--quick", "--pairs", pairs, "steady-page"],
+            "--pairs",
+        );
+    }
+    refused(
+        &["bench", "--quick", "--live", "18446744073709551615"],
+        "--live",
+    );
+}
+
+/// Issue 12: `experiments --loops 0` printed a table of NaN.
+#[test]
+fn experiments_refuse_zero_loops_and_seeds() {
+    refused(
+        &["experiments", "--quick", "--loops", "0", "vmalloc"],
+        "--loops",
+    );
+    refused(
+        &["experiments", "--quick", "--seeds", "0", "buddy"],
+        "--seeds",
+    );
+}
+
+/// A pipe whose reader has already gone, as `| head -1` leaves it once
+/// `head` has exited: the reader is a process that exited without reading.
+fn reader_gone() -> Stdio {
+    let mut reader = Command::new("true")
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("`true` runs");
+    let pipe = reader.stdin.take().unwrap();
+    reader.wait().unwrap();
+    Stdio::from(pipe)
+}
+
+/// Issue 12, defect 7: every command that prints ends quietly with status 0
+/// when its reader has gone, instead of panicking with status 101.
+#[test]
+fn a_reader_gone_ends_every_command_quietly() {
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/fits.trace");
+    let runs: [&[&str]; 5] = [
+        &["list"],
+        &["bench", "--list"],
+        &[
+            "bench",
+            "--quick",
+            "--pairs",
+            "10",
+            "--live",
+            "10",
+            "steady-page",
+        ],
+        &["experiments", "--quick", "vm_map_ram"],
+        &["replay", trace],
+    ];
+    for args in runs {
+        let out = mmkit(args, reader_gone());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
