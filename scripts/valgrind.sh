@@ -2,7 +2,8 @@
 # Runs mmkit-vm's tests (the crate with unsafe code) under valgrind memcheck:
 # invalid reads and writes, uses of uninitialised memory and definite leaks
 # fail the run. Usage: scripts/valgrind.sh [extra test-binary args]
-# Needs valgrind (Debian: apt-get install valgrind).
+# Needs valgrind (Debian: apt-get install valgrind). Valgrind cannot reserve the
+# default 64 GiB of address space, so these tests configure at most 4 GiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "valgrind not installed"; exit 1; }

@@ -107,7 +107,12 @@ fn handles_cross_threads() {
     send_sync::<Vm>();
     send_sync::<VBuf>();
     send_sync::<mmkit_vm::MirrorRing>();
-    let vm = Vm::new(VmConfig::default()).unwrap();
+    // 1 GiB of address space: valgrind cannot reserve the default 64 GiB.
+    let vm = Vm::new(VmConfig {
+        virt_size: 1 << 30,
+        ..VmConfig::default()
+    })
+    .unwrap();
     let mut buf = VBuf::zeroed(&vm, 100_000).unwrap();
     buf[99_999] = 5;
     let buf = std::thread::spawn(move || {
