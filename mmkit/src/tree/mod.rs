@@ -87,15 +87,11 @@ impl Node {
             end,
             lmax: 0,
             rmax: 0,
-            asum: Self::leaf_summary(start, end),
+            asum: AlignSummary::default(),
             left: NIL,
             right: NIL,
             height: 1,
         }
-    }
-
-    fn leaf_summary(start: u64, end: u64) -> AlignSummary {
-        AlignSummary::of_subtree(end - start, &[Part::Range(start, end)])
     }
 
     /// Length of the range.
@@ -138,16 +134,18 @@ pub struct NodeArena {
     /// Released nodes, chained through `left`.
     free_head: NodeId,
     in_use: usize,
+    /// Whether updates maintain the alignment summaries (see
+    /// [`RangeTree::enable_summaries`]).
+    summaries: bool,
+    /// A lower bound on the granule of every range ever given to a node:
+    /// requests aligned to at most `2^floor` never need the summaries.
+    floor: u32,
 }
 
 impl NodeArena {
     /// An empty arena.
     pub fn new() -> Self {
-        NodeArena {
-            nodes: Vec::new(),
-            free_head: NIL,
-            in_use: 0,
-        }
+        NodeArena::with_capacity(0)
     }
 
     /// An arena with room for `n` nodes before it grows.
@@ -156,6 +154,8 @@ impl NodeArena {
             nodes: Vec::with_capacity(n),
             free_head: NIL,
             in_use: 0,
+            summaries: false,
+            floor: 63,
         }
     }
 
@@ -165,6 +165,7 @@ impl NodeArena {
     /// # Complexity
     /// O(1) (amortized when the arena grows).
     pub fn alloc(&mut self, start: u64, end: u64) -> NodeId {
+        self.lower_floor(start, end);
         let node = Node::detached(start, end);
         self.in_use += 1;
         if self.free_head != NIL {
@@ -195,6 +196,20 @@ impl NodeArena {
     #[inline]
     pub fn get(&self, id: NodeId) -> &Node {
         &self.nodes[id as usize]
+    }
+
+    /// The granule floor: every start and end ever given to a node is a
+    /// multiple of `2^floor`.
+    pub fn granule_floor(&self) -> u32 {
+        self.floor
+    }
+
+    #[inline]
+    fn lower_floor(&mut self, start: u64, end: u64) {
+        self.floor = self
+            .floor
+            .min(start.trailing_zeros())
+            .min(end.trailing_zeros());
     }
 
     /// Nodes handed out and not released.
@@ -269,8 +284,10 @@ impl NodeArena {
         n.height = h;
         n.lmax = lm;
         n.rmax = rm;
-        let a = self.summarize(id);
-        self.n(id).asum = a;
+        if self.summaries {
+            let a = self.summarize(id);
+            self.n(id).asum = a;
+        }
     }
 
     fn rotate_right(&mut self, id: NodeId) -> NodeId {
@@ -435,6 +452,9 @@ impl Neighbours {
 pub struct RangeTree {
     root: NodeId,
     len: usize,
+    /// Whether this tree's summaries are exact and the search prunes by
+    /// them (set by [`enable_summaries`](Self::enable_summaries)).
+    summaries: bool,
 }
 
 impl Default for RangeTree {
@@ -446,6 +466,8 @@ impl Default for RangeTree {
 /// A lowest-fit request: `size` bytes aligned to `2^k` in `[lo, hi)`.
 #[derive(Clone, Copy)]
 struct Request {
+    /// Whether to prune by the alignment summaries.
+    prune: bool,
     size: u64,
     align: u64,
     k: u32,
@@ -456,7 +478,11 @@ struct Request {
 impl RangeTree {
     /// An empty tree.
     pub const fn new() -> Self {
-        RangeTree { root: NIL, len: 0 }
+        RangeTree {
+            root: NIL,
+            len: 0,
+            summaries: false,
+        }
     }
 
     /// Number of ranges.
@@ -483,6 +509,34 @@ impl RangeTree {
         it
     }
 
+    /// Starts maintaining the alignment summaries, computing them for the
+    /// whole tree once, if an alignment of `align` could use them (above
+    /// `2^granule_floor`) and they are not on yet. Until then the tree
+    /// costs nothing for alignments: unaligned users never pay for them.
+    /// Every tree sharing `ar` must be enabled through this call before
+    /// its search prunes by summaries (a tree not enabled never does).
+    ///
+    /// # Complexity
+    /// O(n) the first time, O(1) after.
+    pub fn enable_summaries(&mut self, ar: &mut NodeArena, align: u64) {
+        if self.summaries || align.trailing_zeros() <= ar.floor {
+            return;
+        }
+        ar.summaries = true;
+        self.summaries = true;
+        Self::rebuild(ar, self.root);
+    }
+
+    fn rebuild(ar: &mut NodeArena, at: NodeId) {
+        if at == NIL {
+            return;
+        }
+        let (l, r) = (ar.get(at).left, ar.get(at).right);
+        Self::rebuild(ar, l);
+        Self::rebuild(ar, r);
+        ar.n(at).asum = ar.summarize(at);
+    }
+
     /// The largest range length in the tree (0 when empty).
     pub fn max_len(&self, ar: &NodeArena) -> u64 {
         ar.smax(self.root)
@@ -495,6 +549,10 @@ impl RangeTree {
     /// O(log n).
     pub fn insert(&mut self, ar: &mut NodeArena, id: NodeId) {
         let key = ar.get(id).start;
+        if ar.summaries {
+            // Detached: its subtree is its own range.
+            ar.n(id).asum = ar.summarize(id);
+        }
         self.root = Self::insert_at(ar, self.root, id, key);
         self.len += 1;
     }
@@ -597,7 +655,7 @@ impl RangeTree {
                 ar.get(at).right
             };
         }
-        Self::set_range_at(ar, path.nodes(), id, start, end);
+        self.set_range_at(ar, path.nodes(), id, start, end);
     }
 
     /// [`set_range`](Self::set_range) for a node whose ancestors, root
@@ -607,18 +665,23 @@ impl RangeTree {
     /// O(length of `ancestors`); stops early once an ancestor's values are
     /// unchanged.
     pub fn set_range_at(
+        &mut self,
         ar: &mut NodeArena,
         ancestors: &[NodeId],
         id: NodeId,
         start: u64,
         end: u64,
     ) {
+        ar.lower_floor(start, end);
         let n = ar.n(id);
         (n.start, n.end) = (start, end);
-        let old = n.asum;
-        let new = ar.summarize(id);
-        ar.n(id).asum = new;
-        let mut summary_changed = old != new;
+        let mut summary_changed = false;
+        if ar.summaries {
+            let old = ar.get(id).asum;
+            let new = ar.summarize(id);
+            ar.n(id).asum = new;
+            summary_changed = old != new;
+        }
         // Propagate toward the root; unchanged values end it (the kernel's
         // augment propagation does the same).
         let mut child = id;
@@ -635,10 +698,12 @@ impl RangeTree {
                 break;
             }
             *slot = s;
-            let old = n.asum;
-            let new = ar.summarize(p);
-            ar.n(p).asum = new;
-            summary_changed = old != new;
+            if ar.summaries {
+                let old = ar.get(p).asum;
+                let new = ar.summarize(p);
+                ar.n(p).asum = new;
+                summary_changed = old != new;
+            }
             child = p;
         }
     }
@@ -763,6 +828,7 @@ impl RangeTree {
         }
         let k = align.trailing_zeros();
         let req = Request {
+            prune: self.summaries,
             size,
             align,
             k,
@@ -778,9 +844,11 @@ impl RangeTree {
         // the nodes on the path (no sibling cache misses).
         let n = ar.get(at);
         // Near misses: no range below holds `size` bytes at this alignment.
-        match n.asum.usable(n.smax(), q.k) {
-            Some(u) if u >= q.size => {}
-            _ => return None,
+        if q.prune {
+            match n.asum.usable(n.smax(), q.k) {
+                Some(u) if u >= q.size => {}
+                _ => return None,
+            }
         }
         // Left ranges all end at or before n.start: useless unless n.start > lo.
         if n.start > q.lo && n.lmax >= q.size {
@@ -840,7 +908,12 @@ impl RangeTree {
     pub fn check(&self, ar: &NodeArena, lo: u64, hi: u64) -> Result<(), CheckError> {
         let mut count = 0;
         let mut prev_end: Option<u64> = None;
-        Self::check_at(ar, self.root, &mut count, &mut prev_end, lo, hi)?;
+        ensure!(
+            !self.summaries || ar.summaries,
+            "summaries on in the tree, off in its arena"
+        );
+        let summaries = self.summaries;
+        Self::check_at(ar, self.root, summaries, &mut count, &mut prev_end, lo, hi)?;
         ensure!(
             count == self.len,
             "tree holds {count} nodes, len says {}",
@@ -858,6 +931,7 @@ impl RangeTree {
     fn check_at(
         ar: &NodeArena,
         at: NodeId,
+        summaries: bool,
         count: &mut usize,
         prev_end: &mut Option<u64>,
         lo: u64,
@@ -867,7 +941,7 @@ impl RangeTree {
             return Ok((0, 0, AlignSummary::default()));
         }
         let n = *ar.get(at);
-        let (hl, lm, la) = Self::check_at(ar, n.left, count, prev_end, lo, hi)?;
+        let (hl, lm, la) = Self::check_at(ar, n.left, summaries, count, prev_end, lo, hi)?;
         ensure!(
             n.start < n.end,
             "empty range [{:#x}, {:#x})",
@@ -889,7 +963,13 @@ impl RangeTree {
         }
         *prev_end = Some(n.end);
         *count += 1;
-        let (hr, rm, ra) = Self::check_at(ar, n.right, count, prev_end, lo, hi)?;
+        ensure!(
+            n.start.trailing_zeros().min(n.end.trailing_zeros()) >= ar.floor,
+            "range [{:#x}, {:#x}) finer than the granule floor",
+            n.start,
+            n.end
+        );
+        let (hr, rm, ra) = Self::check_at(ar, n.right, summaries, count, prev_end, lo, hi)?;
         ensure!(hl.abs_diff(hr) <= 1, "AVL balance broken at {:#x}", n.start);
         ensure!(n.height == 1 + hl.max(hr), "height wrong at {:#x}", n.start);
         ensure!(
@@ -909,7 +989,7 @@ impl RangeTree {
         }
         let asum = AlignSummary::of_subtree(smax, &parts);
         ensure!(
-            n.asum == asum,
+            !summaries || n.asum == asum,
             "alignment summary at {:#x} is {:?}, recomputed {asum:?}",
             n.start,
             n.asum
@@ -1018,6 +1098,9 @@ mod tests {
                         let want = model.iter().find_map(|(&s, &(e, id))| {
                             crate::range::fit_in(s.max(lo), e.min(hi), size, align).map(|x| (id, x))
                         });
+                        if a % 3 != 0 {
+                            t.enable_summaries(&mut ar, align);
+                        }
                         prop_assert_eq!(t.lowest_fit(&ar, size, align, lo, hi), want);
                         prop_assert_eq!(t.lowest_fit_linear(&ar, size, align, lo, hi), want);
                     }

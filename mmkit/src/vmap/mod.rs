@@ -11,13 +11,15 @@
 //!   |--busy--|  free  |-busy-|-lazy-|      free       |--busy--|
 //!            `--------'             `-----------------'
 //!   free tree: maximal free blocks, sorted by start, each node knowing the
-//!              largest free block below it (smax); threaded by a list
+//!              largest free block below it (smax) and, once an aligned
+//!              request needs it, what its subtree holds at each alignment
 //!   busy index: live areas by start (a hash table of (start, end)), so a
 //!              free finds its area in O(1) and rejects any other address
 //!   lazy list: areas freed lazily; not reusable until the next purge
 //! ```
 //!
-//! Metadata: a free block is one 56-byte [`tree::Node`] from an arena that
+//! Metadata: a free block is one 56-byte [`tree::Node`] (range, child
+//! maxima, alignment summary, two child links, height) from an arena that
 //! reuses released nodes; a live area is one 16-byte slot of the busy index;
 //! a lazy area is 16 bytes in the lazy list. None of these shrink, so
 //! steady-state operation allocates no heap memory.
@@ -209,11 +211,15 @@ impl VmapAllocator {
                 self.arena.release(id);
             }
             FitType::LeftEdge => {
-                RangeTree::set_range_at(&mut self.arena, path.nodes(), id, a + size, e)
+                self.free
+                    .set_range_at(&mut self.arena, path.nodes(), id, a + size, e)
             }
-            FitType::RightEdge => RangeTree::set_range_at(&mut self.arena, path.nodes(), id, s, a),
+            FitType::RightEdge => self
+                .free
+                .set_range_at(&mut self.arena, path.nodes(), id, s, a),
             FitType::NoEdge => {
-                RangeTree::set_range_at(&mut self.arena, path.nodes(), id, a + size, e);
+                self.free
+                    .set_range_at(&mut self.arena, path.nodes(), id, a + size, e);
                 let left = self.arena.alloc(s, a);
                 self.free.insert(&mut self.arena, left);
             }
@@ -234,17 +240,20 @@ impl VmapAllocator {
                 let (ps, ne) = (self.arena.get(prev).start, self.arena.get(next).end);
                 // Grow `prev` over `next` while the path is valid (the two
                 // overlap until `next` leaves; only starts steer a descent).
-                RangeTree::set_range_at(&mut self.arena, nb.prev_path(), prev, ps, ne);
+                self.free
+                    .set_range_at(&mut self.arena, nb.prev_path(), prev, ps, ne);
                 self.free.remove(&mut self.arena, next);
                 self.arena.release(next);
             }
             (true, false) => {
                 let ps = self.arena.get(prev).start;
-                RangeTree::set_range_at(&mut self.arena, nb.prev_path(), prev, ps, e);
+                self.free
+                    .set_range_at(&mut self.arena, nb.prev_path(), prev, ps, e);
             }
             (false, true) => {
                 let ne = self.arena.get(next).end;
-                RangeTree::set_range_at(&mut self.arena, nb.next_path(), next, s, ne);
+                self.free
+                    .set_range_at(&mut self.arena, nb.next_path(), next, s, ne);
             }
             (false, false) => {
                 // The only case that needs a node: a new free block.
@@ -269,6 +278,7 @@ impl VmapAllocator {
     }
 
     fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        self.free.enable_summaries(&mut self.arena, align);
         let mut path = Path::new();
         let (id, a) = self
             .free
