@@ -11,13 +11,15 @@
 //!   |--busy--|  free  |-busy-|-lazy-|      free       |--busy--|
 //!            `--------'             `-----------------'
 //!   free tree: maximal free blocks, sorted by start, each node knowing the
-//!              largest free block below it (smax); threaded by a list
+//!              largest free block below it (smax) and, once an aligned
+//!              request needs it, what its subtree holds at each alignment
 //!   busy index: live areas by start (a hash table of (start, end)), so a
 //!              free finds its area in O(1) and rejects any other address
 //!   lazy list: areas freed lazily; not reusable until the next purge
 //! ```
 //!
-//! Metadata: a free block is one 56-byte [`tree::Node`] from an arena that
+//! Metadata: a free block is one 56-byte [`tree::Node`] (range, child
+//! maxima, alignment summary, two child links, height) from an arena that
 //! reuses released nodes; a live area is one 16-byte slot of the busy index;
 //! a lazy area is 16 bytes in the lazy list. None of these shrink, so
 //! steady-state operation allocates no heap memory.
@@ -27,7 +29,7 @@
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
-use crate::tree::{NodeArena, NodeId, RangeTree, NIL};
+use crate::tree::{NodeArena, NodeId, Path, RangeTree, NIL};
 
 mod busy;
 use alloc::vec::Vec;
@@ -196,18 +198,25 @@ impl VmapAllocator {
         self.busy.get(addr).map(|end| end - addr)
     }
 
-    /// Cuts `[a, a + size)` out of free block `id`, per its [`FitType`].
-    fn clip(&mut self, id: NodeId, a: u64, size: u64) {
+    /// Cuts `[a, a + size)` out of free block `id`, per its [`FitType`];
+    /// `path` holds `id`'s ancestors, as the search recorded them.
+    fn clip(&mut self, id: NodeId, path: &Path, a: u64, size: u64) {
         let (s, e) = {
             let n = self.arena.get(id);
             (n.start, n.end)
         };
         match FitType::classify(s, e, a, size) {
             FitType::Full => self.remove_free_node(id),
-            FitType::LeftEdge => self.free.set_range(&mut self.arena, id, a + size, e),
-            FitType::RightEdge => self.free.set_range(&mut self.arena, id, s, a),
+            FitType::LeftEdge => {
+                self.free
+                    .set_range_at(&mut self.arena, path.nodes(), id, a + size, e)
+            }
+            FitType::RightEdge => self
+                .free
+                .set_range_at(&mut self.arena, path.nodes(), id, s, a),
             FitType::NoEdge => {
-                self.free.set_range(&mut self.arena, id, a + size, e);
+                self.free
+                    .set_range_at(&mut self.arena, path.nodes(), id, a + size, e);
                 let left = self.arena.alloc(s, a);
                 self.free.insert(&mut self.arena, left);
             }
@@ -222,29 +231,32 @@ impl VmapAllocator {
         debug_assert!(released.is_ok(), "a free block's node is live");
     }
 
-    /// Returns `[s, e)` to free space, merging with both neighbours at once.
+    /// Returns `[s, e)` to free space, merging with both neighbours at once:
+    /// one descent finds both and the path to each, so a merge fixes the
+    /// augmented values without a second descent.
     fn merge_or_add(&mut self, s: u64, e: u64) {
-        let next = self.free.lower_bound(&self.arena, s);
-        let prev = if next == NIL {
-            self.free.last()
-        } else {
-            self.arena.get(next).prev()
-        };
+        let nb = self.free.neighbours(&self.arena, s);
+        let (prev, next) = (nb.prev, nb.next);
         let joins_next = next != NIL && self.arena.get(next).start == e;
         let joins_prev = prev != NIL && self.arena.get(prev).end == s;
         match (joins_prev, joins_next) {
             (true, true) => {
                 let (ps, ne) = (self.arena.get(prev).start, self.arena.get(next).end);
+                // Grow `prev` over `next` while the path is valid (the two
+                // overlap until `next` leaves; only starts steer a descent).
+                self.free
+                    .set_range_at(&mut self.arena, nb.prev_path(), prev, ps, ne);
                 self.remove_free_node(next);
-                self.free.set_range(&mut self.arena, prev, ps, ne);
             }
             (true, false) => {
                 let ps = self.arena.get(prev).start;
-                self.free.set_range(&mut self.arena, prev, ps, e);
+                self.free
+                    .set_range_at(&mut self.arena, nb.prev_path(), prev, ps, e);
             }
             (false, true) => {
                 let ne = self.arena.get(next).end;
-                self.free.set_range(&mut self.arena, next, s, ne);
+                self.free
+                    .set_range_at(&mut self.arena, nb.next_path(), next, s, ne);
             }
             (false, false) => {
                 // The only case that needs a node: a new free block.
@@ -269,8 +281,12 @@ impl VmapAllocator {
     }
 
     fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
-        let (id, a) = self.free.lowest_fit(&self.arena, size, align, lo, hi)?;
-        self.clip(id, a, size);
+        self.free.enable_summaries(&mut self.arena, align);
+        let mut path = Path::new();
+        let (id, a) = self
+            .free
+            .lowest_fit_at(&self.arena, size, align, lo, hi, &mut path)?;
+        self.clip(id, &path, a, size);
         self.busy.insert(a, a + size);
         self.live_bytes += size;
         Some(a)
@@ -403,21 +419,18 @@ impl RangeAllocator for VmapAllocator {
         self.free.check(ar, lo, hi)?;
         ensure!(self.busy.consistent(), "busy index: a key is unreachable");
         // Free blocks are maximal.
-        let mut at = self.free.first();
-        while at != NIL {
-            let nx = ar.get(at).next();
-            if nx != NIL {
-                let end = ar.get(at).end;
-                ensure!(end < ar.get(nx).start, "adjacent free blocks at {end:#x}");
+        let mut prev_end = None;
+        for at in self.free.iter(ar) {
+            let n = ar.get(at);
+            if let Some(end) = prev_end {
+                ensure!(end < n.start, "adjacent free blocks at {end:#x}");
             }
-            at = nx;
+            prev_end = Some(n.end);
         }
         // Free, busy and lazy ranges partition the space exactly.
         let mut all = Vec::with_capacity(self.arena.in_use());
-        let mut at = self.free.first();
-        while at != NIL {
+        for at in self.free.iter(ar) {
             all.push((ar.get(at).start, ar.get(at).end, "free"));
-            at = ar.get(at).next();
         }
         for (s, e) in self.busy.iter() {
             ensure!(s < e, "empty busy area at {s:#x}");
@@ -492,13 +505,10 @@ mod tests {
     }
 
     fn free_blocks(v: &VmapAllocator) -> Vec<(u64, u64)> {
-        let mut out = vec![];
-        let mut at = v.free.first();
-        while at != NIL {
-            out.push((v.arena.get(at).start, v.arena.get(at).end));
-            at = v.arena.get(at).next();
-        }
-        out
+        v.free
+            .iter(&v.arena)
+            .map(|at| (v.arena.get(at).start, v.arena.get(at).end))
+            .collect()
     }
 
     #[test]

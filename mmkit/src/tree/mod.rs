@@ -1,32 +1,37 @@
 //! The augmented balanced tree of ranges: the shared core of [`crate::vmap`].
 //!
 //! A [`RangeTree`] holds non-overlapping half-open ranges `[start, end)`
-//! sorted by `start`, as an AVL tree whose nodes also form a doubly linked
-//! list in address order (O(1) prev/next, as the kernel pairs its rb-tree
-//! with a list). Every node is augmented with `smax`, the largest range
-//! length in its subtree (the kernel's `subtree_max_size`):
+//! sorted by `start`, as an AVL tree. Every node is augmented with two
+//! things about its subtree:
+//! - `smax`, the largest range length (the kernel's `subtree_max_size`),
+//!   kept in the parent as the children's maxima `lmax` and `rmax`;
+//! - an [`AlignSummary`]: the largest usable length at each alignment, so
+//!   an aligned search prunes subtrees whose ranges are long enough but
+//!   wrongly aligned (*near misses*).
 //!
 //! ```text
 //!                  [40,48) smax 16
 //!                 /               \
 //!     [0,4) smax 16              [60,62) smax 2
 //!          \
-//!           [10,26) smax 16        list: [0,4) <-> [10,26) <-> [40,48) <-> [60,62)
+//!           [10,26) smax 16
 //! ```
 //!
 //! Each node stores the `smax` of its two children (`lmax`, `rmax`) rather
 //! than its own, so a descent decides left or right without reading the
 //! children it will not visit: at a million ranges that halves the cache
-//! misses of a search. `smax` lets [`RangeTree::lowest_fit`] skip any
-//! subtree whose largest range
-//! is too short, so the descent to the lowest range that fits is
-//! O(log n) (see its docs for the cost of alignment near-misses).
+//! misses of a search. `smax` and the summary let [`RangeTree::lowest_fit`]
+//! skip any subtree that cannot hold the request, so the descent to the
+//! lowest range that fits is O(log n).
 //!
-//! Nodes live in a [`NodeArena`] shared by several trees (the range allocator
-//! moves one node between its busy and free trees, as the kernel moves one
-//! `vmap_area`), referenced by [`NodeId`]. Released nodes are kept on a free
-//! list and reused, so a steady state of inserts and removals allocates no
-//! heap memory (the kernel's preloaded `vmap_area` cache plays that role).
+//! Searches can record the [`Path`] from the root to the node they find;
+//! [`RangeTree::set_range_at`] then fixes the augmented values along it
+//! without a second descent (the range allocator's splits and merges).
+//!
+//! Nodes live in a [`NodeArena`] shared by several trees, referenced by
+//! [`NodeId`]. Released nodes are kept on a free list and reused, so a
+//! steady state of inserts and removals allocates no heap memory (the
+//! kernel's preloaded `vmap_area` cache plays that role).
 //!
 //! Invariants (checked by [`RangeTree::check`]):
 //! - in-order traversal is strictly increasing in `start`; ranges do not
@@ -34,12 +39,16 @@
 //! - `height(n) = 1 + max(height(l), height(r))`, `|height(l) - height(r)| <= 1`;
 //! - `lmax(n) = smax(l)`, `rmax(n) = smax(r)`, where
 //!   `smax(n) = max(end - start, lmax(n), rmax(n))`;
-//! - the list visits exactly the in-order sequence, `prev`/`next` mutual.
+//! - `asum(n)` is [`AlignSummary::of_subtree`] of `n`'s range and its
+//!   children's `(smax, asum)`.
 
 use alloc::vec::Vec;
 
 use crate::ensure;
 use crate::error::{CheckError, FreeError};
+
+mod summary;
+pub use summary::{AlignSummary, Part, CLASSES};
 
 /// Index of a node in a [`NodeArena`].
 pub type NodeId = u32;
@@ -54,7 +63,8 @@ const RELEASED: u8 = 0;
 /// Deepest possible AVL path for `u32` node ids (1.44 * 32 < 48), with room.
 const MAX_DEPTH: usize = 64;
 
-/// A range node: 56 bytes.
+/// A range node: 56 bytes (checked at compile time), the metadata of one
+/// free block of the range allocator.
 #[derive(Debug, Clone, Copy)]
 pub struct Node {
     /// First address of the range.
@@ -65,12 +75,14 @@ pub struct Node {
     lmax: u64,
     /// Largest range length in the right subtree (0 if none).
     rmax: u64,
+    /// What this node's subtree holds at each alignment.
+    asum: AlignSummary,
     left: NodeId,
     right: NodeId,
-    prev: NodeId,
-    next: NodeId,
     height: u8,
 }
+
+const _: () = assert!(core::mem::size_of::<Node>() == 56);
 
 impl Node {
     fn detached(start: u64, end: u64) -> Node {
@@ -79,10 +91,9 @@ impl Node {
             end,
             lmax: 0,
             rmax: 0,
+            asum: AlignSummary::default(),
             left: NIL,
             right: NIL,
-            prev: NIL,
-            next: NIL,
             height: 1,
         }
     }
@@ -99,16 +110,10 @@ impl Node {
         self.end == self.start
     }
 
-    /// The next node in address order (in the tree it belongs to), or `NIL`.
+    /// The largest range length in this node's subtree.
     #[inline]
-    pub fn next(&self) -> NodeId {
-        self.next
-    }
-
-    /// The previous node in address order, or `NIL`.
-    #[inline]
-    pub fn prev(&self) -> NodeId {
-        self.prev
+    fn smax(&self) -> u64 {
+        self.len().max(self.lmax).max(self.rmax)
     }
 }
 
@@ -131,19 +136,21 @@ impl Node {
 #[derive(Debug, Clone, Default)]
 pub struct NodeArena {
     nodes: Vec<Node>,
-    /// Released nodes, chained through `next`.
+    /// Released nodes, chained through `left`.
     free_head: NodeId,
     in_use: usize,
+    /// Whether updates maintain the alignment summaries (see
+    /// [`RangeTree::enable_summaries`]).
+    summaries: bool,
+    /// A lower bound on the granule of every range ever given to a node:
+    /// requests aligned to at most `2^floor` never need the summaries.
+    floor: u32,
 }
 
 impl NodeArena {
     /// An empty arena.
     pub fn new() -> Self {
-        NodeArena {
-            nodes: Vec::new(),
-            free_head: NIL,
-            in_use: 0,
-        }
+        NodeArena::with_capacity(0)
     }
 
     /// An arena with room for `n` nodes before it grows.
@@ -152,20 +159,23 @@ impl NodeArena {
             nodes: Vec::with_capacity(n),
             free_head: NIL,
             in_use: 0,
+            summaries: false,
+            floor: 63,
         }
     }
 
     /// A fresh detached node for `[start, end)`, reusing a released one when
-    /// there is one.
+    /// there is one. `start < end`.
     ///
     /// # Complexity
     /// O(1) (amortized when the arena grows).
     pub fn alloc(&mut self, start: u64, end: u64) -> NodeId {
+        self.lower_floor(start, end);
         let node = Node::detached(start, end);
         self.in_use += 1;
         if self.free_head != NIL {
             let id = self.free_head;
-            self.free_head = self.nodes[id as usize].next;
+            self.free_head = self.nodes[id as usize].left;
             self.nodes[id as usize] = node;
             id
         } else {
@@ -195,7 +205,7 @@ impl NodeArena {
             .filter(|n| n.height != RELEASED)
             .ok_or(FreeError::NotAllocated)?;
         node.height = RELEASED;
-        node.next = self.free_head;
+        node.left = self.free_head;
         self.free_head = id;
         self.in_use -= 1;
         Ok(())
@@ -205,6 +215,20 @@ impl NodeArena {
     #[inline]
     pub fn get(&self, id: NodeId) -> &Node {
         &self.nodes[id as usize]
+    }
+
+    /// The granule floor: every start and end ever given to a node is a
+    /// multiple of `2^floor`.
+    pub fn granule_floor(&self) -> u32 {
+        self.floor
+    }
+
+    #[inline]
+    fn lower_floor(&mut self, start: u64, end: u64) {
+        self.floor = self
+            .floor
+            .min(start.trailing_zeros())
+            .min(end.trailing_zeros());
     }
 
     /// Nodes handed out and not released.
@@ -237,12 +261,36 @@ impl NodeArena {
         if id == NIL {
             0
         } else {
-            let n = &self.nodes[id as usize];
-            n.len().max(n.lmax).max(n.rmax)
+            self.nodes[id as usize].smax()
         }
     }
 
-    /// Recomputes height and smax of `id` from its children.
+    /// The alignment summary of `id`'s subtree (of nothing for `NIL`).
+    #[inline]
+    fn asum(&self, id: NodeId) -> AlignSummary {
+        if id == NIL {
+            AlignSummary::default()
+        } else {
+            self.nodes[id as usize].asum
+        }
+    }
+
+    /// Recomputes the alignment summary of `id` from its range, its
+    /// `lmax`/`rmax` and its children's summaries.
+    fn summarize(&self, id: NodeId) -> AlignSummary {
+        let n = &self.nodes[id as usize];
+        let mut parts = [Part::Range(n.start, n.end); 3];
+        let mut k = 1;
+        for (child, m) in [(n.left, n.lmax), (n.right, n.rmax)] {
+            if child != NIL {
+                parts[k] = Part::Subtree(m, self.nodes[child as usize].asum);
+                k += 1;
+            }
+        }
+        AlignSummary::of_subtree(n.smax(), &parts[..k])
+    }
+
+    /// Recomputes height, child maxima and summary of `id` from its children.
     #[inline]
     fn update(&mut self, id: NodeId) {
         let (l, r) = {
@@ -255,6 +303,10 @@ impl NodeArena {
         n.height = h;
         n.lmax = lm;
         n.rmax = rm;
+        if self.summaries {
+            let a = self.summarize(id);
+            self.n(id).asum = a;
+        }
     }
 
     fn rotate_right(&mut self, id: NodeId) -> NodeId {
@@ -275,18 +327,23 @@ impl NodeArena {
         r
     }
 
-    /// What a parent's height and smax depend on in a child subtree.
+    /// What a parent's augmented values depend on in a child subtree.
     #[inline]
-    fn shape(&self, id: NodeId) -> (NodeId, u8, u64) {
-        (id, self.height(id), self.smax(id))
+    fn shape(&self, id: NodeId) -> (NodeId, u8, u64, AlignSummary) {
+        (id, self.height(id), self.smax(id), self.asum(id))
     }
 
     /// After a child subtree of `id` changed from `before` to root `child`:
-    /// if the child's root, height and smax are all unchanged, so is `id`
-    /// (no need to read the sibling, which saves a cache miss per level);
-    /// otherwise update and rebalance `id`.
+    /// if the child's root, height, smax and summary are all unchanged, so
+    /// is `id` (no need to read the sibling, which saves a cache miss per
+    /// level); otherwise update and rebalance `id`.
     #[inline]
-    fn refit(&mut self, id: NodeId, child: NodeId, before: (NodeId, u8, u64)) -> NodeId {
+    fn refit(
+        &mut self,
+        id: NodeId,
+        child: NodeId,
+        before: (NodeId, u8, u64, AlignSummary),
+    ) -> NodeId {
         if self.shape(child) == before {
             id
         } else {
@@ -323,8 +380,76 @@ impl NodeArena {
     }
 }
 
+/// The nodes a search passed through, root first: the ancestors of the
+/// node it found, for [`RangeTree::set_range_at`]. Valid until the tree's
+/// shape changes (an insert or a removal).
+#[derive(Debug, Clone)]
+pub struct Path {
+    nodes: [NodeId; MAX_DEPTH],
+    len: usize,
+}
+
+impl Default for Path {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Path {
+    /// An empty path.
+    pub const fn new() -> Self {
+        Path {
+            nodes: [NIL; MAX_DEPTH],
+            len: 0,
+        }
+    }
+
+    /// The recorded nodes, root first.
+    #[inline]
+    pub fn nodes(&self) -> &[NodeId] {
+        &self.nodes[..self.len]
+    }
+
+    #[inline]
+    fn push(&mut self, id: NodeId) {
+        self.nodes[self.len] = id;
+        self.len += 1;
+    }
+
+    /// The first `len` nodes: the ancestors of the node found at that depth.
+    #[inline]
+    fn prefix(&self, len: usize) -> &[NodeId] {
+        &self.nodes[..len]
+    }
+}
+
+/// The free ranges around a key, as [`RangeTree::neighbours`] finds them,
+/// with the path to each.
+#[derive(Debug, Clone, Default)]
+pub struct Neighbours {
+    /// The last range starting below the key, or `NIL`.
+    pub prev: NodeId,
+    /// The first range starting at or above the key, or `NIL`.
+    pub next: NodeId,
+    path: Path,
+    prev_depth: usize,
+    next_depth: usize,
+}
+
+impl Neighbours {
+    /// The ancestors of [`prev`](Self::prev), root first.
+    pub fn prev_path(&self) -> &[NodeId] {
+        self.path.prefix(self.prev_depth)
+    }
+
+    /// The ancestors of [`next`](Self::next), root first.
+    pub fn next_path(&self) -> &[NodeId] {
+        self.path.prefix(self.next_depth)
+    }
+}
+
 /// An AVL tree of non-overlapping ranges keyed by start, augmented with the
-/// largest range in each subtree, threaded by an address-ordered list.
+/// largest range and the alignment summary of each subtree.
 ///
 /// See the [module docs](self) for the picture and the invariants.
 ///
@@ -345,9 +470,10 @@ impl NodeArena {
 #[derive(Debug, Clone)]
 pub struct RangeTree {
     root: NodeId,
-    head: NodeId,
-    tail: NodeId,
     len: usize,
+    /// Whether this tree's summaries are exact and the search prunes by
+    /// them (set by [`enable_summaries`](Self::enable_summaries)).
+    summaries: bool,
 }
 
 impl Default for RangeTree {
@@ -356,14 +482,25 @@ impl Default for RangeTree {
     }
 }
 
+/// A lowest-fit request: `size` bytes aligned to `2^k` in `[lo, hi)`.
+#[derive(Clone, Copy)]
+struct Request {
+    /// Whether to prune by the alignment summaries.
+    prune: bool,
+    size: u64,
+    align: u64,
+    k: u32,
+    lo: u64,
+    hi: u64,
+}
+
 impl RangeTree {
     /// An empty tree.
     pub const fn new() -> Self {
         RangeTree {
             root: NIL,
-            head: NIL,
-            tail: NIL,
             len: 0,
+            summaries: false,
         }
     }
 
@@ -377,14 +514,46 @@ impl RangeTree {
         self.len == 0
     }
 
-    /// The lowest range, or `NIL`.
-    pub fn first(&self) -> NodeId {
-        self.head
+    /// The ranges' nodes in address order.
+    ///
+    /// # Complexity
+    /// O(n) in all, O(log n) per step at worst; no heap allocation.
+    pub fn iter<'a>(&self, ar: &'a NodeArena) -> Iter<'a> {
+        let mut it = Iter {
+            ar,
+            stack: [NIL; MAX_DEPTH],
+            len: 0,
+        };
+        it.push_left(self.root);
+        it
     }
 
-    /// The highest range, or `NIL`.
-    pub fn last(&self) -> NodeId {
-        self.tail
+    /// Starts maintaining the alignment summaries, computing them for the
+    /// whole tree once, if an alignment of `align` could use them (above
+    /// `2^granule_floor`) and they are not on yet. Until then the tree
+    /// costs nothing for alignments: unaligned users never pay for them.
+    /// Every tree sharing `ar` must be enabled through this call before
+    /// its search prunes by summaries (a tree not enabled never does).
+    ///
+    /// # Complexity
+    /// O(n) the first time, O(1) after.
+    pub fn enable_summaries(&mut self, ar: &mut NodeArena, align: u64) {
+        if self.summaries || align.trailing_zeros() <= ar.floor {
+            return;
+        }
+        ar.summaries = true;
+        self.summaries = true;
+        Self::rebuild(ar, self.root);
+    }
+
+    fn rebuild(ar: &mut NodeArena, at: NodeId) {
+        if at == NIL {
+            return;
+        }
+        let (l, r) = (ar.get(at).left, ar.get(at).right);
+        Self::rebuild(ar, l);
+        Self::rebuild(ar, r);
+        ar.n(at).asum = ar.summarize(at);
     }
 
     /// The largest range length in the tree (0 when empty).
@@ -392,60 +561,33 @@ impl RangeTree {
         ar.smax(self.root)
     }
 
-    /// Links the detached node `id` into the tree and the list. The caller
-    /// guarantees its range overlaps no range in the tree.
+    /// Links the detached node `id` into the tree. The caller guarantees its
+    /// range overlaps no range in the tree.
     ///
     /// # Complexity
     /// O(log n).
     pub fn insert(&mut self, ar: &mut NodeArena, id: NodeId) {
         let key = ar.get(id).start;
-        let (mut pred, mut succ) = (NIL, NIL);
-        self.root = Self::insert_at(ar, self.root, id, key, &mut pred, &mut succ);
-        // Thread into the list between in-order neighbours found on the way.
-        self.join(ar, pred, id);
-        self.join(ar, id, succ);
+        if ar.summaries {
+            // Detached: its subtree is its own range.
+            ar.n(id).asum = ar.summarize(id);
+        }
+        self.root = Self::insert_at(ar, self.root, id, key);
         self.len += 1;
     }
 
-    /// Makes `b` follow `a` in the list; `NIL` on either side stands for the
-    /// list's head or tail.
-    fn join(&mut self, ar: &mut NodeArena, a: NodeId, b: NodeId) {
-        if a == NIL {
-            self.head = b;
-        } else {
-            ar.n(a).next = b;
-        }
-        if b == NIL {
-            self.tail = a;
-        } else {
-            ar.n(b).prev = a;
-        }
-    }
-
-    fn insert_at(
-        ar: &mut NodeArena,
-        at: NodeId,
-        id: NodeId,
-        key: u64,
-        pred: &mut NodeId,
-        succ: &mut NodeId,
-    ) -> NodeId {
+    fn insert_at(ar: &mut NodeArena, at: NodeId, id: NodeId, key: u64) -> NodeId {
         if at == NIL {
             return id;
         }
         let go_left = key < ar.get(at).start;
-        if go_left {
-            *succ = at;
-        } else {
-            *pred = at;
-        }
         let child = if go_left {
             ar.get(at).left
         } else {
             ar.get(at).right
         };
         let before = ar.shape(child);
-        let new = Self::insert_at(ar, child, id, key, pred, succ);
+        let new = Self::insert_at(ar, child, id, key);
         if go_left {
             ar.n(at).left = new;
         } else {
@@ -454,18 +596,16 @@ impl RangeTree {
         ar.refit(at, new, before)
     }
 
-    /// Unlinks node `id` (which must be in this tree) from the tree and the
-    /// list. The node stays allocated in the arena.
+    /// Unlinks node `id` (which must be in this tree) from the tree. The
+    /// node stays allocated in the arena, detached.
     ///
     /// # Complexity
     /// O(log n).
     pub fn remove(&mut self, ar: &mut NodeArena, id: NodeId) {
         let key = ar.get(id).start;
         self.root = Self::remove_at(ar, self.root, key);
-        let (p, nx) = (ar.get(id).prev, ar.get(id).next);
-        self.join(ar, p, nx);
-        let n = ar.n(id);
-        (n.left, n.right, n.prev, n.next, n.height) = (NIL, NIL, NIL, NIL, 1);
+        let (s, e) = (ar.get(id).start, ar.get(id).end);
+        *ar.n(id) = Node::detached(s, e);
         self.len -= 1;
     }
 
@@ -481,7 +621,7 @@ impl RangeTree {
                 return l;
             }
             // Replace `at` by the minimum of its right subtree (a structural
-            // move: list links are tied to node identity, so no value copy).
+            // move: callers hold node ids, so no value copy).
             let mut m = NIL;
             let r2 = Self::take_min(ar, r, &mut m);
             ar.n(m).left = l;
@@ -521,38 +661,68 @@ impl RangeTree {
     /// growing into a gap, as splits and merges do).
     ///
     /// # Complexity
-    /// O(log n); stops early once an ancestor's value is unchanged.
+    /// O(log n); stops early once an ancestor's values are unchanged.
     pub fn set_range(&mut self, ar: &mut NodeArena, id: NodeId, start: u64, end: u64) {
         let old = ar.get(id).start;
-        let mut path = [NIL; MAX_DEPTH];
-        let mut depth = 0;
+        let mut path = Path::new();
         let mut at = self.root;
         while at != id {
-            path[depth] = at;
-            depth += 1;
+            path.push(at);
             at = if old < ar.get(at).start {
                 ar.get(at).left
             } else {
                 ar.get(at).right
             };
         }
-        ar.n(id).start = start;
-        ar.n(id).end = end;
-        // Propagate toward the root; an unchanged value ends it (the kernel's
+        self.set_range_at(ar, path.nodes(), id, start, end);
+    }
+
+    /// [`set_range`](Self::set_range) for a node whose ancestors, root
+    /// first, a search has just recorded: no descent.
+    ///
+    /// # Complexity
+    /// O(length of `ancestors`); stops early once an ancestor's values are
+    /// unchanged.
+    pub fn set_range_at(
+        &mut self,
+        ar: &mut NodeArena,
+        ancestors: &[NodeId],
+        id: NodeId,
+        start: u64,
+        end: u64,
+    ) {
+        ar.lower_floor(start, end);
+        let n = ar.n(id);
+        (n.start, n.end) = (start, end);
+        let mut summary_changed = false;
+        if ar.summaries {
+            let old = ar.get(id).asum;
+            let new = ar.summarize(id);
+            ar.n(id).asum = new;
+            summary_changed = old != new;
+        }
+        // Propagate toward the root; unchanged values end it (the kernel's
         // augment propagation does the same).
         let mut child = id;
-        for &p in path[..depth].iter().rev() {
+        for &p in ancestors.iter().rev() {
             let s = ar.smax(child);
             let n = ar.n(p);
+            debug_assert!(n.left == child || n.right == child, "not a path");
             let slot = if n.left == child {
                 &mut n.lmax
             } else {
                 &mut n.rmax
             };
-            if *slot == s {
+            if *slot == s && !summary_changed {
                 break;
             }
             *slot = s;
+            if ar.summaries {
+                let old = ar.get(p).asum;
+                let new = ar.summarize(p);
+                ar.n(p).asum = new;
+                summary_changed = old != new;
+            }
             child = p;
         }
     }
@@ -576,23 +746,40 @@ impl RangeTree {
         None
     }
 
+    /// The last range starting below `key` and the first starting at or
+    /// above it, found in one descent that records the path to both (one
+    /// is always an ancestor of the other).
+    ///
+    /// # Complexity
+    /// O(log n).
+    pub fn neighbours(&self, ar: &NodeArena, key: u64) -> Neighbours {
+        let mut nb = Neighbours {
+            prev: NIL,
+            next: NIL,
+            ..Neighbours::default()
+        };
+        let mut at = self.root;
+        while at != NIL {
+            let n = ar.get(at);
+            if n.start >= key {
+                (nb.next, nb.next_depth) = (at, nb.path.len);
+                nb.path.push(at);
+                at = n.left;
+            } else {
+                (nb.prev, nb.prev_depth) = (at, nb.path.len);
+                nb.path.push(at);
+                at = n.right;
+            }
+        }
+        nb
+    }
+
     /// The lowest node whose start is `>= key`, or `NIL`.
     ///
     /// # Complexity
     /// O(log n).
     pub fn lower_bound(&self, ar: &NodeArena, key: u64) -> NodeId {
-        let mut at = self.root;
-        let mut best = NIL;
-        while at != NIL {
-            let n = ar.get(at);
-            if n.start >= key {
-                best = at;
-                at = n.left;
-            } else {
-                at = n.right;
-            }
-        }
-        best
+        self.neighbours(ar, key).next
     }
 
     /// The node whose range contains `addr`, if any.
@@ -618,17 +805,20 @@ impl RangeTree {
     /// `[a, a + size)` lies inside one range of the tree; returns that range's
     /// node and `a`. `align` must be a power of two, `size > 0`.
     ///
-    /// The descent skips every subtree whose `smax < size`, subtrees wholly
-    /// below `lo` and subtrees wholly above `hi - size`.
+    /// The descent skips every subtree whose `smax < size`, every subtree
+    /// whose [`AlignSummary`] shows no range with `size` usable bytes at
+    /// `align`, subtrees wholly below `lo` and subtrees wholly above
+    /// `hi - size`.
     ///
     /// # Complexity
-    /// O(log n) when the first range that is long enough also fits.
-    /// A range of length at least `size + align - 1` always holds an aligned
-    /// `size`; a shorter one (a *near-miss*) may not, and the kernel skips
-    /// such ranges by searching for `size + align - 1` instead, which can miss
-    /// the true lowest fit. mmkit examines them, so its answer is exact: the
-    /// cost is O((k + 1) log n) where `k` is the number of near-miss ranges
-    /// (long enough, wrongly aligned) below the answer inside the window.
+    /// O(log n) when `align <= 2^(g + CLASSES)` for the granule `g` of the
+    /// ranges (every start and end a multiple of `2^g`: up to 4 MiB for
+    /// 4 KiB pages); the window limits add at most two boundary paths. A
+    /// larger alignment is pruned with the bound of `2^(g + CLASSES)`, so
+    /// ranges that pass it but miss the larger alignment are examined one
+    /// by one (O((k + 1) log n) for k such near misses). The answer is exact
+    /// either way; the kernel instead searches for `size + align - 1`, which
+    /// can miss the lowest fit.
     pub fn lowest_fit(
         &self,
         ar: &NodeArena,
@@ -637,50 +827,79 @@ impl RangeTree {
         lo: u64,
         hi: u64,
     ) -> Option<(NodeId, u64)> {
-        if lo >= hi || hi - lo < size {
-            return None;
-        }
-        if ar.smax(self.root) < size {
-            return None;
-        }
-        Self::fit_at(ar, self.root, size, align, lo, hi)
+        self.lowest_fit_at(ar, size, align, lo, hi, &mut Path::new())
     }
 
-    fn fit_at(
+    /// [`lowest_fit`](Self::lowest_fit), also recording in `path` the
+    /// ancestors of the node found, for [`set_range_at`](Self::set_range_at).
+    pub fn lowest_fit_at(
+        &self,
         ar: &NodeArena,
-        at: NodeId,
         size: u64,
         align: u64,
         lo: u64,
         hi: u64,
+        path: &mut Path,
     ) -> Option<(NodeId, u64)> {
+        path.len = 0;
+        if lo >= hi || hi - lo < size || ar.smax(self.root) < size {
+            return None;
+        }
+        let k = align.trailing_zeros();
+        let req = Request {
+            prune: self.summaries,
+            size,
+            align,
+            k,
+            lo,
+            hi,
+        };
+        Self::fit_at(ar, self.root, req, path)
+    }
+
+    fn fit_at(ar: &NodeArena, at: NodeId, q: Request, path: &mut Path) -> Option<(NodeId, u64)> {
         // The caller saw this subtree's largest range hold `size`; each node
         // keeps its children's maxima, so deciding where to go reads only
         // the nodes on the path (no sibling cache misses).
         let n = ar.get(at);
-        // Left ranges all end at or before n.start: useless unless n.start > lo.
-        if n.start > lo && n.lmax >= size {
-            if let Some(r) = Self::fit_at(ar, n.left, size, align, lo, hi) {
-                return Some(r);
+        // Near misses: no range below holds `size` bytes at this alignment.
+        if q.prune {
+            match n.asum.usable(n.smax(), q.k) {
+                Some(u) if u >= q.size => {}
+                _ => return None,
             }
         }
+        // Left ranges all end at or before n.start: useless unless n.start > lo.
+        if n.start > q.lo && n.lmax >= q.size {
+            path.push(at);
+            if let Some(r) = Self::fit_at(ar, n.left, q, path) {
+                return Some(r);
+            }
+            path.len -= 1;
+        }
         // This and every range to the right start at or after n.start.
-        if n.start >= hi || hi - n.start < size {
+        if n.start >= q.hi || q.hi - n.start < q.size {
             return None;
         }
-        if n.len() >= size {
-            if let Some(a) = crate::range::fit_in(n.start.max(lo), n.end.min(hi), size, align) {
+        if n.len() >= q.size {
+            let (lo, hi) = (n.start.max(q.lo), n.end.min(q.hi));
+            if let Some(a) = crate::range::fit_in(lo, hi, q.size, q.align) {
                 return Some((at, a));
             }
         }
-        if n.rmax < size {
+        if n.rmax < q.size {
             return None;
         }
-        Self::fit_at(ar, n.right, size, align, lo, hi)
+        path.push(at);
+        let r = Self::fit_at(ar, n.right, q, path);
+        if r.is_none() {
+            path.len -= 1;
+        }
+        r
     }
 
     /// The slow reference for [`lowest_fit`](Self::lowest_fit): walks the
-    /// address-ordered list and returns the first range that holds the
+    /// ranges in address order and returns the first that holds the
     /// request. Same answer, O(n); the tests cross-check the two (as the
     /// kernel's debug switch compares its tree search with a list scan).
     pub fn lowest_fit_linear(
@@ -691,15 +910,10 @@ impl RangeTree {
         lo: u64,
         hi: u64,
     ) -> Option<(NodeId, u64)> {
-        let mut at = self.head;
-        while at != NIL {
-            let n = ar.get(at);
-            if let Some(a) = crate::range::fit_in(n.start.max(lo), n.end.min(hi), size, align) {
-                return Some((at, a));
-            }
-            at = n.next;
-        }
-        None
+        self.iter(ar).find_map(|id| {
+            let n = ar.get(id);
+            crate::range::fit_in(n.start.max(lo), n.end.min(hi), size, align).map(|a| (id, a))
+        })
     }
 
     /// Verifies every invariant listed in the [module docs](self), and that
@@ -713,54 +927,40 @@ impl RangeTree {
     pub fn check(&self, ar: &NodeArena, lo: u64, hi: u64) -> Result<(), CheckError> {
         let mut count = 0;
         let mut prev_end: Option<u64> = None;
-        Self::check_at(ar, self.root, &mut count, &mut prev_end, lo, hi)?;
+        ensure!(
+            !self.summaries || ar.summaries,
+            "summaries on in the tree, off in its arena"
+        );
+        let summaries = self.summaries;
+        Self::check_at(ar, self.root, summaries, &mut count, &mut prev_end, lo, hi)?;
         ensure!(
             count == self.len,
             "tree holds {count} nodes, len says {}",
             self.len
         );
-        // The list must be the in-order sequence.
-        let mut at = self.head;
-        let mut prev = NIL;
-        let mut listed = 0;
-        while at != NIL {
-            ensure!(
-                ar.get(at).prev == prev,
-                "list prev link broken at node {at}"
-            );
-            if prev != NIL {
-                ensure!(
-                    ar.get(prev).start < ar.get(at).start,
-                    "list out of order at node {at}"
-                );
-            }
-            listed += 1;
-            ensure!(listed <= self.len, "list longer than the tree (cycle?)");
-            prev = at;
-            at = ar.get(at).next;
-        }
-        ensure!(prev == self.tail, "list tail is not the last node");
         ensure!(
-            listed == self.len,
-            "list has {listed} nodes, tree {}",
-            self.len
+            self.iter(ar).count() == self.len,
+            "in-order walk disagrees with len"
         );
         Ok(())
     }
 
+    /// Checks the subtree at `at`; returns its recomputed height, smax and
+    /// summary.
     fn check_at(
         ar: &NodeArena,
         at: NodeId,
+        summaries: bool,
         count: &mut usize,
         prev_end: &mut Option<u64>,
         lo: u64,
         hi: u64,
-    ) -> Result<u8, CheckError> {
+    ) -> Result<(u8, u64, AlignSummary), CheckError> {
         if at == NIL {
-            return Ok(0);
+            return Ok((0, 0, AlignSummary::default()));
         }
         let n = *ar.get(at);
-        let hl = Self::check_at(ar, n.left, count, prev_end, lo, hi)?;
+        let (hl, lm, la) = Self::check_at(ar, n.left, summaries, count, prev_end, lo, hi)?;
         ensure!(
             n.start < n.end,
             "empty range [{:#x}, {:#x})",
@@ -782,10 +982,15 @@ impl RangeTree {
         }
         *prev_end = Some(n.end);
         *count += 1;
-        let hr = Self::check_at(ar, n.right, count, prev_end, lo, hi)?;
+        ensure!(
+            n.start.trailing_zeros().min(n.end.trailing_zeros()) >= ar.floor,
+            "range [{:#x}, {:#x}) finer than the granule floor",
+            n.start,
+            n.end
+        );
+        let (hr, rm, ra) = Self::check_at(ar, n.right, summaries, count, prev_end, lo, hi)?;
         ensure!(hl.abs_diff(hr) <= 1, "AVL balance broken at {:#x}", n.start);
         ensure!(n.height == 1 + hl.max(hr), "height wrong at {:#x}", n.start);
-        let (lm, rm) = (ar.smax(n.left), ar.smax(n.right));
         ensure!(
             n.lmax == lm && n.rmax == rm,
             "child maxima at {:#x} are ({:#x}, {:#x}), recomputed ({lm:#x}, {rm:#x})",
@@ -793,7 +998,54 @@ impl RangeTree {
             n.lmax,
             n.rmax
         );
-        Ok(n.height)
+        let smax = n.len().max(lm).max(rm);
+        let mut parts = Vec::from([Part::Range(n.start, n.end)]);
+        if n.left != NIL {
+            parts.push(Part::Subtree(lm, la));
+        }
+        if n.right != NIL {
+            parts.push(Part::Subtree(rm, ra));
+        }
+        let asum = AlignSummary::of_subtree(smax, &parts);
+        ensure!(
+            !summaries || n.asum == asum,
+            "alignment summary at {:#x} is {:?}, recomputed {asum:?}",
+            n.start,
+            n.asum
+        );
+        Ok((n.height, smax, asum))
+    }
+}
+
+/// The nodes of a [`RangeTree`] in address order (see [`RangeTree::iter`]).
+#[derive(Debug, Clone)]
+pub struct Iter<'a> {
+    ar: &'a NodeArena,
+    stack: [NodeId; MAX_DEPTH],
+    len: usize,
+}
+
+impl Iter<'_> {
+    fn push_left(&mut self, mut at: NodeId) {
+        while at != NIL {
+            self.stack[self.len] = at;
+            self.len += 1;
+            at = self.ar.get(at).left;
+        }
+    }
+}
+
+impl Iterator for Iter<'_> {
+    type Item = NodeId;
+
+    fn next(&mut self) -> Option<NodeId> {
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        let id = self.stack[self.len];
+        self.push_left(self.ar.get(id).right);
+        Some(id)
     }
 }
 
@@ -820,7 +1072,7 @@ mod tests {
             (any::<u8>(), 1..=64u8).prop_map(|(i, l)| Op::Insert(i, l)),
             any::<u8>().prop_map(Op::Remove),
             (any::<u8>(), 1..=64u8).prop_map(|(i, l)| Op::Resize(i, l)),
-            (1..=80u8, 0..8u8, any::<u16>(), any::<u16>())
+            (1..=80u8, 0..24u8, any::<u16>(), any::<u16>())
                 .prop_map(|(s, a, lo, hi)| Op::Fit(s, a, lo, hi)),
         ]
     }
@@ -830,44 +1082,49 @@ mod tests {
         /// Random inserts, removes and in-place resizes against a BTreeMap;
         /// every lowest-fit query agrees with the linear scan.
         #[test]
-        fn tree_matches_model(ops in proptest::collection::vec(op(), 1..200)) {
+        fn tree_matches_model(shift in 0u32..14, ops in proptest::collection::vec(op(), 1..200)) {
             let mut ar = NodeArena::new();
             let mut t = RangeTree::new();
             let mut model: BTreeMap<u64, (u64, NodeId)> = BTreeMap::new();
             for op in ops {
                 match op {
                     Op::Insert(i, len) => {
-                        let s = i as u64 * 64;
+                        let s = (i as u64 * 64) << shift;
+                        let e = s + ((len as u64) << shift);
                         if let alloc::collections::btree_map::Entry::Vacant(v) = model.entry(s) {
-                            let id = ar.alloc(s, s + len as u64);
+                            let id = ar.alloc(s, e);
                             t.insert(&mut ar, id);
-                            v.insert((s + len as u64, id));
+                            v.insert((e, id));
                         }
                     }
                     Op::Remove(i) => {
-                        if let Some((_, id)) = model.remove(&(i as u64 * 64)) {
+                        if let Some((_, id)) = model.remove(&((i as u64 * 64) << shift)) {
                             t.remove(&mut ar, id);
                             ar.release(id).unwrap();
                         }
                     }
                     Op::Resize(i, len) => {
-                        let s = i as u64 * 64;
+                        let s = (i as u64 * 64) << shift;
+                        let e = s + ((len as u64) << shift);
                         if let Some(v) = model.get_mut(&s) {
-                            t.set_range(&mut ar, v.1, s, s + len as u64);
-                            v.0 = s + len as u64;
+                            t.set_range(&mut ar, v.1, s, e);
+                            v.0 = e;
                         }
                     }
                     Op::Fit(size, a, lo, hi) => {
-                        let (size, align) = (size as u64, 1u64 << a);
-                        let (lo, hi) = (lo as u64, hi as u64);
+                        let (size, align) = ((size as u64) << shift, 1u64 << a);
+                        let (lo, hi) = ((lo as u64) << shift, (hi as u64) << shift);
                         let want = model.iter().find_map(|(&s, &(e, id))| {
                             crate::range::fit_in(s.max(lo), e.min(hi), size, align).map(|x| (id, x))
                         });
+                        if a % 3 != 0 {
+                            t.enable_summaries(&mut ar, align);
+                        }
                         prop_assert_eq!(t.lowest_fit(&ar, size, align, lo, hi), want);
                         prop_assert_eq!(t.lowest_fit_linear(&ar, size, align, lo, hi), want);
                     }
                 }
-                t.check(&ar, 0, 1 << 20).map_err(|e| TestCaseError::fail(e.0))?;
+                t.check(&ar, 0, 1 << 34).map_err(|e| TestCaseError::fail(e.0))?;
                 prop_assert_eq!(t.len(), model.len());
                 prop_assert_eq!(ar.in_use(), model.len());
                 let found: Vec<u64> = model.keys().filter_map(|&k| t.find(&ar, k)).map(|id| ar.get(id).start).collect();
@@ -888,6 +1145,12 @@ mod tests {
         assert_eq!(start(t.lower_bound(&ar, 0)), Some(10));
         assert_eq!(start(t.lower_bound(&ar, 11)), Some(30));
         assert_eq!(start(t.lower_bound(&ar, 31)), None);
+        let nb = t.neighbours(&ar, 25);
+        assert_eq!((start(nb.prev), start(nb.next)), (Some(10), Some(30)));
+        let nb = t.neighbours(&ar, 5);
+        assert_eq!((start(nb.prev), start(nb.next)), (None, Some(10)));
+        let order: Vec<u64> = t.iter(&ar).map(|id| ar.get(id).start).collect();
+        assert_eq!(order, [10, 30]);
         assert_eq!(t.containing(&ar, 19).map(|id| ar.get(id).start), Some(10));
         assert_eq!(t.containing(&ar, 20), None);
         assert_eq!(t.containing(&ar, 5), None);

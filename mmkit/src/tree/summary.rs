@@ -1,0 +1,246 @@
+//! [`AlignSummary`]: what a subtree of free ranges can hold at each
+//! alignment, packed in one `u64`, so an aligned lowest-fit search prunes
+//! every subtree that cannot hold an aligned fit.
+//!
+//! For a range `[b, e)` and an alignment `2^k`, the *usable length* is
+//! `u_k = e - roundup(b, 2^k)`: an aligned request of `size` fits in the
+//! range iff `size <= u_k` (negative: no aligned address at all). For a
+//! subtree let `M_k` be the largest `u_k` of its ranges; `M_0 = smax`,
+//! the longest range, and `M_k` never grows with `k`.
+//!
+//! Storing `M_k` for all 64 alignments would take 512 bytes. Two facts make
+//! one word enough:
+//! - let `g` be the *granule* of the subtree, the largest `g <= 53` such
+//!   that every start and end in it is a multiple of `2^g` (4 KiB pages give
+//!   `g >= 12`). For `k <= g`, `u_k = e - b`, so `M_k = M_0`;
+//! - for `k > g` the *deficit* `D_k = M_0 - M_k` is a multiple of `2^g` and
+//!   below `2^k` (the longest range loses less than `2^k` to rounding), so
+//!   `D_k / 2^g` fits in `k - g` bits.
+//!
+//! ```text
+//!  bits  0..6    g, the granule (0..=53)
+//!  bits  6..7    D_{g+1} / 2^g     (1 bit)
+//!  bits  7..9    D_{g+2} / 2^g     (2 bits)
+//!   ...
+//!  bits 51..61   D_{g+10} / 2^g    (10 bits)
+//! ```
+//!
+//! A negative `M_k` (no range holds an address aligned to `2^k`) is
+//! stored as `-2^g`: all negative values mean "no fit", and one canonical
+//! value keeps the summary unchanged when such ranges move.
+//!
+//! So `M_k` is exact for every `k <= g + 10` (up to 1024 granules: 4 MiB
+//! for 4 KiB pages), and for larger `k` the summary gives `M_{g+10}`, an
+//! upper bound: pruning stays correct, only weaker.
+//!
+//! Invariant (checked by `RangeTree::check`): a node's summary is
+//! [`AlignSummary::of_subtree`] of its own range and its children's
+//! summaries.
+
+/// Alignment classes stored above the granule.
+pub const CLASSES: u32 = 10;
+
+/// The largest granule kept, so that `g + CLASSES <= 63`.
+const G_MAX: u32 = 63 - CLASSES;
+
+const G_BITS: u32 = 6;
+
+/// First bit of class `i`'s deficit (`1 <= i <= CLASSES`): class `j`
+/// takes `j` bits.
+#[inline]
+const fn offset(i: u32) -> u32 {
+    G_BITS + i * (i - 1) / 2
+}
+
+/// The aligned capacity of a subtree of free ranges, relative to its
+/// longest range (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AlignSummary(u64);
+
+/// One part of a subtree, as [`AlignSummary::of_subtree`] combines them.
+#[derive(Debug, Clone, Copy)]
+pub enum Part {
+    /// A range `[start, end)`.
+    Range(u64, u64),
+    /// A child subtree: its longest range and its summary.
+    Subtree(u64, AlignSummary),
+}
+
+impl AlignSummary {
+    /// The granule exponent `g`.
+    #[inline]
+    pub fn granule(self) -> u32 {
+        (self.0 & ((1 << G_BITS) - 1)) as u32
+    }
+
+    /// `D_{g+i}`, in bytes (`1 <= i <= CLASSES`).
+    #[inline]
+    fn deficit(self, i: u32) -> u64 {
+        let bits = (self.0 >> offset(i)) & ((1 << i) - 1);
+        bits << self.granule()
+    }
+
+    /// An upper bound on the usable length `M_k` at alignment `2^k` of the
+    /// subtree whose longest range is `smax`, exact when
+    /// `k <= granule + CLASSES`; `None` when no range in the subtree holds
+    /// an address aligned to `2^k`.
+    #[inline]
+    pub fn usable(self, smax: u64, k: u32) -> Option<u64> {
+        let g = self.granule();
+        if k <= g {
+            return Some(smax);
+        }
+        smax.checked_sub(self.deficit((k - g).min(CLASSES)))
+    }
+
+    /// The deficits `D_{g+1} .. D_{g+CLASSES}` in units of `2^g`.
+    #[inline(always)]
+    fn unpack(self) -> [u64; CLASSES as usize] {
+        let w = self.0;
+        macro_rules! class {
+            ($i:expr) => {
+                (w >> offset($i)) & ((1 << $i) - 1)
+            };
+        }
+        [
+            class!(1),
+            class!(2),
+            class!(3),
+            class!(4),
+            class!(5),
+            class!(6),
+            class!(7),
+            class!(8),
+            class!(9),
+            class!(10),
+        ]
+    }
+
+    /// The summary of a subtree whose longest range is `smax`, made of
+    /// `parts` (its own range and its children).
+    ///
+    /// # Complexity
+    /// O(CLASSES * parts).
+    #[inline]
+    pub fn of_subtree(smax: u64, parts: &[Part]) -> AlignSummary {
+        let mut g = G_MAX;
+        for p in parts {
+            g = g.min(match *p {
+                Part::Range(s, e) => s.trailing_zeros().min(e.trailing_zeros()),
+                Part::Subtree(_, sum) => sum.granule(),
+            });
+        }
+        // d[i] = D_{g+1+i} of the whole = min over parts of (smax - M_k(part)).
+        let mut d = [u64::MAX; CLASSES as usize];
+        for p in parts {
+            match *p {
+                Part::Range(s, e) => {
+                    let (base, neg) = (smax - (e - s), s.wrapping_neg());
+                    let mut mask = (2u64 << g) - 1;
+                    for di in d.iter_mut() {
+                        *di = (*di).min(base.saturating_add(neg & mask));
+                        mask = mask << 1 | 1;
+                    }
+                }
+                Part::Subtree(m, sum) => {
+                    let (base, gc) = (smax - m, sum.granule());
+                    let (shift, dc) = ((gc - g) as usize, sum.unpack());
+                    if shift == 0 {
+                        // The common case: one granule, classes line up.
+                        for (di, c) in d.iter_mut().zip(dc) {
+                            *di = (*di).min(base.saturating_add(c << g));
+                        }
+                        continue;
+                    }
+                    for (i, di) in d.iter_mut().enumerate() {
+                        // Class g+1+i is class g+1+i-shift of the child's.
+                        let c = if i < shift { 0 } else { dc[i - shift] << gc };
+                        *di = (*di).min(base.saturating_add(c));
+                    }
+                }
+            }
+        }
+        // Every negative M_k means the same (no aligned fit at all): store
+        // it as -2^g, so moving ranges that hold no aligned address leave
+        // the summary unchanged and its propagation stops early.
+        let none = smax.saturating_add(1 << g);
+        let mut word = u64::from(g);
+        for (i, di) in d.iter().map(|&di| di.min(none)).enumerate() {
+            let i = i as u32 + 1;
+            debug_assert!(di < 1 << (g + i), "deficit {di:#x} not below 2^k");
+            word |= (di >> g) << offset(i);
+        }
+        AlignSummary(word)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+    use proptest::prelude::*;
+
+    /// The true `M_k` of a set of ranges, by brute force (`None`: negative).
+    fn brute(ranges: &[(u64, u64)], k: u32) -> Option<u64> {
+        ranges
+            .iter()
+            .filter_map(|&(s, e)| {
+                let a = s.checked_add((1u64 << k) - 1)? & !((1u64 << k) - 1);
+                e.checked_sub(a)
+            })
+            .max()
+    }
+
+    /// Builds the summary of `ranges` as a tree would: a chain where each
+    /// range's subtree holds it and all the ranges after it.
+    fn chain(ranges: &[(u64, u64)]) -> (u64, AlignSummary) {
+        let mut below: Option<(u64, AlignSummary)> = None;
+        for &(s, e) in ranges.iter().rev() {
+            let smax = below.map_or(0, |b| b.0).max(e - s);
+            let mut parts = Vec::from([Part::Range(s, e)]);
+            parts.extend(below.map(|(m, sum)| Part::Subtree(m, sum)));
+            below = Some((smax, AlignSummary::of_subtree(smax, &parts)));
+        }
+        below.unwrap()
+    }
+
+    proptest! {
+        /// Exact for `k <= g + CLASSES`, an upper bound beyond.
+        #[test]
+        fn usable_matches_brute_force(
+            shift in 0u32..14,
+            raw in proptest::collection::vec((0u64..1 << 20, 1u64..1 << 12), 1..12),
+        ) {
+            let ranges: Vec<(u64, u64)> = raw
+                .iter()
+                .map(|&(s, l)| (s << shift, (s + l) << shift))
+                .collect();
+            let (smax, sum) = chain(&ranges);
+            let g = sum.granule();
+            prop_assert!(g >= shift.min(G_MAX));
+            for k in 0..64 {
+                let truth = brute(&ranges, k);
+                let got = sum.usable(smax, k);
+                if k <= g + CLASSES {
+                    prop_assert_eq!(got, truth, "k {}", k);
+                } else {
+                    prop_assert!(got >= truth, "k {}: bound {:?} < {:?}", k, got, truth);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn edges_of_the_space() {
+        let top = u64::MAX;
+        let (smax, sum) = chain(&[(0, 1 << 63), (top - 4096, top)]);
+        assert_eq!(sum.granule(), 0);
+        for k in 0..=CLASSES {
+            assert_eq!(sum.usable(smax, k), Some(1 << 63));
+        }
+        let (smax, sum) = chain(&[(1 << 62, 1 << 63)]);
+        assert_eq!(sum.granule(), G_MAX);
+        assert_eq!(sum.usable(smax, 62), Some(1 << 62));
+        assert_eq!(sum.usable(smax, 63), Some(0));
+    }
+}
