@@ -103,8 +103,6 @@ impl PcpConfig {
 /// Counters of pcp traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct PcpStats {
-    /// Allocations served from a pcp list.
-    pub hits: u64,
     /// Refills from the zone (zone lock taken).
     pub refills: u64,
     /// Bulk frees to the zone (zone lock taken).
@@ -117,6 +115,12 @@ pub struct PcpStats {
 /// The pcp list slot of `(order, mt)`, if it has one.
 #[inline]
 fn pcp_index(order: u8, mt: MigrateType, pageblock_order: u8) -> Option<usize> {
+    pcp_index_raw(order, mt as usize, pageblock_order)
+}
+
+/// [`pcp_index`] from the type's discriminant.
+#[inline]
+fn pcp_index_raw(order: u8, t: usize, pageblock_order: u8) -> Option<usize> {
     let slot = if order <= PCP_MAX_SMALL_ORDER {
         usize::from(order)
     } else if order == pageblock_order {
@@ -124,7 +128,6 @@ fn pcp_index(order: u8, mt: MigrateType, pageblock_order: u8) -> Option<usize> {
     } else {
         return None;
     };
-    let t = mt.index();
     (t < PCP_TYPES).then_some(slot * PCP_TYPES + t)
 }
 
@@ -157,7 +160,7 @@ fn untag(t: u8) -> Option<(u8, MigrateType)> {
 /// One CPU's lists: stacks of pfns, the newest (hottest) last.
 #[derive(Debug, Clone)]
 struct PcpLists {
-    lists: Vec<Vec<u64>>,
+    lists: [Vec<u64>; NR_LISTS],
     /// Pages on all lists.
     count: u64,
     stats: PcpStats,
@@ -166,7 +169,7 @@ struct PcpLists {
 impl PcpLists {
     fn new() -> Self {
         PcpLists {
-            lists: vec![Vec::new(); NR_LISTS],
+            lists: core::array::from_fn(|_| Vec::new()),
             count: 0,
             stats: PcpStats::default(),
         }
@@ -176,7 +179,6 @@ impl PcpLists {
     fn pop(&mut self, li: usize, order: u8) -> Option<u64> {
         let pfn = self.lists[li].pop()?;
         self.count -= 1u64 << order;
-        self.stats.hits += 1;
         Some(pfn)
     }
 
@@ -382,12 +384,13 @@ impl PcpZone {
             return Err(FreeError::Invalid);
         }
         let i = self.zone.idx(pfn).ok_or(FreeError::Invalid)?;
-        let (o, mt) = untag(self.owner[i]).ok_or(FreeError::NotAllocated)?;
-        if o != order {
+        let t = self.owner[i];
+        if t & 1 == 0 || (t >> 1) & 0xf != order {
             return Err(FreeError::NotAllocated);
         }
         self.owner[i] = 0;
-        let Some(li) = pcp_index(order, mt, self.zone.cfg.pageblock_order) else {
+        let Some(li) = pcp_index_raw(order, usize::from(t >> 5), self.zone.cfg.pageblock_order)
+        else {
             self.cpus[cpu].stats.direct += 1;
             return self.zone.free(pfn, order);
         };
