@@ -10,10 +10,22 @@
 //!   in a full zone.
 //! - `buddy_order0_split_merge/<placement>`: an empty zone, so each pair
 //!   splits an order-10 block down and merges it back up (the worst case).
+//! - `pcp_order0_pair`: the same pair through the per-CPU lists of a
+//!   `PcpZone` over the fragmented zone (issue 11 target: under 2x the
+//!   list).
+//! - `pcp_threads/<n>`: `n` threads, each on its own CPU of a
+//!   `ConcurrentZone`, doing order-0 pairs; the time is per pair per thread
+//!   (issue 11 target: 2 threads under 1.2x of 1). Each pair batch also
+//!   allocates 64 pages before freeing them, so refills and drains through
+//!   the zone lock happen.
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig, PcpZone};
 use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType, Placement};
 
 const FRAMES: u64 = 262_144;
@@ -109,7 +121,60 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    let mut z = PcpZone::new(
+        fragmented(Placement::TailIfMergeLikely),
+        PcpConfig::default(),
+    )
+    .expect("valid config");
+    g.bench_function("pcp_order0_pair", |bch| {
+        bch.iter(|| {
+            let pfn = z.alloc(0, 0, MigrateType::Movable).expect("free pages");
+            z.free(0, black_box(pfn), 0).expect("just allocated");
+        })
+    });
     g.finish();
+
+    let mut g = c.benchmark_group("pcp_threads");
+    for n in [1usize, 2] {
+        let z = ConcurrentZone::new(zone(Placement::TailIfMergeLikely), PcpConfig::default())
+            .expect("valid config");
+        g.bench_function(format!("{n}"), |bch| {
+            bch.iter_custom(|iters| threads_pairs(&z, n, iters))
+        });
+    }
+    g.finish();
+}
+
+/// Wall time of `n` threads each doing `iters` order-0 pairs on its own CPU
+/// (in rounds of 64 allocations then 64 frees, so that the lists refill and
+/// drain), divided so that criterion reports the time per pair per thread.
+fn threads_pairs(z: &ConcurrentZone, n: usize, iters: u64) -> Duration {
+    let barrier = Barrier::new(n + 1);
+    std::thread::scope(|s| {
+        for cpu in 0..n {
+            let barrier = &barrier;
+            s.spawn(move || {
+                let mut held = Vec::with_capacity(64);
+                barrier.wait();
+                let mut left = iters;
+                while left > 0 {
+                    let k = left.min(64);
+                    for _ in 0..k {
+                        held.push(z.alloc(cpu, 0, MigrateType::Movable).expect("free pages"));
+                    }
+                    for p in held.drain(..) {
+                        z.free(cpu, black_box(p), 0).expect("just allocated");
+                    }
+                    left -= k;
+                }
+                barrier.wait();
+            });
+        }
+        barrier.wait();
+        let t = Instant::now();
+        barrier.wait();
+        t.elapsed()
+    })
 }
 
 criterion_group!(benches, bench);

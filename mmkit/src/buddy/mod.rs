@@ -45,14 +45,19 @@
 //!   except across pageblocks where one side is HighAtomic and the other not;
 //! - list lengths and the free page count equal what the frames say.
 
+mod compact;
 mod freelist;
 mod metrics;
 mod migrate;
+pub mod pcp;
 
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
+pub use compact::{
+    CompactOutcome, CompactResult, CompactStats, CompactSuitable, COSTLY_ORDER, EXTFRAG_THRESHOLD,
+};
 pub use metrics::{
     buddyinfo_line, extfrag_for_order, extfrag_index_line, fragmentation_index,
     unusable_free_index, unusable_index_line, ContigInfo, PageTypeCounts, ZoneId,
@@ -225,6 +230,8 @@ pub struct BuddyAllocator {
     blocks: Vec<MigrateType>,
     free_pages: u64,
     present_pages: u64,
+    /// Work done by [`compact`](BuddyAllocator::compact), cumulated.
+    compact_stats: CompactStats,
 }
 
 impl fmt::Debug for BuddyAllocator {
@@ -273,6 +280,7 @@ impl BuddyAllocator {
             blocks: try_vec(nblocks as usize, MigrateType::Movable)?,
             free_pages: 0,
             present_pages: 0,
+            compact_stats: CompactStats::default(),
         })
     }
 
@@ -942,7 +950,13 @@ impl BuddyAllocator {
     /// O(span + pageblocks).
     pub fn check(&self) -> Result<(), CheckError> {
         let per_list = self.check_frames()?;
-        self.check_lists(&per_list)
+        self.check_lists(&per_list)?;
+        let c = &self.compact_stats;
+        crate::ensure!(
+            c.success + c.fail == c.runs && c.moved_pages <= c.migrate_scanned,
+            "compaction counters inconsistent: {c:?}"
+        );
+        Ok(())
     }
 
     /// Walks the frames block by block; returns free blocks per list.

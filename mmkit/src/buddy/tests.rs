@@ -395,3 +395,97 @@ fn absurd_spans_are_refused_before_allocating() {
         assert_eq!(r.err(), Some(AllocError::Invalid), "span {span:#x}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// Compaction
+// ---------------------------------------------------------------------------
+
+/// A 4096-frame zone with every other order-0 page allocated Movable.
+fn checkerboard() -> (BuddyAllocator, alloc::collections::BTreeSet<u64>) {
+    let mut b = BuddyAllocator::new(0, 4096, BuddyConfig::default()).unwrap();
+    b.add_free_range(0, 4096).unwrap();
+    let mut live = alloc::collections::BTreeSet::new();
+    while let Ok(p) = b.alloc(0, MigrateType::Movable) {
+        live.insert(p);
+    }
+    for p in (0..4096).step_by(2) {
+        b.free(p, 0).unwrap();
+        live.remove(&p);
+    }
+    (b, live)
+}
+
+#[test]
+fn compaction_makes_a_huge_page_and_moves_through_the_callback() {
+    let (mut b, mut live) = checkerboard();
+    assert_eq!(b.nr_free(9), 0);
+    assert_eq!(
+        b.compaction_suitable(9, EXTFRAG_THRESHOLD),
+        CompactSuitable::Continue
+    );
+    let out = b
+        .compact(9, MigrateType::Movable, |old, new, o| {
+            assert_eq!(o, 0);
+            assert!(live.remove(&old) && live.insert(new));
+            true
+        })
+        .unwrap();
+    assert_eq!(out.result, CompactResult::Success);
+    assert_eq!(out.stats.moved_pages, out.stats.moved_blocks);
+    assert!(out.stats.moved_pages >= 256 && out.stats.migrate_scanned >= 512);
+    b.check().unwrap();
+    for &p in &live {
+        assert_eq!(b.allocated_order(p), Some(0));
+    }
+    assert_eq!(b.free_pages(), 4096 - live.len() as u64);
+    assert!(b.alloc(9, MigrateType::Movable).is_ok());
+    assert_eq!(b.compaction_stats().success, 1);
+}
+
+#[test]
+fn compaction_with_a_refusing_callback_changes_nothing_but_counters() {
+    let (mut b, live) = checkerboard();
+    let before: Vec<FreeBlock> = b.free_blocks().collect();
+    let out = b.compact(9, MigrateType::Movable, |_, _, _| false).unwrap();
+    assert_eq!(out.result, CompactResult::Complete);
+    assert_eq!(out.stats.moved_pages, 0);
+    assert!(out.stats.failed_blocks > 0);
+    b.check().unwrap();
+    let mut after: Vec<FreeBlock> = b.free_blocks().collect();
+    after.sort();
+    let mut before = before;
+    before.sort();
+    assert_eq!(before, after);
+    assert_eq!(b.free_pages(), 4096 - live.len() as u64);
+    assert_eq!(
+        b.compact(11, MigrateType::Movable, |_, _, _| true),
+        Err(AllocError::Invalid)
+    );
+}
+
+#[test]
+fn compaction_suitable_follows_the_extfrag_threshold() {
+    let mut b = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    b.add_free_range(0, 1024).unwrap();
+    assert_eq!(
+        b.compaction_suitable(9, EXTFRAG_THRESHOLD),
+        CompactSuitable::Success
+    );
+    // Everything allocated but 64 scattered pages: too little for order 9.
+    let all: Vec<u64> = core::iter::from_fn(|| b.alloc(0, MigrateType::Movable).ok()).collect();
+    for &p in all.iter().step_by(16) {
+        b.free(p, 0).unwrap();
+    }
+    assert_eq!(
+        b.compaction_suitable(9, EXTFRAG_THRESHOLD),
+        CompactSuitable::Skipped
+    );
+    // Order 4 with 64 free order-0 pages: index 1000 - (1000 + 4000) / 64 = 922 > 500.
+    assert_eq!(b.fragmentation_index(4), 922);
+    assert_eq!(
+        b.compaction_suitable(4, EXTFRAG_THRESHOLD),
+        CompactSuitable::Continue
+    );
+    assert_eq!(b.compaction_suitable(4, 950), CompactSuitable::NotSuitable);
+    assert_eq!(b.compaction_suitable(3, 950), CompactSuitable::Continue);
+}

@@ -1,0 +1,735 @@
+//! Per-CPU page lists (the kernel's `per_cpu_pages`, "pcp") in front of a
+//! [`BuddyAllocator`].
+//!
+//! Most page allocations are order 0 and are freed soon; the kernel keeps a
+//! small stack of free pages per CPU so that such a pair touches neither the
+//! zone lock nor the buddy lists:
+//!
+//! ```text
+//!   cpu 0: lists[order index][type]   count (pages)   high   batch
+//!          o0: U [..] M [p p p p] R []
+//!          o1: ...  o2: ...  o3: ...  o9 (pageblock): ...
+//!   cpu 1: ...
+//!            |  refill: `batch` pages from the zone, under the zone lock
+//!            |  drain: the oldest pages back once count > high
+//!   zone:  BuddyAllocator (the zone lock in ConcurrentZone)
+//! ```
+//!
+//! - Lists exist for orders `0..=3` (`PAGE_ALLOC_COSTLY_ORDER`) and for
+//!   `pageblock_order` (the 5.13+ high-order pcp lists), for the three
+//!   ordinary migratetypes. Other orders and [`MigrateType::HighAtomic`] go
+//!   straight to the zone.
+//! - `alloc` pops the most recently freed page of its list (cache-hot). An
+//!   empty list is refilled with `max(batch >> order, 2)` blocks taken from
+//!   the zone in one go (`rmqueue_bulk`); when the zone has none, every CPU's
+//!   lists are drained and the zone is asked once more.
+//! - `free` pushes the page on its CPU's list; once the CPU holds more than
+//!   `high` pages, the oldest are returned to the zone until at most
+//!   `high - batch` remain (`free_pcppages_bulk`).
+//! - Pages on a pcp list are *allocated* as far as the buddy allocator knows
+//!   (as in the kernel, they are not `PageBuddy`), so they do not merge until
+//!   drained. [`PcpZone::drain_all`] returns them all.
+//!
+//! One difference from the kernel: a freed page goes to the list of the type
+//! it was *allocated* as (the kernel uses its pageblock's type at free time).
+//! That keeps the buddy's record of which allocated blocks are Movable exact,
+//! which is what compaction relies on.
+//!
+//! A per-frame *owner tag* records which blocks are in the caller's hands,
+//! so a double free or a free of a page sitting on a pcp list is refused
+//! without taking any lock. [`ConcurrentZone`] (feature `std`) keeps the
+//! same structure behind one lock per CPU, uncontended when each thread
+//! uses its own CPU, and takes the zone lock only to refill and drain.
+//!
+//! # Invariants (checked by [`PcpZone::check`])
+//! - every block on a pcp list is an allocated block of the buddy allocator
+//!   of the list's order and type, and carries no owner tag;
+//! - no block is on two lists or twice on one;
+//! - each CPU's `count` is the pages on its lists;
+//! - every tagged frame is an allocated block of the tag's order and type;
+//! - buddy free pages + pcp pages + tagged pages = present pages.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::{BuddyAllocator, Frame, MigrateType};
+use crate::error::{AllocError, CheckError, FreeError};
+
+/// Orders with a pcp list below the pageblock order
+/// (`PAGE_ALLOC_COSTLY_ORDER`).
+pub const PCP_MAX_SMALL_ORDER: u8 = 3;
+/// Migratetypes with pcp lists (`MIGRATE_PCPTYPES`).
+const PCP_TYPES: usize = 3;
+/// Order slots: `0..=3` and the pageblock order.
+const PCP_ORDERS: usize = PCP_MAX_SMALL_ORDER as usize + 2;
+/// Lists per CPU (`NR_PCP_LISTS`).
+const NR_LISTS: usize = PCP_ORDERS * PCP_TYPES;
+
+/// Sizes of the per-CPU lists.
+///
+/// ```
+/// use mmkit::buddy::pcp::PcpConfig;
+/// let c = PcpConfig::default();
+/// assert_eq!((c.cpus, c.batch, c.high), (2, 63, 378));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PcpConfig {
+    /// Number of CPUs (sets of lists), at least 1.
+    pub cpus: usize,
+    /// Pages moved per refill or drain (`pcp->batch`; the kernel's
+    /// `zone_batchsize` gives 63 on large zones), at least 1.
+    pub batch: u32,
+    /// Pages a CPU may hold before draining (`pcp->high`; 6 × batch was the
+    /// kernel's rule before 5.14).
+    pub high: u32,
+}
+
+impl Default for PcpConfig {
+    fn default() -> Self {
+        PcpConfig {
+            cpus: 2,
+            batch: 63,
+            high: 6 * 63,
+        }
+    }
+}
+
+impl PcpConfig {
+    fn valid(&self) -> bool {
+        self.cpus >= 1 && self.cpus <= 4096 && self.batch >= 1
+    }
+}
+
+/// Counters of pcp traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct PcpStats {
+    /// Refills from the zone (zone lock taken).
+    pub refills: u64,
+    /// Bulk frees to the zone (zone lock taken).
+    pub drains: u64,
+    /// Allocations and frees that bypassed the lists (other orders,
+    /// HighAtomic).
+    pub direct: u64,
+}
+
+/// The pcp list slot of `(order, mt)`, if it has one.
+#[inline]
+fn pcp_index(order: u8, mt: MigrateType, pageblock_order: u8) -> Option<usize> {
+    pcp_index_raw(order, mt as usize, pageblock_order)
+}
+
+/// [`pcp_index`] from the type's discriminant.
+#[inline]
+fn pcp_index_raw(order: u8, t: usize, pageblock_order: u8) -> Option<usize> {
+    let slot = if order <= PCP_MAX_SMALL_ORDER {
+        usize::from(order)
+    } else if order == pageblock_order {
+        PCP_ORDERS - 1
+    } else {
+        return None;
+    };
+    (t < PCP_TYPES).then_some(slot * PCP_TYPES + t)
+}
+
+/// The order and type of list slot `li`.
+fn slot_of(li: usize, pageblock_order: u8) -> (u8, MigrateType) {
+    let slot = li / PCP_TYPES;
+    let order = if slot == PCP_ORDERS - 1 {
+        pageblock_order
+    } else {
+        slot as u8
+    };
+    let mt = MigrateType::from_index(li % PCP_TYPES).unwrap_or(MigrateType::Movable);
+    (order, mt)
+}
+
+/// Owner tag of a block in the caller's hands: `1 | order << 1 | type << 5`;
+/// 0 = not in the caller's hands.
+#[inline]
+fn tag(order: u8, mt: MigrateType) -> u8 {
+    1 | order << 1 | (mt as u8) << 5
+}
+
+/// The order and type a nonzero tag encodes.
+#[inline]
+fn untag(t: u8) -> Option<(u8, MigrateType)> {
+    let mt = MigrateType::from_index(usize::from(t >> 5))?;
+    (t & 1 == 1).then_some(((t >> 1) & 0xf, mt))
+}
+
+/// One CPU's lists: stacks of pfns, the newest (hottest) last.
+#[derive(Debug, Clone)]
+struct PcpLists {
+    lists: [Vec<u64>; NR_LISTS],
+    /// Pages on all lists.
+    count: u64,
+    stats: PcpStats,
+}
+
+impl PcpLists {
+    fn new() -> Self {
+        PcpLists {
+            lists: core::array::from_fn(|_| Vec::new()),
+            count: 0,
+            stats: PcpStats::default(),
+        }
+    }
+
+    #[inline]
+    fn pop(&mut self, li: usize, order: u8) -> Option<u64> {
+        let pfn = self.lists[li].pop()?;
+        self.count -= 1u64 << order;
+        Some(pfn)
+    }
+
+    #[inline]
+    fn push(&mut self, li: usize, order: u8, pfn: u64) {
+        self.lists[li].push(pfn);
+        self.count += 1u64 << order;
+    }
+
+    /// `rmqueue_bulk`: up to `max(batch >> order, 2)` blocks from the zone,
+    /// the first taken to be popped first.
+    fn refill(&mut self, zone: &mut BuddyAllocator, li: usize, batch: u32) {
+        let (order, mt) = slot_of(li, zone.cfg.pageblock_order);
+        let n = (batch >> order).max(2);
+        let list = &mut self.lists[li];
+        let at = list.len();
+        for _ in 0..n {
+            match zone.alloc(order, mt) {
+                Ok(pfn) => list.push(pfn),
+                Err(_) => break,
+            }
+        }
+        list[at..].reverse();
+        self.count += ((list.len() - at) as u64) << order;
+        self.stats.refills += 1;
+    }
+
+    /// `free_pcppages_bulk`: the oldest pages back to the zone, starting with
+    /// list `first`, until at most `target` pages remain.
+    fn free_bulk(&mut self, zone: &mut BuddyAllocator, first: usize, target: u64) {
+        let pb = zone.cfg.pageblock_order;
+        for k in 0..NR_LISTS {
+            if self.count <= target {
+                break;
+            }
+            let li = (first + k) % NR_LISTS;
+            let (order, _) = slot_of(li, pb);
+            let excess = (self.count - target).div_ceil(1u64 << order);
+            let take = (excess as usize).min(self.lists[li].len());
+            for pfn in self.lists[li].drain(..take) {
+                // Cannot fail: pcp blocks are allocated blocks of `order`.
+                let _ = zone.free(pfn, order);
+            }
+            self.count -= (take as u64) << order;
+        }
+        self.stats.drains += 1;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Single-threaded zone
+// ---------------------------------------------------------------------------
+
+/// A [`BuddyAllocator`] with per-CPU page lists in front, for one thread
+/// (the caller says which CPU it runs on).
+///
+/// ```
+/// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+/// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+/// let mut b = BuddyAllocator::new(0, 4096, BuddyConfig::default()).unwrap();
+/// b.add_free_range(0, 4096).unwrap();
+/// let mut z = PcpZone::new(b, PcpConfig::default()).unwrap();
+/// let p = z.alloc(0, 0, MigrateType::Movable).unwrap();
+/// assert_eq!(z.pcp_pages(0), 62); // a batch of 63 came in, one went out
+/// z.free(1, p, 0).unwrap(); // freed on another CPU
+/// z.drain_all();
+/// assert_eq!(z.zone().free_pages(), 4096);
+/// z.check().unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct PcpZone {
+    zone: BuddyAllocator,
+    cfg: PcpConfig,
+    cpus: Vec<PcpLists>,
+    /// Owner tag per frame of the span.
+    owner: Vec<u8>,
+}
+
+impl PcpZone {
+    /// Puts per-CPU lists in front of `zone`. Blocks already allocated from
+    /// `zone` are not the zone's to free: free them through `zone` first.
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] when `cpus` is 0 or above 4096, or `batch` is 0.
+    pub fn new(zone: BuddyAllocator, cfg: PcpConfig) -> Result<Self, AllocError> {
+        if !cfg.valid() {
+            return Err(AllocError::Invalid);
+        }
+        let span = zone.frames.len();
+        Ok(PcpZone {
+            zone,
+            cfg,
+            cpus: vec![PcpLists::new(); cfg.cpus],
+            owner: vec![0; span],
+        })
+    }
+
+    /// The buddy allocator behind the lists.
+    pub fn zone(&self) -> &BuddyAllocator {
+        &self.zone
+    }
+
+    /// The list sizes.
+    pub fn config(&self) -> PcpConfig {
+        self.cfg
+    }
+
+    /// Pages on `cpu`'s lists (0 for an unknown CPU).
+    pub fn pcp_pages(&self, cpu: usize) -> u64 {
+        self.cpus.get(cpu).map_or(0, |c| c.count)
+    }
+
+    /// The pfns on `cpu`'s list of `(order, mt)`, next to be allocated
+    /// first; empty when there is no such list.
+    pub fn pcp_list(&self, cpu: usize, order: u8, mt: MigrateType) -> Vec<u64> {
+        let li = pcp_index(order, mt, self.zone.cfg.pageblock_order);
+        match (self.cpus.get(cpu), li) {
+            (Some(c), Some(li)) => c.lists[li].iter().rev().copied().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Traffic counters of `cpu` (zero for an unknown CPU).
+    pub fn stats(&self, cpu: usize) -> PcpStats {
+        self.cpus
+            .get(cpu)
+            .map_or_else(PcpStats::default, |c| c.stats)
+    }
+
+    /// Allocates `2^order` frames of type `mt` on `cpu`; see the module
+    /// docs for the path taken.
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] for an unknown CPU or `order > max_order`;
+    /// [`AllocError::NoSpace`] when the zone has no block even after
+    /// draining every CPU.
+    ///
+    /// # Complexity
+    /// O(1) from a list; a refill costs `batch` buddy allocations.
+    #[inline]
+    pub fn alloc(&mut self, cpu: usize, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
+        let pb = self.zone.cfg.pageblock_order;
+        let (Some(lists), Some(li)) = (self.cpus.get_mut(cpu), pcp_index(order, mt, pb)) else {
+            return self.alloc_direct(cpu, order, mt);
+        };
+        let pfn = match lists.pop(li, order) {
+            Some(pfn) => pfn,
+            None => self.alloc_refill(cpu, li, order, mt)?,
+        };
+        self.owner[(pfn - self.zone.start) as usize] = tag(order, mt);
+        Ok(pfn)
+    }
+
+    #[inline(never)]
+    fn alloc_refill(
+        &mut self,
+        cpu: usize,
+        li: usize,
+        order: u8,
+        mt: MigrateType,
+    ) -> Result<u64, AllocError> {
+        if order > self.zone.cfg.max_order {
+            return Err(AllocError::Invalid);
+        }
+        let lists = &mut self.cpus[cpu];
+        lists.refill(&mut self.zone, li, self.cfg.batch);
+        if let Some(pfn) = lists.pop(li, order) {
+            return Ok(pfn);
+        }
+        self.drain_all();
+        self.zone.alloc(order, mt)
+    }
+
+    #[inline(never)]
+    fn alloc_direct(&mut self, cpu: usize, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
+        let lists = self.cpus.get_mut(cpu).ok_or(AllocError::Invalid)?;
+        lists.stats.direct += 1;
+        let pfn = match self.zone.alloc(order, mt) {
+            Err(AllocError::NoSpace) => {
+                self.drain_all();
+                self.zone.alloc(order, mt)?
+            }
+            r => r?,
+        };
+        self.owner[(pfn - self.zone.start) as usize] = tag(order, mt);
+        Ok(pfn)
+    }
+
+    /// Frees the block of `2^order` frames at `pfn` on `cpu`: onto its
+    /// list, draining the oldest pages when the CPU holds more than `high`.
+    ///
+    /// # Errors
+    /// [`FreeError::Invalid`] for an unknown CPU, `order > max_order` or a
+    /// pfn outside the span; [`FreeError::NotAllocated`] when `pfn` is not a
+    /// block of `order` this zone handed out (double free, a page on a pcp
+    /// list, wrong order). Nothing changes then.
+    ///
+    /// # Complexity
+    /// O(1); a drain costs `batch` buddy frees.
+    #[inline]
+    pub fn free(&mut self, cpu: usize, pfn: u64, order: u8) -> Result<(), FreeError> {
+        if cpu >= self.cpus.len() || order > self.zone.cfg.max_order {
+            return Err(FreeError::Invalid);
+        }
+        let i = self.zone.idx(pfn).ok_or(FreeError::Invalid)?;
+        let t = self.owner[i];
+        if t & 1 == 0 || (t >> 1) & 0xf != order {
+            return Err(FreeError::NotAllocated);
+        }
+        self.owner[i] = 0;
+        let Some(li) = pcp_index_raw(order, usize::from(t >> 5), self.zone.cfg.pageblock_order)
+        else {
+            self.cpus[cpu].stats.direct += 1;
+            return self.zone.free(pfn, order);
+        };
+        let lists = &mut self.cpus[cpu];
+        lists.push(li, order, pfn);
+        if lists.count > u64::from(self.cfg.high) {
+            let target = u64::from(self.cfg.high.saturating_sub(self.cfg.batch));
+            lists.free_bulk(&mut self.zone, li, target);
+        }
+        Ok(())
+    }
+
+    /// Returns every page on `cpu`'s lists to the zone (`drain_local_pages`).
+    ///
+    /// # Errors
+    /// [`FreeError::Invalid`] for an unknown CPU.
+    pub fn drain(&mut self, cpu: usize) -> Result<(), FreeError> {
+        let lists = self.cpus.get_mut(cpu).ok_or(FreeError::Invalid)?;
+        lists.free_bulk(&mut self.zone, 0, 0);
+        Ok(())
+    }
+
+    /// Returns every page on every CPU's lists to the zone
+    /// (`drain_all_pages`).
+    ///
+    /// # Complexity
+    /// O(pages on the lists × max_order).
+    pub fn drain_all(&mut self) {
+        for lists in &mut self.cpus {
+            lists.free_bulk(&mut self.zone, 0, 0);
+        }
+    }
+
+    /// Drains every CPU, then compacts the zone (see
+    /// [`BuddyAllocator::compact`]); `migrate(old, new, order)` moves the
+    /// caller's blocks, whose ownership moves with them.
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] when `order > max_order`.
+    pub fn compact<F>(
+        &mut self,
+        order: u8,
+        mt: MigrateType,
+        mut migrate: F,
+    ) -> Result<super::CompactOutcome, AllocError>
+    where
+        F: FnMut(u64, u64, u8) -> bool,
+    {
+        if order > self.zone.cfg.max_order {
+            return Err(AllocError::Invalid);
+        }
+        self.drain_all();
+        let start = self.zone.start;
+        let owner = &mut self.owner;
+        self.zone.compact(order, mt, |old, new, o| {
+            let moved = migrate(old, new, o);
+            if moved {
+                owner[(new - start) as usize] = owner[(old - start) as usize];
+                owner[(old - start) as usize] = 0;
+            }
+            moved
+        })
+    }
+
+    /// Checks the invariants in the module docs, and the zone's.
+    ///
+    /// # Errors
+    /// A [`CheckError`] naming the first violation (a bug in mmkit).
+    ///
+    /// # Complexity
+    /// O(span + pages on the lists).
+    pub fn check(&self) -> Result<(), CheckError> {
+        self.zone.check()?;
+        let pb = self.zone.cfg.pageblock_order;
+        let mut seen = vec![false; self.owner.len()];
+        let mut pcp = 0u64;
+        for (cpu, lists) in self.cpus.iter().enumerate() {
+            let mut count = 0u64;
+            for (li, list) in lists.lists.iter().enumerate() {
+                let (order, mt) = slot_of(li, pb);
+                for &pfn in list {
+                    let i = self.zone.idx(pfn);
+                    let ok = i.is_some_and(|i| {
+                        self.owner[i] == 0
+                            && self.zone.frame(i) == Frame::Alloc { order, mt }
+                            && !core::mem::replace(&mut seen[i], true)
+                    });
+                    crate::ensure!(ok, "cpu {cpu}: pcp page {pfn:#x} ({order}, {mt:?}) not an idle allocated block or listed twice");
+                    count += 1u64 << order;
+                }
+            }
+            crate::ensure!(
+                count == lists.count,
+                "cpu {cpu}: count {} but lists hold {count}",
+                lists.count
+            );
+            pcp += count;
+        }
+        let mut user = 0u64;
+        for (i, &t) in self.owner.iter().enumerate() {
+            if t == 0 {
+                continue;
+            }
+            let ok = untag(t).is_some_and(|(order, mt)| {
+                user += 1u64 << order;
+                self.zone.frame(i) == Frame::Alloc { order, mt }
+            });
+            crate::ensure!(
+                ok,
+                "frame index {i}: owner tag {t:#x} does not match the zone"
+            );
+        }
+        let z = &self.zone;
+        crate::ensure!(
+            z.free_pages() + pcp + user == z.present_pages(),
+            "free {} + pcp {pcp} + user {user} != present {}",
+            z.free_pages(),
+            z.present_pages()
+        );
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Concurrent zone
+// ---------------------------------------------------------------------------
+
+#[cfg(feature = "std")]
+pub use concurrent::ConcurrentZone;
+
+#[cfg(feature = "std")]
+mod concurrent {
+    use std::boxed::Box;
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::{Mutex, MutexGuard};
+
+    use super::*;
+
+    /// One CPU's lists on their own cache lines.
+    #[repr(align(128))]
+    struct Padded(Mutex<PcpLists>);
+
+    fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A zone shared by threads: per-CPU lists behind one lock each (the
+    /// kernel's `pcp->lock`, uncontended when each thread uses its own CPU)
+    /// and the buddy allocator behind the zone lock, taken only to refill,
+    /// drain, and for requests without a pcp list. Lock order: a CPU's
+    /// lists, then the zone.
+    ///
+    /// ```
+    /// use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut b = BuddyAllocator::new(0, 4096, BuddyConfig::default()).unwrap();
+    /// b.add_free_range(0, 4096).unwrap();
+    /// let z = ConcurrentZone::new(b, PcpConfig::default()).unwrap();
+    /// std::thread::scope(|s| {
+    ///     for cpu in 0..2 {
+    ///         let z = &z;
+    ///         s.spawn(move || {
+    ///             let p = z.alloc(cpu, 0, MigrateType::Movable).unwrap();
+    ///             z.free(cpu, p, 0).unwrap();
+    ///         });
+    ///     }
+    /// });
+    /// z.drain_all();
+    /// assert_eq!(z.with_zone(|b| b.free_pages()), 4096);
+    /// ```
+    pub struct ConcurrentZone {
+        start: u64,
+        max_order: u8,
+        pageblock_order: u8,
+        cfg: PcpConfig,
+        zone: Mutex<BuddyAllocator>,
+        cpus: Box<[Padded]>,
+        owner: Box<[AtomicU8]>,
+    }
+
+    impl core::fmt::Debug for ConcurrentZone {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.debug_struct("ConcurrentZone")
+                .field("start_pfn", &self.start)
+                .field("config", &self.cfg)
+                .finish()
+        }
+    }
+
+    impl ConcurrentZone {
+        /// Puts per-CPU lists in front of `zone` (see [`PcpZone::new`]).
+        ///
+        /// # Errors
+        /// [`AllocError::Invalid`] for a bad [`PcpConfig`].
+        pub fn new(zone: BuddyAllocator, cfg: PcpConfig) -> Result<Self, AllocError> {
+            if !cfg.valid() {
+                return Err(AllocError::Invalid);
+            }
+            let span = zone.frames.len();
+            Ok(ConcurrentZone {
+                start: zone.start,
+                max_order: zone.cfg.max_order,
+                pageblock_order: zone.cfg.pageblock_order,
+                cfg,
+                zone: Mutex::new(zone),
+                cpus: (0..cfg.cpus)
+                    .map(|_| Padded(Mutex::new(PcpLists::new())))
+                    .collect(),
+                owner: (0..span).map(|_| AtomicU8::new(0)).collect(),
+            })
+        }
+
+        /// Runs `f` on the buddy allocator under the zone lock.
+        pub fn with_zone<R>(&self, f: impl FnOnce(&mut BuddyAllocator) -> R) -> R {
+            f(&mut lock(&self.zone))
+        }
+
+        /// Traffic counters of `cpu` (zero for an unknown CPU).
+        pub fn stats(&self, cpu: usize) -> PcpStats {
+            self.cpus
+                .get(cpu)
+                .map_or_else(PcpStats::default, |c| lock(&c.0).stats)
+        }
+
+        #[inline]
+        fn idx(&self, pfn: u64) -> Option<usize> {
+            let i = pfn.checked_sub(self.start)?;
+            (i < self.owner.len() as u64).then_some(i as usize)
+        }
+
+        /// [`PcpZone::alloc`] for a shared zone.
+        ///
+        /// # Errors
+        /// As [`PcpZone::alloc`].
+        #[inline]
+        pub fn alloc(&self, cpu: usize, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
+            let c = self.cpus.get(cpu).ok_or(AllocError::Invalid)?;
+            if order > self.max_order {
+                return Err(AllocError::Invalid);
+            }
+            let pfn = match pcp_index(order, mt, self.pageblock_order) {
+                Some(li) => {
+                    let mut lists = lock(&c.0);
+                    match lists.pop(li, order) {
+                        Some(pfn) => pfn,
+                        None => {
+                            lists.refill(&mut lock(&self.zone), li, self.cfg.batch);
+                            match lists.pop(li, order) {
+                                Some(pfn) => pfn,
+                                None => {
+                                    drop(lists);
+                                    self.alloc_slow(order, mt)?
+                                }
+                            }
+                        }
+                    }
+                }
+                None => {
+                    lock(&c.0).stats.direct += 1;
+                    self.alloc_slow(order, mt)?
+                }
+            };
+            self.owner[(pfn - self.start) as usize].store(tag(order, mt), Ordering::Release);
+            Ok(pfn)
+        }
+
+        #[inline(never)]
+        fn alloc_slow(&self, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
+            if let Ok(pfn) = lock(&self.zone).alloc(order, mt) {
+                return Ok(pfn);
+            }
+            self.drain_all();
+            lock(&self.zone).alloc(order, mt)
+        }
+
+        /// [`PcpZone::free`] for a shared zone; the ownership check is one
+        /// atomic compare-exchange, so two threads freeing one block cannot
+        /// both succeed.
+        ///
+        /// # Errors
+        /// As [`PcpZone::free`].
+        #[inline]
+        pub fn free(&self, cpu: usize, pfn: u64, order: u8) -> Result<(), FreeError> {
+            let c = self.cpus.get(cpu).ok_or(FreeError::Invalid)?;
+            if order > self.max_order {
+                return Err(FreeError::Invalid);
+            }
+            let i = self.idx(pfn).ok_or(FreeError::Invalid)?;
+            let t = self.owner[i].load(Ordering::Acquire);
+            let mt = match untag(t) {
+                Some((o, mt)) if o == order => mt,
+                _ => return Err(FreeError::NotAllocated),
+            };
+            self.owner[i]
+                .compare_exchange(t, 0, Ordering::AcqRel, Ordering::Acquire)
+                .map_err(|_| FreeError::NotAllocated)?;
+            let Some(li) = pcp_index(order, mt, self.pageblock_order) else {
+                lock(&c.0).stats.direct += 1;
+                return lock(&self.zone).free(pfn, order);
+            };
+            let mut lists = lock(&c.0);
+            lists.push(li, order, pfn);
+            if lists.count > u64::from(self.cfg.high) {
+                let target = u64::from(self.cfg.high.saturating_sub(self.cfg.batch));
+                lists.free_bulk(&mut lock(&self.zone), li, target);
+            }
+            Ok(())
+        }
+
+        /// Returns every page on every CPU's lists to the zone.
+        pub fn drain_all(&self) {
+            for c in self.cpus.iter() {
+                let mut lists = lock(&c.0);
+                if lists.count > 0 {
+                    lists.free_bulk(&mut lock(&self.zone), 0, 0);
+                }
+            }
+        }
+
+        /// Drains the lists and takes the state out as a [`PcpZone`]
+        /// (whose `check` then covers it).
+        pub fn into_pcp_zone(self) -> PcpZone {
+            self.drain_all();
+            let cpus = self
+                .cpus
+                .into_vec()
+                .into_iter()
+                .map(|c| c.0.into_inner().unwrap_or_else(|e| e.into_inner()))
+                .collect();
+            PcpZone {
+                zone: self.zone.into_inner().unwrap_or_else(|e| e.into_inner()),
+                cfg: self.cfg,
+                cpus,
+                owner: self
+                    .owner
+                    .iter()
+                    .map(|a| a.load(Ordering::Acquire))
+                    .collect(),
+            }
+        }
+    }
+}

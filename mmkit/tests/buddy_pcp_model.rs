@@ -1,0 +1,343 @@
+//! Per-CPU page lists and compaction against a model, step by step.
+//!
+//! The model is the set of blocks in the caller's hands (`pfn -> (order,
+//! type)`) and, per frame, whether the caller holds it. After every
+//! operation `PcpZone::check()` must pass (pcp pages are idle allocated
+//! blocks, no page lost or listed twice, free + pcp + held = present), every
+//! held block must be allocated in the zone, and each result must be the
+//! predicted one:
+//! - a free succeeds exactly when it names a held block of that order;
+//! - an allocation fails with `NoSpace` exactly when the zone, with every
+//!   CPU drained, could not serve it (the pcp's last resort);
+//! - compaction moves only held Movable blocks, to frames nobody holds.
+//!
+//! At the end everything is freed and drained: the free lists must equal
+//! those of the freshly built zone.
+
+use std::collections::BTreeMap;
+
+use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig, PcpZone};
+use mmkit::buddy::{BuddyAllocator, BuddyConfig, CompactResult, FreeBlock, MigrateType, Placement};
+use mmkit::{AllocError, FreeError};
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Alloc {
+        cpu: usize,
+        order: u8,
+        mt: usize,
+    },
+    Free {
+        cpu: usize,
+        pick: usize,
+    },
+    FreeRaw {
+        cpu: usize,
+        off: u64,
+        order: u8,
+    },
+    Drain {
+        cpu: usize,
+    },
+    DrainAll,
+    /// Compact for `order`; the callback refuses every `refuse`-th move.
+    Compact {
+        order: u8,
+        refuse: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0usize..4, prop_oneof![3 => Just(0u8), 1 => 0u8..12], 0usize..4)
+            .prop_map(|(cpu, order, mt)| Op::Alloc { cpu, order, mt }),
+        5 => (0usize..4, any::<usize>()).prop_map(|(cpu, pick)| Op::Free { cpu, pick }),
+        1 => (0usize..4, 0u64..3000, 0u8..4).prop_map(|(cpu, off, order)| Op::FreeRaw { cpu, off, order }),
+        1 => (0usize..4).prop_map(|cpu| Op::Drain { cpu }),
+        1 => Just(Op::DrainAll),
+        1 => (1u8..11, 1usize..6).prop_map(|(order, refuse)| Op::Compact { order, refuse }),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Setup {
+    max_order: u8,
+    pb: u8,
+    start: u64,
+    span: u64,
+    placement: Placement,
+    pcp: PcpConfig,
+}
+
+fn setup() -> impl Strategy<Value = Setup> {
+    let orders = prop_oneof![Just((4u8, 2u8)), Just((5, 3)), Just((5, 5)), Just((10, 9))];
+    let placement = prop_oneof![Just(Placement::Head), Just(Placement::TailIfMergeLikely)];
+    (
+        orders,
+        0u64..2000,
+        16u64..1500,
+        placement,
+        1usize..4,
+        1u32..10,
+        0u32..40,
+    )
+        .prop_map(
+            |((max_order, pb), start, span, placement, cpus, batch, high)| Setup {
+                max_order,
+                pb,
+                start,
+                span,
+                placement,
+                pcp: PcpConfig { cpus, batch, high },
+            },
+        )
+}
+
+const TYPES: [MigrateType; 4] = MigrateType::ALL;
+
+struct Model {
+    start: u64,
+    held: BTreeMap<u64, (u8, MigrateType)>,
+    frames: Vec<bool>,
+}
+
+impl Model {
+    fn mark(&mut self, pfn: u64, order: u8, v: bool) -> Result<(), TestCaseError> {
+        for q in pfn..pfn + (1u64 << order) {
+            let f = &mut self.frames[(q - self.start) as usize];
+            prop_assert_ne!(*f, v, "frame {:#x} held state already {}", q, v);
+            *f = v;
+        }
+        Ok(())
+    }
+}
+
+fn build(s: &Setup) -> (PcpZone, Vec<FreeBlock>) {
+    let cfg = BuddyConfig {
+        max_order: s.max_order,
+        pageblock_order: s.pb,
+        placement: s.placement,
+    };
+    let mut b = BuddyAllocator::new(s.start, s.span, cfg).unwrap();
+    b.add_free_range(s.start, s.span).unwrap();
+    let initial = b.free_blocks().collect();
+    (PcpZone::new(b, s.pcp).unwrap(), initial)
+}
+
+fn step(z: &mut PcpZone, m: &mut Model, s: &Setup, op: &Op) -> Result<(), TestCaseError> {
+    match *op {
+        Op::Alloc { cpu, order, mt } => {
+            let mt = TYPES[mt];
+            let mut reference = z.clone();
+            reference.drain_all();
+            let could = if order > s.max_order {
+                Err(AllocError::Invalid)
+            } else {
+                let mut b = reference.zone().clone();
+                b.alloc(order, mt).map(|_| ())
+            };
+            let could = if cpu >= s.pcp.cpus {
+                Err(AllocError::Invalid)
+            } else {
+                could
+            };
+            match z.alloc(cpu, order, mt) {
+                Ok(pfn) => {
+                    prop_assert!(could.is_ok(), "allocated but the drained zone could not");
+                    prop_assert_eq!(pfn % (1u64 << order), 0);
+                    prop_assert!(pfn >= s.start && pfn + (1u64 << order) <= s.start + s.span);
+                    m.mark(pfn, order, true)?;
+                    m.held.insert(pfn, (order, mt));
+                }
+                Err(e) => prop_assert_eq!(Err(e), could),
+            }
+        }
+        Op::Free { cpu, pick } => {
+            if m.held.is_empty() {
+                return Ok(());
+            }
+            let (&pfn, &(order, _)) = m.held.iter().nth(pick % m.held.len()).unwrap();
+            let r = z.free(cpu, pfn, order);
+            if cpu >= s.pcp.cpus {
+                prop_assert_eq!(r, Err(FreeError::Invalid));
+            } else {
+                prop_assert_eq!(r, Ok(()));
+                m.mark(pfn, order, false)?;
+                m.held.remove(&pfn);
+            }
+        }
+        Op::FreeRaw { cpu, off, order } => {
+            let pfn = (s.start + off).saturating_sub(8);
+            let in_span = pfn >= s.start && pfn < s.start + s.span;
+            let expect = if cpu >= s.pcp.cpus || order > s.max_order || !in_span {
+                Err(FreeError::Invalid)
+            } else if m.held.get(&pfn).map(|h| h.0) == Some(order) {
+                Ok(())
+            } else {
+                Err(FreeError::NotAllocated)
+            };
+            prop_assert_eq!(z.free(cpu, pfn, order), expect);
+            if expect.is_ok() {
+                m.mark(pfn, order, false)?;
+                m.held.remove(&pfn);
+            }
+        }
+        Op::Drain { cpu } => {
+            let r = z.drain(cpu);
+            prop_assert_eq!(r.is_ok(), cpu < s.pcp.cpus);
+            if cpu < s.pcp.cpus {
+                prop_assert_eq!(z.pcp_pages(cpu), 0);
+            }
+        }
+        Op::DrainAll => {
+            z.drain_all();
+            prop_assert!((0..s.pcp.cpus).all(|c| z.pcp_pages(c) == 0));
+        }
+        Op::Compact { order, refuse } => compact(z, m, s, order, refuse)?,
+    }
+    Ok(())
+}
+
+fn compact(
+    z: &mut PcpZone,
+    m: &mut Model,
+    s: &Setup,
+    order: u8,
+    refuse: usize,
+) -> Result<(), TestCaseError> {
+    let mut errors = Vec::new();
+    let mut n = 0usize;
+    let before = z.zone().compaction_stats();
+    let r = z.compact(order, MigrateType::Movable, |old, new, o| {
+        n += 1;
+        if n % refuse == 0 {
+            return false;
+        }
+        match m.held.remove(&old) {
+            Some((ho, MigrateType::Movable)) if ho == o && o < order => {}
+            other => errors.push(format!("moved {old:#x} order {o} but model has {other:?}")),
+        }
+        if m.mark(old, o, false).is_err() || m.mark(new, o, true).is_err() {
+            errors.push(format!(
+                "move {old:#x} -> {new:#x} order {o} overlaps held frames"
+            ));
+        }
+        m.held.insert(new, (o, MigrateType::Movable));
+        true
+    });
+    prop_assert!(errors.is_empty(), "{:?}", errors);
+    if order > s.max_order {
+        prop_assert!(r.is_err());
+        return Ok(());
+    }
+    let out = r.unwrap();
+    let after = z.zone().compaction_stats();
+    prop_assert_eq!(after.runs, before.runs + 1);
+    prop_assert_eq!(
+        after.moved_pages - before.moved_pages,
+        out.stats.moved_pages
+    );
+    if out.result == CompactResult::Success {
+        let mut b = z.zone().clone();
+        prop_assert!(
+            b.alloc(order, MigrateType::Movable).is_ok(),
+            "success but no block"
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn pcp_and_compaction_match_model(s in setup(), ops in prop::collection::vec(op(), 1..200)) {
+        let (mut z, initial) = build(&s);
+        let mut m = Model { start: s.start, held: BTreeMap::new(), frames: vec![false; s.span as usize] };
+        for op in &ops {
+            step(&mut z, &mut m, &s, op)?;
+            z.check().map_err(|e| TestCaseError::fail(format!("{op:?}: {e}")))?;
+            for (&pfn, &(order, _)) in &m.held {
+                prop_assert_eq!(z.zone().allocated_order(pfn), Some(order));
+            }
+        }
+        // Free everything on arbitrary CPUs, drain: the initial lists return.
+        let held: Vec<_> = m.held.iter().map(|(&p, &(o, _))| (p, o)).collect();
+        for (k, (pfn, order)) in held.into_iter().enumerate() {
+            prop_assert_eq!(z.free(k % s.pcp.cpus, pfn, order), Ok(()));
+        }
+        z.drain_all();
+        z.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(z.zone().free_pages(), s.span);
+        let now: Vec<FreeBlock> = z.zone().free_blocks().collect();
+        let shape = |v: &[FreeBlock]| v.iter().map(|b| (b.pfn, b.order)).collect::<Vec<_>>();
+        prop_assert_eq!(shape(&now), shape(&initial));
+    }
+}
+
+/// Two threads allocating and freeing on their own CPUs and on each
+/// other's: no block is handed out twice, and nothing is lost.
+#[test]
+fn concurrent_zone_loses_and_duplicates_nothing() {
+    let cfg = BuddyConfig::default();
+    let mut b = BuddyAllocator::new(0, 8192, cfg).unwrap();
+    b.add_free_range(0, 8192).unwrap();
+    let z = ConcurrentZone::new(
+        b,
+        PcpConfig {
+            cpus: 2,
+            batch: 15,
+            high: 60,
+        },
+    )
+    .unwrap();
+    let held: Vec<Vec<(u64, u8)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|cpu| {
+                let z = &z;
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    let mut x = 0x9e37_79b9u64 + cpu as u64;
+                    for _ in 0..20_000 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        if x % 3 != 0 || mine.is_empty() {
+                            let order = [0u8, 0, 0, 1, 2, 3, 9, 5][(x >> 8) as usize % 8];
+                            if let Ok(p) =
+                                z.alloc(cpu, order, MigrateType::ALL[(x >> 16) as usize % 3])
+                            {
+                                mine.push((p, order));
+                            }
+                        } else {
+                            let (p, o) = mine.swap_remove((x >> 20) as usize % mine.len());
+                            assert_eq!(z.free((x >> 30) as usize % 2, p, o), Ok(()));
+                            assert_eq!(z.free(cpu, p, o), Err(FreeError::NotAllocated));
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut frames = vec![false; 8192];
+    for &(p, o) in held.iter().flatten() {
+        for q in p..p + (1 << o) {
+            assert!(
+                !std::mem::replace(&mut frames[q as usize], true),
+                "frame {q} handed out twice"
+            );
+        }
+    }
+    let mut pz = z.into_pcp_zone();
+    pz.check().unwrap();
+    for (k, &(p, o)) in held.iter().flatten().enumerate() {
+        pz.free(k % 2, p, o).unwrap();
+    }
+    pz.drain_all();
+    pz.check().unwrap();
+    assert_eq!(pz.zone().free_pages(), 8192);
+    assert_eq!(pz.zone().nr_free(10), 8);
+}
