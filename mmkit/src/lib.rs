@@ -56,6 +56,7 @@ pub use alloc::format as __format;
 
 pub mod baseline;
 pub mod buddy;
+pub mod debug;
 pub mod error;
 pub mod percpu;
 pub mod range;

@@ -222,6 +222,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// O(blocks on the CPU's list) under the CPU's lock; block creation
     /// adds the range allocator's O(log n) under the global lock.
     pub fn map_on(&self, cpu: usize, pages: u64) -> Result<u64, AllocError> {
+        crate::debug_check!(self);
         if cpu >= self.queues.len() {
             return Err(AllocError::Invalid);
         }
@@ -322,6 +323,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// CPU, O(log blocks) under an index shard, then O(1) under the owner's
     /// queue lock. A release adds the range allocator's O(log n).
     pub fn unmap(&self, addr: u64, pages: u64) -> Result<(), FreeError> {
+        crate::debug_check!(self);
         if pages == 0 {
             return Err(FreeError::Invalid);
         }
@@ -392,6 +394,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// # Complexity
     /// O(blocks) plus the range allocator's purge.
     pub fn unmap_aliases(&self, flush: &mut dyn FnMut(u64, u64)) -> bool {
+        crate::debug_check!(self);
         let (mut lo, mut hi) = (u64::MAX, 0);
         let mut released = Vec::new();
         for cell in &self.queues {
