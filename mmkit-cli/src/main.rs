@@ -5,6 +5,7 @@ mod experiments;
 mod peers;
 mod replay;
 mod report;
+mod soak;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +38,8 @@ enum Command {
     Bench(peers::BenchOptions),
     /// List the experiments and what each reproduces.
     List,
+    /// Long mixed run over every allocator, checked against ownership records.
+    Soak(soak::SoakOptions),
 }
 
 /// The range allocators a trace can be replayed on.
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
             allocator,
         } => replay::main(&trace, check, allocator),
         Command::Bench(opts) => peers::main(&opts),
+        Command::Soak(opts) => soak::main(&opts),
         Command::List => {
             for e in experiments::ALL {
                 println!("{:<14} {}", e.name, e.about);
