@@ -60,6 +60,8 @@ pub mod debug;
 pub mod error;
 pub mod percpu;
 pub mod range;
+#[cfg(feature = "std")]
+mod sync;
 pub mod tree;
 pub mod vblock;
 pub mod vmap;

@@ -28,7 +28,6 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::vec::Vec;
 
 use super::queue::Queue;
@@ -36,18 +35,12 @@ use super::single::{check_all, purge_widened};
 use super::{now, since, Clock, Config, Counters, Policy};
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::RangeAllocator;
+use crate::sync::{lock, Mutex};
 
 /// Keeps each lock on its own cache lines, so CPUs do not bounce them.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Padded<T>(T);
-
-/// Locks, ignoring poisoning: every critical section leaves the structure
-/// consistent before anything that could panic.
-#[inline]
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
 
