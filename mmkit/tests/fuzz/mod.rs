@@ -221,8 +221,11 @@ pub mod vblock {
     }
 }
 
-/// Every target, by name, for the seeded driver and `scripts/fuzz.sh`.
-pub const TARGETS: [(&str, fn(&[u8])); 6] = [
+/// A target: its name and the function that runs one input.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target, by name.
+pub const TARGETS: [Target; 6] = [
     ("vmap", |d| range::fuzz(d, range::tree_for_fuzz)),
     ("linear_vmap", |d| range::fuzz(d, range::linear_for_fuzz)),
     ("vblock", vblock::fuzz),
