@@ -113,3 +113,87 @@ fn absurd_soak_options_are_refused() {
     no_panic("soak", &o);
     assert!(o.status.success());
 }
+
+/// The trace parser's seeded fuzz driver: random traces built from real
+/// commands, numbers at the edges and garbage tokens. Each replay must end
+/// without a panic, and when both allocators accept a trace their outputs
+/// must be identical (the contract's lowest fit is unique).
+#[test]
+fn random_traces_replay_identically_or_fail_cleanly() {
+    let iters: u64 = std::env::var("MMKIT_FUZZ_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let words = [
+        "alloc",
+        "free",
+        "lazy",
+        "freeat",
+        "purge",
+        "lazymax",
+        "space",
+        "align",
+        "range",
+        "#",
+        "0",
+        "1",
+        "7",
+        "4096",
+        "0x1000",
+        "0xffffffffffffffff",
+        "18446744073709551616",
+        "-1",
+        "a",
+        "b",
+        "c",
+        "0x",
+        "\u{fffd}",
+        "",
+    ];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..iters {
+        let mut t = String::from(
+            ["space 0 0x100000\n", "space 1 0xffffffffffffffff\n", ""][i as usize % 3],
+        );
+        for _ in 0..next() % 60 {
+            let (id, v) = (next() % 8, next() % 0x3000 + 1);
+            let good = match next() % 8 {
+                0..=2 => format!("alloc i{id} {v} align {}", 1u64 << (next() % 14)),
+                3 => format!("free i{id}"),
+                4 => format!("lazy i{id}"),
+                5 => "purge".to_string(),
+                6 => format!("lazymax {}", next() % 0x8000),
+                _ => String::new(),
+            };
+            if !good.is_empty() && next() % 16 != 0 {
+                t.push_str(&good);
+                t.push('\n');
+                continue;
+            }
+            let n = 1 + next() % 6;
+            let line: Vec<&str> = (0..n)
+                .map(|_| words[(next() % words.len() as u64) as usize])
+                .collect();
+            t.push_str(&line.join(" "));
+            t.push('\n');
+        }
+        let a = mmkit(
+            &["replay", "--check", "--allocator", "vmap", "-"],
+            t.as_bytes(),
+        );
+        let b = mmkit(
+            &["replay", "--check", "--allocator", "baseline", "-"],
+            t.as_bytes(),
+        );
+        no_panic(&t, &a);
+        no_panic(&t, &b);
+        assert_eq!(a.status.code(), b.status.code(), "{t}");
+        assert_eq!(a.stdout, b.stdout, "outputs differ on:\n{t}");
+    }
+}
