@@ -5,6 +5,7 @@ mod experiments;
 mod peers;
 mod replay;
 mod report;
+mod soak;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -38,6 +39,8 @@ enum Command {
     Bench(peers::BenchOptions),
     /// List the experiments and what each reproduces.
     List,
+    /// Long mixed run over every allocator, checked against ownership records.
+    Soak(soak::SoakOptions),
 }
 
 /// The range allocators a trace can be replayed on.
@@ -75,6 +78,7 @@ fn run(command: Command, out: &mut dyn Write) -> io::Result<ExitCode> {
             allocator,
         } => replay::main(&trace, check, allocator, out),
         Command::Bench(opts) => peers::main(&opts, out),
+        Command::Soak(opts) => soak::main(&opts, out),
         Command::List => {
             for e in experiments::ALL {
                 writeln!(out, "{:<14} {}", e.name, e.about)?;

@@ -56,9 +56,12 @@ pub use alloc::format as __format;
 
 pub mod baseline;
 pub mod buddy;
+pub mod debug;
 pub mod error;
 pub mod percpu;
 pub mod range;
+#[cfg(feature = "std")]
+mod sync;
 pub mod tree;
 pub mod vblock;
 pub mod vmap;

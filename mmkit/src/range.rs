@@ -245,20 +245,20 @@ pub fn fit_in(lo: u64, hi: u64, size: u64, align: u64) -> Option<u64> {
 /// ```
 #[cfg(feature = "std")]
 #[derive(Debug, Default)]
-pub struct Locked<R>(std::sync::Mutex<R>);
+pub struct Locked<R>(crate::sync::Mutex<R>);
 
 #[cfg(feature = "std")]
 impl<R: RangeAllocator> Locked<R> {
     /// Wraps `inner`.
     pub fn new(inner: R) -> Self {
-        Locked(std::sync::Mutex::new(inner))
+        Locked(crate::sync::Mutex::new(inner))
     }
 
     /// Takes the lock for a sequence of operations. A panic while the lock
     /// was held does not poison it for others: every operation leaves the
     /// allocator consistent before it can panic.
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, R> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn lock(&self) -> crate::sync::MutexGuard<'_, R> {
+        crate::sync::lock(&self.0)
     }
 
     /// [`RangeAllocator::alloc`] under the lock.

@@ -312,8 +312,10 @@ fn concurrent_zone_loses_and_duplicates_nothing() {
                             }
                         } else {
                             let (p, o) = mine.swap_remove((x >> 20) as usize % mine.len());
+                            // No double free here: once freed, the other
+                            // thread may be handed the page at once (the
+                            // single-threaded model covers double frees).
                             assert_eq!(z.free((x >> 30) as usize % 2, p, o), Ok(()));
-                            assert_eq!(z.free(cpu, p, o), Err(FreeError::NotAllocated));
                         }
                     }
                     mine

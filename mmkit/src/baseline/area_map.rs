@@ -357,6 +357,7 @@ impl PercpuAlloc for AreaMapAllocator {
     /// O(areas scanned) per chunk tried, plus a memmove of the map after the
     /// split; every chunk whose hint is large enough is tried.
     fn alloc(&mut self, size: u64, align: u64) -> Result<PcpuPtr, AllocError> {
+        crate::debug_check!(self);
         let (bits, align_bits) = request_bits(size, align, self.unit_size)?;
         let (size, align) = (
             (bits as u64 * MIN_ALLOC_SIZE) as u32,
@@ -377,6 +378,7 @@ impl PercpuAlloc for AreaMapAllocator {
     /// # Complexity
     /// O(log areas) to find the area, O(areas) for the merging memmove.
     fn free(&mut self, p: PcpuPtr) -> Result<u64, FreeError> {
+        crate::debug_check!(self);
         let held = self
             .chunks
             .get(p.chunk as usize)

@@ -300,6 +300,7 @@ impl RangeAllocator for LinearVmap {
         vstart: u64,
         vend: u64,
     ) -> Result<u64, AllocError> {
+        crate::debug_check!(self);
         crate::range::alloc_with_purge_retry(
             self,
             (size, align, vstart, vend),
@@ -314,6 +315,7 @@ impl RangeAllocator for LinearVmap {
     /// # Complexity
     /// O(log N).
     fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
+        crate::debug_check!(self);
         let area = self.live(addr)?;
         self.release(addr);
         self.live_areas -= 1;
@@ -330,6 +332,7 @@ impl RangeAllocator for LinearVmap {
     /// # Complexity
     /// O(log N), plus a purge when the threshold is crossed.
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
+        crate::debug_check!(self);
         let area = self.live(addr)?;
         let size = area.end - addr;
         self.busy.insert(
@@ -375,6 +378,7 @@ impl RangeAllocator for LinearVmap {
     /// Lowering the threshold below the bytes already lazy purges at once,
     /// so `lazy_bytes <= lazy_max` holds between calls.
     fn set_lazy_max(&mut self, bytes: u64) {
+        crate::debug_check!(self);
         self.lazy_max = bytes;
         if self.lazy_bytes > self.lazy_max {
             self.purge_with_hook();

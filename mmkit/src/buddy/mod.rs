@@ -550,6 +550,7 @@ impl BuddyAllocator {
     /// # Complexity
     /// O(count / 2^pageblock_order × max_order + count).
     pub fn add_free_range(&mut self, pfn: u64, count: u64) -> Result<(), FreeError> {
+        crate::debug_check!(self);
         let end = pfn.checked_add(count).ok_or(FreeError::Invalid)?;
         let first = self.idx(pfn).ok_or(FreeError::Invalid)?;
         if count == 0 || end > self.end_pfn() {
@@ -601,6 +602,7 @@ impl BuddyAllocator {
     /// the pageblock, O(2^pageblock_order).
     #[inline]
     pub fn alloc(&mut self, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
+        crate::debug_check!(self);
         if order > self.cfg.max_order {
             return Err(AllocError::Invalid);
         }
@@ -624,6 +626,7 @@ impl BuddyAllocator {
     /// O(max_order).
     #[inline]
     pub fn free(&mut self, pfn: u64, order: u8) -> Result<(), FreeError> {
+        crate::debug_check!(self);
         if order > self.cfg.max_order {
             return Err(FreeError::Invalid);
         }
@@ -814,6 +817,7 @@ impl BuddyAllocator {
         pfn: u64,
         mt: MigrateType,
     ) -> Result<(), AllocError> {
+        crate::debug_check!(self);
         self.idx(pfn).ok_or(AllocError::Invalid)?;
         let pb = self.cfg.pageblock_order;
         let block_start = pfn & !((1u64 << pb) - 1);

@@ -343,6 +343,7 @@ impl PercpuAlloc for PercpuAllocator {
     /// the block and O((size + 4 KiB) / 256 B) words to scan; chunks that
     /// fail in low slots move to slot 0 and are not tried again.
     fn alloc(&mut self, size: u64, align: u64) -> Result<PcpuPtr, AllocError> {
+        crate::debug_check!(self);
         let (bits, align) = request_bits(size, align, self.unit_size)?;
         if let Some(p) = self.alloc_from_slots(bits, align) {
             return Ok(p);
@@ -366,6 +367,7 @@ impl PercpuAlloc for PercpuAllocator {
     /// O(size / 256 B + 16) words, plus a chunk refresh (O(blocks)) when
     /// the freed run spans blocks or frees a whole block.
     fn free(&mut self, p: PcpuPtr) -> Result<u64, FreeError> {
+        crate::debug_check!(self);
         let off = u64::from(p.offset);
         let held = self
             .chunks

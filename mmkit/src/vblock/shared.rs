@@ -28,7 +28,6 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::vec::Vec;
 
 use super::queue::Queue;
@@ -36,18 +35,12 @@ use super::single::{check_all, purge_widened};
 use super::{now, since, Clock, Config, Counters, Policy, MAX_CPUS};
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::RangeAllocator;
+use crate::sync::{lock, Mutex};
 
 /// Keeps each lock on its own cache lines, so CPUs do not bounce them.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Padded<T>(T);
-
-/// Locks, ignoring poisoning: every critical section leaves the structure
-/// consistent before anything that could panic.
-#[inline]
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
 
@@ -217,6 +210,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// O(blocks on the CPU's list) under the CPU's lock; block creation
     /// adds the range allocator's O(log n) under the global lock.
     pub fn map_on(&self, cpu: usize, pages: u64) -> Result<u64, AllocError> {
+        crate::debug_check!(self);
         if cpu >= self.queues.len() {
             return Err(AllocError::Invalid);
         }
@@ -317,6 +311,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// CPU, O(log blocks) under an index shard, then O(1) under the owner's
     /// queue lock. A release adds the range allocator's O(log n).
     pub fn unmap(&self, addr: u64, pages: u64) -> Result<(), FreeError> {
+        crate::debug_check!(self);
         if pages == 0 {
             return Err(FreeError::Invalid);
         }
@@ -387,6 +382,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// # Complexity
     /// O(blocks) plus the range allocator's purge.
     pub fn unmap_aliases(&self, flush: &mut dyn FnMut(u64, u64)) -> bool {
+        crate::debug_check!(self);
         let (mut lo, mut hi) = (u64::MAX, 0);
         let mut released = Vec::new();
         for cell in &self.queues {

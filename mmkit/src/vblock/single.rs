@@ -119,6 +119,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     /// O(blocks on the CPU's list) plus, when a block is created or
     /// released, the range allocator's O(log n).
     pub fn map(&mut self, cpu: usize, pages: u64) -> Result<u64, AllocError> {
+        crate::debug_check!(self);
         if cpu >= self.queues.len() {
             return Err(AllocError::Invalid);
         }
@@ -216,6 +217,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     /// O(log blocks) for the index, plus the range allocator's O(log n)
     /// when a block is released.
     pub fn unmap(&mut self, addr: u64, pages: u64) -> Result<(), FreeError> {
+        crate::debug_check!(self);
         if pages == 0 {
             return Err(FreeError::Invalid);
         }
@@ -265,6 +267,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     /// # Complexity
     /// O(blocks) plus the range allocator's purge.
     pub fn unmap_aliases(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
+        crate::debug_check!(self);
         let (mut lo, mut hi) = (u64::MAX, 0);
         let mut released = Vec::new();
         for cpu in 0..self.queues.len() {

@@ -309,6 +309,7 @@ impl RangeAllocator for VmapAllocator {
         vstart: u64,
         vend: u64,
     ) -> Result<u64, AllocError> {
+        crate::debug_check!(self);
         crate::range::alloc_with_purge_retry(
             self,
             (size, align, vstart, vend),
@@ -320,6 +321,7 @@ impl RangeAllocator for VmapAllocator {
     /// # Complexity
     /// O(log n).
     fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
+        crate::debug_check!(self);
         let (s, e) = self.take_busy(addr)?;
         self.merge_or_add(s, e);
         Ok(e - s)
@@ -328,6 +330,7 @@ impl RangeAllocator for VmapAllocator {
     /// # Complexity
     /// O(log n), plus a purge when the lazy bytes pass `lazy_max`.
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
+        crate::debug_check!(self);
         let (s, e) = self.take_busy(addr)?;
         let lz = &mut self.lazy;
         if lz.areas.is_empty() {
@@ -381,6 +384,7 @@ impl RangeAllocator for VmapAllocator {
     }
 
     fn set_lazy_max(&mut self, bytes: u64) {
+        crate::debug_check!(self);
         self.lazy_max = bytes;
         if self.lazy.bytes > self.lazy_max {
             self.purge_with_hook();
