@@ -75,13 +75,13 @@ fn vblock() -> Arc<ConcurrentVblock<VmapAllocator>> {
     Arc::new(ConcurrentVblock::new(range, CFG, Policy::Current, 2).unwrap())
 }
 
-/// Schedules explored (loom runs the model once per schedule).
-static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
 fn two_maps(cpu_a: usize, cpu_b: usize) {
-    RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
+    // Schedules explored (loom runs the model once per schedule); one
+    // counter per call, since the test harness runs tests in parallel.
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&runs);
     loom::model(move || {
-        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let vb = vblock();
         let t = {
             let vb = vb.clone();
@@ -98,7 +98,7 @@ fn two_maps(cpu_a: usize, cpu_b: usize) {
         vb.unmap(b, 3).unwrap();
         vb.check().unwrap();
     });
-    let runs = RUNS.load(std::sync::atomic::Ordering::Relaxed);
+    let runs = runs.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("cpus {cpu_a}/{cpu_b}: {runs} schedules");
     assert!(runs > 1, "loom explored one schedule only");
 }
