@@ -438,6 +438,22 @@ fn t975(df: usize) -> f64 {
 }
 
 /// Mean and 95% interval half-width of paired differences.
+/// One row of a paired-difference table: the mean difference `d`, its 95%
+/// interval with `digits` decimals, and how many seeds favour Tail.
+fn paired_row(t: &mut Table, label: &str, d: &[f64], lower_better: bool, digits: usize) {
+    let (m, h) = paired(d);
+    let better = d
+        .iter()
+        .filter(|&&x| if lower_better { x < 0.0 } else { x > 0.0 })
+        .count();
+    t.row(vec![
+        label.into(),
+        format!("{m:+.digits$}"),
+        format!("[{:+.digits$}, {:+.digits$}]", m - h, m + h),
+        format!("{better}/{}", d.len()),
+    ]);
+}
+
 fn paired(d: &[f64]) -> (f64, f64) {
     let half = t975(d.len().saturating_sub(1)) * sd(d) / (d.len() as f64).sqrt();
     (mean(d), half)
@@ -588,17 +604,7 @@ fn paired_table(results: &[Vec<RunResult>; 2]) -> Table {
         let d: Vec<f64> = (0..n)
             .map(|i| (f(&results[1][i]) - f(&results[0][i])) / scale)
             .collect();
-        let (m, h) = paired(&d);
-        let better = d
-            .iter()
-            .filter(|&&x| if lower_better { x < 0.0 } else { x > 0.0 })
-            .count();
-        t.row(vec![
-            label.into(),
-            format!("{m:+.4}"),
-            format!("[{:+.4}, {:+.4}]", m - h, m + h),
-            format!("{better}/{n}"),
-        ]);
+        paired_row(&mut t, label, &d, lower_better, 4);
     }
     t
 }
@@ -748,17 +754,7 @@ fn paired_compaction_table(compacted: &[Vec<RunResult>; 2]) -> Table {
         let d: Vec<f64> = (0..n)
             .map(|i| huge_figures(&compacted[1][i])[k] - huge_figures(&compacted[0][i])[k])
             .collect();
-        let (m, h) = paired(&d);
-        let better = d
-            .iter()
-            .filter(|&&x| if lower_better { x < 0.0 } else { x > 0.0 })
-            .count();
-        t.row(vec![
-            label.into(),
-            format!("{m:+.3}"),
-            format!("[{:+.3}, {:+.3}]", m - h, m + h),
-            format!("{better}/{n}"),
-        ]);
+        paired_row(&mut t, label, &d, lower_better, 3);
     }
     t
 }
