@@ -53,7 +53,7 @@ const fn offset(i: u32) -> u32 {
 }
 
 /// The aligned capacity of a subtree of free ranges, relative to its
-/// longest range (see the [module docs](self)).
+/// longest range (the encoding is derived in `mmkit/src/tree/summary.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AlignSummary(u64);
 
