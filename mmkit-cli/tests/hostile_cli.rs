@@ -3,22 +3,11 @@
 //! closed stdout, absurd soak options. Each exits with a clear message on
 //! stderr and never panics (exit status 101).
 
+mod common;
+use common::mmkit;
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
-
-fn mmkit(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mmkit"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the mmkit binary runs");
-    let mut input = child.stdin.take().unwrap();
-    let _ = input.write_all(stdin); // the binary may stop reading early
-    drop(input);
-    child.wait_with_output().unwrap()
-}
 
 /// No panic; a failure says why on stderr.
 fn no_panic(what: &str, o: &Output) {

@@ -2,23 +2,11 @@
 //! print exactly its `.expected` file; malformed traces exit with status 2
 //! and name the line.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
+use common::mmkit;
 
-fn mmkit(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mmkit"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the mmkit binary runs");
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
-    drop(input);
-    child.wait_with_output().unwrap()
-}
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 fn traces() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces");
@@ -46,7 +34,7 @@ fn shipped_traces_match_their_expected_output() {
                     alloc,
                     t.to_str().unwrap(),
                 ],
-                None,
+                b"",
             );
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "{} on {alloc}: {stderr}", t.display());
@@ -68,7 +56,7 @@ fn shipped_traces_match_their_expected_output() {
 fn stdin_is_read_for_dash() {
     let out = mmkit(
         &["replay", "-"],
-        Some("space 0 0x100\nalloc x 0x10 align 0x20\nfree y\n"),
+        "space 0 0x100\nalloc x 0x10 align 0x20\nfree y\n".as_bytes(),
     );
     assert!(out.status.success());
     assert_eq!(
@@ -81,7 +69,7 @@ fn stdin_is_read_for_dash() {
 fn malformed_trace_exits_2_naming_the_line() {
     let trace = "space 0 0x1000\nalloc a 0x10\n# fine so far\nalloc b 0x10 aling 4\nalloc c 1\n";
     for alloc in ["vmap", "baseline"] {
-        let out = mmkit(&["replay", "--allocator", alloc, "-"], Some(trace));
+        let out = mmkit(&["replay", "--allocator", alloc, "-"], trace.as_bytes());
         assert_eq!(out.status.code(), Some(2));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("line 4"), "{stderr}");
@@ -94,7 +82,7 @@ fn malformed_trace_exits_2_naming_the_line() {
 
 #[test]
 fn missing_file_exits_2() {
-    let out = mmkit(&["replay", "/nonexistent/mmkit.trace"], None);
+    let out = mmkit(&["replay", "/nonexistent/mmkit.trace"], b"");
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -123,7 +111,7 @@ fn non_utf8_trace_exits_2_naming_the_line() {
         "non-utf8",
         b"space 0 0x1000\nalloc a 0x10 \xff\nalloc b 1\n",
     );
-    let out = mmkit(&["replay", t.0.to_str().unwrap()], None);
+    let out = mmkit(&["replay", t.0.to_str().unwrap()], b"");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
