@@ -225,6 +225,13 @@ impl Phys {
         }
     }
 
+    /// One mapping fewer of every frame of `blocks`.
+    pub(crate) fn unmapped_blocks(&self, blocks: &[Block]) {
+        for b in blocks {
+            self.unmapped(b.pfn, b.pages());
+        }
+    }
+
     fn is_mapped(&self, b: Block) -> bool {
         (b.pfn..b.pfn + b.pages()).any(|p| self.mapcount[p as usize].load(Ordering::Relaxed) > 0)
     }

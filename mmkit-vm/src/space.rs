@@ -262,7 +262,7 @@ impl Space {
                 if off > 0 {
                     self.unmap_range(addr, off * self.page);
                 }
-                self.for_each_run(&frames[..first], |p, n| self.phys.unmapped(p, n));
+                self.phys.unmapped_blocks(&frames[..first]);
                 return Err(VmError::os("mmap", e));
             }
             self.counters.map_calls.fetch_add(1, Ordering::Relaxed);
@@ -270,12 +270,6 @@ impl Space {
             off += n;
         }
         Ok(())
-    }
-
-    fn for_each_run(&self, frames: &[Block], mut f: impl FnMut(u64, u64)) {
-        for b in frames {
-            f(b.pfn, b.pages());
-        }
     }
 
     /// One unmapping system call over `[addr, addr + len)`.
@@ -332,7 +326,7 @@ impl Space {
             mapped = self.map_frames(addr + pages * self.page, &frames);
             if mapped.is_err() {
                 self.unmap_range(addr, pages * self.page);
-                self.for_each_run(&frames, |p, n| self.phys.unmapped(p, n));
+                self.phys.unmapped_blocks(&frames);
             }
         }
         if let Err(e) = mapped {
@@ -497,7 +491,7 @@ impl Space {
         }
         if let Err(e) = self.map_frames(to + area.pages * self.page, &more) {
             self.unmap_range(to, area.pages * self.page);
-            self.for_each_run(&area.frames, |p, n| self.phys.unmapped(p, n));
+            self.phys.unmapped_blocks(&area.frames);
             self.phys.release(&more);
             self.free_va(&[to]);
             return Err(e);
@@ -577,7 +571,7 @@ impl Space {
                     ..
                 } => {
                     for _ in 0..maps {
-                        self.for_each_run(&frames, |p, n| self.phys.unmapped(p, n));
+                        self.phys.unmapped_blocks(&frames);
                     }
                     if free_frames {
                         self.phys.release(&frames);
