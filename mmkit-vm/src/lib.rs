@@ -75,6 +75,8 @@ mod ring;
 #[cfg(target_os = "linux")]
 mod space;
 #[cfg(target_os = "linux")]
+mod sync;
+#[cfg(target_os = "linux")]
 mod sys;
 #[cfg(target_os = "linux")]
 mod vbuf;

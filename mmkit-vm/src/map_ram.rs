@@ -21,10 +21,10 @@
 //! CPUs mapping in their own blocks do not contend.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::error::VmError;
 use crate::phys::Phys;
+use crate::sync::{lock, Mutex, MutexGuard};
 
 /// Marks a stale slot (the pfn is kept: the page is still mapped).
 const STALE: u32 = 1 << 31;
@@ -49,12 +49,6 @@ pub(crate) struct Records {
     shards: Box<[Shard]>,
     block_size: u64,
     page: u64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Each critical section leaves its record consistent before anything
-    // that can panic.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Records {

@@ -15,12 +15,12 @@
 //! stale mapping still shows it waits on the `deferred` list for the purge
 //! that removes the mapping.
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering;
 
 use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
 
 use crate::error::VmError;
+use crate::sync::{lock, AtomicU32, AtomicU8, Mutex};
 use crate::sys::Memfd;
 
 /// A block of `2^order` frames starting at `pfn`, as the buddy hands out.
@@ -76,12 +76,6 @@ pub(crate) struct Phys {
     zone: Mutex<Zone>,
     mapcount: Box<[AtomicU32]>,
     owner: Box<[AtomicU8]>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves its structure consistent before
-    // anything that can panic, so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Phys {

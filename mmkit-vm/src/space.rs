@@ -23,8 +23,7 @@
 //! kept as the experiments' baseline.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering;
 
 use mmkit::error::{AllocError, CheckError, FreeError};
 use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
@@ -33,13 +32,8 @@ use mmkit::vmap::VmapAllocator;
 use crate::error::VmError;
 use crate::map_ram::Records;
 use crate::phys::{Block, Phys};
+use crate::sync::{lock, AtomicU64, Mutex};
 use crate::sys::Reservation;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves its structure consistent before
-    // anything that can panic, so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// A live area: `[start, start + span)` in the vmap allocator, its first
 /// `pages` pages mapped, then at least one guard page.
@@ -155,6 +149,10 @@ pub(crate) struct Space {
     state: Mutex<State>,
     /// Serialises purges, so a purge-and-retry waits for a purge in flight.
     purge_lock: Mutex<()>,
+    /// Purges finished (bumped under `purge_lock`): an allocation that
+    /// failed retries when one finished after its attempt, even if its own
+    /// purge found the lazy list already taken.
+    purges_done: AtomicU64,
     counters: Counters,
 }
 
@@ -184,6 +182,7 @@ impl Space {
                 blocks: (0, 0),
             }),
             purge_lock: Mutex::new(()),
+            purges_done: AtomicU64::new(0),
             counters: Counters::default(),
         })
     }
@@ -214,10 +213,31 @@ impl Space {
         lo: u64,
         hi: u64,
     ) -> Result<u64, AllocError> {
-        let first = lock(&self.state).vmap.alloc_in(size, align, lo, hi);
-        match first {
-            Err(AllocError::NoSpace) if self.purge().is_some() => {
-                lock(&self.state).vmap.alloc_in(size, align, lo, hi)
+        self.with_purge_retry(
+            |e| *e == AllocError::NoSpace,
+            || lock(&self.state).vmap.alloc_in(size, align, lo, hi),
+        )
+    }
+
+    /// Runs `attempt`; when it fails with an error `retry_on` accepts,
+    /// purges and tries once more if any purge finished since the attempt
+    /// began. Counting finished purges, rather than asking whether this
+    /// thread's purge found anything, matters when another thread's purge
+    /// is in flight: it took the lazy list, so ours finds it empty, but the
+    /// space it frees is there once ours has waited for it.
+    pub(crate) fn with_purge_retry<T, E>(
+        &self,
+        retry_on: impl Fn(&E) -> bool,
+        mut attempt: impl FnMut() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let before = self.purges_done.load(Ordering::Acquire);
+        match attempt() {
+            Err(e) if retry_on(&e) => {
+                self.purge();
+                if self.purges_done.load(Ordering::Acquire) == before {
+                    return Err(e);
+                }
+                attempt()
             }
             r => r,
         }
@@ -234,12 +254,10 @@ impl Space {
     /// Frames for `pages` pages, purging once and retrying when the memory
     /// limit is reached (lazily freed areas hold frames).
     fn alloc_frames(&self, pages: u64, out: &mut Vec<Block>) -> Result<(), VmError> {
-        match self.phys.alloc_pages(pages, out) {
-            Err(VmError::LimitReached { .. }) if self.purge().is_some() => {
-                self.phys.alloc_pages(pages, out)
-            }
-            r => r,
-        }
+        self.with_purge_retry(
+            |e| matches!(e, VmError::LimitReached { .. }),
+            || self.phys.alloc_pages(pages, out),
+        )
     }
 
     /// Maps `frames` in order from `addr`, one `mmap` per run of
@@ -536,7 +554,9 @@ impl Space {
             return None;
         }
         self.counters.purges.fetch_add(1, Ordering::Relaxed);
-        Some(self.teardown(list))
+        let covered = self.teardown(list);
+        self.purges_done.fetch_add(1, Ordering::Release);
+        Some(covered)
     }
 
     /// Unmaps `list` (one call per run of adjacent ranges), releases frames,

@@ -303,10 +303,10 @@ impl Vm {
     /// [`VmError::LimitReached`] (after one purge); [`VmError::Os`].
     pub fn alloc_pages(&self, order: u8) -> Result<u64, VmError> {
         let phys = &self.space().phys;
-        match phys.alloc(order, owner::USER) {
-            Err(VmError::LimitReached { .. }) if self.purge() => phys.alloc(order, owner::USER),
-            r => r,
-        }
+        self.space().with_purge_retry(
+            |e| matches!(e, VmError::LimitReached { .. }),
+            || phys.alloc(order, owner::USER),
+        )
     }
 
     /// Frees frames from [`alloc_pages`](Self::alloc_pages). Frames that a

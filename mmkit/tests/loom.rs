@@ -18,7 +18,8 @@
 //!   global lock in both orders); `check()` after every schedule.
 //!
 //! Not covered: the slot assignment (`NEXT_SLOT`, a relaxed counter whose
-//! every value is valid) and `mmkit-vm`'s purge (it owns real mappings).
+//! every value is valid). `mmkit-vm`'s purge, over real mappings, has its
+//! own loom test (`mmkit-vm/tests/loom.rs`).
 #![cfg(loom)]
 
 use loom::sync::Arc;
