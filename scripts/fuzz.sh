@@ -2,7 +2,7 @@
 # Runs every cargo-fuzz target for SECONDS each (default 60) on the stable
 # toolchain (--sanitizer none: no -Z flags). Findings land in
 # fuzz/artifacts/TARGET/; add each as a regression test in
-# mmkit/tests/fuzz_driver.rs.
+# mmkit/tests/fuzz_driver.rs (mmkit-vm/tests/vm_fuzz_driver.rs for `vm`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-60}"

@@ -5,24 +5,12 @@
 //! and `Vm::check` must pass after every step.
 #![cfg(target_os = "linux")]
 
-use mmkit_vm::{MirrorRing, Vm, VmConfig};
+use mmkit_vm::MirrorRing;
 use proptest::prelude::*;
 
-const PAGE: u64 = 4096;
-
-#[derive(Debug, Clone)]
-enum Op {
-    Vmalloc { pages: u64 },
-    Vfree { pick: usize },
-    Vrealloc { pick: usize, pages: u64 },
-    Write { pick: usize, at: u64, byte: u8 },
-    AllocFrames { order: u8 },
-    MapRam { pick: usize, vmap: bool },
-    UnmapRam { pick: usize },
-    FreeFrames { pick: usize },
-    Purge,
-    Aliases,
-}
+#[path = "models/vm.rs"]
+mod model;
+use model::{finish, read, small_vm, write, Model, Op, PAGE};
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
@@ -41,153 +29,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// What the model knows: vmalloc areas with their bytes, the caller's frame
-/// blocks with their bytes, and the live mappings of those frames.
-#[derive(Default)]
-struct Model {
-    areas: Vec<(u64, Vec<u8>)>,
-    /// (first pfn, order, bytes)
-    frames: Vec<(u64, u8, Vec<u8>)>,
-    /// (address, index into frames, through vmap or vm_map_ram)
-    maps: Vec<(u64, usize, bool)>,
-}
-
-fn read(addr: u64, len: usize) -> Vec<u8> {
-    // SAFETY: the model only reads live areas and mappings, `len` bytes long.
-    unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec()
-}
-
-fn write(addr: u64, byte: u8) {
-    // SAFETY: as in `read`: `addr` lies in a live area or mapping.
-    unsafe { (addr as *mut u8).write_volatile(byte) };
-}
-
-impl Model {
-    fn verify(&self, vm: &Vm) {
-        for (a, bytes) in &self.areas {
-            assert_eq!(&read(*a, bytes.len()), bytes, "area {a:#x}");
-        }
-        for &(a, f, _) in &self.maps {
-            let bytes = &self.frames[f].2;
-            assert_eq!(&read(a, bytes.len()), bytes, "mapping {a:#x}");
-        }
-        vm.check().unwrap();
-    }
-
-    fn step(&mut self, vm: &Vm, op: Op) {
-        match op {
-            Op::Vmalloc { pages } => {
-                let a = vm.vzalloc(pages * PAGE).unwrap();
-                self.areas.push((a, vec![0; (pages * PAGE) as usize]));
-            }
-            Op::Vfree { pick } if !self.areas.is_empty() => {
-                let (a, _) = self.areas.swap_remove(pick % self.areas.len());
-                vm.vfree(a).unwrap();
-                assert!(vm.vfree(a).is_err(), "double free");
-            }
-            Op::Vrealloc { pick, pages } if !self.areas.is_empty() => {
-                let i = pick % self.areas.len();
-                let (a, bytes) = &mut self.areas[i];
-                let b = vm.vrealloc(*a, pages * PAGE).unwrap();
-                let keep = bytes.len().min((pages * PAGE) as usize);
-                assert_eq!(read(b, keep), bytes[..keep], "moved without its bytes");
-                bytes.truncate(keep);
-                let grown = read(b + keep as u64, (pages * PAGE) as usize - keep);
-                bytes.extend(grown);
-                *a = b;
-            }
-            Op::Write { pick, at, byte } => self.write(pick, at, byte),
-            Op::AllocFrames { order } => {
-                let pfn = vm.alloc_pages(order).unwrap();
-                let len = (PAGE << order) as usize;
-                // Map once to learn the frames' current bytes.
-                let pfns: Vec<u64> = (pfn..pfn + (1 << order)).collect();
-                let a = vm.vmap(&pfns).unwrap();
-                let bytes = read(a, len);
-                vm.vunmap(a).unwrap();
-                self.frames.push((pfn, order, bytes));
-            }
-            Op::MapRam { pick, vmap } if !self.frames.is_empty() => {
-                let f = pick % self.frames.len();
-                let (pfn, order, _) = self.frames[f];
-                let pfns: Vec<u64> = (pfn..pfn + (1 << order)).collect();
-                let a = if vmap {
-                    vm.vmap(&pfns)
-                } else {
-                    vm.vm_map_ram(&pfns)
-                };
-                self.maps.push((a.unwrap(), f, vmap));
-            }
-            Op::UnmapRam { pick } if !self.maps.is_empty() => {
-                let (a, f, vmap) = self.maps.swap_remove(pick % self.maps.len());
-                let pages = 1u64 << self.frames[f].1;
-                assert!(vm.vm_unmap_ram(a, pages + 1).is_err(), "wrong page count");
-                if vmap {
-                    vm.vunmap(a).unwrap();
-                } else {
-                    vm.vm_unmap_ram(a, pages).unwrap();
-                }
-                assert!(vm.vm_unmap_ram(a, pages).is_err(), "double unmap");
-            }
-            Op::FreeFrames { pick } if !self.frames.is_empty() => {
-                let f = pick % self.frames.len();
-                if self.maps.iter().all(|m| m.1 != f) {
-                    let (pfn, order, _) = self.frames.remove(f);
-                    vm.free_pages(pfn, order).unwrap();
-                    assert!(vm.free_pages(pfn, order).is_err(), "double free");
-                    for m in &mut self.maps {
-                        m.1 -= usize::from(m.1 > f);
-                    }
-                }
-            }
-            Op::Purge => {
-                vm.purge();
-            }
-            Op::Aliases => vm.vm_unmap_aliases(),
-            _ => {}
-        }
-    }
-
-    /// Writes one byte into an area or, through one of its mappings, into
-    /// a frame block (every other alias must see it).
-    fn write(&mut self, pick: usize, at: u64, byte: u8) {
-        let n = self.areas.len() + self.maps.len();
-        if n == 0 {
-            return;
-        }
-        let i = pick % n;
-        if i < self.areas.len() {
-            let (a, bytes) = &mut self.areas[i];
-            let off = at % bytes.len() as u64;
-            write(*a + off, byte);
-            bytes[off as usize] = byte;
-        } else {
-            let (a, f, _) = self.maps[i - self.areas.len()];
-            let bytes = &mut self.frames[f].2;
-            let off = at % bytes.len() as u64;
-            write(a + off, byte);
-            bytes[off as usize] = byte;
-        }
-    }
-}
-
-fn small_vm(lazy_unmap: bool) -> Vm {
-    Vm::new(VmConfig {
-        virt_size: 1 << 30,
-        phys_limit: 64 << 20,
-        lazy_max: 256 << 10,
-        lazy_unmap,
-        cpus: 2,
-        // Small blocks (16 pages), so blocks fill, go dirty and get purged.
-        vblock: mmkit::vblock::Config {
-            page_size: PAGE,
-            max_alloc: 8,
-            bits: 16,
-        },
-    })
-    .unwrap()
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
@@ -199,26 +40,8 @@ proptest! {
             model.step(&vm, op);
             model.verify(&vm);
         }
-        for (a, _) in model.areas.drain(..) {
-            vm.vfree(a).unwrap();
-        }
-        for (a, f, vmap) in model.maps.drain(..) {
-            if vmap {
-                vm.vunmap(a).unwrap();
-            } else {
-                vm.vm_unmap_ram(a, 1 << model.frames[f].1).unwrap();
-            }
-        }
-        for (pfn, order, _) in model.frames.drain(..) {
-            vm.free_pages(pfn, order).unwrap();
-        }
-        vm.vm_unmap_aliases();
-        vm.check().unwrap();
-        let s = vm.stats();
-        // Everything went back: every grown frame is free again.
-        prop_assert_eq!(s.phys.free_pages * 4096, s.phys.grown_bytes);
-        prop_assert_eq!(s.phys.deferred_blocks, 0);
-        prop_assert_eq!(s.space.live_areas + s.space.lazy_areas, 0);
+        // Everything goes back: every grown frame is free again.
+        finish(&vm, &mut model);
     }
 }
 

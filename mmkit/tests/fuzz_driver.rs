@@ -8,40 +8,15 @@
 
 mod fuzz;
 
-/// xorshift64*: deterministic, dependency-free bytes.
-fn bytes(seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = || {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    };
-    let len = (next() % 4096) as usize;
-    (0..len).map(|_| next() as u8).collect()
-}
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+#[path = "fuzz/seeded.rs"]
+mod seeded;
 
 fn drive(name: &str) {
     let (_, target) = fuzz::TARGETS
         .iter()
         .find(|(n, _)| *n == name)
         .expect("a target");
-    let (iters, seed0) = (env("MMKIT_FUZZ_ITERS", 2000), env("MMKIT_FUZZ_SEED", 0));
-    for i in 0..iters {
-        let seed = seed0.wrapping_add(i);
-        let data = bytes(seed);
-        let r = std::panic::catch_unwind(|| target(&data));
-        if r.is_err() {
-            panic!("target {name}: seed {seed} failed; input {data:?}");
-        }
-    }
+    seeded::drive(name, 2000, *target);
 }
 
 #[test]
