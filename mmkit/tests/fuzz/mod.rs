@@ -10,6 +10,24 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 
+/// Most operations one input decodes into (keeps a seeded run's time bounded).
+pub const MAX_OPS: usize = 512;
+
+/// Decodes operations until the bytes run out (or [`MAX_OPS`]). Not a
+/// decoded `Vec`: `arbitrary` stops a collection after each element with
+/// probability 1/2 on random bytes, which left the seeded driver about one
+/// operation per input.
+pub fn ops<'a, T: Arbitrary<'a>>(u: &mut Unstructured<'a>) -> Vec<T> {
+    let mut ops = Vec::new();
+    while ops.len() < MAX_OPS && !u.is_empty() {
+        match T::arbitrary(u) {
+            Ok(op) => ops.push(op),
+            Err(_) => break,
+        }
+    }
+    ops
+}
+
 /// The range allocators' model (`tests/range_model.rs`).
 pub mod range {
     #![allow(dead_code, unused_imports)]
@@ -42,7 +60,7 @@ pub mod range {
     pub fn fuzz<A: RangeAllocator>(data: &[u8], make: fn(u64, u64) -> A) {
         let mut u = Unstructured::new(data);
         let space = space(&mut u);
-        let ops: Vec<Op> = u.arbitrary().unwrap_or_default();
+        let ops: Vec<Op> = super::ops(&mut u);
         if let Err(e) = run_steps(make, space, &ops) {
             panic!("space {space:x?}: {e}");
         }
@@ -93,7 +111,7 @@ pub mod percpu {
     pub fn fuzz<A: PercpuAlloc>(data: &[u8], make: fn(u64) -> A) {
         let mut u = Unstructured::new(data);
         let unit = [4096, 8192, 12288][usize::from(u.arbitrary::<u8>().unwrap_or(0) % 3)];
-        let ops: Vec<Op> = u.arbitrary().unwrap_or_default();
+        let ops: Vec<Op> = super::ops(&mut u);
         let ops: Vec<Op> = ops.into_iter().map(|o| shape(o, unit)).collect();
         run(make(unit), &ops);
     }
@@ -158,7 +176,7 @@ pub mod buddy {
     pub fn fuzz(data: &[u8]) {
         let mut u = Unstructured::new(data);
         let s = arbitrary_setup(&mut u);
-        let ops: Vec<Op> = u.arbitrary().unwrap_or_default();
+        let ops: Vec<Op> = super::ops(&mut u);
         let (mut b, mut m) = build(&s);
         let fail = |e: TestCaseError| panic!("setup {s:?}: {e}");
         compare(&b, &m).unwrap_or_else(fail);
@@ -213,7 +231,7 @@ pub mod vblock {
         } else {
             Policy::Current
         };
-        let ops: Vec<Op> = u.arbitrary().unwrap_or_default();
+        let ops: Vec<Op> = super::ops(&mut u);
         let ops: Vec<Op> = ops.into_iter().map(|o| shape(o, max_alloc)).collect();
         if let Err(e) = run_ops(cfg, policy, &ops) {
             panic!("{cfg:?} {policy:?}: {e}");
