@@ -58,6 +58,8 @@ pub mod baseline;
 pub mod buddy;
 pub mod debug;
 pub mod error;
+#[cfg(feature = "lock_api")]
+pub mod lock;
 pub mod percpu;
 pub mod range;
 #[cfg(feature = "std")]

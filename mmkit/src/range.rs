@@ -64,12 +64,11 @@ pub struct RangeStats {
 
 /// A flush hook: called once per purge with the half-open range `[start,
 /// end)` that covers every area the purge released.
-#[cfg(feature = "std")]
+///
+/// It is `Send` with or without the `std` feature, so an allocator holding
+/// one is `Send` everywhere (it can sit in a kernel's static spin lock) and
+/// turning `std` on elsewhere in a build never breaks a `no_std` user.
 pub type FlushHook = alloc::boxed::Box<dyn FnMut(u64, u64) + Send>;
-/// A flush hook: called once per purge with the half-open range `[start,
-/// end)` that covers every area the purge released.
-#[cfg(not(feature = "std"))]
-pub type FlushHook = alloc::boxed::Box<dyn FnMut(u64, u64)>;
 
 /// The range allocator contract (see the [module docs](self)).
 pub trait RangeAllocator {
