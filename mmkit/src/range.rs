@@ -54,9 +54,12 @@ pub struct RangeStats {
     pub lazy_areas: u64,
     /// Bytes freed lazily and waiting for a purge.
     pub lazy_bytes: u64,
-    /// Purges that ran (explicit, threshold and allocation-failure purges).
+    /// Purges that released something (explicit, threshold and
+    /// allocation-failure purges alike). A purge that finds nothing lazy
+    /// returns `false` and is not counted.
     pub purges: u64,
-    /// Flushes issued (a purge with nothing lazy issues none).
+    /// Flushes issued: one per counted purge (a purge with nothing lazy
+    /// issues none).
     pub flushes: u64,
     /// Heap bytes of metadata the allocator holds (nodes, arenas, indexes).
     pub metadata_bytes: u64,

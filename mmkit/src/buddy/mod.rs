@@ -64,7 +64,7 @@ pub use metrics::{
 };
 pub use migrate::{MigrateType, MIGRATE_TYPES};
 
-use crate::error::{try_vec, AllocError, CheckError, FreeError};
+use crate::error::{try_vec, AllocError, CheckError, FreeError, Invariant};
 use freelist::{Links, List, NIL};
 use migrate::{alike_pages, should_try_claim};
 
@@ -958,6 +958,7 @@ impl BuddyAllocator {
         let c = &self.compact_stats;
         crate::ensure!(
             c.success + c.fail == c.runs && c.moved_pages <= c.migrate_scanned,
+            Accounting,
             "compaction counters inconsistent: {c:?}"
         );
         Ok(())
@@ -975,9 +976,12 @@ impl BuddyAllocator {
                     continue;
                 }
                 Frame::Tail => {
-                    return Err(CheckError::new(alloc::format!(
-                        "pfn {pfn:#x}: interior frame without a head"
-                    )))
+                    return Err(CheckError::new(
+                        module_path!(),
+                        Invariant::Structure,
+                        Some(pfn),
+                        alloc::format!("pfn {pfn:#x}: interior frame without a head"),
+                    ))
                 }
                 Frame::Free { order, mt } => (order, Some(mt)),
                 Frame::Alloc { order, .. } => (order, None),
@@ -993,11 +997,13 @@ impl BuddyAllocator {
         }
         crate::ensure!(
             free == self.free_pages,
+            Accounting,
             "free_pages {} but blocks hold {free}",
             self.free_pages
         );
         crate::ensure!(
             present == self.present_pages,
+            Accounting,
             "present_pages {} but blocks cover {present}",
             self.present_pages
         );
@@ -1008,22 +1014,22 @@ impl BuddyAllocator {
     /// every other frame of it interior.
     fn check_block_shape(&self, pfn: u64, order: u8) -> Result<(), CheckError> {
         crate::ensure!(
-            order <= self.cfg.max_order,
+            order <= self.cfg.max_order, Bounds @ pfn,
             "pfn {pfn:#x}: order {order} > max"
         );
         crate::ensure!(
-            pfn % (1u64 << order) == 0,
+            pfn % (1u64 << order) == 0, Bounds @ pfn,
             "pfn {pfn:#x}: not aligned to order {order}"
         );
         let end = pfn + (1u64 << order);
         crate::ensure!(
-            end <= self.end_pfn(),
+            end <= self.end_pfn(), Bounds @ pfn,
             "pfn {pfn:#x}: order {order} block leaves the span"
         );
         let i = (pfn - self.start) as usize;
         let inner = &self.frames[i + 1..i + (1usize << order)];
         crate::ensure!(
-            inner.iter().all(|f| f.unpack() == Frame::Tail),
+            inner.iter().all(|f| f.unpack() == Frame::Tail), Layout @ pfn,
             "pfn {pfn:#x}: order {order} block holds a hole or another head"
         );
         Ok(())
@@ -1035,14 +1041,14 @@ impl BuddyAllocator {
         let first = self.block_index(pfn);
         let last = self.block_index(pfn + (1u64 << order) - 1);
         crate::ensure!(
-            self.blocks[first..=last].iter().all(|&t| t == mt),
+            self.blocks[first..=last].iter().all(|&t| t == mt), Structure @ pfn,
             "pfn {pfn:#x}: free on {mt:?} list inside a pageblock of another type"
         );
         if order < self.cfg.max_order {
             if let Some(bmt) = self.free_head(pfn ^ (1u64 << order), order) {
                 let forbidden = bmt != mt && !(bmt.is_pcp() && mt.is_pcp());
                 crate::ensure!(
-                    forbidden,
+                    forbidden, Layout @ pfn,
                     "pfn {pfn:#x}: order {order} buddy is free but not merged"
                 );
             }
@@ -1062,9 +1068,12 @@ impl BuddyAllocator {
                         Frame::Free { order: o, mt: t } if o == order && t == mt => Ok(()),
                         other => Err(alloc::format!("frame index {i} is {other:?}")),
                     })
-                    .map_err(|e| CheckError::new(alloc::format!("list ({order}, {mt:?}): {e}")))?;
+                    .map_err(|e| {
+                        let e = alloc::format!("list ({order}, {mt:?}): {e}");
+                        CheckError::new(module_path!(), Invariant::Structure, None, e)
+                    })?;
                 crate::ensure!(
-                    list.len == per_list[li],
+                    list.len == per_list[li], Accounting @ order,
                     "list ({order}, {mt:?}) has {} blocks, frames say {}",
                     list.len,
                     per_list[li]

@@ -478,12 +478,12 @@ impl PcpZone {
                             && self.zone.frame(i) == Frame::Alloc { order, mt }
                             && !core::mem::replace(&mut seen[i], true)
                     });
-                    crate::ensure!(ok, "cpu {cpu}: pcp page {pfn:#x} ({order}, {mt:?}) not an idle allocated block or listed twice");
+                    crate::ensure!(ok, Structure @ pfn, "cpu {cpu}: pcp page {pfn:#x} ({order}, {mt:?}) not an idle allocated block or listed twice");
                     count += 1u64 << order;
                 }
             }
             crate::ensure!(
-                count == lists.count,
+                count == lists.count, Accounting @ cpu,
                 "cpu {cpu}: count {} but lists hold {count}",
                 lists.count
             );
@@ -499,13 +499,14 @@ impl PcpZone {
                 self.zone.frame(i) == Frame::Alloc { order, mt }
             });
             crate::ensure!(
-                ok,
+                ok, Structure @ i,
                 "frame index {i}: owner tag {t:#x} does not match the zone"
             );
         }
         let z = &self.zone;
         crate::ensure!(
             z.free_pages() + pcp + user == z.present_pages(),
+            Accounting,
             "free {} + pcp {pcp} + user {user} != present {}",
             z.free_pages(),
             z.present_pages()

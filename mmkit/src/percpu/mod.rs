@@ -395,7 +395,7 @@ impl PercpuAlloc for PercpuAllocator {
         for (id, c) in self.chunks.iter().enumerate() {
             let Some(c) = c else {
                 crate::ensure!(
-                    self.slots.slot_of(id as u32).is_none(),
+                    self.slots.slot_of(id as u32).is_none(), Structure @ id,
                     "released chunk {id} still listed"
                 );
                 continue;
@@ -403,14 +403,18 @@ impl PercpuAlloc for PercpuAllocator {
             held += 1;
             empty += u64::from(c.is_empty());
             c.check()
-                .map_err(|e| CheckError(alloc::format!("chunk {id}: {}", e.0)))?;
+                .map_err(|e| e.within(alloc::format!("chunk {id}")))?;
             let want = self.slot_of_chunk(c);
             let at = self.slots.slot_of(id as u32);
             let ok = at == Some(want) || (at == Some(0) && want < SLOT_FAIL_THRESHOLD);
-            crate::ensure!(ok, "chunk {id} listed in slot {at:?}, belongs in {want}");
+            crate::ensure!(ok, Structure @ id, "chunk {id} listed in slot {at:?}, belongs in {want}");
         }
-        crate::ensure!(listed == held, "{held} chunks held but {listed} listed");
-        crate::ensure!(empty <= 1, "{empty} free chunks kept (at most 1)");
+        crate::ensure!(
+            listed == held,
+            Accounting,
+            "{held} chunks held but {listed} listed"
+        );
+        crate::ensure!(empty <= 1, Bounds, "{empty} free chunks kept (at most 1)");
         Ok(())
     }
 

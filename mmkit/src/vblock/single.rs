@@ -382,10 +382,10 @@ pub(crate) fn check_all<'a, R: RangeAllocator>(
     for (cpu, q) in queues.enumerate() {
         q.check()?;
         for (slot, va) in q.blocks() {
-            ensure!(va % bs == 0, "block {va:#x} not aligned to {bs:#x}");
+            ensure!(va % bs == 0, Bounds @ va, "block {va:#x} not aligned to {bs:#x}");
             let want = (cpu as u32, slot);
             ensure!(
-                index.get(&cfg.block_no(va)) == Some(&want),
+                index.get(&cfg.block_no(va)) == Some(&want), Structure @ va,
                 "block {va:#x} (cpu {cpu}) not indexed"
             );
             blocks += 1;
@@ -393,18 +393,20 @@ pub(crate) fn check_all<'a, R: RangeAllocator>(
     }
     ensure!(
         index.len() == blocks,
+        Accounting,
         "index holds {} blocks, queues {blocks}",
         index.len()
     );
     let mut prev_end = 0u64;
     for (&a, &p) in large {
-        ensure!(a >= prev_end, "large maps overlap at {a:#x}");
+        ensure!(a >= prev_end, Layout @ a, "large maps overlap at {a:#x}");
         prev_end = a + p * cfg.page_size;
     }
     let st = range.stats();
     let bytes = blocks as u64 * bs + large.values().map(|p| p * cfg.page_size).sum::<u64>();
     ensure!(
         st.live_areas == (blocks + large.len()) as u64 && st.live_bytes == bytes,
+        Accounting,
         "range allocator holds {} live areas / {} bytes, front end {} / {bytes}",
         st.live_areas,
         st.live_bytes,
