@@ -78,6 +78,7 @@ pub mod error;
 pub mod lock;
 pub mod percpu;
 pub mod range;
+pub mod request;
 #[cfg(feature = "std")]
 mod sync;
 pub mod tree;

@@ -48,6 +48,7 @@ use crate::ensure;
 use crate::error::{CheckError, FreeError};
 
 mod summary;
+mod top_down;
 pub use summary::{AlignSummary, Part, CLASSES};
 
 /// Index of a node in a [`NodeArena`].

@@ -31,6 +31,7 @@ use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::tree::{NodeArena, NodeId, Path, RangeTree, NIL};
 
+mod api;
 mod busy;
 use alloc::vec::Vec;
 use busy::BusyIndex;
