@@ -4,7 +4,6 @@
 //!
 //! Run with `cargo run -p mmkit --example gpu_heap`.
 
-use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 
 fn main() {

@@ -4,7 +4,6 @@
 //! allocator exactly as it was: an error never means "half done".
 //!
 //! ```
-//! use mmkit::range::RangeAllocator;
 //! use mmkit::vmap::VmapAllocator;
 //! use mmkit::{AllocError, FreeError};
 //!

@@ -12,12 +12,12 @@
 //!  range allocators, all keeping the RangeAllocator contract of `range`:
 //!    vblock ──> any R: RangeAllocator   per-CPU blocks for small ranges
 //!                (VmapAllocator in practice; the kernel's vm_map_ram)  [001, 002]
-//!    vmap ────> tree, range             lowest fit over an augmented tree
+//!    vmap ────> tree, range, request    lowest/highest/exact fit over an augmented tree
 //!                                       of free blocks + lazy purge    [000, 002]
-//!    baseline::LinearVmap ──> range     the O(n) design vmap replaced  [000]
+//!    baseline::linear_vmap ──> range    the O(n) design vmap replaced  [000]
 //!  bitmap and page allocators, standalone:
 //!    percpu                             bitmap chunks with block hints [003]
-//!    baseline::AreaMap ──> percpu       the area map percpu replaced   [003]
+//!    baseline::area_map ──> percpu      the area map percpu replaced   [003]
 //!                          (chunk slot lists, shared)
 //!    buddy                              page frames, orders, migratetypes,
 //!                                       fragmentation indexes          [004]
@@ -32,7 +32,7 @@
 //!
 //! | # | patch | author, year | what it contributed | what it measured |
 //! |---|---|---|---|---|
-//! | 000 | *mm/vmalloc.c: keep track of free blocks for vmap allocation* | Uladzislau Rezki, 2019 | free blocks in an augmented red-black tree searched for the lowest fit in O(log n), the four split types, merging on free ([`vmap`], [`tree`]) | `test_vmalloc` performance mode (one CPU, sequential): 6.5e11 vs 1.9e11 cycles on an i5-3320M; stress mode (all CPUs, shuffled): 101 min vs 57 s, against the O(n) busy-list search ([`baseline::LinearVmap`]) |
+//! | 000 | *mm/vmalloc.c: keep track of free blocks for vmap allocation* | Uladzislau Rezki, 2019 | free blocks in an augmented red-black tree searched for the lowest fit in O(log n), the four split types, merging on free ([`vmap`]) | `test_vmalloc` performance mode (one CPU, sequential): 6.5e11 vs 1.9e11 cycles on an i5-3320M; stress mode (all CPUs, shuffled): 101 min vs 57 s, against the O(n) busy-list search ([`baseline::linear_vmap`]) |
 //! | 001 | *mm/vmalloc: fix possible exhaustion of vmalloc space caused by vm_map_ram allocator* | Roman Pen, 2015 | per-CPU vmap blocks: a new block goes to the list tail occupied by its request, dirty pages tracked by a min/max range ([`vblock`], `Policy::Current`) | three map/unmap scenarios with block counters: 420 blocks created and 37 released before, 414 and 412 after |
 //! | 002 | *mm: rewrite vmap layer* | Nick Piggin, 2008 | the tree-based vmap allocator, lazy TLB flushing (freed ranges not reused until one batched flush), the per-CPU `vm_map_ram` front end, `vm_unmap_aliases` ([`vmap`] purges, [`vblock`]) | map + touch + unmap of 4 pages by 1 to 8 threads: 14.7 µs to 70.6 µs per operation before, 2.8 to 3.0 µs after (25x at 8 cores) |
 //! | 003 | *percpu: replace area map allocator with bitmap* | Dennis Zhou, 2017 | a bitmap chunk allocator with per-block metadata and hints bounding the scan ([`percpu`]) | 1M objects of 4 to 1024 bytes, freed in order, alternating and in reverse; chunks filled in their second half; 4-byte objects at 8-byte alignment (52 min for the area map, 16 s for the bitmap) |
@@ -47,7 +47,6 @@
 //!
 //! ## Example
 //! ```
-//! use mmkit::range::RangeAllocator;
 //! use mmkit::vmap::VmapAllocator;
 //!
 //! // Manage [0x1000, 0x10_0000) and hand out 4 KiB-aligned ranges.
@@ -62,6 +61,7 @@
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(missing_debug_implementations)]
 
 extern crate alloc;
 #[cfg(feature = "std")]
@@ -77,10 +77,14 @@ pub mod error;
 #[cfg(feature = "lock_api")]
 pub mod lock;
 pub mod percpu;
+pub mod prelude;
 pub mod range;
 pub mod request;
 #[cfg(feature = "std")]
 mod sync;
+// vmap's internal core: not part of the API (no stability promise); public
+// only so its own doc examples compile.
+#[doc(hidden)]
 pub mod tree;
 pub mod vblock;
 pub mod vmap;

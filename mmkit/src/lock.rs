@@ -9,7 +9,6 @@
 //!
 //! ```
 //! use mmkit::lock::Guarded;
-//! use mmkit::range::RangeAllocator;
 //! use mmkit::vmap::VmapAllocator;
 //!
 //! // The raw lock of `spin::Mutex` (crate `spin`, feature `lock_api`).
@@ -35,7 +34,6 @@ use crate::range::RangeAllocator;
 ///
 /// ```
 /// use mmkit::lock::Guarded;
-/// use mmkit::range::RangeAllocator;
 /// use mmkit::vmap::VmapAllocator;
 /// type Spin = spin::Mutex<()>;
 ///

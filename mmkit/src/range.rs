@@ -37,6 +37,7 @@ pub const DEFAULT_LAZY_MAX: u64 = 32 << 20;
 /// let s = va.stats();
 /// assert_eq!((s.live_areas, s.live_bytes, s.free_bytes, s.free_blocks), (1, 10, 90, 1));
 /// ```
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RangeStats {
     /// Number of maximal free blocks (0 for allocators that keep no free
@@ -140,6 +141,7 @@ pub trait RangeAllocator {
     fn check(&self) -> Result<(), CheckError>;
 }
 
+#[doc(hidden)]
 /// Validates and clamps an allocation request against the space
 /// `[start, end)`. Returns the clamped window, or `Invalid`.
 ///
@@ -216,6 +218,7 @@ impl<A> Drop for HookOut<'_, A> {
     }
 }
 
+#[doc(hidden)]
 /// The lowest `a >= lo` with `a % align == 0` and `a + size <= hi`, if any.
 /// Never overflows. `align` must be a power of two.
 #[inline]

@@ -17,7 +17,6 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
 use mmkit::lock::Guarded;
-use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 use mmkit::{AllocError, FreeError};
 

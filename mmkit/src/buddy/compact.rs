@@ -81,6 +81,7 @@ pub enum CompactResult {
 ///
 /// Invariant: `moved_pages <= migrate_scanned` and
 /// `success + fail == runs`.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct CompactStats {
     /// Runs of [`BuddyAllocator::compact`] (`compact_stall`).

@@ -137,6 +137,7 @@ impl Default for BuddyConfig {
 /// let all: Vec<FreeBlock> = b.free_blocks().collect();
 /// assert_eq!(all, [FreeBlock { pfn: 0, order: 2, mt: MigrateType::Movable }]);
 /// ```
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FreeBlock {
     /// First frame.

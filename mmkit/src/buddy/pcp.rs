@@ -101,6 +101,7 @@ impl PcpConfig {
 }
 
 /// Counters of pcp traffic.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct PcpStats {
     /// Refills from the zone (zone lock taken).

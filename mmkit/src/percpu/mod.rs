@@ -101,6 +101,7 @@ pub struct PcpuPtr {
 /// let s = a.stats();
 /// assert_eq!((s.chunks, s.used_bytes, s.free_bytes), (1, 12, (32 << 10) - 12));
 /// ```
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PercpuStats {
     /// Bytes per unit.

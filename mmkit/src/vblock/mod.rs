@@ -231,6 +231,7 @@ impl Policy {
 /// a += Counters { map_calls: 3, ..Counters::default() };
 /// assert_eq!(a.map_calls, 5);
 /// ```
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Successful maps (block and large).
@@ -303,4 +304,33 @@ fn now(clock: Option<Clock>) -> u64 {
 #[inline]
 fn since(clock: Option<Clock>, t0: u64) -> u64 {
     now(clock).saturating_sub(t0)
+}
+
+/// Geometry, policy and counters; not the blocks (see
+/// [`VblockAllocator::check`] for those).
+impl<R: crate::range::RangeAllocator> core::fmt::Debug for VblockAllocator<R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("VblockAllocator")
+            .field("config", &self.config())
+            .field("policy", &self.policy())
+            .field("cpus", &self.cpus())
+            .field("blocks", &self.blocks())
+            .field("live_pages", &self.live_pages())
+            .field("counters", &self.counters())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Geometry, policy and counters (takes each queue's lock in turn, as
+/// [`ConcurrentVblock::counters`] does).
+#[cfg(feature = "std")]
+impl<R: crate::range::RangeAllocator> core::fmt::Debug for ConcurrentVblock<R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ConcurrentVblock")
+            .field("config", &self.config())
+            .field("policy", &self.policy())
+            .field("cpus", &self.cpus())
+            .field("counters", &self.counters())
+            .finish_non_exhaustive()
+    }
 }

@@ -480,6 +480,7 @@ impl VmapAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec;
     use alloc::vec::Vec;
 
     fn req(size: u64) -> Request {
@@ -595,7 +596,7 @@ mod tests {
         assert_eq!(v.free_blocks().collect::<Vec<_>>(), [7..150, 160..299]);
         v.free(a).unwrap();
         v.shrink(8..9).unwrap();
-        assert_eq!(v.free_blocks().collect::<Vec<_>>(), [8..9]);
+        assert_eq!(v.free_blocks().collect::<Vec<_>>(), vec![8..9]);
         assert_eq!(v.alloc(1, 1), Ok(8));
         v.check().unwrap();
     }

@@ -18,13 +18,11 @@
 //!   lazy list: areas freed lazily; not reusable until the next purge
 //! ```
 //!
-//! Metadata: a free block is one 56-byte [`tree::Node`] (range, child
+//! Metadata: a free block is one 56-byte tree node (range, child
 //! maxima, alignment summary, two child links, height) from an arena that
 //! reuses released nodes; a live area is one 16-byte slot of the busy index;
 //! a lazy area is 16 bytes in the lazy list. None of these shrink, so
 //! steady-state operation allocates no heap memory.
-//!
-//! [`tree::Node`]: crate::tree::Node
 
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
@@ -97,7 +95,6 @@ impl FitType {
 ///
 /// # Examples
 /// ```
-/// use mmkit::range::RangeAllocator;
 /// use mmkit::vmap::VmapAllocator;
 ///
 /// let mut va = VmapAllocator::new(0, 1 << 20).unwrap();
@@ -300,8 +297,10 @@ impl RangeAllocator for VmapAllocator {
     }
 
     /// # Complexity
-    /// O(log n) in free blocks and live areas, plus the near-miss cost
-    /// documented at [`RangeTree::lowest_fit`]; a failing request purges
+    /// O(log n) in free blocks and live areas. Alignments above 2^10 times
+    /// the granule of the ranges (4 MiB for 4 KiB pages) add O(log n) per
+    /// free block that is long enough but wrongly aligned (a near miss)
+    /// below the answer; a failing request purges
     /// lazily freed areas once (O(lazy · log n)) and retries.
     fn alloc_in(
         &mut self,
