@@ -116,6 +116,13 @@ impl Config {
     ///
     /// # Complexity
     /// O(1).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::Config;
+    /// assert!(Config::KERNEL.validate().is_ok());
+    /// assert!(Config { bits: 1000, ..Config::KERNEL }.validate().is_err()); // not a power of two
+    /// ```
     pub fn validate(&self) -> Result<(), AllocError> {
         let ok = self.page_size.is_power_of_two()
             && self.bits.is_power_of_two()
@@ -138,6 +145,12 @@ impl Config {
     /// Bytes per block: `bits * page_size`; blocks are aligned to it.
     /// Saturates at `u64::MAX` for a geometry [`validate`](Self::validate)
     /// refuses.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::Config;
+    /// assert_eq!(Config::KERNEL.block_size(), 1024 * 4096);
+    /// ```
     #[inline]
     pub fn block_size(&self) -> u64 {
         self.bits.saturating_mul(self.page_size)
@@ -145,6 +158,14 @@ impl Config {
 
     /// The order a request of `pages` uses (`2^order >= pages`), or `None`
     /// for 0 pages, more than `max_alloc`, or no such power of two.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::Config;
+    /// assert_eq!(Config::KERNEL.order_of(1), Some(0));
+    /// assert_eq!(Config::KERNEL.order_of(5), Some(3)); // 5 pages use 8
+    /// assert_eq!(Config::KERNEL.order_of(0), None);
+    /// ```
     #[inline]
     pub fn order_of(&self, pages: u64) -> Option<u32> {
         if !(1..=self.max_alloc).contains(&pages) {
@@ -211,6 +232,12 @@ pub enum Policy {
 
 impl Policy {
     /// Short lowercase name for tables.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::Policy;
+    /// assert_eq!(Policy::Current.name(), "current");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Policy::Legacy => "legacy",
