@@ -48,31 +48,86 @@ pub struct Guarded<M: lock_api::RawMutex, A>(lock_api::Mutex<M, A>);
 
 impl<M: lock_api::RawMutex, A> Guarded<M, A> {
     /// Wraps `inner`. `const`, so a `Guarded` can initialise a `static`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// assert_eq!(g.alloc(10, 1), Ok(0));
+    /// ```
     pub const fn new(inner: A) -> Self {
         Guarded(lock_api::Mutex::new(inner))
     }
 
     /// Takes the lock for a sequence of operations.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// let mut va = g.lock(); // held until dropped
+    /// let a = va.alloc(10, 1).unwrap();
+    /// va.free(a).unwrap();
+    /// ```
     pub fn lock(&self) -> lock_api::MutexGuard<'_, M, A> {
         self.0.lock()
     }
 
     /// Takes the lock if it is free, without waiting.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// let held = g.lock();
+    /// assert!(g.try_lock().is_none());
+    /// drop(held);
+    /// assert!(g.try_lock().is_some());
+    /// ```
     pub fn try_lock(&self) -> Option<lock_api::MutexGuard<'_, M, A>> {
         self.0.try_lock()
     }
 
     /// Runs `f` on the allocator under the lock and returns its result.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// let (a, b) = g.with(|va| (va.alloc(10, 1).unwrap(), va.alloc(10, 1).unwrap()));
+    /// assert_eq!((a, b), (0, 10));
+    /// ```
     pub fn with<T>(&self, f: impl FnOnce(&mut A) -> T) -> T {
         f(&mut self.0.lock())
     }
 
     /// The allocator, without locking: `&mut self` proves no one else holds it.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// g.get_mut().set_lazy_max(0); // exclusive access: no locking
+    /// ```
     pub fn get_mut(&mut self) -> &mut A {
         self.0.get_mut()
     }
 
     /// Unwraps the allocator.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// g.alloc(10, 1).unwrap();
+    /// assert_eq!(g.into_inner().stats().live_areas, 1);
+    /// ```
     pub fn into_inner(self) -> A {
         self.0.into_inner()
     }
@@ -83,6 +138,15 @@ impl<M: lock_api::RawMutex, R: RangeAllocator> Guarded<M, R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::alloc_in`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// assert_eq!(g.alloc(10, 8), Ok(0));
+    /// assert_eq!(g.alloc(10, 8), Ok(16));
+    /// ```
     pub fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
         self.lock().alloc(size, align)
     }
@@ -91,6 +155,14 @@ impl<M: lock_api::RawMutex, R: RangeAllocator> Guarded<M, R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::alloc_in`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// assert_eq!(g.alloc_in(10, 1, 50, 100), Ok(50));
+    /// ```
     pub fn alloc_in(
         &self,
         size: u64,
@@ -105,6 +177,15 @@ impl<M: lock_api::RawMutex, R: RangeAllocator> Guarded<M, R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::free`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = g.alloc(10, 1).unwrap();
+    /// assert_eq!(g.free(a), Ok(10));
+    /// ```
     pub fn free(&self, addr: u64) -> Result<u64, FreeError> {
         self.lock().free(addr)
     }
@@ -113,6 +194,16 @@ impl<M: lock_api::RawMutex, R: RangeAllocator> Guarded<M, R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::free_lazy`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = g.alloc(10, 1).unwrap();
+    /// assert_eq!(g.free_lazy(a), Ok(10));
+    /// assert_eq!(g.lock().stats().lazy_bytes, 10);
+    /// ```
     pub fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
         self.lock().free_lazy(addr)
     }

@@ -82,6 +82,14 @@ pub struct Request {
 
 impl Request {
     /// `size` bytes, alignment 1, anywhere, lowest fit.
+    ///
+    /// # Examples
+    /// ```
+    /// use core::num::NonZeroU64;
+    /// use mmkit::request::{Policy, Request};
+    /// let r = Request::new(NonZeroU64::new(64).unwrap());
+    /// assert_eq!((r.size(), r.alignment(), r.window(), r.placement()), (64, 1, None, Policy::Lowest));
+    /// ```
     pub const fn new(size: NonZeroU64) -> Self {
         Request {
             size,
@@ -126,6 +134,12 @@ impl Request {
 
     /// Aligns the address to `align`, a power of two (checked when the
     /// request is made: [`RequestError::BadAlign`]).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::Request;
+    /// assert_eq!(Request::bytes(64).unwrap().align(16).alignment(), 16);
+    /// ```
     pub const fn align(mut self, align: u64) -> Self {
         self.align = align;
         self
@@ -133,33 +147,72 @@ impl Request {
 
     /// Confines the allocation to `window` (clamped to the managed space):
     /// the whole allocation lies inside it.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::Request;
+    /// let r = Request::bytes(64).unwrap().within(0x1000..0x2000);
+    /// assert_eq!(r.window(), Some(0x1000..0x2000));
+    /// ```
     pub const fn within(mut self, window: Range<u64>) -> Self {
         self.window = Some((window.start, window.end));
         self
     }
 
     /// Places the allocation by `policy`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::{Policy, Request};
+    /// let r = Request::bytes(64).unwrap().policy(Policy::Highest);
+    /// assert_eq!(r.placement(), Policy::Highest);
+    /// ```
     pub const fn policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self
     }
 
     /// Shorthand for `.policy(Policy::Exact(addr))`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::{Policy, Request};
+    /// let r = Request::bytes(64).unwrap().at(0x4000);
+    /// assert_eq!(r.placement(), Policy::Exact(0x4000));
+    /// ```
     pub const fn at(self, addr: u64) -> Self {
         self.policy(Policy::Exact(addr))
     }
 
     /// The size in bytes.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::Request;
+    /// assert_eq!(Request::bytes(64).unwrap().size(), 64);
+    /// ```
     pub const fn size(&self) -> u64 {
         self.size.get()
     }
 
     /// The alignment.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::Request;
+    /// assert_eq!(Request::bytes(64).unwrap().alignment(), 1); // the default
+    /// ```
     pub const fn alignment(&self) -> u64 {
         self.align
     }
 
     /// The window, if one was set.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::Request;
+    /// assert_eq!(Request::bytes(64).unwrap().window(), None); // the whole space
+    /// ```
     pub const fn window(&self) -> Option<Range<u64>> {
         match self.window {
             Some((s, e)) => Some(s..e),
@@ -168,6 +221,12 @@ impl Request {
     }
 
     /// The placement policy.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::{Policy, Request};
+    /// assert_eq!(Request::bytes(64).unwrap().placement(), Policy::Lowest);
+    /// ```
     pub const fn placement(&self) -> Policy {
         self.policy
     }
