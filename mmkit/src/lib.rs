@@ -58,6 +58,34 @@
 //! assert_eq!(va.alloc(0x2000, 0x2000).unwrap(), 0x2000);
 //! va.check().unwrap();
 //! ```
+//!
+//! ## Start here
+//! - **Address space** (a kernel's vmalloc area, a hypervisor's MMIO and
+//!   PCI BAR space, a GPU heap): [`vmap::VmapAllocator`]. Plain calls
+//!   (`alloc`, `alloc_in`, `free`, `free_lazy`, `purge`) or a
+//!   [`request::Request`] with a window and a [`request::Policy`] (lowest,
+//!   highest, exact) and errors that say what failed
+//!   ([`request::RequestError`]); `core::alloc::Layout` entry points;
+//!   iterators over live areas and free blocks; `grow` and `shrink`.
+//!   Examples: `mmio_allocator`, `gpu_heap`.
+//! - **Physical page frames**: [`buddy::BuddyAllocator`] over the usable
+//!   ranges of a memory map, with [`buddy::pcp::PcpZone`] per-CPU lists in
+//!   front. Example: `frame_allocator`.
+//! - **Many small objects per CPU**: [`percpu::PercpuAllocator`].
+//! - **Small mappings per CPU** over any range allocator:
+//!   [`vblock::VblockAllocator`].
+//! - **Sharing one**: [`lock::Guarded`] puts any allocator behind any
+//!   `lock_api` lock (a spin lock in `no_std`); with `std`, `range::Locked`,
+//!   `vblock::ConcurrentVblock` and `buddy::pcp::ConcurrentZone`.
+//! - `use mmkit::prelude::*` imports the common names.
+//!
+//! ## Features
+//! `std` (default): `std::error::Error` impls and the `std` lock wrappers.
+//! `lock_api` (default, `no_std`): [`lock::Guarded`]. `serde`: serialize the
+//! statistics, free-block snapshots, requests and their errors.
+//! `debug-check`: every operation first runs the allocator's `check()`.
+//! Without `std`, every allocator is still `Send` (flush hooks are
+//! `Send`), so turning `std` on elsewhere in a build changes nothing.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
