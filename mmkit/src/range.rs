@@ -255,6 +255,14 @@ pub struct Locked<R>(crate::sync::Mutex<R>);
 #[cfg(feature = "std")]
 impl<R: RangeAllocator> Locked<R> {
     /// Wraps `inner`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// assert_eq!(va.alloc(10, 1), Ok(0));
+    /// ```
     pub fn new(inner: R) -> Self {
         Locked(crate::sync::Mutex::new(inner))
     }
@@ -262,6 +270,16 @@ impl<R: RangeAllocator> Locked<R> {
     /// Takes the lock for a sequence of operations. A panic while the lock
     /// was held does not poison it for others: every operation leaves the
     /// allocator consistent before it can panic.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// let mut g = va.lock(); // several operations under one acquisition
+    /// let a = g.alloc(10, 1).unwrap();
+    /// g.free(a).unwrap();
+    /// ```
     pub fn lock(&self) -> crate::sync::MutexGuard<'_, R> {
         crate::sync::lock(&self.0)
     }
@@ -270,6 +288,15 @@ impl<R: RangeAllocator> Locked<R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::alloc_in`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// assert_eq!(va.alloc(10, 8), Ok(0));
+    /// assert_eq!(va.alloc(10, 8), Ok(16));
+    /// ```
     pub fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
         self.lock().alloc(size, align)
     }
@@ -278,6 +305,14 @@ impl<R: RangeAllocator> Locked<R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::alloc_in`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// assert_eq!(va.alloc_in(10, 1, 50, 100), Ok(50));
+    /// ```
     pub fn alloc_in(
         &self,
         size: u64,
@@ -292,6 +327,16 @@ impl<R: RangeAllocator> Locked<R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::free`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(10, 1).unwrap();
+    /// assert_eq!(va.free(a), Ok(10));
+    /// assert!(va.free(a).is_err());
+    /// ```
     pub fn free(&self, addr: u64) -> Result<u64, FreeError> {
         self.lock().free(addr)
     }
@@ -300,11 +345,30 @@ impl<R: RangeAllocator> Locked<R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::free_lazy`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(10, 1).unwrap();
+    /// assert_eq!(va.free_lazy(a), Ok(10));
+    /// assert_eq!(va.lock().stats().lazy_bytes, 10);
+    /// ```
     pub fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
         self.lock().free_lazy(addr)
     }
 
     /// Unwraps the allocator.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// va.alloc(10, 1).unwrap();
+    /// assert_eq!(va.into_inner().stats().live_areas, 1);
+    /// ```
     pub fn into_inner(self) -> R {
         self.0.into_inner().unwrap_or_else(|p| p.into_inner())
     }
