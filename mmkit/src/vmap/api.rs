@@ -555,6 +555,48 @@ mod tests {
     }
 
     #[test]
+    fn policies_and_resizing_at_the_top_of_u64() {
+        let top = u64::MAX;
+        let mut v = VmapAllocator::new(top - 100, top).unwrap();
+        assert_eq!(v.allocate(req(10).policy(Policy::Highest)), Ok(top - 10));
+        assert_eq!(
+            v.allocate(req(16).align(16).policy(Policy::Highest)),
+            Ok(((top - 10) & !15) - 16)
+        );
+        assert_eq!(
+            v.allocate(req(10).at(top - 5)),
+            Err(RequestError::NotFree {
+                start: top - 5,
+                end: top
+            })
+        );
+        assert_eq!(
+            v.allocate(req(1).align(1 << 63)),
+            Err(RequestError::NoFit {
+                size: 1,
+                align: 1 << 63,
+                window: (top - 100, top),
+                largest_free: v.free_blocks().map(|r| r.end - r.start).max().unwrap(),
+            })
+        );
+        v.grow(0..top).unwrap();
+        assert_eq!(v.allocate(req(1).align(1 << 63)), Ok(0));
+        assert_eq!(
+            v.allocate(req(1).align(1 << 63).policy(Policy::Highest)),
+            Ok(1 << 63)
+        );
+        v.check().unwrap();
+        assert_eq!(
+            v.shrink(0..top - 200),
+            Err(RequestError::InUse {
+                start: top - 200,
+                end: top
+            })
+        );
+        v.check().unwrap();
+    }
+
+    #[test]
     fn grow_and_shrink_keep_every_invariant() {
         let mut v = VmapAllocator::new(100, 200).unwrap();
         let a = v.alloc_in(10, 1, 150, 160).unwrap();
