@@ -198,7 +198,8 @@ impl AreaChunk {
         crate::ensure!(self.map[0] & !IN_USE == 0, Layout @ 0usize, "map does not start at 0");
         crate::ensure!(self.map[n] & IN_USE != 0, Structure @ n, "sentinel not in use");
         crate::ensure!(
-            self.first_free <= n, Hint @ self.first_free,
+            self.first_free <= n,
+            Hint @ self.first_free,
             "first_free {} past {n} areas",
             self.first_free
         );
@@ -207,19 +208,22 @@ impl AreaChunk {
             let (s, e, used) = self.area(i);
             crate::ensure!(s < e, Layout @ s, "area {i}: [{s}, {e}) not increasing");
             crate::ensure!(
-                s % 4 == 0 && e % 4 == 0, Bounds @ s,
+                s % 4 == 0 && e % 4 == 0,
+                Bounds @ s,
                 "area {i}: [{s}, {e}) not 4-byte granular"
             );
             if used {
                 live += 1;
             } else {
                 crate::ensure!(
-                    i >= self.first_free, Hint @ s,
+                    i >= self.first_free,
+                    Hint @ s,
                     "free area {i} before first_free {}",
                     self.first_free
                 );
                 crate::ensure!(
-                    i == 0 || self.area(i - 1).2, Layout @ s,
+                    i == 0 || self.area(i - 1).2,
+                    Layout @ s,
                     "free areas {} and {i} not merged",
                     i - 1
                 );
@@ -409,7 +413,8 @@ impl PercpuAlloc for AreaMapAllocator {
         for (id, c) in self.chunks.iter().enumerate() {
             let Some(c) = c else {
                 crate::ensure!(
-                    self.slots.slot_of(id as u32).is_none(), Structure @ id,
+                    self.slots.slot_of(id as u32).is_none(),
+                    Structure @ id,
                     "released chunk {id} still listed"
                 );
                 continue;
@@ -417,7 +422,8 @@ impl PercpuAlloc for AreaMapAllocator {
             held += 1;
             empty += u64::from(c.live == 0);
             crate::ensure!(
-                u64::from(c.unit_size()) == self.unit_size, Structure @ id,
+                u64::from(c.unit_size()) == self.unit_size,
+                Structure @ id,
                 "chunk {id}: wrong sentinel"
             );
             c.check()
@@ -425,7 +431,8 @@ impl PercpuAlloc for AreaMapAllocator {
             let want = self.slot_of_chunk(c);
             let at = self.slots.slot_of(id as u32);
             crate::ensure!(
-                at == Some(want), Structure @ id,
+                at == Some(want),
+                Structure @ id,
                 "chunk {id} listed in slot {at:?}, belongs in {want}"
             );
         }

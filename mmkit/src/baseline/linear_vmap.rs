@@ -426,12 +426,14 @@ impl RangeAllocator for LinearVmap {
         let (mut live, mut live_bytes, mut lazy, mut lazy_bytes) = (0u64, 0u64, 0u64, 0u64);
         for (&s, a) in &self.busy {
             crate::ensure!(
-                s < a.end, Layout @ s,
+                s < a.end,
+                Layout @ s,
                 "area {s:#x} is empty or inverted (end {:#x})",
                 a.end
             );
             crate::ensure!(
-                s >= prev_end, Layout @ s,
+                s >= prev_end,
+                Layout @ s,
                 "area {s:#x} overlaps the one before (end {prev_end:#x})"
             );
             crate::ensure!(a.end <= self.end, Bounds @ s, "area {s:#x} ends past the space");
@@ -475,15 +477,13 @@ impl RangeAllocator for LinearVmap {
         );
         for s in &listed {
             crate::ensure!(
-                self.busy.get(s).is_some_and(|a| a.lazy), Structure @ *s,
+                self.busy.get(s).is_some_and(|a| a.lazy),
+                Structure @ *s,
                 "lazy list names {s:#x}, not a lazy area"
             );
         }
         if let Some(c) = self.cache {
-            crate::ensure!(
-                self.busy.contains_key(&c), Hint @ c,
-                "cache {c:#x} is not a busy area"
-            );
+            crate::ensure!(self.busy.contains_key(&c), Hint @ c, "cache {c:#x} is not a busy area");
         }
         crate::ensure!(
             self.lazy_bytes <= self.lazy_max,

@@ -1261,22 +1261,26 @@ impl BuddyAllocator {
     /// every other frame of it interior.
     fn check_block_shape(&self, pfn: u64, order: u8) -> Result<(), CheckError> {
         crate::ensure!(
-            order <= self.cfg.max_order, Bounds @ pfn,
+            order <= self.cfg.max_order,
+            Bounds @ pfn,
             "pfn {pfn:#x}: order {order} > max"
         );
         crate::ensure!(
-            pfn % (1u64 << order) == 0, Bounds @ pfn,
+            pfn % (1u64 << order) == 0,
+            Bounds @ pfn,
             "pfn {pfn:#x}: not aligned to order {order}"
         );
         let end = pfn + (1u64 << order);
         crate::ensure!(
-            end <= self.end_pfn(), Bounds @ pfn,
+            end <= self.end_pfn(),
+            Bounds @ pfn,
             "pfn {pfn:#x}: order {order} block leaves the span"
         );
         let i = (pfn - self.start) as usize;
         let inner = &self.frames[i + 1..i + (1usize << order)];
         crate::ensure!(
-            inner.iter().all(|f| f.unpack() == Frame::Tail), Layout @ pfn,
+            inner.iter().all(|f| f.unpack() == Frame::Tail),
+            Layout @ pfn,
             "pfn {pfn:#x}: order {order} block holds a hole or another head"
         );
         Ok(())
@@ -1288,14 +1292,16 @@ impl BuddyAllocator {
         let first = self.block_index(pfn);
         let last = self.block_index(pfn + (1u64 << order) - 1);
         crate::ensure!(
-            self.blocks[first..=last].iter().all(|&t| t == mt), Structure @ pfn,
+            self.blocks[first..=last].iter().all(|&t| t == mt),
+            Structure @ pfn,
             "pfn {pfn:#x}: free on {mt:?} list inside a pageblock of another type"
         );
         if order < self.cfg.max_order {
             if let Some(bmt) = self.free_head(pfn ^ (1u64 << order), order) {
                 let forbidden = bmt != mt && !(bmt.is_pcp() && mt.is_pcp());
                 crate::ensure!(
-                    forbidden, Layout @ pfn,
+                    forbidden,
+                    Layout @ pfn,
                     "pfn {pfn:#x}: order {order} buddy is free but not merged"
                 );
             }
@@ -1320,7 +1326,8 @@ impl BuddyAllocator {
                         CheckError::new(module_path!(), Invariant::Structure, None, e)
                     })?;
                 crate::ensure!(
-                    list.len == per_list[li], Accounting @ order,
+                    list.len == per_list[li],
+                    Accounting @ order,
                     "list ({order}, {mt:?}) has {} blocks, frames say {}",
                     list.len,
                     per_list[li]

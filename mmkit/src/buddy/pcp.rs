@@ -624,12 +624,17 @@ impl PcpZone {
                             && self.zone.frame(i) == Frame::Alloc { order, mt }
                             && !core::mem::replace(&mut seen[i], true)
                     });
-                    crate::ensure!(ok, Structure @ pfn, "cpu {cpu}: pcp page {pfn:#x} ({order}, {mt:?}) not an idle allocated block or listed twice");
+                    crate::ensure!(
+                        ok,
+                        Structure @ pfn,
+                        "cpu {cpu}: pcp page {pfn:#x} ({order}, {mt:?}) not an idle allocated block or listed twice"
+                    );
                     count += 1u64 << order;
                 }
             }
             crate::ensure!(
-                count == lists.count, Accounting @ cpu,
+                count == lists.count,
+                Accounting @ cpu,
                 "cpu {cpu}: count {} but lists hold {count}",
                 lists.count
             );
@@ -645,7 +650,8 @@ impl PcpZone {
                 self.zone.frame(i) == Frame::Alloc { order, mt }
             });
             crate::ensure!(
-                ok, Structure @ i,
+                ok,
+                Structure @ i,
                 "frame index {i}: owner tag {t:#x} does not match the zone"
             );
         }

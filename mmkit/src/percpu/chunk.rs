@@ -355,14 +355,20 @@ impl Chunk {
                 break;
             }
             crate::ensure!(
-                bitmap::test(&self.bound_map, pos), Structure @ pos,
+                bitmap::test(&self.bound_map, pos),
+                Structure @ pos,
                 "bit {pos}: allocated but no bound_map start"
             );
             let end = bitmap::next_set(&self.bound_map, pos + 1, nr + 1);
-            crate::ensure!(end <= nr, Structure @ pos, "bit {pos}: allocation has no end in bound_map");
+            crate::ensure!(
+                end <= nr,
+                Structure @ pos,
+                "bit {pos}: allocation has no end in bound_map"
+            );
             let hole = bitmap::next_zero(&self.alloc_map, pos, end);
             crate::ensure!(
-                hole == end, Layout @ hole,
+                hole == end,
+                Layout @ hole,
                 "allocation [{pos}, {end}) has a clear bit at {hole}"
             );
             live += 1;
@@ -417,7 +423,8 @@ fn check_block(b: &BlockMd, runs: &[(u32, u32)]) -> Result<(), CheckError> {
     let nr = b.nr_bits;
     let first = runs.first().map_or(nr, |r| r.0);
     crate::ensure!(
-        b.first_free == first, Hint @ first,
+        b.first_free == first,
+        Hint @ first,
         "first_free {} but first clear bit {first}",
         b.first_free
     );
@@ -445,18 +452,21 @@ fn check_block(b: &BlockMd, runs: &[(u32, u32)]) -> Result<(), CheckError> {
     if max > 0 {
         let cs = b.contig_hint_start;
         crate::ensure!(
-            runs.contains(&(cs, cs + max)), Hint @ cs,
+            runs.contains(&(cs, cs + max)),
+            Hint @ cs,
             "contig_hint_start {cs} is not a run of {max}"
         );
     }
     if b.scan_hint != 0 {
         let (ss, sc) = (b.scan_hint_start, b.scan_hint);
         crate::ensure!(
-            runs.contains(&(ss, ss + sc)), Hint @ ss,
+            runs.contains(&(ss, ss + sc)),
+            Hint @ ss,
             "scan hint ({ss}, {sc}) is not a free run"
         );
         crate::ensure!(
-            ss < b.contig_hint_start, Hint @ ss,
+            ss < b.contig_hint_start,
+            Hint @ ss,
             "scan hint at {ss} not before contig hint"
         );
         let before = runs
@@ -477,7 +487,8 @@ fn check_block(b: &BlockMd, runs: &[(u32, u32)]) -> Result<(), CheckError> {
 fn check_chunk_md(md: &BlockMd, runs: &[(u32, u32)], max_block: u32) -> Result<(), CheckError> {
     let first = runs.first().map_or(md.nr_bits, |r| r.0);
     crate::ensure!(
-        md.first_free == first, Hint @ first,
+        md.first_free == first,
+        Hint @ first,
         "first_free {} but first clear bit {first}",
         md.first_free
     );
@@ -497,7 +508,8 @@ fn check_chunk_md(md: &BlockMd, runs: &[(u32, u32)], max_block: u32) -> Result<(
     if md.contig_hint > 0 {
         let ok = run_containing(runs, md.contig_hint_start, md.contig_hint).is_some();
         crate::ensure!(
-            ok, Hint @ md.contig_hint_start,
+            ok,
+            Hint @ md.contig_hint_start,
             "contig hint ({}, {}) is not free",
             md.contig_hint_start,
             md.contig_hint
@@ -506,11 +518,13 @@ fn check_chunk_md(md: &BlockMd, runs: &[(u32, u32)], max_block: u32) -> Result<(
     if md.scan_hint != 0 {
         let (ss, sc) = (md.scan_hint_start, md.scan_hint);
         crate::ensure!(
-            run_containing(runs, ss, sc).is_some(), Hint @ ss,
+            run_containing(runs, ss, sc).is_some(),
+            Hint @ ss,
             "scan hint ({ss}, {sc}) is not free"
         );
         crate::ensure!(
-            ss + sc <= md.contig_hint_start, Hint @ ss,
+            ss + sc <= md.contig_hint_start,
+            Hint @ ss,
             "scan hint ({ss}, {sc}) reaches the contig hint"
         );
     }

@@ -396,7 +396,8 @@ impl PercpuAlloc for PercpuAllocator {
         for (id, c) in self.chunks.iter().enumerate() {
             let Some(c) = c else {
                 crate::ensure!(
-                    self.slots.slot_of(id as u32).is_none(), Structure @ id,
+                    self.slots.slot_of(id as u32).is_none(),
+                    Structure @ id,
                     "released chunk {id} still listed"
                 );
                 continue;
@@ -408,7 +409,11 @@ impl PercpuAlloc for PercpuAllocator {
             let want = self.slot_of_chunk(c);
             let at = self.slots.slot_of(id as u32);
             let ok = at == Some(want) || (at == Some(0) && want < SLOT_FAIL_THRESHOLD);
-            crate::ensure!(ok, Structure @ id, "chunk {id} listed in slot {at:?}, belongs in {want}");
+            crate::ensure!(
+                ok,
+                Structure @ id,
+                "chunk {id} listed in slot {at:?}, belongs in {want}"
+            );
         }
         crate::ensure!(
             listed == held,

@@ -965,21 +965,18 @@ impl RangeTree {
         }
         let n = *ar.get(at);
         let (hl, lm, la) = Self::check_at(ar, n.left, summaries, count, prev_end, lo, hi)?;
+        ensure!(n.start < n.end, Layout @ n.start, "empty range [{:#x}, {:#x})", n.start, n.end);
         ensure!(
-            n.start < n.end, Layout @ n.start,
-            "empty range [{:#x}, {:#x})",
-            n.start,
-            n.end
-        );
-        ensure!(
-            lo <= n.start && n.end <= hi, Bounds @ n.start,
+            lo <= n.start && n.end <= hi,
+            Bounds @ n.start,
             "range [{:#x}, {:#x}) outside [{lo:#x}, {hi:#x})",
             n.start,
             n.end
         );
         if let Some(pe) = *prev_end {
             ensure!(
-                pe <= n.start, Layout @ n.start,
+                pe <= n.start,
+                Layout @ n.start,
                 "ranges overlap or are out of order at {:#x}",
                 n.start
             );
@@ -987,7 +984,8 @@ impl RangeTree {
         *prev_end = Some(n.end);
         *count += 1;
         ensure!(
-            n.start.trailing_zeros().min(n.end.trailing_zeros()) >= ar.floor, Hint @ n.start,
+            n.start.trailing_zeros().min(n.end.trailing_zeros()) >= ar.floor,
+            Hint @ n.start,
             "range [{:#x}, {:#x}) finer than the granule floor",
             n.start,
             n.end
@@ -996,7 +994,8 @@ impl RangeTree {
         ensure!(hl.abs_diff(hr) <= 1, Structure @ n.start, "AVL balance broken at {:#x}", n.start);
         ensure!(n.height == 1 + hl.max(hr), Structure @ n.start, "height wrong at {:#x}", n.start);
         ensure!(
-            n.lmax == lm && n.rmax == rm, Hint @ n.start,
+            n.lmax == lm && n.rmax == rm,
+            Hint @ n.start,
             "child maxima at {:#x} are ({:#x}, {:#x}), recomputed ({lm:#x}, {rm:#x})",
             n.start,
             n.lmax,
@@ -1012,7 +1011,8 @@ impl RangeTree {
         }
         let asum = AlignSummary::of_subtree(smax, &parts);
         ensure!(
-            !summaries || n.asum == asum, Hint @ n.start,
+            !summaries || n.asum == asum,
+            Hint @ n.start,
             "alignment summary at {:#x} is {:?}, recomputed {asum:?}",
             n.start,
             n.asum

@@ -552,7 +552,8 @@ pub(crate) fn check_all<'a, R: RangeAllocator>(
             ensure!(va % bs == 0, Bounds @ va, "block {va:#x} not aligned to {bs:#x}");
             let want = (cpu as u32, slot);
             ensure!(
-                index.get(&cfg.block_no(va)) == Some(&want), Structure @ va,
+                index.get(&cfg.block_no(va)) == Some(&want),
+                Structure @ va,
                 "block {va:#x} (cpu {cpu}) not indexed"
             );
             blocks += 1;

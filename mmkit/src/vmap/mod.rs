@@ -466,7 +466,8 @@ impl RangeAllocator for VmapAllocator {
         for &(s, e) in &self.lazy.areas {
             ensure!(s < e, Layout @ s, "empty lazy area at {s:#x}");
             ensure!(
-                self.lazy.lo <= s && e <= self.lazy.hi, Bounds @ s,
+                self.lazy.lo <= s && e <= self.lazy.hi,
+                Bounds @ s,
                 "lazy area {s:#x} outside the flush range"
             );
             all.push((s, e, "lazy"));
@@ -475,10 +476,7 @@ impl RangeAllocator for VmapAllocator {
         let mut sums = [0u64; 3];
         let mut expect = lo;
         for &(s, e, kind) in &all {
-            ensure!(
-                s == expect, Layout @ s,
-                "{kind} range at {s:#x}: expected one at {expect:#x}"
-            );
+            ensure!(s == expect, Layout @ s, "{kind} range at {s:#x}: expected one at {expect:#x}");
             expect = e;
             sums[match kind {
                 "free" => 0,
