@@ -118,3 +118,17 @@ pub mod vblock;
 pub mod vmap;
 
 pub use error::{AllocError, CheckError, FreeError};
+
+// Every allocator is `Send` with and without `std`, so a kernel's `static`
+// spin lock (`lock::Guarded`) can hold one: checked at compile time in every
+// build, `no_std` included.
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<vmap::VmapAllocator>();
+    send::<baseline::linear_vmap::LinearVmap>();
+    send::<baseline::area_map::AreaMapAllocator>();
+    send::<percpu::PercpuAllocator>();
+    send::<buddy::BuddyAllocator>();
+    send::<buddy::pcp::PcpZone>();
+    send::<vblock::VblockAllocator<vmap::VmapAllocator>>();
+};
