@@ -707,7 +707,12 @@ mod tests {
         fn check(&self) -> Result<(), CheckError> {
             match self.0.stats().live_areas {
                 0 => Ok(()),
-                _ => Err(CheckError::new("planted")),
+                _ => Err(CheckError::new(
+                    "test",
+                    mmkit::error::Invariant::Accounting,
+                    None,
+                    "planted",
+                )),
             }
         }
     }
@@ -726,7 +731,7 @@ alloc c 1
         let mut a = Broken(LinearVmap::new(0, 0x100).unwrap());
         match run(&mut a, t.clone().into_iter().map(Ok), true, &mut out) {
             Err(RunError::Check { line, err }) => {
-                assert_eq!((line, err.0.as_str()), (4, "planted"))
+                assert_eq!((line, err.detail()), (4, "planted"))
             }
             other => panic!("expected a check failure, got {other:?}"),
         }

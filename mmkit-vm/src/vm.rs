@@ -512,9 +512,11 @@ impl Vm {
             vb.check()?;
         }
         let space = self.space();
-        space
-            .check(space.records.mapped_pages())
-            .map_err(mmkit::CheckError::new)
+        space.check(space.records.mapped_pages()).map_err(|e| {
+            // The records disagree with the allocators or page tables.
+            let kind = mmkit::error::Invariant::Structure;
+            mmkit::CheckError::new(module_path!(), kind, None, e)
+        })
     }
 }
 

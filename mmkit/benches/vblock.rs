@@ -12,7 +12,6 @@ use std::hint::black_box;
 use std::sync::Mutex;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use mmkit::range::RangeAllocator;
 use mmkit::vblock::{ConcurrentVblock, Config, Policy};
 use mmkit::vmap::VmapAllocator;
 

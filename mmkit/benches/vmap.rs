@@ -7,7 +7,6 @@
 //! (no neighbour is free: a fresh free block is inserted).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 
 const PAGE: u64 = 4096;

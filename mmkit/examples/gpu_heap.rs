@@ -1,10 +1,15 @@
 //! A GPU-style heap: suballocate buffers with alignment from a fixed
 //! 256 MiB device range, free some lazily (the device may still read them
-//! until the next fence), and reuse space only after the fence.
+//! until the next fence), and reuse space only after the fence. Short-lived
+//! staging buffers come from the top of the heap so they do not fragment
+//! the long-lived resources at the bottom, and the heap grows when the
+//! driver maps more VRAM.
 //!
 //! Run with `cargo run -p mmkit --example gpu_heap`.
 
-use mmkit::range::RangeAllocator;
+use core::alloc::Layout;
+
+use mmkit::request::{Policy, Request};
 use mmkit::vmap::VmapAllocator;
 
 fn main() {
@@ -32,6 +37,31 @@ fn main() {
     heap.purge(&mut |s, e| println!("invalidate [{s:#x}, {e:#x})"));
     let again = heap.alloc(4 << 20, 64 << 10).expect("space");
     assert_eq!(again, tex, "lowest fit reuses the purged range");
+
+    // Staging buffers: top down, out of the way of long-lived resources.
+    let staging = Request::bytes(1 << 20).expect("non-zero").align(4096);
+    let st = heap
+        .allocate(staging.clone().policy(Policy::Highest))
+        .expect("space");
+    assert_eq!(st, HEAP + (256 << 20) - (1 << 20));
+    // A CPU-side struct mirrored on the device: a `Layout` is a request.
+    let params = heap
+        .alloc_layout(Layout::new::<[f32; 16]>())
+        .expect("space");
+    println!("staging {st:#x}, params {params:#x}");
+
+    // The upload finished: the staging buffer goes, and the top of the heap
+    // is contiguous again.
+    heap.free(st).expect("live");
+
+    // The driver maps 256 MiB more VRAM right after the heap: grow it. The
+    // new space merges with the free block at the old top.
+    heap.grow(HEAP..HEAP + (512 << 20))
+        .expect("contains the old heap");
+    let big = heap
+        .alloc(300 << 20, 2 << 20)
+        .expect("space after the grow");
+    println!("after grow: 300 MiB buffer at {big:#x}");
 
     // Bad input is a typed error and changes nothing.
     assert!(heap.alloc(0, 256).is_err());

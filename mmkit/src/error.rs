@@ -4,7 +4,6 @@
 //! allocator exactly as it was: an error never means "half done".
 //!
 //! ```
-//! use mmkit::range::RangeAllocator;
 //! use mmkit::vmap::VmapAllocator;
 //! use mmkit::{AllocError, FreeError};
 //!
@@ -65,23 +64,150 @@ impl fmt::Display for FreeError {
     }
 }
 
+/// The kind of invariant a `check()` found broken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub enum Invariant {
+    /// A counter (free, live, lazy bytes; list lengths; page counts)
+    /// disagrees with what the structure holds when recounted.
+    Accounting,
+    /// Ranges, areas or blocks are out of order, overlap, leave a gap, or
+    /// are not merged where they must be.
+    Layout,
+    /// A link, index, list membership, owner tag or tree balance is broken.
+    Structure,
+    /// A cached hint (a subtree maximum, an alignment summary, a contiguity
+    /// hint, a search cache) disagrees with a recomputation.
+    Hint,
+    /// A value lies outside its limits: past the space or span, misaligned,
+    /// above a maximum order or threshold.
+    Bounds,
+}
+
+impl Invariant {
+    /// A short lowercase name (`"accounting"`, `"layout"`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Invariant::Accounting => "accounting",
+            Invariant::Layout => "layout",
+            Invariant::Structure => "structure",
+            Invariant::Hint => "hint",
+            Invariant::Bounds => "bounds",
+        }
+    }
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// An invariant violation found by a `check()` method. Seeing one is a bug in
-/// mmkit; the message names the invariant and the place.
+/// mmkit (or in the caller of a `pub(crate)`-level structure it checks).
+///
+/// It says which allocator ([`component`](Self::component), the module
+/// path), which kind of invariant ([`invariant`](Self::invariant)), where
+/// ([`at`](Self::at): the address, pfn, bit, slot or index involved, when
+/// there is one) and what exactly ([`detail`](Self::detail)).
+///
+/// # Examples
+/// ```
+/// use mmkit::error::{CheckError, Invariant};
+/// let e = CheckError::new("mmkit::vmap", Invariant::Accounting, Some(0x4000), "free bytes 8 != counter 16");
+/// assert_eq!(e.invariant(), Invariant::Accounting);
+/// assert_eq!(e.at(), Some(0x4000));
+/// assert_eq!(
+///     e.to_string(),
+///     "mmkit::vmap: accounting invariant violated at 0x4000: free bytes 8 != counter 16"
+/// );
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckError(pub String);
+pub struct CheckError {
+    component: &'static str,
+    invariant: Invariant,
+    at: Option<u64>,
+    detail: String,
+}
 
 impl CheckError {
-    /// Builds a `CheckError` from anything printable.
-    pub fn new(msg: impl Into<String>) -> Self {
-        CheckError(msg.into())
+    /// A violation of `invariant` in `component` (a module path, e.g.
+    /// `"mmkit::vmap"`), at `at` when a place is known.
+    pub fn new(
+        component: &'static str,
+        invariant: Invariant,
+        at: Option<u64>,
+        detail: impl Into<String>,
+    ) -> Self {
+        CheckError {
+            component,
+            invariant,
+            at,
+            detail: detail.into(),
+        }
+    }
+
+    /// Where the checker that found it lives (a module path).
+    pub fn component(&self) -> &'static str {
+        self.component
+    }
+
+    /// Which kind of invariant is broken.
+    pub fn invariant(&self) -> Invariant {
+        self.invariant
+    }
+
+    /// The address, pfn, bit, slot or index involved, if the check knows one.
+    pub fn at(&self) -> Option<u64> {
+        self.at
+    }
+
+    /// The message: what was found, and what was expected.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// The same error with `outer` (e.g. `"chunk 3"`) prefixed to the detail,
+    /// for a checker that runs a sub-checker per element.
+    #[must_use]
+    pub fn within(mut self, outer: impl fmt::Display) -> Self {
+        self.detail = alloc::format!("{outer}: {}", self.detail);
+        self
     }
 }
 
 impl fmt::Display for CheckError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invariant violated: {}", self.0)
+        write!(
+            f,
+            "{}: {} invariant violated",
+            self.component, self.invariant
+        )?;
+        if let Some(at) = self.at {
+            write!(f, " at {at:#x}")?;
+        }
+        write!(f, ": {}", self.detail)
     }
 }
+
+/// A place for [`CheckError::at`] from any unsigned integer type.
+#[doc(hidden)]
+pub trait CheckAt {
+    fn check_at(self) -> u64;
+}
+
+macro_rules! check_at {
+    ($($t:ty),*) => {$(
+        impl CheckAt for $t {
+            #[inline]
+            fn check_at(self) -> u64 {
+                self as u64
+            }
+        }
+    )*};
+}
+check_at!(u8, u16, u32, u64, usize);
 
 /// `n` copies of `value`, or [`AllocError::NoSpace`] when the heap refuses
 /// them: metadata sized by a caller's argument must not abort the process.
@@ -99,14 +225,31 @@ impl std::error::Error for FreeError {}
 #[cfg(feature = "std")]
 impl std::error::Error for CheckError {}
 
-/// Returns `Err(CheckError)` with a formatted message when `cond` is false.
-/// Used by the `check()` methods.
+/// Returns `Err(CheckError)` when `cond` is false: `ensure!(cond, Kind,
+/// "message", args..)` or, naming the place, `ensure!(cond, Kind @ at,
+/// "message", args..)`, where `Kind` is an [`Invariant`] variant. Used by
+/// the `check()` methods.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! ensure {
-    ($cond:expr, $($arg:tt)+) => {
+    ($cond:expr, $kind:ident @ $at:expr, $($arg:tt)+) => {
         if !$cond {
-            return Err($crate::error::CheckError($crate::__format!($($arg)+)));
+            return Err($crate::error::CheckError::new(
+                module_path!(),
+                $crate::error::Invariant::$kind,
+                Some($crate::error::CheckAt::check_at($at)),
+                $crate::__format!($($arg)+),
+            ));
+        }
+    };
+    ($cond:expr, $kind:ident, $($arg:tt)+) => {
+        if !$cond {
+            return Err($crate::error::CheckError::new(
+                module_path!(),
+                $crate::error::Invariant::$kind,
+                None,
+                $crate::__format!($($arg)+),
+            ));
         }
     };
 }

@@ -37,6 +37,7 @@ pub const DEFAULT_LAZY_MAX: u64 = 32 << 20;
 /// let s = va.stats();
 /// assert_eq!((s.live_areas, s.live_bytes, s.free_bytes, s.free_blocks), (1, 10, 90, 1));
 /// ```
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RangeStats {
     /// Number of maximal free blocks (0 for allocators that keep no free
@@ -54,9 +55,12 @@ pub struct RangeStats {
     pub lazy_areas: u64,
     /// Bytes freed lazily and waiting for a purge.
     pub lazy_bytes: u64,
-    /// Purges that ran (explicit, threshold and allocation-failure purges).
+    /// Purges that released something (explicit, threshold and
+    /// allocation-failure purges alike). A purge that finds nothing lazy
+    /// returns `false` and is not counted.
     pub purges: u64,
-    /// Flushes issued (a purge with nothing lazy issues none).
+    /// Flushes issued: one per counted purge (a purge with nothing lazy
+    /// issues none).
     pub flushes: u64,
     /// Heap bytes of metadata the allocator holds (nodes, arenas, indexes).
     pub metadata_bytes: u64,
@@ -64,12 +68,11 @@ pub struct RangeStats {
 
 /// A flush hook: called once per purge with the half-open range `[start,
 /// end)` that covers every area the purge released.
-#[cfg(feature = "std")]
+///
+/// It is `Send` with or without the `std` feature, so an allocator holding
+/// one is `Send` everywhere (it can sit in a kernel's static spin lock) and
+/// turning `std` on elsewhere in a build never breaks a `no_std` user.
 pub type FlushHook = alloc::boxed::Box<dyn FnMut(u64, u64) + Send>;
-/// A flush hook: called once per purge with the half-open range `[start,
-/// end)` that covers every area the purge released.
-#[cfg(not(feature = "std"))]
-pub type FlushHook = alloc::boxed::Box<dyn FnMut(u64, u64)>;
 
 /// The range allocator contract (see the [module docs](self)).
 pub trait RangeAllocator {
@@ -138,6 +141,7 @@ pub trait RangeAllocator {
     fn check(&self) -> Result<(), CheckError>;
 }
 
+#[doc(hidden)]
 /// Validates and clamps an allocation request against the space
 /// `[start, end)`. Returns the clamped window, or `Invalid`.
 ///
@@ -214,6 +218,7 @@ impl<A> Drop for HookOut<'_, A> {
     }
 }
 
+#[doc(hidden)]
 /// The lowest `a >= lo` with `a % align == 0` and `a + size <= hi`, if any.
 /// Never overflows. `align` must be a power of two.
 #[inline]
@@ -250,6 +255,14 @@ pub struct Locked<R>(crate::sync::Mutex<R>);
 #[cfg(feature = "std")]
 impl<R: RangeAllocator> Locked<R> {
     /// Wraps `inner`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// assert_eq!(va.alloc(10, 1), Ok(0));
+    /// ```
     pub fn new(inner: R) -> Self {
         Locked(crate::sync::Mutex::new(inner))
     }
@@ -257,6 +270,16 @@ impl<R: RangeAllocator> Locked<R> {
     /// Takes the lock for a sequence of operations. A panic while the lock
     /// was held does not poison it for others: every operation leaves the
     /// allocator consistent before it can panic.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// let mut g = va.lock(); // several operations under one acquisition
+    /// let a = g.alloc(10, 1).unwrap();
+    /// g.free(a).unwrap();
+    /// ```
     pub fn lock(&self) -> crate::sync::MutexGuard<'_, R> {
         crate::sync::lock(&self.0)
     }
@@ -265,6 +288,15 @@ impl<R: RangeAllocator> Locked<R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::alloc_in`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// assert_eq!(va.alloc(10, 8), Ok(0));
+    /// assert_eq!(va.alloc(10, 8), Ok(16));
+    /// ```
     pub fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
         self.lock().alloc(size, align)
     }
@@ -273,6 +305,14 @@ impl<R: RangeAllocator> Locked<R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::alloc_in`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// assert_eq!(va.alloc_in(10, 1, 50, 100), Ok(50));
+    /// ```
     pub fn alloc_in(
         &self,
         size: u64,
@@ -287,6 +327,16 @@ impl<R: RangeAllocator> Locked<R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::free`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(10, 1).unwrap();
+    /// assert_eq!(va.free(a), Ok(10));
+    /// assert!(va.free(a).is_err());
+    /// ```
     pub fn free(&self, addr: u64) -> Result<u64, FreeError> {
         self.lock().free(addr)
     }
@@ -295,11 +345,30 @@ impl<R: RangeAllocator> Locked<R> {
     ///
     /// # Errors
     /// As [`RangeAllocator::free_lazy`].
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(10, 1).unwrap();
+    /// assert_eq!(va.free_lazy(a), Ok(10));
+    /// assert_eq!(va.lock().stats().lazy_bytes, 10);
+    /// ```
     pub fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
         self.lock().free_lazy(addr)
     }
 
     /// Unwraps the allocator.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// va.alloc(10, 1).unwrap();
+    /// assert_eq!(va.into_inner().stats().live_areas, 1);
+    /// ```
     pub fn into_inner(self) -> R {
         self.0.into_inner().unwrap_or_else(|p| p.into_inner())
     }

@@ -35,6 +35,11 @@ fn vblock() {
 }
 
 #[test]
+fn vmap_policy() {
+    drive("vmap_policy");
+}
+
+#[test]
 fn percpu() {
     drive("percpu");
 }

@@ -4,7 +4,6 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 
 struct Counting;

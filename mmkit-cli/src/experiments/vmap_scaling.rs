@@ -9,7 +9,6 @@
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use mmkit::range::RangeAllocator;
 use mmkit::vblock::{ConcurrentVblock, Config, Policy};
 use mmkit::vmap::VmapAllocator;
 

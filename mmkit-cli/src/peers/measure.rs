@@ -15,7 +15,6 @@
 
 use std::time::{Duration, Instant};
 
-use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 
 use super::workload::{Op, Plan};

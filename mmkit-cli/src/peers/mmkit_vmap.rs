@@ -2,7 +2,6 @@
 //! augmented AVL tree of free blocks. It is also the oracle the bench asks
 //! for the exact lowest fit of every peer's request.
 
-use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 
 use super::{PeerRange, PAGE};

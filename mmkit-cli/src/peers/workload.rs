@@ -11,7 +11,6 @@
 //! Sizes are whole pages, so every allocator, also one counting in pages,
 //! sees the same requests.
 
-use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 use rand_mt::Mt64;
 

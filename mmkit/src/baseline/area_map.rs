@@ -195,19 +195,21 @@ impl AreaChunk {
 
     fn check(&self) -> Result<(), CheckError> {
         let n = self.areas();
-        crate::ensure!(self.map[0] & !IN_USE == 0, "map does not start at 0");
-        crate::ensure!(self.map[n] & IN_USE != 0, "sentinel not in use");
+        crate::ensure!(self.map[0] & !IN_USE == 0, Layout @ 0usize, "map does not start at 0");
+        crate::ensure!(self.map[n] & IN_USE != 0, Structure @ n, "sentinel not in use");
         crate::ensure!(
             self.first_free <= n,
+            Hint @ self.first_free,
             "first_free {} past {n} areas",
             self.first_free
         );
         let (mut free, mut largest, mut live) = (0u32, 0u32, 0u32);
         for i in 0..n {
             let (s, e, used) = self.area(i);
-            crate::ensure!(s < e, "area {i}: [{s}, {e}) not increasing");
+            crate::ensure!(s < e, Layout @ s, "area {i}: [{s}, {e}) not increasing");
             crate::ensure!(
                 s % 4 == 0 && e % 4 == 0,
+                Bounds @ s,
                 "area {i}: [{s}, {e}) not 4-byte granular"
             );
             if used {
@@ -215,11 +217,13 @@ impl AreaChunk {
             } else {
                 crate::ensure!(
                     i >= self.first_free,
+                    Hint @ s,
                     "free area {i} before first_free {}",
                     self.first_free
                 );
                 crate::ensure!(
                     i == 0 || self.area(i - 1).2,
+                    Layout @ s,
                     "free areas {} and {i} not merged",
                     i - 1
                 );
@@ -229,16 +233,19 @@ impl AreaChunk {
         }
         crate::ensure!(
             free == self.free_size,
+            Accounting,
             "free_size {} but {free} free",
             self.free_size
         );
         crate::ensure!(
             live == self.live,
+            Accounting,
             "live {} but {live} in the map",
             self.live
         );
         crate::ensure!(
             self.contig_hint >= largest,
+            Hint,
             "contig_hint {} below largest free {largest}",
             self.contig_hint
         );
@@ -407,6 +414,7 @@ impl PercpuAlloc for AreaMapAllocator {
             let Some(c) = c else {
                 crate::ensure!(
                     self.slots.slot_of(id as u32).is_none(),
+                    Structure @ id,
                     "released chunk {id} still listed"
                 );
                 continue;
@@ -415,19 +423,25 @@ impl PercpuAlloc for AreaMapAllocator {
             empty += u64::from(c.live == 0);
             crate::ensure!(
                 u64::from(c.unit_size()) == self.unit_size,
+                Structure @ id,
                 "chunk {id}: wrong sentinel"
             );
             c.check()
-                .map_err(|e| CheckError(alloc::format!("chunk {id}: {}", e.0)))?;
+                .map_err(|e| e.within(alloc::format!("chunk {id}")))?;
             let want = self.slot_of_chunk(c);
             let at = self.slots.slot_of(id as u32);
             crate::ensure!(
                 at == Some(want),
+                Structure @ id,
                 "chunk {id} listed in slot {at:?}, belongs in {want}"
             );
         }
-        crate::ensure!(listed == held, "{held} chunks held but {listed} listed");
-        crate::ensure!(empty <= 1, "{empty} free chunks kept (at most 1)");
+        crate::ensure!(
+            listed == held,
+            Accounting,
+            "{held} chunks held but {listed} listed"
+        );
+        crate::ensure!(empty <= 1, Bounds, "{empty} free chunks kept (at most 1)");
         Ok(())
     }
 

@@ -355,10 +355,10 @@ impl RangeAllocator for LinearVmap {
     /// # Complexity
     /// O(L log N) for L lazily freed areas.
     fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
-        self.purges += 1;
         if self.lazy_list.is_empty() {
-            return false;
+            return false; // nothing released: not counted as a purge
         }
+        self.purges += 1;
         let (mut lo, mut hi) = (u64::MAX, 0);
         let list = core::mem::take(&mut self.lazy_list);
         for &s in &list {
@@ -427,14 +427,16 @@ impl RangeAllocator for LinearVmap {
         for (&s, a) in &self.busy {
             crate::ensure!(
                 s < a.end,
+                Layout @ s,
                 "area {s:#x} is empty or inverted (end {:#x})",
                 a.end
             );
             crate::ensure!(
                 s >= prev_end,
+                Layout @ s,
                 "area {s:#x} overlaps the one before (end {prev_end:#x})"
             );
-            crate::ensure!(a.end <= self.end, "area {s:#x} ends past the space");
+            crate::ensure!(a.end <= self.end, Bounds @ s, "area {s:#x} ends past the space");
             prev_end = a.end;
             if a.lazy {
                 lazy += 1;
@@ -446,19 +448,23 @@ impl RangeAllocator for LinearVmap {
         }
         crate::ensure!(
             live == self.live_areas,
+            Accounting,
             "live areas {live} != counter {}",
             self.live_areas
         );
         crate::ensure!(
             live_bytes == self.live_bytes,
+            Accounting,
             "live bytes {live_bytes} != counter"
         );
         crate::ensure!(
             lazy_bytes == self.lazy_bytes,
+            Accounting,
             "lazy bytes {lazy_bytes} != counter"
         );
         crate::ensure!(
             lazy == self.lazy_list.len() as u64,
+            Accounting,
             "lazy list length != lazy areas {lazy}"
         );
         let mut listed = self.lazy_list.clone();
@@ -466,28 +472,29 @@ impl RangeAllocator for LinearVmap {
         listed.dedup();
         crate::ensure!(
             listed.len() == self.lazy_list.len(),
+            Structure,
             "lazy list has duplicates"
         );
         for s in &listed {
             crate::ensure!(
                 self.busy.get(s).is_some_and(|a| a.lazy),
+                Structure @ *s,
                 "lazy list names {s:#x}, not a lazy area"
             );
         }
         if let Some(c) = self.cache {
-            crate::ensure!(
-                self.busy.contains_key(&c),
-                "cache {c:#x} is not a busy area"
-            );
+            crate::ensure!(self.busy.contains_key(&c), Hint @ c, "cache {c:#x} is not a busy area");
         }
         crate::ensure!(
             self.lazy_bytes <= self.lazy_max,
+            Bounds,
             "lazy bytes {} above lazy_max {}",
             self.lazy_bytes,
             self.lazy_max
         );
         crate::ensure!(
             self.cached_align.is_power_of_two(),
+            Hint,
             "cached_align not a power of two"
         );
         Ok(())

@@ -1,4 +1,4 @@
-//! The designs each seed replaced, kept so the experiments can run old
+//! The designs each kernel patch replaced (see the crate docs), kept so the experiments can run old
 //! against new through the same traits and workloads.
 //!
 //! These are deliberately the old algorithms (linear scans, memmove-based

@@ -81,6 +81,7 @@ pub enum CompactResult {
 ///
 /// Invariant: `moved_pages <= migrate_scanned` and
 /// `success + fail == runs`.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct CompactStats {
     /// Runs of [`BuddyAllocator::compact`] (`compact_stall`).
@@ -146,6 +147,16 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(orders × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, CompactSuitable, MigrateType, EXTFRAG_THRESHOLD};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// assert_eq!(zone.compaction_suitable(5, EXTFRAG_THRESHOLD), CompactSuitable::Success);
+    /// zone.alloc(5, MigrateType::Movable).unwrap();
+    /// assert_eq!(zone.compaction_suitable(6, EXTFRAG_THRESHOLD), CompactSuitable::Skipped);
+    /// ```
     pub fn compaction_suitable(&self, order: u8, extfrag_threshold: i32) -> CompactSuitable {
         if order > self.cfg.max_order {
             return CompactSuitable::Skipped;
@@ -164,6 +175,16 @@ impl BuddyAllocator {
     }
 
     /// The compaction counters cumulated over every run on this zone.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// zone.compact(3, MigrateType::Movable, |_, _, _| true).unwrap();
+    /// let s = zone.compaction_stats();
+    /// assert_eq!((s.runs, s.moved_pages), (1, 0)); // nothing needed moving
+    /// ```
     pub fn compaction_stats(&self) -> CompactStats {
         self.compact_stats
     }
@@ -180,6 +201,26 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(span) frames walked, plus O(max_order) per move.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let cfg = BuddyConfig { max_order: 3, pageblock_order: 3, ..BuddyConfig::default() };
+    /// let mut zone = BuddyAllocator::new(0, 16, cfg).unwrap();
+    /// zone.add_free_range(0, 16).unwrap();
+    /// // Fill the zone with single pages, then free every other one: 8 pages
+    /// // free, but no two adjacent.
+    /// let pages: Vec<u64> = (0..16).map(|_| zone.alloc(0, MigrateType::Movable).unwrap()).collect();
+    /// for &p in pages.iter().step_by(2) {
+    ///     zone.free(p, 0).unwrap();
+    /// }
+    /// assert_eq!(zone.nr_free(1), 0);
+    /// // Move the movable pages together (the callback would copy the data).
+    /// let mut moves = Vec::new();
+    /// zone.compact(3, MigrateType::Movable, |old, new, _| { moves.push((old, new)); true }).unwrap();
+    /// assert!(zone.nr_free(3) >= 1, "{moves:?}");
+    /// zone.check().unwrap();
+    /// ```
     pub fn compact<F>(
         &mut self,
         order: u8,

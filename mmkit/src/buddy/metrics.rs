@@ -257,6 +257,7 @@ pub fn extfrag_index_line(zone: ZoneId<'_>, nr_free: &[u64]) -> String {
 /// let text = counts.pagetypeinfo(ZoneId::new(0, "Normal"), 1);
 /// assert!(text.contains("Node    0, zone   Normal, type      Movable      3      0 \n"));
 /// ```
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PageTypeCounts {
     /// `free[o][t]`: free blocks of order `o` on the list of type `t`.

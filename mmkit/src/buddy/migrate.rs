@@ -29,6 +29,7 @@
 /// assert_eq!(MigrateType::Movable.fallbacks(), &[MigrateType::Reclaimable, MigrateType::Unmovable]);
 /// assert_eq!(MigrateType::Unmovable.name(), "Unmovable");
 /// ```
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum MigrateType {

@@ -64,7 +64,7 @@ pub use metrics::{
 };
 pub use migrate::{MigrateType, MIGRATE_TYPES};
 
-use crate::error::{try_vec, AllocError, CheckError, FreeError};
+use crate::error::{try_vec, AllocError, CheckError, FreeError, Invariant};
 use freelist::{Links, List, NIL};
 use migrate::{alike_pages, should_try_claim};
 
@@ -137,6 +137,7 @@ impl Default for BuddyConfig {
 /// let all: Vec<FreeBlock> = b.free_blocks().collect();
 /// assert_eq!(all, [FreeBlock { pfn: 0, order: 2, mt: MigrateType::Movable }]);
 /// ```
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FreeBlock {
     /// First frame.
@@ -262,6 +263,15 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(span).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+    /// let zone = BuddyAllocator::new(0x100, 64, BuddyConfig::default()).unwrap();
+    /// assert_eq!((zone.start_pfn(), zone.end_pfn()), (0x100, 0x140));
+    /// assert_eq!(zone.present_pages(), 0); // all holes until added
+    /// assert!(BuddyAllocator::new(0, 0, BuddyConfig::default()).is_err());
+    /// ```
     pub fn new(start_pfn: u64, span: u64, cfg: BuddyConfig) -> Result<Self, AllocError> {
         let ok_cfg = cfg.max_order <= ORDER_LIMIT && cfg.pageblock_order <= cfg.max_order;
         let end = start_pfn.checked_add(span).ok_or(AllocError::Invalid)?;
@@ -285,26 +295,64 @@ impl BuddyAllocator {
     }
 
     /// The configuration.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+    /// let zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// assert_eq!(zone.config(), BuddyConfig::default());
+    /// ```
     pub fn config(&self) -> BuddyConfig {
         self.cfg
     }
 
     /// First pfn of the span.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+    /// let zone = BuddyAllocator::new(0x100, 64, BuddyConfig::default()).unwrap();
+    /// assert_eq!(zone.start_pfn(), 0x100);
+    /// ```
     pub fn start_pfn(&self) -> u64 {
         self.start
     }
 
     /// One past the last pfn of the span.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+    /// let zone = BuddyAllocator::new(0x100, 64, BuddyConfig::default()).unwrap();
+    /// assert_eq!(zone.end_pfn(), 0x140);
+    /// ```
     pub fn end_pfn(&self) -> u64 {
         self.start + self.frames.len() as u64
     }
 
     /// Frames added so far (the kernel's `present_pages`).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 48).unwrap(); // [48, 64) is a hole
+    /// assert_eq!(zone.present_pages(), 48);
+    /// ```
     pub fn present_pages(&self) -> u64 {
         self.present_pages
     }
 
     /// Free frames.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// zone.alloc(2, MigrateType::Movable).unwrap();
+    /// assert_eq!(zone.free_pages(), 60);
+    /// ```
     pub fn free_pages(&self) -> u64 {
         self.free_pages
     }
@@ -314,6 +362,16 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// assert_eq!(zone.nr_free(6), 1); // one block of 64 pages
+    /// zone.alloc(0, MigrateType::Movable).unwrap(); // splits it: 1+2+4+...+32 left
+    /// assert_eq!((zone.nr_free(0), zone.nr_free(5), zone.nr_free(6)), (1, 1, 0));
+    /// ```
     pub fn nr_free(&self, order: u8) -> u64 {
         if order > self.cfg.max_order {
             return 0;
@@ -328,11 +386,28 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(orders × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// assert_eq!(zone.nr_free_all(), [0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]);
+    /// ```
     pub fn nr_free_all(&self) -> Vec<u64> {
         (0..=self.cfg.max_order).map(|o| self.nr_free(o)).collect()
     }
 
     /// Free blocks on the list of `order` and `mt`; 0 above `max_order`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// assert_eq!(zone.free_count(6, MigrateType::Movable), 1);
+    /// assert_eq!(zone.free_count(6, MigrateType::Unmovable), 0);
+    /// ```
     pub fn free_count(&self, order: u8, mt: MigrateType) -> u64 {
         if order > self.cfg.max_order {
             return 0;
@@ -345,6 +420,15 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(1) per item.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// zone.alloc(4, MigrateType::Movable).unwrap(); // [0, 16); [16, 32) stays free
+    /// assert_eq!(zone.free_list(4, MigrateType::Movable).collect::<Vec<_>>(), [16]);
+    /// ```
     pub fn free_list(&self, order: u8, mt: MigrateType) -> impl Iterator<Item = u64> + '_ {
         let mut cur = if order > self.cfg.max_order {
             None
@@ -363,6 +447,16 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(span) for the whole walk.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, FreeBlock, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 8, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 8).unwrap();
+    /// zone.alloc(0, MigrateType::Movable).unwrap();
+    /// let blocks: Vec<_> = zone.free_blocks().map(|b| (b.pfn, b.order)).collect();
+    /// assert_eq!(blocks, [(1, 0), (2, 1), (4, 2)]);
+    /// ```
     pub fn free_blocks(&self) -> impl Iterator<Item = FreeBlock> + '_ {
         let mut i = 0usize;
         core::iter::from_fn(move || {
@@ -383,6 +477,16 @@ impl BuddyAllocator {
     }
 
     /// The order of the allocated block that starts at `pfn`, if one does.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let pfn = zone.alloc(2, MigrateType::Movable).unwrap();
+    /// assert_eq!(zone.allocated_order(pfn), Some(2));
+    /// assert_eq!(zone.allocated_order(pfn + 1), None); // interior frame
+    /// ```
     pub fn allocated_order(&self, pfn: u64) -> Option<u8> {
         match self.frame(self.idx(pfn)?) {
             Frame::Alloc { order, .. } => Some(order),
@@ -391,6 +495,14 @@ impl BuddyAllocator {
     }
 
     /// The migratetype of the pageblock holding `pfn`, if `pfn` is in the span.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// assert_eq!(zone.pageblock_migratetype(0), Some(MigrateType::Movable));
+    /// assert_eq!(zone.pageblock_migratetype(64), None); // outside the span
+    /// ```
     pub fn pageblock_migratetype(&self, pfn: u64) -> Option<MigrateType> {
         self.idx(pfn).map(|_| self.block_type(pfn))
     }
@@ -549,6 +661,17 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(count / 2^pageblock_order × max_order + count).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// // A memory map with a hole at [16, 32):
+    /// zone.add_free_range(0, 16).unwrap();
+    /// zone.add_free_range(32, 32).unwrap();
+    /// assert_eq!(zone.free_pages(), 48);
+    /// assert!(zone.add_free_range(8, 16).is_err()); // [8, 16) was already added
+    /// ```
     pub fn add_free_range(&mut self, pfn: u64, count: u64) -> Result<(), FreeError> {
         crate::debug_check!(self);
         let end = pfn.checked_add(count).ok_or(FreeError::Invalid)?;
@@ -600,6 +723,18 @@ impl BuddyAllocator {
     /// # Complexity
     /// O(max_order) list probes; a claim below `pageblock_order` also scans
     /// the pageblock, O(2^pageblock_order).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// use mmkit::AllocError;
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// assert_eq!(zone.alloc(3, MigrateType::Movable), Ok(0)); // 8 frames at pfn 0
+    /// assert_eq!(zone.alloc(3, MigrateType::Movable), Ok(8));
+    /// assert_eq!(zone.alloc(11, MigrateType::Movable), Err(AllocError::Invalid));
+    /// assert_eq!(zone.alloc(6, MigrateType::Movable), Err(AllocError::NoSpace));
+    /// ```
     #[inline]
     pub fn alloc(&mut self, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
         crate::debug_check!(self);
@@ -624,6 +759,19 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(max_order).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// use mmkit::FreeError;
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let pfn = zone.alloc(3, MigrateType::Movable).unwrap();
+    /// assert_eq!(zone.free(pfn, 2), Err(FreeError::NotAllocated)); // wrong order
+    /// assert_eq!(zone.free(pfn, 3), Ok(()));
+    /// assert_eq!(zone.nr_free(6), 1); // merged back into one block
+    /// assert_eq!(zone.free(pfn, 3), Err(FreeError::NotAllocated)); // double free
+    /// ```
     #[inline]
     pub fn free(&mut self, pfn: u64, order: u8) -> Result<(), FreeError> {
         crate::debug_check!(self);
@@ -812,6 +960,20 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(2^pageblock_order + max_order).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let cfg = BuddyConfig { max_order: 4, pageblock_order: 2, ..BuddyConfig::default() };
+    /// let mut zone = BuddyAllocator::new(0, 16, cfg).unwrap();
+    /// zone.add_free_range(0, 16).unwrap();
+    /// zone.set_pageblock_migratetype(4, MigrateType::Unmovable).unwrap();
+    /// assert_eq!(zone.pageblock_migratetype(5), Some(MigrateType::Unmovable));
+    /// // Its free memory moved to the Unmovable lists; re-merged with its
+    /// // free buddies, the whole block takes the new type.
+    /// assert_eq!(zone.free_count(4, MigrateType::Unmovable), 1);
+    /// zone.check().unwrap();
+    /// ```
     pub fn set_pageblock_migratetype(
         &mut self,
         pfn: u64,
@@ -869,6 +1031,16 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(orders × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// assert_eq!(zone.unusable_free_index(6), 0); // all free memory is one block
+    /// zone.alloc(0, MigrateType::Movable).unwrap();
+    /// assert_eq!(zone.unusable_free_index(6), 1000); // none of it is usable at order 6
+    /// ```
     pub fn unusable_free_index(&self, k: u8) -> u32 {
         unusable_free_index(&self.nr_free_all(), k)
     }
@@ -878,6 +1050,16 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(orders × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// assert_eq!(zone.fragmentation_index(6), -1000); // would succeed
+    /// zone.alloc(0, MigrateType::Movable).unwrap();
+    /// assert!(zone.fragmentation_index(6) > 0); // fails for fragmentation
+    /// ```
     pub fn fragmentation_index(&self, k: u8) -> i32 {
         fragmentation_index(&self.nr_free_all(), k)
     }
@@ -886,6 +1068,16 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(orders × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// zone.alloc(0, MigrateType::Movable).unwrap();
+    /// assert_eq!(zone.extfrag_for_order(0), 0);
+    /// assert_eq!(zone.extfrag_for_order(6), 100);
+    /// ```
     pub fn extfrag_for_order(&self, k: u8) -> u32 {
         extfrag_for_order(&self.nr_free_all(), k)
     }
@@ -894,6 +1086,15 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(orders × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, ZoneId};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let line = zone.buddyinfo(ZoneId::new(0, "Normal"));
+    /// assert!(line.starts_with("Node 0, zone   Normal"), "{line}");
+    /// ```
     pub fn buddyinfo(&self, zone: ZoneId<'_>) -> alloc::string::String {
         buddyinfo_line(zone, &self.nr_free_all())
     }
@@ -902,6 +1103,15 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(orders² × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, ZoneId};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let line = zone.unusable_index_line(ZoneId::new(0, "Normal"));
+    /// assert!(line.contains("0.000"), "{line}");
+    /// ```
     pub fn unusable_index_line(&self, zone: ZoneId<'_>) -> alloc::string::String {
         unusable_index_line(zone, &self.nr_free_all())
     }
@@ -910,6 +1120,15 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(orders² × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, ZoneId};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let line = zone.extfrag_index_line(ZoneId::new(0, "Normal"));
+    /// assert!(line.contains("-1.000"), "{line}"); // every order would succeed
+    /// ```
     pub fn extfrag_index_line(&self, zone: ZoneId<'_>) -> alloc::string::String {
         extfrag_index_line(zone, &self.nr_free_all())
     }
@@ -919,6 +1138,16 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(orders × types + pageblocks).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let c = zone.pagetype_counts();
+    /// assert_eq!(c.free[6][MigrateType::Movable.index()], 1);
+    /// assert_eq!(c.blocks[MigrateType::Movable.index()], 1);
+    /// ```
     pub fn pagetype_counts(&self) -> PageTypeCounts {
         let free = (0..=self.cfg.max_order)
             .map(|o| MigrateType::ALL.map(|t| self.list(o, t).len))
@@ -934,6 +1163,15 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(orders × types + pageblocks).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, ZoneId};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let text = zone.pagetypeinfo(ZoneId::new(0, "Normal"));
+    /// assert!(text.contains("Movable"), "{text}");
+    /// ```
     pub fn pagetypeinfo(&self, zone: ZoneId<'_>) -> alloc::string::String {
         self.pagetype_counts()
             .pagetypeinfo(zone, self.cfg.pageblock_order)
@@ -952,12 +1190,22 @@ impl BuddyAllocator {
     ///
     /// # Complexity
     /// O(span + pageblocks).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// zone.alloc(3, MigrateType::Movable).unwrap();
+    /// zone.check().unwrap();
+    /// ```
     pub fn check(&self) -> Result<(), CheckError> {
         let per_list = self.check_frames()?;
         self.check_lists(&per_list)?;
         let c = &self.compact_stats;
         crate::ensure!(
             c.success + c.fail == c.runs && c.moved_pages <= c.migrate_scanned,
+            Accounting,
             "compaction counters inconsistent: {c:?}"
         );
         Ok(())
@@ -975,9 +1223,12 @@ impl BuddyAllocator {
                     continue;
                 }
                 Frame::Tail => {
-                    return Err(CheckError::new(alloc::format!(
-                        "pfn {pfn:#x}: interior frame without a head"
-                    )))
+                    return Err(CheckError::new(
+                        module_path!(),
+                        Invariant::Structure,
+                        Some(pfn),
+                        alloc::format!("pfn {pfn:#x}: interior frame without a head"),
+                    ))
                 }
                 Frame::Free { order, mt } => (order, Some(mt)),
                 Frame::Alloc { order, .. } => (order, None),
@@ -993,11 +1244,13 @@ impl BuddyAllocator {
         }
         crate::ensure!(
             free == self.free_pages,
+            Accounting,
             "free_pages {} but blocks hold {free}",
             self.free_pages
         );
         crate::ensure!(
             present == self.present_pages,
+            Accounting,
             "present_pages {} but blocks cover {present}",
             self.present_pages
         );
@@ -1009,21 +1262,25 @@ impl BuddyAllocator {
     fn check_block_shape(&self, pfn: u64, order: u8) -> Result<(), CheckError> {
         crate::ensure!(
             order <= self.cfg.max_order,
+            Bounds @ pfn,
             "pfn {pfn:#x}: order {order} > max"
         );
         crate::ensure!(
             pfn % (1u64 << order) == 0,
+            Bounds @ pfn,
             "pfn {pfn:#x}: not aligned to order {order}"
         );
         let end = pfn + (1u64 << order);
         crate::ensure!(
             end <= self.end_pfn(),
+            Bounds @ pfn,
             "pfn {pfn:#x}: order {order} block leaves the span"
         );
         let i = (pfn - self.start) as usize;
         let inner = &self.frames[i + 1..i + (1usize << order)];
         crate::ensure!(
             inner.iter().all(|f| f.unpack() == Frame::Tail),
+            Layout @ pfn,
             "pfn {pfn:#x}: order {order} block holds a hole or another head"
         );
         Ok(())
@@ -1036,6 +1293,7 @@ impl BuddyAllocator {
         let last = self.block_index(pfn + (1u64 << order) - 1);
         crate::ensure!(
             self.blocks[first..=last].iter().all(|&t| t == mt),
+            Structure @ pfn,
             "pfn {pfn:#x}: free on {mt:?} list inside a pageblock of another type"
         );
         if order < self.cfg.max_order {
@@ -1043,6 +1301,7 @@ impl BuddyAllocator {
                 let forbidden = bmt != mt && !(bmt.is_pcp() && mt.is_pcp());
                 crate::ensure!(
                     forbidden,
+                    Layout @ pfn,
                     "pfn {pfn:#x}: order {order} buddy is free but not merged"
                 );
             }
@@ -1062,9 +1321,13 @@ impl BuddyAllocator {
                         Frame::Free { order: o, mt: t } if o == order && t == mt => Ok(()),
                         other => Err(alloc::format!("frame index {i} is {other:?}")),
                     })
-                    .map_err(|e| CheckError::new(alloc::format!("list ({order}, {mt:?}): {e}")))?;
+                    .map_err(|e| {
+                        let e = alloc::format!("list ({order}, {mt:?}): {e}");
+                        CheckError::new(module_path!(), Invariant::Structure, None, e)
+                    })?;
                 crate::ensure!(
                     list.len == per_list[li],
+                    Accounting @ order,
                     "list ({order}, {mt:?}) has {} blocks, frames say {}",
                     list.len,
                     per_list[li]

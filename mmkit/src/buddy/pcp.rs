@@ -101,6 +101,7 @@ impl PcpConfig {
 }
 
 /// Counters of pcp traffic.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct PcpStats {
     /// Refills from the zone (zone lock taken).
@@ -263,6 +264,16 @@ impl PcpZone {
     ///
     /// # Errors
     /// [`AllocError::Invalid`] when `cpus` is 0 or above 4096, or `batch` is 0.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+    /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 1024).unwrap();
+    /// let pcp = PcpZone::new(zone, PcpConfig { cpus: 4, ..PcpConfig::default() }).unwrap();
+    /// assert_eq!(pcp.config().cpus, 4);
+    /// ```
     pub fn new(zone: BuddyAllocator, cfg: PcpConfig) -> Result<Self, AllocError> {
         if !cfg.valid() {
             return Err(AllocError::Invalid);
@@ -277,22 +288,66 @@ impl PcpZone {
     }
 
     /// The buddy allocator behind the lists.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+    /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 1024).unwrap();
+    /// let pcp = PcpZone::new(zone, PcpConfig::default()).unwrap();
+    /// assert_eq!(pcp.zone().free_pages(), 1024);
+    /// ```
     pub fn zone(&self) -> &BuddyAllocator {
         &self.zone
     }
 
     /// The list sizes.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+    /// let zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// let pcp = PcpZone::new(zone, PcpConfig::default()).unwrap();
+    /// assert_eq!(pcp.config(), PcpConfig::default());
+    /// ```
     pub fn config(&self) -> PcpConfig {
         self.cfg
     }
 
     /// Pages on `cpu`'s lists (0 for an unknown CPU).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 1024).unwrap();
+    /// let cfg = PcpConfig { cpus: 2, batch: 8, high: 48 };
+    /// let mut pcp = PcpZone::new(zone, cfg).unwrap();
+    /// pcp.alloc(0, 0, MigrateType::Movable).unwrap(); // refills 8, hands out 1
+    /// assert_eq!((pcp.pcp_pages(0), pcp.pcp_pages(1)), (7, 0));
+    /// ```
     pub fn pcp_pages(&self, cpu: usize) -> u64 {
         self.cpus.get(cpu).map_or(0, |c| c.count)
     }
 
     /// The pfns on `cpu`'s list of `(order, mt)`, next to be allocated
     /// first; empty when there is no such list.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 1024).unwrap();
+    /// let mut pcp = PcpZone::new(zone, PcpConfig::default()).unwrap();
+    /// let p = pcp.alloc(1, 0, MigrateType::Movable).unwrap();
+    /// pcp.free(1, p, 0).unwrap();
+    /// // The page just freed is the next one handed out (cache-hot).
+    /// assert_eq!(pcp.pcp_list(1, 0, MigrateType::Movable)[0], p);
+    /// ```
     pub fn pcp_list(&self, cpu: usize, order: u8, mt: MigrateType) -> Vec<u64> {
         let li = pcp_index(order, mt, self.zone.cfg.pageblock_order);
         match (self.cpus.get(cpu), li) {
@@ -302,6 +357,19 @@ impl PcpZone {
     }
 
     /// Traffic counters of `cpu` (zero for an unknown CPU).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 1024).unwrap();
+    /// let mut pcp = PcpZone::new(zone, PcpConfig::default()).unwrap();
+    /// pcp.alloc(0, 0, MigrateType::Movable).unwrap();
+    /// pcp.alloc(0, 5, MigrateType::Movable).unwrap(); // order 5 has no list
+    /// let s = pcp.stats(0);
+    /// assert_eq!((s.refills, s.direct), (1, 1));
+    /// ```
     pub fn stats(&self, cpu: usize) -> PcpStats {
         self.cpus
             .get(cpu)
@@ -318,6 +386,20 @@ impl PcpZone {
     ///
     /// # Complexity
     /// O(1) from a list; a refill costs `batch` buddy allocations.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// use mmkit::AllocError;
+    /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 1024).unwrap();
+    /// let mut pcp = PcpZone::new(zone, PcpConfig::default()).unwrap();
+    /// let a = pcp.alloc(0, 0, MigrateType::Movable).unwrap();
+    /// let b = pcp.alloc(0, 0, MigrateType::Movable).unwrap();
+    /// assert_ne!(a, b);
+    /// assert_eq!(pcp.alloc(9, 0, MigrateType::Movable), Err(AllocError::Invalid)); // no CPU 9
+    /// ```
     #[inline]
     pub fn alloc(&mut self, cpu: usize, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
         let pb = self.zone.cfg.pageblock_order;
@@ -378,6 +460,19 @@ impl PcpZone {
     ///
     /// # Complexity
     /// O(1); a drain costs `batch` buddy frees.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// use mmkit::FreeError;
+    /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 1024).unwrap();
+    /// let mut pcp = PcpZone::new(zone, PcpConfig::default()).unwrap();
+    /// let p = pcp.alloc(0, 0, MigrateType::Movable).unwrap();
+    /// assert_eq!(pcp.free(1, p, 0), Ok(())); // any CPU may free it
+    /// assert_eq!(pcp.free(0, p, 0), Err(FreeError::NotAllocated)); // double free
+    /// ```
     #[inline]
     pub fn free(&mut self, cpu: usize, pfn: u64, order: u8) -> Result<(), FreeError> {
         if cpu >= self.cpus.len() || order > self.zone.cfg.max_order {
@@ -407,6 +502,20 @@ impl PcpZone {
     ///
     /// # Errors
     /// [`FreeError::Invalid`] for an unknown CPU.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 1024).unwrap();
+    /// let mut pcp = PcpZone::new(zone, PcpConfig::default()).unwrap();
+    /// let p = pcp.alloc(0, 0, MigrateType::Movable).unwrap();
+    /// pcp.free(0, p, 0).unwrap();
+    /// pcp.drain(0).unwrap();
+    /// assert_eq!(pcp.pcp_pages(0), 0);
+    /// assert_eq!(pcp.zone().free_pages(), 1024);
+    /// ```
     pub fn drain(&mut self, cpu: usize) -> Result<(), FreeError> {
         let lists = self.cpus.get_mut(cpu).ok_or(FreeError::Invalid)?;
         lists.free_bulk(&mut self.zone, 0, 0);
@@ -418,6 +527,21 @@ impl PcpZone {
     ///
     /// # Complexity
     /// O(pages on the lists × max_order).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 1024).unwrap();
+    /// let mut pcp = PcpZone::new(zone, PcpConfig::default()).unwrap();
+    /// for cpu in 0..2 {
+    ///     let p = pcp.alloc(cpu, 0, MigrateType::Movable).unwrap();
+    ///     pcp.free(cpu, p, 0).unwrap();
+    /// }
+    /// pcp.drain_all();
+    /// assert_eq!(pcp.zone().nr_free(10), 1); // everything merged again
+    /// ```
     pub fn drain_all(&mut self) {
         for lists in &mut self.cpus {
             lists.free_bulk(&mut self.zone, 0, 0);
@@ -430,6 +554,17 @@ impl PcpZone {
     ///
     /// # Errors
     /// [`AllocError::Invalid`] when `order > max_order`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 1024).unwrap();
+    /// let mut pcp = PcpZone::new(zone, PcpConfig::default()).unwrap();
+    /// let out = pcp.compact(3, MigrateType::Movable, |_, _, _| true).unwrap();
+    /// assert_eq!(out.stats.moved_pages, 0); // an order-3 block was already free
+    /// ```
     pub fn compact<F>(
         &mut self,
         order: u8,
@@ -462,6 +597,17 @@ impl PcpZone {
     ///
     /// # Complexity
     /// O(span + pages on the lists).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 1024).unwrap();
+    /// let mut pcp = PcpZone::new(zone, PcpConfig::default()).unwrap();
+    /// pcp.alloc(0, 0, MigrateType::Movable).unwrap();
+    /// pcp.check().unwrap();
+    /// ```
     pub fn check(&self) -> Result<(), CheckError> {
         self.zone.check()?;
         let pb = self.zone.cfg.pageblock_order;
@@ -478,12 +624,17 @@ impl PcpZone {
                             && self.zone.frame(i) == Frame::Alloc { order, mt }
                             && !core::mem::replace(&mut seen[i], true)
                     });
-                    crate::ensure!(ok, "cpu {cpu}: pcp page {pfn:#x} ({order}, {mt:?}) not an idle allocated block or listed twice");
+                    crate::ensure!(
+                        ok,
+                        Structure @ pfn,
+                        "cpu {cpu}: pcp page {pfn:#x} ({order}, {mt:?}) not an idle allocated block or listed twice"
+                    );
                     count += 1u64 << order;
                 }
             }
             crate::ensure!(
                 count == lists.count,
+                Accounting @ cpu,
                 "cpu {cpu}: count {} but lists hold {count}",
                 lists.count
             );
@@ -500,12 +651,14 @@ impl PcpZone {
             });
             crate::ensure!(
                 ok,
+                Structure @ i,
                 "frame index {i}: owner tag {t:#x} does not match the zone"
             );
         }
         let z = &self.zone;
         crate::ensure!(
             z.free_pages() + pcp + user == z.present_pages(),
+            Accounting,
             "free {} + pcp {pcp} + user {user} != present {}",
             z.free_pages(),
             z.present_pages()
@@ -585,6 +738,25 @@ mod concurrent {
         ///
         /// # Errors
         /// [`AllocError::Invalid`] for a bad [`PcpConfig`].
+        ///
+        /// # Examples
+        /// ```
+        /// use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig};
+        /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+        /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+        /// zone.add_free_range(0, 1024).unwrap();
+        /// let z = ConcurrentZone::new(zone, PcpConfig { cpus: 2, ..PcpConfig::default() }).unwrap();
+        /// std::thread::scope(|s| {
+        ///     for cpu in 0..2 {
+        ///         let z = &z;
+        ///         s.spawn(move || {
+        ///             let p = z.alloc(cpu, 0, MigrateType::Movable).unwrap();
+        ///             z.free(cpu, p, 0).unwrap();
+        ///         });
+        ///     }
+        /// });
+        /// z.into_pcp_zone().check().unwrap();
+        /// ```
         pub fn new(zone: BuddyAllocator, cfg: PcpConfig) -> Result<Self, AllocError> {
             if !cfg.valid() {
                 return Err(AllocError::Invalid);
@@ -604,11 +776,32 @@ mod concurrent {
         }
 
         /// Runs `f` on the buddy allocator under the zone lock.
+        ///
+        /// # Examples
+        /// ```
+        /// use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig};
+        /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+        /// let zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+        /// let z = ConcurrentZone::new(zone, PcpConfig::default()).unwrap();
+        /// z.with_zone(|b| b.add_free_range(0, 1024)).unwrap(); // memory hot-added later
+        /// assert_eq!(z.with_zone(|b| b.free_pages()), 1024);
+        /// ```
         pub fn with_zone<R>(&self, f: impl FnOnce(&mut BuddyAllocator) -> R) -> R {
             f(&mut lock(&self.zone))
         }
 
         /// Traffic counters of `cpu` (zero for an unknown CPU).
+        ///
+        /// # Examples
+        /// ```
+        /// use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig};
+        /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+        /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+        /// zone.add_free_range(0, 1024).unwrap();
+        /// let z = ConcurrentZone::new(zone, PcpConfig::default()).unwrap();
+        /// z.alloc(1, 0, MigrateType::Movable).unwrap();
+        /// assert_eq!(z.stats(1).refills, 1);
+        /// ```
         pub fn stats(&self, cpu: usize) -> PcpStats {
             self.cpus
                 .get(cpu)
@@ -625,6 +818,17 @@ mod concurrent {
         ///
         /// # Errors
         /// As [`PcpZone::alloc`].
+        ///
+        /// # Examples
+        /// ```
+        /// use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig};
+        /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+        /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+        /// zone.add_free_range(0, 1024).unwrap();
+        /// let z = ConcurrentZone::new(zone, PcpConfig::default()).unwrap();
+        /// let p = z.alloc(0, 2, MigrateType::Movable).unwrap();
+        /// assert_eq!(p % 4, 0);
+        /// ```
         #[inline]
         pub fn alloc(&self, cpu: usize, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
             let c = self.cpus.get(cpu).ok_or(AllocError::Invalid)?;
@@ -672,6 +876,18 @@ mod concurrent {
         ///
         /// # Errors
         /// As [`PcpZone::free`].
+        ///
+        /// # Examples
+        /// ```
+        /// use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig};
+        /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+        /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+        /// zone.add_free_range(0, 1024).unwrap();
+        /// let z = ConcurrentZone::new(zone, PcpConfig::default()).unwrap();
+        /// let p = z.alloc(0, 0, MigrateType::Movable).unwrap();
+        /// assert!(z.free(1, p, 0).is_ok());
+        /// assert!(z.free(1, p, 0).is_err()); // double free refused
+        /// ```
         #[inline]
         pub fn free(&self, cpu: usize, pfn: u64, order: u8) -> Result<(), FreeError> {
             let c = self.cpus.get(cpu).ok_or(FreeError::Invalid)?;
@@ -701,6 +917,19 @@ mod concurrent {
         }
 
         /// Returns every page on every CPU's lists to the zone.
+        ///
+        /// # Examples
+        /// ```
+        /// use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig};
+        /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+        /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+        /// zone.add_free_range(0, 1024).unwrap();
+        /// let z = ConcurrentZone::new(zone, PcpConfig::default()).unwrap();
+        /// let p = z.alloc(0, 0, MigrateType::Movable).unwrap();
+        /// z.free(0, p, 0).unwrap();
+        /// z.drain_all();
+        /// assert_eq!(z.with_zone(|b| b.free_pages()), 1024);
+        /// ```
         pub fn drain_all(&self) {
             for c in self.cpus.iter() {
                 let mut lists = lock(&c.0);
@@ -712,6 +941,16 @@ mod concurrent {
 
         /// Drains the lists and takes the state out as a [`PcpZone`]
         /// (whose `check` then covers it).
+        ///
+        /// # Examples
+        /// ```
+        /// use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig};
+        /// use mmkit::buddy::{BuddyAllocator, BuddyConfig};
+        /// let zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+        /// let z = ConcurrentZone::new(zone, PcpConfig::default()).unwrap();
+        /// let pcp = z.into_pcp_zone();
+        /// pcp.check().unwrap();
+        /// ```
         pub fn into_pcp_zone(self) -> PcpZone {
             self.drain_all();
             let cpus = self

@@ -356,13 +356,19 @@ impl Chunk {
             }
             crate::ensure!(
                 bitmap::test(&self.bound_map, pos),
+                Structure @ pos,
                 "bit {pos}: allocated but no bound_map start"
             );
             let end = bitmap::next_set(&self.bound_map, pos + 1, nr + 1);
-            crate::ensure!(end <= nr, "bit {pos}: allocation has no end in bound_map");
+            crate::ensure!(
+                end <= nr,
+                Structure @ pos,
+                "bit {pos}: allocation has no end in bound_map"
+            );
             let hole = bitmap::next_zero(&self.alloc_map, pos, end);
             crate::ensure!(
                 hole == end,
+                Layout @ hole,
                 "allocation [{pos}, {end}) has a clear bit at {hole}"
             );
             live += 1;
@@ -386,23 +392,24 @@ impl Chunk {
         let (live, used) = self.check_maps()?;
         crate::ensure!(
             live == u64::from(self.live),
+            Accounting,
             "live count {} but {live} in the maps",
             self.live
         );
         let free = self.nr_bits() as u64 - used;
         crate::ensure!(
             free == u64::from(self.free_bits),
+            Accounting,
             "free_bits {} but {free} clear",
             self.free_bits
         );
         for (i, b) in self.blocks.iter().enumerate() {
             let runs = self.runs(i * BB, (i + 1) * BB);
-            check_block(b, &runs).map_err(|e| CheckError(alloc::format!("block {i}: {}", e.0)))?;
+            check_block(b, &runs).map_err(|e| e.within(alloc::format!("block {i}")))?;
         }
         let runs = self.runs(0, self.nr_bits());
         let max_block = self.blocks.iter().map(|b| b.contig_hint).max().unwrap_or(0);
-        check_chunk_md(&self.md, &runs, max_block)
-            .map_err(|e| CheckError(alloc::format!("chunk md: {}", e.0)))
+        check_chunk_md(&self.md, &runs, max_block).map_err(|e| e.within("chunk md"))
     }
 }
 
@@ -417,20 +424,28 @@ fn check_block(b: &BlockMd, runs: &[(u32, u32)]) -> Result<(), CheckError> {
     let first = runs.first().map_or(nr, |r| r.0);
     crate::ensure!(
         b.first_free == first,
+        Hint @ first,
         "first_free {} but first clear bit {first}",
         b.first_free
     );
     let left = runs.first().filter(|r| r.0 == 0).map_or(0, |r| r.1);
-    crate::ensure!(b.left_free == left, "left_free {} but {left}", b.left_free);
+    crate::ensure!(
+        b.left_free == left,
+        Hint,
+        "left_free {} but {left}",
+        b.left_free
+    );
     let right = runs.last().filter(|r| r.1 == nr).map_or(0, |r| r.1 - r.0);
     crate::ensure!(
         b.right_free == right,
+        Hint,
         "right_free {} but {right}",
         b.right_free
     );
     let max = runs.iter().map(|r| r.1 - r.0).max().unwrap_or(0);
     crate::ensure!(
         b.contig_hint == max,
+        Hint,
         "contig_hint {} but longest run {max}",
         b.contig_hint
     );
@@ -438,6 +453,7 @@ fn check_block(b: &BlockMd, runs: &[(u32, u32)]) -> Result<(), CheckError> {
         let cs = b.contig_hint_start;
         crate::ensure!(
             runs.contains(&(cs, cs + max)),
+            Hint @ cs,
             "contig_hint_start {cs} is not a run of {max}"
         );
     }
@@ -445,10 +461,12 @@ fn check_block(b: &BlockMd, runs: &[(u32, u32)]) -> Result<(), CheckError> {
         let (ss, sc) = (b.scan_hint_start, b.scan_hint);
         crate::ensure!(
             runs.contains(&(ss, ss + sc)),
+            Hint @ ss,
             "scan hint ({ss}, {sc}) is not a free run"
         );
         crate::ensure!(
             ss < b.contig_hint_start,
+            Hint @ ss,
             "scan hint at {ss} not before contig hint"
         );
         let before = runs
@@ -458,6 +476,7 @@ fn check_block(b: &BlockMd, runs: &[(u32, u32)]) -> Result<(), CheckError> {
             .max();
         crate::ensure!(
             before == Some(sc),
+            Hint,
             "scan_hint {sc} but longest run before contig {before:?}"
         );
     }
@@ -469,17 +488,20 @@ fn check_chunk_md(md: &BlockMd, runs: &[(u32, u32)], max_block: u32) -> Result<(
     let first = runs.first().map_or(md.nr_bits, |r| r.0);
     crate::ensure!(
         md.first_free == first,
+        Hint @ first,
         "first_free {} but first clear bit {first}",
         md.first_free
     );
     let max = runs.iter().map(|r| r.1 - r.0).max().unwrap_or(0);
     crate::ensure!(
         md.contig_hint <= max,
+        Hint,
         "contig_hint {} above the longest run {max}",
         md.contig_hint
     );
     crate::ensure!(
         md.contig_hint >= max_block,
+        Hint,
         "contig_hint {} below a block's {max_block}",
         md.contig_hint
     );
@@ -487,6 +509,7 @@ fn check_chunk_md(md: &BlockMd, runs: &[(u32, u32)], max_block: u32) -> Result<(
         let ok = run_containing(runs, md.contig_hint_start, md.contig_hint).is_some();
         crate::ensure!(
             ok,
+            Hint @ md.contig_hint_start,
             "contig hint ({}, {}) is not free",
             md.contig_hint_start,
             md.contig_hint
@@ -496,16 +519,19 @@ fn check_chunk_md(md: &BlockMd, runs: &[(u32, u32)], max_block: u32) -> Result<(
         let (ss, sc) = (md.scan_hint_start, md.scan_hint);
         crate::ensure!(
             run_containing(runs, ss, sc).is_some(),
+            Hint @ ss,
             "scan hint ({ss}, {sc}) is not free"
         );
         crate::ensure!(
             ss + sc <= md.contig_hint_start,
+            Hint @ ss,
             "scan hint ({ss}, {sc}) reaches the contig hint"
         );
     }
     let left = runs.first().filter(|r| r.0 == 0).map_or(0, |r| r.1);
     crate::ensure!(
         md.left_free <= left,
+        Hint,
         "left_free {} above {left}",
         md.left_free
     );
@@ -515,6 +541,7 @@ fn check_chunk_md(md: &BlockMd, runs: &[(u32, u32)], max_block: u32) -> Result<(
         .map_or(0, |r| r.1 - r.0);
     crate::ensure!(
         md.right_free <= right,
+        Hint,
         "right_free {} above {right}",
         md.right_free
     );

@@ -101,6 +101,7 @@ pub struct PcpuPtr {
 /// let s = a.stats();
 /// assert_eq!((s.chunks, s.used_bytes, s.free_bytes), (1, 12, (32 << 10) - 12));
 /// ```
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PercpuStats {
     /// Bytes per unit.
@@ -396,6 +397,7 @@ impl PercpuAlloc for PercpuAllocator {
             let Some(c) = c else {
                 crate::ensure!(
                     self.slots.slot_of(id as u32).is_none(),
+                    Structure @ id,
                     "released chunk {id} still listed"
                 );
                 continue;
@@ -403,14 +405,22 @@ impl PercpuAlloc for PercpuAllocator {
             held += 1;
             empty += u64::from(c.is_empty());
             c.check()
-                .map_err(|e| CheckError(alloc::format!("chunk {id}: {}", e.0)))?;
+                .map_err(|e| e.within(alloc::format!("chunk {id}")))?;
             let want = self.slot_of_chunk(c);
             let at = self.slots.slot_of(id as u32);
             let ok = at == Some(want) || (at == Some(0) && want < SLOT_FAIL_THRESHOLD);
-            crate::ensure!(ok, "chunk {id} listed in slot {at:?}, belongs in {want}");
+            crate::ensure!(
+                ok,
+                Structure @ id,
+                "chunk {id} listed in slot {at:?}, belongs in {want}"
+            );
         }
-        crate::ensure!(listed == held, "{held} chunks held but {listed} listed");
-        crate::ensure!(empty <= 1, "{empty} free chunks kept (at most 1)");
+        crate::ensure!(
+            listed == held,
+            Accounting,
+            "{held} chunks held but {listed} listed"
+        );
+        crate::ensure!(empty <= 1, Bounds, "{empty} free chunks kept (at most 1)");
         Ok(())
     }
 

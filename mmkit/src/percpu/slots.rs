@@ -167,21 +167,32 @@ impl SlotLists {
                 let i = cur as usize;
                 crate::ensure!(
                     self.slot_of[i] == slot as u32,
+                    Structure @ cur,
                     "chunk {cur} in list {slot} says slot {}",
                     self.slot_of[i]
                 );
-                crate::ensure!(self.prev[i] == prev, "chunk {cur}: broken prev link");
+                crate::ensure!(
+                    self.prev[i] == prev,
+                    Structure @ cur,
+                    "chunk {cur}: broken prev link"
+                );
                 n += 1;
-                crate::ensure!(n <= self.slot_of.len() as u64, "slot {slot}: list loops");
+                crate::ensure!(
+                    n <= self.slot_of.len() as u64,
+                    Structure @ slot,
+                    "slot {slot}: list loops"
+                );
                 prev = cur;
                 cur = self.next[i];
             }
             crate::ensure!(
                 self.tail[slot] == prev,
+                Structure @ slot,
                 "slot {slot}: tail is not the last chunk"
             );
             crate::ensure!(
                 self.count[slot] == n,
+                Accounting @ slot,
                 "slot {slot}: count {} but {n} listed",
                 self.count[slot]
             );

@@ -48,6 +48,7 @@ use crate::ensure;
 use crate::error::{CheckError, FreeError};
 
 mod summary;
+mod top_down;
 pub use summary::{AlignSummary, Part, CLASSES};
 
 /// Index of a node in a [`NodeArena`].
@@ -929,17 +930,20 @@ impl RangeTree {
         let mut prev_end: Option<u64> = None;
         ensure!(
             !self.summaries || ar.summaries,
+            Hint,
             "summaries on in the tree, off in its arena"
         );
         let summaries = self.summaries;
         Self::check_at(ar, self.root, summaries, &mut count, &mut prev_end, lo, hi)?;
         ensure!(
             count == self.len,
+            Accounting,
             "tree holds {count} nodes, len says {}",
             self.len
         );
         ensure!(
             self.iter(ar).count() == self.len,
+            Structure,
             "in-order walk disagrees with len"
         );
         Ok(())
@@ -961,14 +965,10 @@ impl RangeTree {
         }
         let n = *ar.get(at);
         let (hl, lm, la) = Self::check_at(ar, n.left, summaries, count, prev_end, lo, hi)?;
-        ensure!(
-            n.start < n.end,
-            "empty range [{:#x}, {:#x})",
-            n.start,
-            n.end
-        );
+        ensure!(n.start < n.end, Layout @ n.start, "empty range [{:#x}, {:#x})", n.start, n.end);
         ensure!(
             lo <= n.start && n.end <= hi,
+            Bounds @ n.start,
             "range [{:#x}, {:#x}) outside [{lo:#x}, {hi:#x})",
             n.start,
             n.end
@@ -976,6 +976,7 @@ impl RangeTree {
         if let Some(pe) = *prev_end {
             ensure!(
                 pe <= n.start,
+                Layout @ n.start,
                 "ranges overlap or are out of order at {:#x}",
                 n.start
             );
@@ -984,15 +985,17 @@ impl RangeTree {
         *count += 1;
         ensure!(
             n.start.trailing_zeros().min(n.end.trailing_zeros()) >= ar.floor,
+            Hint @ n.start,
             "range [{:#x}, {:#x}) finer than the granule floor",
             n.start,
             n.end
         );
         let (hr, rm, ra) = Self::check_at(ar, n.right, summaries, count, prev_end, lo, hi)?;
-        ensure!(hl.abs_diff(hr) <= 1, "AVL balance broken at {:#x}", n.start);
-        ensure!(n.height == 1 + hl.max(hr), "height wrong at {:#x}", n.start);
+        ensure!(hl.abs_diff(hr) <= 1, Structure @ n.start, "AVL balance broken at {:#x}", n.start);
+        ensure!(n.height == 1 + hl.max(hr), Structure @ n.start, "height wrong at {:#x}", n.start);
         ensure!(
             n.lmax == lm && n.rmax == rm,
+            Hint @ n.start,
             "child maxima at {:#x} are ({:#x}, {:#x}), recomputed ({lm:#x}, {rm:#x})",
             n.start,
             n.lmax,
@@ -1009,6 +1012,7 @@ impl RangeTree {
         let asum = AlignSummary::of_subtree(smax, &parts);
         ensure!(
             !summaries || n.asum == asum,
+            Hint @ n.start,
             "alignment summary at {:#x} is {:?}, recomputed {asum:?}",
             n.start,
             n.asum
@@ -1124,7 +1128,7 @@ mod tests {
                         prop_assert_eq!(t.lowest_fit_linear(&ar, size, align, lo, hi), want);
                     }
                 }
-                t.check(&ar, 0, 1 << 34).map_err(|e| TestCaseError::fail(e.0))?;
+                t.check(&ar, 0, 1 << 34).map_err(|e| TestCaseError::fail(alloc::format!("{e}")))?;
                 prop_assert_eq!(t.len(), model.len());
                 prop_assert_eq!(ar.in_use(), model.len());
                 let found: Vec<u64> = model.keys().filter_map(|&k| t.find(&ar, k)).map(|id| ar.get(id).start).collect();

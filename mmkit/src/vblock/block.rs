@@ -272,16 +272,19 @@ impl Block {
             let (off, n) = (off as u32, h.next_power_of_two());
             ensure!(
                 off + n <= self.bits,
+                Bounds @ self.va_start,
                 "vb {:#x}: mapping at {off} past the end",
                 self.va_start
             );
             ensure!(
                 run_is_clear(&live, off, n),
+                Layout @ self.va_start,
                 "vb {:#x}: mappings overlap at {off}",
                 self.va_start
             );
             ensure!(
                 policy == Policy::Current || off % n == 0,
+                Bounds @ self.va_start,
                 "vb {:#x}: legacy mapping at {off} not aligned to {n}",
                 self.va_start
             );
@@ -295,6 +298,7 @@ impl Block {
         let va = self.va_start;
         ensure!(
             self.free + self.dirty + self.live == self.bits,
+            Accounting @ va,
             "vb {va:#x}: free {} + dirty {} + live {} != {}",
             self.free,
             self.dirty,
@@ -303,6 +307,7 @@ impl Block {
         );
         ensure!(
             self.on_list == (self.free > 0),
+            Structure @ va,
             "vb {va:#x}: on_list {} with free {}",
             self.on_list,
             self.free
@@ -311,12 +316,14 @@ impl Block {
         let count = |m: &[u64]| m.iter().map(|w| w.count_ones()).sum::<u32>();
         ensure!(
             count(&live) == self.live,
+            Accounting @ va,
             "vb {va:#x}: live count {} != heads {}",
             self.live,
             count(&live)
         );
         ensure!(
             live.iter().zip(&self.unflushed).all(|(l, u)| l & u == 0),
+            Layout @ va,
             "vb {va:#x}: an unflushed dirty page is live"
         );
         match policy {
@@ -330,11 +337,13 @@ impl Block {
         ensure!(
             span(live).map_or(true, |(_, hi)| hi <= used)
                 && span(&self.unflushed).map_or(true, |(_, hi)| hi <= used),
+            Bounds @ va,
             "vb {va:#x}: live or dirty page above the bump offset {used}"
         );
         let empty = self.dirty_min == self.bits && self.dirty_max == 0;
         ensure!(
             empty || (self.dirty_min < self.dirty_max && self.dirty_max <= self.bits),
+            Bounds @ va,
             "vb {va:#x}: bad dirty range [{}, {})",
             self.dirty_min,
             self.dirty_max
@@ -342,6 +351,7 @@ impl Block {
         if let Some((lo, hi)) = span(&self.unflushed) {
             ensure!(
                 self.dirty_min <= lo && hi <= self.dirty_max,
+                Bounds @ va,
                 "vb {va:#x}: unflushed [{lo}, {hi}) outside dirty range [{}, {})",
                 self.dirty_min,
                 self.dirty_max
@@ -371,20 +381,24 @@ impl Block {
             };
             ensure!(
                 a == (l | d | t),
+                Structure @ va,
                 "vb {va:#x}: alloc_map word {w} != live | dirty"
             );
             ensure!(
                 l & d == 0 && d & t == 0,
+                Layout @ va,
                 "vb {va:#x}: dirty_map word {w} overlaps live pages"
             );
             ensure!(
                 self.unflushed[w] & !d == 0,
+                Structure @ va,
                 "vb {va:#x}: unflushed page not in dirty_map"
             );
         }
         let dirty: u32 = self.dirty_map.iter().map(|w| w.count_ones()).sum();
         ensure!(
             dirty == self.dirty,
+            Accounting @ va,
             "vb {va:#x}: dirty_map has {dirty} bits, dirty {}",
             self.dirty
         );

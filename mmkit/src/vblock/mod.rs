@@ -116,6 +116,13 @@ impl Config {
     ///
     /// # Complexity
     /// O(1).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::Config;
+    /// assert!(Config::KERNEL.validate().is_ok());
+    /// assert!(Config { bits: 1000, ..Config::KERNEL }.validate().is_err()); // not a power of two
+    /// ```
     pub fn validate(&self) -> Result<(), AllocError> {
         let ok = self.page_size.is_power_of_two()
             && self.bits.is_power_of_two()
@@ -138,6 +145,12 @@ impl Config {
     /// Bytes per block: `bits * page_size`; blocks are aligned to it.
     /// Saturates at `u64::MAX` for a geometry [`validate`](Self::validate)
     /// refuses.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::Config;
+    /// assert_eq!(Config::KERNEL.block_size(), 1024 * 4096);
+    /// ```
     #[inline]
     pub fn block_size(&self) -> u64 {
         self.bits.saturating_mul(self.page_size)
@@ -145,6 +158,14 @@ impl Config {
 
     /// The order a request of `pages` uses (`2^order >= pages`), or `None`
     /// for 0 pages, more than `max_alloc`, or no such power of two.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::Config;
+    /// assert_eq!(Config::KERNEL.order_of(1), Some(0));
+    /// assert_eq!(Config::KERNEL.order_of(5), Some(3)); // 5 pages use 8
+    /// assert_eq!(Config::KERNEL.order_of(0), None);
+    /// ```
     #[inline]
     pub fn order_of(&self, pages: u64) -> Option<u32> {
         if !(1..=self.max_alloc).contains(&pages) {
@@ -211,6 +232,12 @@ pub enum Policy {
 
 impl Policy {
     /// Short lowercase name for tables.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::Policy;
+    /// assert_eq!(Policy::Current.name(), "current");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Policy::Legacy => "legacy",
@@ -231,6 +258,7 @@ impl Policy {
 /// a += Counters { map_calls: 3, ..Counters::default() };
 /// assert_eq!(a.map_calls, 5);
 /// ```
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Successful maps (block and large).
@@ -303,4 +331,33 @@ fn now(clock: Option<Clock>) -> u64 {
 #[inline]
 fn since(clock: Option<Clock>, t0: u64) -> u64 {
     now(clock).saturating_sub(t0)
+}
+
+/// Geometry, policy and counters; not the blocks (see
+/// [`VblockAllocator::check`] for those).
+impl<R: crate::range::RangeAllocator> core::fmt::Debug for VblockAllocator<R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("VblockAllocator")
+            .field("config", &self.config())
+            .field("policy", &self.policy())
+            .field("cpus", &self.cpus())
+            .field("blocks", &self.blocks())
+            .field("live_pages", &self.live_pages())
+            .field("counters", &self.counters())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Geometry, policy and counters (takes each queue's lock in turn, as
+/// [`ConcurrentVblock::counters`] does).
+#[cfg(feature = "std")]
+impl<R: crate::range::RangeAllocator> core::fmt::Debug for ConcurrentVblock<R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ConcurrentVblock")
+            .field("config", &self.config())
+            .field("policy", &self.policy())
+            .field("cpus", &self.cpus())
+            .field("counters", &self.counters())
+            .finish_non_exhaustive()
+    }
 }

@@ -251,6 +251,7 @@ impl Queue {
             let vb = self.slab.get(s as usize);
             ensure!(
                 vb.is_some_and(|vb| vb.in_use && vb.on_list),
+                Structure @ s,
                 "listed slot {s} not an on-list block"
             );
             seen[s as usize] += 1;
@@ -258,25 +259,30 @@ impl Queue {
         for &s in &self.spare {
             ensure!(
                 self.slab.get(s as usize).is_some_and(|vb| !vb.in_use),
+                Structure @ s,
                 "spare slot {s} in use"
             );
         }
         ensure!(
             self.spare.len() + self.slab.iter().filter(|vb| vb.in_use).count() == self.slab.len(),
+            Structure,
             "spare slots do not match unused blocks"
         );
         ensure!(
             self.spare.len() + self.by_va.len() == self.slab.len(),
+            Structure,
             "by_va holds unused blocks"
         );
         for (s, vb) in self.slab.iter().enumerate().filter(|(_, vb)| vb.in_use) {
             ensure!(
                 self.find(vb.va_start) == Some(s as u32),
+                Structure @ vb.va_start,
                 "block {:#x} not in by_va",
                 vb.va_start
             );
             ensure!(
                 seen[s] == u8::from(vb.on_list),
+                Structure @ s,
                 "slot {s} listed {} times, on_list {}",
                 seen[s],
                 vb.on_list

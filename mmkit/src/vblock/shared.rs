@@ -118,6 +118,15 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     ///
     /// # Complexity
     /// O(cpus).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 4).unwrap();
+    /// assert_eq!(vb.cpus(), 4);
+    /// ```
     pub fn new(range: R, cfg: Config, policy: Policy, cpus: usize) -> Result<Self, AllocError> {
         cfg.validate()?;
         if !(1..=MAX_CPUS).contains(&cpus) {
@@ -141,21 +150,59 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     }
 
     /// Installs (or removes) the clock for the time counters.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{monotonic_ns, Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// vb.set_clock(Some(monotonic_ns));
+    /// vb.map_on(0, 1).unwrap();
+    /// assert!(vb.counters().map_ns > 0);
+    /// ```
     pub fn set_clock(&mut self, clock: Option<Clock>) {
         self.clock = clock;
     }
 
     /// The geometry.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// assert_eq!(vb.config(), Config::KERNEL);
+    /// ```
     pub fn config(&self) -> Config {
         self.cfg
     }
 
     /// The policy.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Legacy, 1).unwrap();
+    /// assert_eq!(vb.policy(), Policy::Legacy);
+    /// ```
     pub fn policy(&self) -> Policy {
         self.policy
     }
 
     /// Number of CPU queues.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 3).unwrap();
+    /// assert_eq!(vb.cpus(), 3);
+    /// ```
     pub fn cpus(&self) -> usize {
         self.queues.len()
     }
@@ -165,6 +212,16 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     ///
     /// # Complexity
     /// One lock, plus `f`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// vb.map_on(0, 1).unwrap();
+    /// assert_eq!(vb.with_range(|r| r.stats().live_areas), 1); // one block
+    /// ```
     pub fn with_range<T>(&self, f: impl FnOnce(&R) -> T) -> T {
         f(&lock(&self.global).range)
     }
@@ -195,6 +252,16 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     ///
     /// # Complexity
     /// As [`map_on`](Self::map_on).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 2).unwrap();
+    /// let a = vb.map(2).unwrap(); // on the calling thread's queue
+    /// vb.unmap(a, 2).unwrap();
+    /// ```
     pub fn map(&self, pages: u64) -> Result<u64, AllocError> {
         self.map_on(self.here(), pages)
     }
@@ -209,6 +276,18 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// # Complexity
     /// O(blocks on the CPU's list) under the CPU's lock; block creation
     /// adds the range allocator's O(log n) under the global lock.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 2).unwrap();
+    /// let a = vb.map_on(1, 1).unwrap();
+    /// assert_eq!(vb.cpu_counters(1).unwrap().map_calls, 1);
+    /// assert!(vb.map_on(2, 1).is_err()); // no CPU 2
+    /// vb.unmap(a, 1).unwrap();
+    /// ```
     pub fn map_on(&self, cpu: usize, pages: u64) -> Result<u64, AllocError> {
         crate::debug_check!(self);
         if cpu >= self.queues.len() {
@@ -310,6 +389,18 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// O(log blocks) under the calling thread's queue lock; from another
     /// CPU, O(log blocks) under an index shard, then O(1) under the owner's
     /// queue lock. A release adds the range allocator's O(log n).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::FreeError;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// let a = vb.map_on(0, 4).unwrap();
+    /// assert_eq!(vb.unmap(a, 4), Ok(()));
+    /// assert_eq!(vb.unmap(a, 4), Err(FreeError::NotAllocated));
+    /// ```
     pub fn unmap(&self, addr: u64, pages: u64) -> Result<(), FreeError> {
         crate::debug_check!(self);
         if pages == 0 {
@@ -381,6 +472,19 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     ///
     /// # Complexity
     /// O(blocks) plus the range allocator's purge.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// let a = vb.map_on(0, 1).unwrap();
+    /// vb.unmap(a, 1).unwrap();
+    /// let mut n = 0;
+    /// assert!(vb.unmap_aliases(&mut |_, _| n += 1));
+    /// assert_eq!(n, 1);
+    /// ```
     pub fn unmap_aliases(&self, flush: &mut dyn FnMut(u64, u64)) -> bool {
         crate::debug_check!(self);
         let (mut lo, mut hi) = (u64::MAX, 0);
@@ -403,6 +507,17 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     ///
     /// # Complexity
     /// O(cpus), taking each lock in turn.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 2).unwrap();
+    /// vb.map_on(0, 1).unwrap();
+    /// vb.map_on(1, 1).unwrap();
+    /// assert_eq!(vb.counters().map_calls, 2);
+    /// ```
     pub fn counters(&self) -> Counters {
         let mut c = lock(&self.global).counters;
         for cell in &self.queues {
@@ -415,6 +530,17 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     ///
     /// # Complexity
     /// O(1), taking that CPU's lock.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 2).unwrap();
+    /// vb.map_on(0, 1).unwrap();
+    /// assert_eq!(vb.cpu_counters(0).unwrap().blocks_created, 1);
+    /// assert!(vb.cpu_counters(5).is_none());
+    /// ```
     pub fn cpu_counters(&self, cpu: usize) -> Option<Counters> {
         self.queues.get(cpu).map(|cell| lock(&cell.0).counters)
     }
@@ -427,6 +553,16 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     ///
     /// # Complexity
     /// O(blocks x bits) plus the range allocator's check.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// vb.map_on(0, 1).unwrap();
+    /// vb.check().unwrap();
+    /// ```
     pub fn check(&self) -> Result<(), CheckError> {
         let queues: Vec<_> = self.queues.iter().map(|c| lock(&c.0)).collect();
         let g = lock(&self.global);

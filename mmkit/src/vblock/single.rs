@@ -62,6 +62,17 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     ///
     /// # Complexity
     /// O(cpus).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 4).unwrap();
+    /// assert_eq!((vb.cpus(), vb.blocks()), (4, 0));
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// assert!(VblockAllocator::new(range, Config::KERNEL, Policy::Current, 0).is_err());
+    /// ```
     pub fn new(range: R, cfg: Config, policy: Policy, cpus: usize) -> Result<Self, AllocError> {
         cfg.validate()?;
         if !(1..=MAX_CPUS).contains(&cpus) {
@@ -81,27 +92,76 @@ impl<R: RangeAllocator> VblockAllocator<R> {
 
     /// Installs (or removes) the clock that times maps, unmaps, block
     /// creation and release in the counters.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{monotonic_ns, Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// vb.set_clock(Some(monotonic_ns));
+    /// vb.map(0, 1).unwrap();
+    /// assert!(vb.counters().map_ns > 0);
+    /// ```
     pub fn set_clock(&mut self, clock: Option<Clock>) {
         self.clock = clock;
     }
 
     /// The geometry.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// assert_eq!(vb.config(), Config::KERNEL);
+    /// ```
     pub fn config(&self) -> Config {
         self.cfg
     }
 
     /// The policy.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = VblockAllocator::new(range, Config::KERNEL, Policy::Legacy, 1).unwrap();
+    /// assert_eq!(vb.policy(), Policy::Legacy);
+    /// ```
     pub fn policy(&self) -> Policy {
         self.policy
     }
 
     /// Number of CPU queues.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 8).unwrap();
+    /// assert_eq!(vb.cpus(), 8);
+    /// ```
     pub fn cpus(&self) -> usize {
         self.queues.len()
     }
 
     /// The range allocator (read only: changing it behind the front end's
     /// back would break its invariants).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// vb.map(0, 1).unwrap();
+    /// // One block of 4 MiB was taken from the range allocator.
+    /// assert_eq!(vb.range().stats().live_bytes, Config::KERNEL.block_size());
+    /// ```
     pub fn range(&self) -> &R {
         &self.range
     }
@@ -118,6 +178,20 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     /// # Complexity
     /// O(blocks on the CPU's list) plus, when a block is created or
     /// released, the range allocator's O(log n).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::AllocError;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 2).unwrap();
+    /// let a = vb.map(0, 2).unwrap();
+    /// let b = vb.map(1, 2).unwrap(); // another CPU, another block
+    /// assert_ne!(a / Config::KERNEL.block_size(), b / Config::KERNEL.block_size());
+    /// assert_eq!(vb.map(0, 0), Err(AllocError::Invalid));
+    /// assert_eq!(vb.map(2, 1), Err(AllocError::Invalid)); // no CPU 2
+    /// ```
     pub fn map(&mut self, cpu: usize, pages: u64) -> Result<u64, AllocError> {
         crate::debug_check!(self);
         if cpu >= self.queues.len() {
@@ -216,6 +290,19 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     /// # Complexity
     /// O(log blocks) for the index, plus the range allocator's O(log n)
     /// when a block is released.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::FreeError;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// let a = vb.map(0, 4).unwrap();
+    /// assert_eq!(vb.unmap(a, 2), Err(FreeError::NotAllocated)); // wrong page count
+    /// assert_eq!(vb.unmap(a, 4), Ok(()));
+    /// assert_eq!(vb.live_pages(), 0);
+    /// ```
     pub fn unmap(&mut self, addr: u64, pages: u64) -> Result<(), FreeError> {
         crate::debug_check!(self);
         if pages == 0 {
@@ -266,6 +353,20 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     ///
     /// # Complexity
     /// O(blocks) plus the range allocator's purge.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// let a = vb.map(0, 4).unwrap();
+    /// vb.unmap(a, 4).unwrap(); // dirty, not flushed yet
+    /// let mut flushes = Vec::new();
+    /// assert!(vb.unmap_aliases(&mut |s, e| flushes.push((s, e))));
+    /// assert_eq!(flushes, [(a, a + 4 * 4096)]);
+    /// assert!(!vb.unmap_aliases(&mut |_, _| unreachable!())); // nothing dirty
+    /// ```
     pub fn unmap_aliases(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
         crate::debug_check!(self);
         let (mut lo, mut hi) = (u64::MAX, 0);
@@ -286,6 +387,18 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     ///
     /// # Complexity
     /// O(cpus).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 2).unwrap();
+    /// vb.map(0, 1).unwrap();
+    /// vb.map(1, 1).unwrap();
+    /// let c = vb.counters();
+    /// assert_eq!((c.map_calls, c.blocks_created), (2, 2));
+    /// ```
     pub fn counters(&self) -> Counters {
         let mut c = self.global;
         for q in &self.queues {
@@ -299,6 +412,18 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     ///
     /// # Complexity
     /// O(1).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 2).unwrap();
+    /// vb.map(1, 1).unwrap();
+    /// assert_eq!(vb.cpu_counters(1).unwrap().map_calls, 1);
+    /// assert_eq!(vb.cpu_counters(0).unwrap().map_calls, 0);
+    /// assert!(vb.cpu_counters(2).is_none());
+    /// ```
     pub fn cpu_counters(&self, cpu: usize) -> Option<Counters> {
         self.queues.get(cpu).map(|q| q.counters)
     }
@@ -307,6 +432,17 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     ///
     /// # Complexity
     /// O(1).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// vb.map(0, 1).unwrap();
+    /// vb.map(0, 1).unwrap(); // same block
+    /// assert_eq!(vb.blocks(), 1);
+    /// ```
     pub fn blocks(&self) -> usize {
         self.index.len()
     }
@@ -315,6 +451,17 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     ///
     /// # Complexity
     /// O(1).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// vb.map(0, 1).unwrap();
+    /// assert_eq!(vb.listed_blocks(0), Some(1)); // it still has free pages
+    /// assert_eq!(vb.listed_blocks(1), None);
+    /// ```
     pub fn listed_blocks(&self, cpu: usize) -> Option<usize> {
         self.queues.get(cpu).map(Queue::listed)
     }
@@ -324,6 +471,16 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     ///
     /// # Complexity
     /// O(cpus + large maps).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// vb.map(0, 3).unwrap(); // mapped pages, not the 4 it reserves
+    /// assert_eq!(vb.live_pages(), 3);
+    /// ```
     pub fn live_pages(&self) -> u64 {
         self.queues.iter().map(Queue::live_pages).sum::<u64>() + self.large.values().sum::<u64>()
     }
@@ -336,6 +493,16 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     ///
     /// # Complexity
     /// O(blocks x bits) plus the range allocator's check.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// vb.map(0, 3).unwrap();
+    /// vb.check().unwrap();
+    /// ```
     pub fn check(&self) -> Result<(), CheckError> {
         check_all(
             &self.cfg,
@@ -382,10 +549,11 @@ pub(crate) fn check_all<'a, R: RangeAllocator>(
     for (cpu, q) in queues.enumerate() {
         q.check()?;
         for (slot, va) in q.blocks() {
-            ensure!(va % bs == 0, "block {va:#x} not aligned to {bs:#x}");
+            ensure!(va % bs == 0, Bounds @ va, "block {va:#x} not aligned to {bs:#x}");
             let want = (cpu as u32, slot);
             ensure!(
                 index.get(&cfg.block_no(va)) == Some(&want),
+                Structure @ va,
                 "block {va:#x} (cpu {cpu}) not indexed"
             );
             blocks += 1;
@@ -393,18 +561,20 @@ pub(crate) fn check_all<'a, R: RangeAllocator>(
     }
     ensure!(
         index.len() == blocks,
+        Accounting,
         "index holds {} blocks, queues {blocks}",
         index.len()
     );
     let mut prev_end = 0u64;
     for (&a, &p) in large {
-        ensure!(a >= prev_end, "large maps overlap at {a:#x}");
+        ensure!(a >= prev_end, Layout @ a, "large maps overlap at {a:#x}");
         prev_end = a + p * cfg.page_size;
     }
     let st = range.stats();
     let bytes = blocks as u64 * bs + large.values().map(|p| p * cfg.page_size).sum::<u64>();
     ensure!(
         st.live_areas == (blocks + large.len()) as u64 && st.live_bytes == bytes,
+        Accounting,
         "range allocator holds {} live areas / {} bytes, front end {} / {bytes}",
         st.live_areas,
         st.live_bytes,

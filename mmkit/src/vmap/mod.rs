@@ -18,19 +18,18 @@
 //!   lazy list: areas freed lazily; not reusable until the next purge
 //! ```
 //!
-//! Metadata: a free block is one 56-byte [`tree::Node`] (range, child
+//! Metadata: a free block is one 56-byte tree node (range, child
 //! maxima, alignment summary, two child links, height) from an arena that
 //! reuses released nodes; a live area is one 16-byte slot of the busy index;
 //! a lazy area is 16 bytes in the lazy list. None of these shrink, so
 //! steady-state operation allocates no heap memory.
-//!
-//! [`tree::Node`]: crate::tree::Node
 
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::tree::{NodeArena, NodeId, Path, RangeTree, NIL};
 
+mod api;
 mod busy;
 use alloc::vec::Vec;
 use busy::BusyIndex;
@@ -96,7 +95,6 @@ impl FitType {
 ///
 /// # Examples
 /// ```
-/// use mmkit::range::RangeAllocator;
 /// use mmkit::vmap::VmapAllocator;
 ///
 /// let mut va = VmapAllocator::new(0, 1 << 20).unwrap();
@@ -186,6 +184,16 @@ impl VmapAllocator {
     /// Reserves node storage for `n` more live areas or free blocks, so the
     /// next `n` operations allocate no heap memory (the kernel preloads its
     /// `vmap_area` cache before taking its lock, for the same reason).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 1 << 30).unwrap();
+    /// va.reserve(1000); // the next 1000 allocations touch no heap for nodes
+    /// let before = va.stats().metadata_bytes;
+    /// va.alloc(4096, 4096).unwrap();
+    /// assert_eq!(va.stats().metadata_bytes, before);
+    /// ```
     pub fn reserve(&mut self, n: usize) {
         self.arena.reserve(n);
     }
@@ -194,6 +202,15 @@ impl VmapAllocator {
     ///
     /// # Complexity
     /// O(1) expected.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// let a = va.alloc(0x300, 0x100).unwrap();
+    /// assert_eq!(va.area_size(a), Some(0x300));
+    /// assert_eq!(va.area_size(a + 1), None);
+    /// ```
     pub fn area_size(&self, addr: u64) -> Option<u64> {
         self.busy.get(addr).map(|end| end - addr)
     }
@@ -267,7 +284,7 @@ impl VmapAllocator {
         self.free_bytes += e - s;
     }
 
-    /// Detaches the live area at `addr` from the busy tree.
+    /// Detaches the live area at `addr` from the busy index.
     fn take_busy(&mut self, addr: u64) -> Result<(u64, u64), FreeError> {
         let e = self.busy.remove(addr).ok_or(FreeError::NotAllocated)?;
         let s = addr;
@@ -299,8 +316,10 @@ impl RangeAllocator for VmapAllocator {
     }
 
     /// # Complexity
-    /// O(log n) in free blocks and live areas, plus the near-miss cost
-    /// documented at [`RangeTree::lowest_fit`]; a failing request purges
+    /// O(log n) in free blocks and live areas. Alignments above 2^10 times
+    /// the granule of the ranges (4 MiB for 4 KiB pages) add O(log n) per
+    /// free block that is long enough but wrongly aligned (a near miss)
+    /// below the answer; a failing request purges
     /// lazily freed areas once (O(lazy · log n)) and retries.
     fn alloc_in(
         &mut self,
@@ -349,10 +368,10 @@ impl RangeAllocator for VmapAllocator {
     /// # Complexity
     /// O(k log n) for k lazy areas.
     fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
-        self.purges += 1;
         if self.lazy.areas.is_empty() {
-            return false;
+            return false; // nothing released: not counted as a purge
         }
+        self.purges += 1;
         let (lo, hi) = (self.lazy.lo, self.lazy.hi);
         let mut areas = core::mem::take(&mut self.lazy.areas);
         // In address order, consecutive merges walk nearby tree paths (warm
@@ -421,13 +440,17 @@ impl RangeAllocator for VmapAllocator {
         let ar = &self.arena;
         let (lo, hi) = (self.start, self.end);
         self.free.check(ar, lo, hi)?;
-        ensure!(self.busy.consistent(), "busy index: a key is unreachable");
+        ensure!(
+            self.busy.consistent(),
+            Structure,
+            "busy index: a key is unreachable"
+        );
         // Free blocks are maximal.
         let mut prev_end = None;
         for at in self.free.iter(ar) {
             let n = ar.get(at);
             if let Some(end) = prev_end {
-                ensure!(end < n.start, "adjacent free blocks at {end:#x}");
+                ensure!(end < n.start, Layout @ end, "adjacent free blocks at {end:#x}");
             }
             prev_end = Some(n.end);
         }
@@ -437,13 +460,14 @@ impl RangeAllocator for VmapAllocator {
             all.push((ar.get(at).start, ar.get(at).end, "free"));
         }
         for (s, e) in self.busy.iter() {
-            ensure!(s < e, "empty busy area at {s:#x}");
+            ensure!(s < e, Layout @ s, "empty busy area at {s:#x}");
             all.push((s, e, "busy"));
         }
         for &(s, e) in &self.lazy.areas {
-            ensure!(s < e, "empty lazy area at {s:#x}");
+            ensure!(s < e, Layout @ s, "empty lazy area at {s:#x}");
             ensure!(
                 self.lazy.lo <= s && e <= self.lazy.hi,
+                Bounds @ s,
                 "lazy area {s:#x} outside the flush range"
             );
             all.push((s, e, "lazy"));
@@ -452,10 +476,7 @@ impl RangeAllocator for VmapAllocator {
         let mut sums = [0u64; 3];
         let mut expect = lo;
         for &(s, e, kind) in &all {
-            ensure!(
-                s == expect,
-                "{kind} range at {s:#x}: expected one at {expect:#x}"
-            );
+            ensure!(s == expect, Layout @ s, "{kind} range at {s:#x}: expected one at {expect:#x}");
             expect = e;
             sums[match kind {
                 "free" => 0,
@@ -463,31 +484,36 @@ impl RangeAllocator for VmapAllocator {
                 _ => 2,
             }] += e - s;
         }
-        ensure!(expect == hi, "ranges end at {expect:#x}, space at {hi:#x}");
+        ensure!(expect == hi, Layout @ expect, "ranges end at {expect:#x}, space at {hi:#x}");
         let [free, live, lazy] = sums;
         ensure!(
             free == self.free_bytes,
+            Accounting,
             "free bytes {free} != counter {}",
             self.free_bytes
         );
         ensure!(
             live == self.live_bytes,
+            Accounting,
             "live bytes {live} != counter {}",
             self.live_bytes
         );
         ensure!(
             lazy == self.lazy.bytes,
+            Accounting,
             "lazy bytes {lazy} != counter {}",
             self.lazy.bytes
         );
         let nodes = self.free.len();
         ensure!(
             nodes == ar.in_use(),
+            Accounting,
             "{nodes} nodes reachable, arena says {}",
             ar.in_use()
         );
         ensure!(
             self.lazy.bytes <= self.lazy_max,
+            Bounds,
             "lazy bytes above lazy_max after a free"
         );
         Ok(())
@@ -677,6 +703,41 @@ mod tests {
         assert_eq!(v.stats().flushes, 1);
         assert_eq!(free_blocks(&v), [(0, 100)]);
         v.check().unwrap();
+    }
+
+    #[test]
+    fn purges_count_only_purges_that_released_something() {
+        let mut v = va(0, 100);
+        assert!(!v.purge(&mut |_, _| {}));
+        assert_eq!((v.stats().purges, v.stats().flushes), (0, 0));
+        let a = v.alloc(10, 1).unwrap();
+        v.free_lazy(a).unwrap();
+        assert!(v.purge(&mut |_, _| {}));
+        assert!(!v.purge(&mut |_, _| {}));
+        assert_eq!((v.stats().purges, v.stats().flushes), (1, 1));
+    }
+
+    #[test]
+    fn check_errors_name_the_invariant_and_the_place() {
+        use crate::error::Invariant;
+        let mut v = va(0, 100);
+        v.alloc(10, 1).unwrap();
+        v.free_bytes += 1;
+        let e = v.check().unwrap_err();
+        assert_eq!(
+            (e.component(), e.invariant()),
+            ("mmkit::vmap", Invariant::Accounting)
+        );
+        v.free_bytes -= 1;
+        v.check().unwrap();
+        // A lazy area overlapping a free block: the partition breaks there.
+        v.lazy.areas.push((40, 50));
+        (v.lazy.lo, v.lazy.hi) = (40, 50);
+        let e = v.check().unwrap_err();
+        assert_eq!((e.invariant(), e.at()), (Invariant::Layout, Some(40)));
+        assert!(
+            alloc::format!("{e}").starts_with("mmkit::vmap: layout invariant violated at 0x28: ")
+        );
     }
 
     /// A brute-force model: a sorted list of free ranges, linear lowest fit.

@@ -239,11 +239,69 @@ pub mod vblock {
     }
 }
 
+/// `VmapAllocator::allocate` with every policy, lazy frees, purges, `grow`
+/// and `shrink` (`tests/policy_model.rs`).
+pub mod policy {
+    #![allow(dead_code, unused_imports)]
+    include!("../models/policy.rs");
+    use arbitrary::{Arbitrary, Unstructured};
+
+    /// `x` reduced below `m`, except values with a top nibble of 0xf, kept
+    /// raw (huge sizes, odd alignments, windows and addresses far away).
+    fn small(x: u64, m: u64) -> u64 {
+        if x >> 60 == 0xf {
+            x
+        } else {
+            x % m
+        }
+    }
+
+    /// Sizes, offsets and resizes mostly small and relative to the space,
+    /// so most operations can succeed; alignments mostly powers of two.
+    fn shape(op: Op, (lo, _): (u64, u64)) -> Op {
+        let at = |x: u64| lo.saturating_add(small(x, 1 << 13));
+        match op {
+            Op::Alloc {
+                size,
+                align,
+                window,
+                place,
+            } => Op::Alloc {
+                size: small(size, 1 << 12),
+                align: if align >> 60 == 0xf {
+                    align
+                } else {
+                    1 << (align % 16)
+                },
+                window: window.map(|(a, b)| (at(a), at(b))),
+                place: match place {
+                    Place::Exact(a) => Place::Exact(at(a)),
+                    p => p,
+                },
+            },
+            Op::Grow(a, b) => Op::Grow(small(a, 1 << 13), small(b, 1 << 13)),
+            Op::Shrink(a, b) => Op::Shrink(small(a, 1 << 10), small(b, 1 << 10)),
+            op => op,
+        }
+    }
+
+    /// Runs the decoded operations on a fresh allocator and on the model.
+    pub fn fuzz(data: &[u8]) {
+        let mut u = Unstructured::new(data);
+        let space = super::range::space(&mut u);
+        let ops: Vec<Op> = super::ops(&mut u);
+        let ops: Vec<Op> = ops.into_iter().map(|o| shape(o, space)).collect();
+        if let Err(e) = run_policy_ops(space, &ops) {
+            panic!("space {space:x?}: {e}");
+        }
+    }
+}
+
 /// A target: its name and the function that runs one input.
 pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target, by name.
-pub const TARGETS: [Target; 6] = [
+pub const TARGETS: [Target; 7] = [
     ("vmap", |d| range::fuzz(d, range::tree_for_fuzz)),
     ("linear_vmap", |d| range::fuzz(d, range::linear_for_fuzz)),
     ("vblock", vblock::fuzz),
@@ -258,4 +316,5 @@ pub const TARGETS: [Target; 6] = [
         })
     }),
     ("buddy", buddy::fuzz),
+    ("vmap_policy", policy::fuzz),
 ];

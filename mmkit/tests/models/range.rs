@@ -134,8 +134,9 @@ impl Model {
         self.lazy.iter().map(|(s, e)| e - s).sum()
     }
 
-    /// The counters every implementation must agree on (`purges` and
-    /// `metadata_bytes` are implementation details).
+    /// The counters every implementation must agree on (`metadata_bytes`
+    /// is an implementation detail). A purge counts only when it released
+    /// something, so `purges` equals the flushes.
     fn stats(&self) -> RangeStats {
         RangeStats {
             free_blocks: self.free.len() as u64,
@@ -146,6 +147,7 @@ impl Model {
             lazy_areas: self.lazy.len() as u64,
             lazy_bytes: self.lazy_bytes(),
             flushes: self.flushes.len() as u64,
+            purges: self.flushes.len() as u64,
             ..RangeStats::default()
         }
     }
@@ -154,7 +156,6 @@ impl Model {
 /// The comparable part of an implementation's stats.
 fn comparable(s: RangeStats) -> RangeStats {
     RangeStats {
-        purges: 0,
         metadata_bytes: 0,
         ..s
     }

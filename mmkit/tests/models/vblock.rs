@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use mmkit::error::{AllocError, FreeError};
-use mmkit::range::RangeAllocator;
 use mmkit::vblock::{ConcurrentVblock, Config, Policy, VblockAllocator};
 use mmkit::vmap::VmapAllocator;
 use proptest::prelude::*;

@@ -1,0 +1,377 @@
+//! Allocation requests that cannot be mixed up: [`Request`], [`Policy`],
+//! and the error that says what was asked and why it failed,
+//! [`RequestError`].
+//!
+//! The [`RangeAllocator`](crate::range::RangeAllocator) calls take four
+//! positional `u64`s (size, align, window start, window end), which are
+//! easy to swap. A `Request` names each one, makes a zero size
+//! unrepresentable (`NonZeroU64`), takes the window as a `Range<u64>` and
+//! adds a placement [`Policy`]:
+//!
+//! ```
+//! use core::num::NonZeroU64;
+//! use mmkit::request::{Policy, Request};
+//! use mmkit::vmap::VmapAllocator;
+//!
+//! let mut va = VmapAllocator::new(0, 1 << 20).unwrap();
+//! let size = NonZeroU64::new(0x2000).unwrap();
+//! // Lowest fit (the default) in a window:
+//! let a = va.allocate(Request::new(size).align(0x1000).within(0x4000..0x8000)).unwrap();
+//! assert_eq!(a, 0x4000);
+//! // Top down:
+//! let b = va.allocate(Request::new(size).align(0x1000).policy(Policy::Highest)).unwrap();
+//! assert_eq!(b, (1 << 20) - 0x2000);
+//! // Exactly here, or an error that says why not:
+//! let c = va.allocate(Request::new(size).at(0x10_000)).unwrap();
+//! assert_eq!(c, 0x10_000);
+//! let err = va.allocate(Request::new(size).at(0x10_000)).unwrap_err();
+//! assert_eq!(err.to_string(), "[0x10000, 0x12000) is not wholly free");
+//! ```
+
+use core::alloc::Layout;
+use core::fmt;
+use core::num::NonZeroU64;
+use core::ops::Range;
+
+use crate::error::AllocError;
+
+/// Where in its window a request is placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Policy {
+    /// The lowest fitting address (the [`RangeAllocator`] contract; the
+    /// kernel's vmalloc).
+    ///
+    /// [`RangeAllocator`]: crate::range::RangeAllocator
+    #[default]
+    Lowest,
+    /// The highest fitting address: the space fills from the top of the
+    /// window down (vm-allocator's `LastMatch`, a top-down mmap layout).
+    Highest,
+    /// Exactly this address, or an error (vm-allocator's `ExactMatch`; a
+    /// fixed MMIO window, `MAP_FIXED_NOREPLACE`). The address must be a
+    /// multiple of the alignment.
+    Exact(u64),
+}
+
+/// An allocation request: size, alignment, window and policy.
+///
+/// Built with [`new`](Self::new) and refined with the builder methods; every
+/// one is `const`, so requests can be constants. Defaults: alignment 1, the
+/// whole managed space, [`Policy::Lowest`].
+///
+/// # Examples
+/// ```
+/// use core::num::NonZeroU64;
+/// use mmkit::request::{Policy, Request};
+///
+/// const PAGE: NonZeroU64 = NonZeroU64::new(4096).unwrap();
+/// const GUARDED: Request = Request::new(PAGE).align(4096).policy(Policy::Highest);
+/// assert_eq!(GUARDED.size(), 4096);
+/// assert_eq!(GUARDED.alignment(), 4096);
+/// assert_eq!(GUARDED.window(), None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Request {
+    size: NonZeroU64,
+    align: u64,
+    window: Option<(u64, u64)>,
+    policy: Policy,
+}
+
+impl Request {
+    /// `size` bytes, alignment 1, anywhere, lowest fit.
+    ///
+    /// # Examples
+    /// ```
+    /// use core::num::NonZeroU64;
+    /// use mmkit::request::{Policy, Request};
+    /// let r = Request::new(NonZeroU64::new(64).unwrap());
+    /// assert_eq!((r.size(), r.alignment(), r.window(), r.placement()), (64, 1, None, Policy::Lowest));
+    /// ```
+    pub const fn new(size: NonZeroU64) -> Self {
+        Request {
+            size,
+            align: 1,
+            window: None,
+            policy: Policy::Lowest,
+        }
+    }
+
+    /// `size` bytes, or `None` for 0.
+    ///
+    /// ```
+    /// use mmkit::request::Request;
+    /// assert!(Request::bytes(0).is_none());
+    /// assert_eq!(Request::bytes(8).unwrap().size(), 8);
+    /// ```
+    pub const fn bytes(size: u64) -> Option<Self> {
+        match NonZeroU64::new(size) {
+            Some(s) => Some(Request::new(s)),
+            None => None,
+        }
+    }
+
+    /// The request for a [`Layout`]: its size and alignment.
+    ///
+    /// # Errors
+    /// [`RequestError::ZeroSize`] for a zero-sized layout.
+    ///
+    /// ```
+    /// use core::alloc::Layout;
+    /// use mmkit::request::Request;
+    /// let r = Request::from_layout(Layout::new::<[u64; 4]>()).unwrap();
+    /// assert_eq!((r.size(), r.alignment()), (32, 8));
+    /// assert!(Request::from_layout(Layout::new::<()>()).is_err());
+    /// ```
+    pub const fn from_layout(layout: Layout) -> Result<Self, RequestError> {
+        match NonZeroU64::new(layout.size() as u64) {
+            Some(s) => Ok(Request::new(s).align(layout.align() as u64)),
+            None => Err(RequestError::ZeroSize),
+        }
+    }
+
+    /// Aligns the address to `align`, a power of two (checked when the
+    /// request is made: [`RequestError::BadAlign`]).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::Request;
+    /// assert_eq!(Request::bytes(64).unwrap().align(16).alignment(), 16);
+    /// ```
+    pub const fn align(mut self, align: u64) -> Self {
+        self.align = align;
+        self
+    }
+
+    /// Confines the allocation to `window` (clamped to the managed space):
+    /// the whole allocation lies inside it.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::Request;
+    /// let r = Request::bytes(64).unwrap().within(0x1000..0x2000);
+    /// assert_eq!(r.window(), Some(0x1000..0x2000));
+    /// ```
+    pub const fn within(mut self, window: Range<u64>) -> Self {
+        self.window = Some((window.start, window.end));
+        self
+    }
+
+    /// Places the allocation by `policy`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::{Policy, Request};
+    /// let r = Request::bytes(64).unwrap().policy(Policy::Highest);
+    /// assert_eq!(r.placement(), Policy::Highest);
+    /// ```
+    pub const fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Shorthand for `.policy(Policy::Exact(addr))`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::{Policy, Request};
+    /// let r = Request::bytes(64).unwrap().at(0x4000);
+    /// assert_eq!(r.placement(), Policy::Exact(0x4000));
+    /// ```
+    pub const fn at(self, addr: u64) -> Self {
+        self.policy(Policy::Exact(addr))
+    }
+
+    /// The size in bytes.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::Request;
+    /// assert_eq!(Request::bytes(64).unwrap().size(), 64);
+    /// ```
+    pub const fn size(&self) -> u64 {
+        self.size.get()
+    }
+
+    /// The alignment.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::Request;
+    /// assert_eq!(Request::bytes(64).unwrap().alignment(), 1); // the default
+    /// ```
+    pub const fn alignment(&self) -> u64 {
+        self.align
+    }
+
+    /// The window, if one was set.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::Request;
+    /// assert_eq!(Request::bytes(64).unwrap().window(), None); // the whole space
+    /// ```
+    pub const fn window(&self) -> Option<Range<u64>> {
+        match self.window {
+            Some((s, e)) => Some(s..e),
+            None => None,
+        }
+    }
+
+    /// The placement policy.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::{Policy, Request};
+    /// assert_eq!(Request::bytes(64).unwrap().placement(), Policy::Lowest);
+    /// ```
+    pub const fn placement(&self) -> Policy {
+        self.policy
+    }
+
+    /// Validates the request against the space `[start, end)` and returns
+    /// the window clamped to it.
+    pub(crate) fn clamp(&self, space: (u64, u64)) -> Result<(u64, u64), RequestError> {
+        if !self.align.is_power_of_two() {
+            return Err(RequestError::BadAlign { align: self.align });
+        }
+        let (ws, we) = self.window.unwrap_or(space);
+        if ws >= we {
+            return Err(RequestError::EmptyWindow { start: ws, end: we });
+        }
+        if let Policy::Exact(addr) = self.policy {
+            if addr & (self.align - 1) != 0 {
+                return Err(RequestError::Misaligned {
+                    addr,
+                    align: self.align,
+                });
+            }
+        }
+        Ok((ws.max(space.0), we.min(space.1)))
+    }
+}
+
+/// Why a [`Request`] (or a change of the managed space) was refused, with
+/// what was asked. Nothing changed.
+///
+/// Converts into the coarser [`AllocError`] (`Into`), for code that uses
+/// both APIs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub enum RequestError {
+    /// A zero-sized [`Layout`].
+    ZeroSize,
+    /// The alignment is not a power of two.
+    BadAlign {
+        /// The alignment asked for.
+        align: u64,
+    },
+    /// The window is empty or inverted.
+    EmptyWindow {
+        /// Window start asked for.
+        start: u64,
+        /// Window end asked for.
+        end: u64,
+    },
+    /// An exact address that is not a multiple of the alignment.
+    Misaligned {
+        /// The address asked for.
+        addr: u64,
+        /// The alignment asked for.
+        align: u64,
+    },
+    /// No free range holds the request in its window, also after purging
+    /// the lazily freed areas once.
+    NoFit {
+        /// The size asked for.
+        size: u64,
+        /// The alignment asked for.
+        align: u64,
+        /// The window searched (clamped to the managed space; empty when
+        /// the window lies outside it).
+        window: (u64, u64),
+        /// The largest free block of the whole space after the purge (a
+        /// fit may still fail on alignment or on the window).
+        largest_free: u64,
+    },
+    /// [`Policy::Exact`]: `[start, end)` is not wholly free (busy, lazily
+    /// freed, or outside the window or the managed space).
+    NotFree {
+        /// The address asked for.
+        start: u64,
+        /// One past the last byte asked for (saturated at `u64::MAX`).
+        end: u64,
+    },
+    /// A new managed space that is empty, does not contain the current one
+    /// (grow), or is not contained by it (shrink).
+    BadSpace {
+        /// The current space.
+        space: (u64, u64),
+        /// The space asked for.
+        asked: (u64, u64),
+    },
+    /// Shrinking would drop `[start, end)`, which is in use (live or
+    /// lazily freed).
+    InUse {
+        /// First byte in use in the part to drop.
+        start: u64,
+        /// One past the end of that part.
+        end: u64,
+    },
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            RequestError::ZeroSize => f.write_str("zero-sized request"),
+            RequestError::BadAlign { align } => {
+                write!(f, "alignment {align:#x} is not a power of two")
+            }
+            RequestError::EmptyWindow { start, end } => {
+                write!(f, "window [{start:#x}, {end:#x}) is empty")
+            }
+            RequestError::Misaligned { addr, align } => {
+                write!(f, "address {addr:#x} is not aligned to {align:#x}")
+            }
+            RequestError::NoFit {
+                size,
+                align,
+                window: (s, e),
+                largest_free,
+            } => write!(
+                f,
+                "no free range holds {size:#x} bytes aligned to {align:#x} in \
+                 [{s:#x}, {e:#x}) (largest free block {largest_free:#x})"
+            ),
+            RequestError::NotFree { start, end } => {
+                write!(f, "[{start:#x}, {end:#x}) is not wholly free")
+            }
+            RequestError::BadSpace {
+                space: (s, e),
+                asked: (as_, ae),
+            } => write!(
+                f,
+                "cannot change the space [{s:#x}, {e:#x}) to [{as_:#x}, {ae:#x})"
+            ),
+            RequestError::InUse { start, end } => {
+                write!(f, "[{start:#x}, {end:#x}) is in use")
+            }
+        }
+    }
+}
+
+impl From<RequestError> for AllocError {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::NoFit { .. } | RequestError::NotFree { .. } => AllocError::NoSpace,
+            RequestError::InUse { .. } => AllocError::NoSpace,
+            _ => AllocError::Invalid,
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for RequestError {}

@@ -1,0 +1,645 @@
+//! The inherent API of [`VmapAllocator`]: the [`RangeAllocator`] calls
+//! without importing the trait, [`Request`]s with placement policies,
+//! `Layout` entry points, iterators, and growing or shrinking the space.
+
+use core::alloc::Layout;
+use core::ops::Range;
+
+use super::VmapAllocator;
+use crate::error::{AllocError, CheckError, FreeError};
+use crate::range::{FlushHook, RangeAllocator, RangeStats};
+use crate::request::{Policy, Request, RequestError};
+use crate::tree::Path;
+
+/// The [`RangeAllocator`] methods, callable without importing the trait.
+impl VmapAllocator {
+    /// The managed space `[start, end)`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = VmapAllocator::new(0x1000, 0x9000).unwrap();
+    /// assert_eq!(va.space(), (0x1000, 0x9000));
+    /// ```
+    pub fn space(&self) -> (u64, u64) {
+        (self.start, self.end)
+    }
+
+    /// Allocates `size` bytes aligned to `align` at the lowest fitting
+    /// address ([`RangeAllocator::alloc`]).
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] for `size == 0` or `align` not a power of
+    /// two; [`AllocError::NoSpace`] when nothing fits, also after one purge.
+    /// [`allocate`](Self::allocate) says more.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// assert_eq!(va.alloc(0x100, 1), Ok(0));
+    /// assert_eq!(va.alloc(0x100, 0x1000), Ok(0x1000));
+    /// ```
+    pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
+        <Self as RangeAllocator>::alloc(self, size, align)
+    }
+
+    /// Allocates at the lowest fitting address in `[vstart, vend)`
+    /// ([`RangeAllocator::alloc_in`]).
+    ///
+    /// # Errors
+    /// As [`alloc`](Self::alloc), and [`AllocError::Invalid`] for
+    /// `vstart >= vend`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// assert_eq!(va.alloc_in(0x100, 0x100, 0x8000, 0x9000), Ok(0x8000));
+    /// ```
+    pub fn alloc_in(
+        &mut self,
+        size: u64,
+        align: u64,
+        vstart: u64,
+        vend: u64,
+    ) -> Result<u64, AllocError> {
+        <Self as RangeAllocator>::alloc_in(self, size, align, vstart, vend)
+    }
+
+    /// Frees the live area that starts at `addr`; returns its size.
+    ///
+    /// # Errors
+    /// [`FreeError::NotAllocated`] if no live area starts at `addr`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// let a = va.alloc(0x100, 1).unwrap();
+    /// assert_eq!(va.free(a), Ok(0x100));
+    /// assert!(va.free(a).is_err()); // a double free is refused
+    /// ```
+    pub fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
+        <Self as RangeAllocator>::free(self, addr)
+    }
+
+    /// Frees the live area at `addr` lazily: its space is reused only after
+    /// the next purge (and its flush). Returns its size.
+    ///
+    /// # Errors
+    /// [`FreeError::NotAllocated`] if no live area starts at `addr`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// let a = va.alloc(0x100, 1).unwrap();
+    /// assert_eq!(va.free_lazy(a), Ok(0x100));
+    /// assert_eq!(va.alloc(0x100, 1), Ok(0x100)); // not reused yet
+    /// ```
+    pub fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
+        <Self as RangeAllocator>::free_lazy(self, addr)
+    }
+
+    /// Makes every lazily freed area free and calls `flush` once with the
+    /// range covering them. Returns whether anything was purged.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// let a = va.alloc(0x100, 1).unwrap();
+    /// va.free_lazy(a).unwrap();
+    /// let mut flushed = None;
+    /// assert!(va.purge(&mut |s, e| flushed = Some((s, e))));
+    /// assert_eq!(flushed, Some((0, 0x100)));
+    /// assert!(!va.purge(&mut |_, _| unreachable!())); // nothing left
+    /// ```
+    pub fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
+        <Self as RangeAllocator>::purge(self, flush)
+    }
+
+    /// Sets the automatic purge threshold in lazily freed bytes (purges at
+    /// once if already above it).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// va.set_lazy_max(0x100);
+    /// let a = va.alloc(0x200, 1).unwrap();
+    /// va.free_lazy(a).unwrap(); // 0x200 > 0x100: purged at once
+    /// assert_eq!(va.stats().lazy_bytes, 0);
+    /// ```
+    pub fn set_lazy_max(&mut self, bytes: u64) {
+        <Self as RangeAllocator>::set_lazy_max(self, bytes)
+    }
+
+    /// Installs the hook automatic purges call with their flush range.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let flushes = Arc::new(AtomicU64::new(0));
+    /// let mut va = VmapAllocator::new(0, 0x1000).unwrap();
+    /// let f = Arc::clone(&flushes);
+    /// va.set_flush_hook(Some(Box::new(move |_, _| {
+    ///     f.fetch_add(1, Ordering::Relaxed);
+    /// })));
+    /// let a = va.alloc(0x1000, 1).unwrap();
+    /// va.free_lazy(a).unwrap();
+    /// va.alloc(0x1000, 1).unwrap(); // full: purges through the hook, retries
+    /// assert_eq!(flushes.load(Ordering::Relaxed), 1);
+    /// ```
+    pub fn set_flush_hook(&mut self, hook: Option<FlushHook>) {
+        <Self as RangeAllocator>::set_flush_hook(self, hook)
+    }
+
+    /// Counters and sizes.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 100).unwrap();
+    /// va.alloc(10, 1).unwrap();
+    /// let s = va.stats();
+    /// assert_eq!((s.live_areas, s.live_bytes, s.free_bytes), (1, 10, 90));
+    /// ```
+    pub fn stats(&self) -> RangeStats {
+        <Self as RangeAllocator>::stats(self)
+    }
+
+    /// Verifies every internal invariant (O(n log n); for tests).
+    ///
+    /// # Errors
+    /// A [`CheckError`] naming the first broken invariant and where.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 100).unwrap();
+    /// va.alloc(10, 1).unwrap();
+    /// va.check().unwrap();
+    /// ```
+    pub fn check(&self) -> Result<(), CheckError> {
+        <Self as RangeAllocator>::check(self)
+    }
+}
+
+/// Requests, iterators and resizing.
+impl VmapAllocator {
+    /// Allocates by a [`Request`]: size, alignment, window and
+    /// [`Policy`] (lowest, highest or exact). A failing request purges the
+    /// lazily freed areas once and retries, as [`alloc`](Self::alloc) does.
+    ///
+    /// # Errors
+    /// A [`RequestError`] that says what was asked and why it failed:
+    /// `BadAlign`, `EmptyWindow`, `Misaligned` (exact address), `NoFit`
+    /// (with the window searched and the largest free block) or `NotFree`
+    /// (exact address). Nothing changes.
+    ///
+    /// # Complexity
+    /// O(log n) for every policy (plus the near misses documented at
+    /// [`alloc_in`](Self::alloc_in)).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::{Policy, Request, RequestError};
+    /// use mmkit::vmap::VmapAllocator;
+    ///
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// let page = Request::bytes(0x1000).unwrap().align(0x1000);
+    /// assert_eq!(va.allocate(page.clone()), Ok(0));
+    /// assert_eq!(va.allocate(page.clone().policy(Policy::Highest)), Ok(0xf000));
+    /// assert_eq!(va.allocate(page.clone().at(0x8000)), Ok(0x8000));
+    /// let too_big = Request::bytes(0x10000).unwrap();
+    /// assert!(matches!(
+    ///     va.allocate(too_big),
+    ///     Err(RequestError::NoFit { size: 0x10000, largest_free: 0x7000, .. })
+    /// ));
+    /// ```
+    pub fn allocate(&mut self, req: Request) -> Result<u64, RequestError> {
+        crate::debug_check!(self);
+        let (lo, hi) = req.clamp(self.space())?;
+        if let Some(a) = self.try_place(&req, lo, hi) {
+            return Ok(a);
+        }
+        if self.purge_with_hook() {
+            if let Some(a) = self.try_place(&req, lo, hi) {
+                return Ok(a);
+            }
+        }
+        let (size, align) = (req.size(), req.alignment());
+        Err(match req.placement() {
+            Policy::Exact(start) => RequestError::NotFree {
+                start,
+                end: start.saturating_add(size),
+            },
+            _ => RequestError::NoFit {
+                size,
+                align,
+                window: if lo < hi { (lo, hi) } else { (lo, lo) },
+                largest_free: self.free.max_len(&self.arena),
+            },
+        })
+    }
+
+    /// Allocates for a [`Layout`]: its size and alignment, lowest fit.
+    ///
+    /// # Errors
+    /// [`RequestError::ZeroSize`] for a zero-sized layout, otherwise as
+    /// [`allocate`](Self::allocate).
+    ///
+    /// # Examples
+    /// ```
+    /// use core::alloc::Layout;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(1, 0x1000).unwrap();
+    /// let a = va.alloc_layout(Layout::new::<u64>()).unwrap();
+    /// assert_eq!(a, 8);
+    /// ```
+    pub fn alloc_layout(&mut self, layout: Layout) -> Result<u64, RequestError> {
+        self.allocate(Request::from_layout(layout)?)
+    }
+
+    /// Frees an area allocated for `layout` at `addr`, checking that the
+    /// area has the layout's size.
+    ///
+    /// # Errors
+    /// [`FreeError::NotAllocated`] if no live area of `layout.size()` bytes
+    /// starts at `addr`; nothing changes.
+    ///
+    /// # Examples
+    /// ```
+    /// use core::alloc::Layout;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 0x1000).unwrap();
+    /// let l = Layout::from_size_align(24, 8).unwrap();
+    /// let a = va.alloc_layout(l).unwrap();
+    /// assert!(va.free_layout(a, Layout::new::<u8>()).is_err()); // wrong size
+    /// assert_eq!(va.free_layout(a, l), Ok(()));
+    /// ```
+    pub fn free_layout(&mut self, addr: u64, layout: Layout) -> Result<(), FreeError> {
+        if self.area_size(addr) != Some(layout.size() as u64) {
+            return Err(FreeError::NotAllocated);
+        }
+        self.free(addr).map(|_| ())
+    }
+
+    /// Tries `req` in the clamped window `[lo, hi)` once, without purging.
+    fn try_place(&mut self, req: &Request, lo: u64, hi: u64) -> Option<u64> {
+        let (size, align) = (req.size(), req.alignment());
+        let (lo, hi, highest) = match req.placement() {
+            Policy::Lowest => (lo, hi, false),
+            Policy::Highest => (lo, hi, true),
+            Policy::Exact(a) => {
+                let end = a.checked_add(size)?;
+                if a < lo || end > hi {
+                    return None;
+                }
+                (a, end, false)
+            }
+        };
+        if lo >= hi {
+            return None;
+        }
+        self.free.enable_summaries(&mut self.arena, align);
+        let mut path = Path::new();
+        let (id, a) = if highest {
+            self.free
+                .highest_fit_at(&self.arena, size, align, lo, hi, &mut path)?
+        } else {
+            self.free
+                .lowest_fit_at(&self.arena, size, align, lo, hi, &mut path)?
+        };
+        self.clip(id, &path, a, size);
+        self.busy.insert(a, a + size);
+        self.live_bytes += size;
+        Some(a)
+    }
+
+    /// The live areas as `start..end`, in **no particular order** (they are
+    /// kept in a hash table); sort them for address order.
+    ///
+    /// # Complexity
+    /// O(capacity of the index), no heap allocation.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 100).unwrap();
+    /// va.alloc(10, 1).unwrap();
+    /// va.alloc(5, 1).unwrap();
+    /// let mut live: Vec<_> = va.live_areas().collect();
+    /// live.sort_by_key(|r| r.start);
+    /// assert_eq!(live, [0..10, 10..15]);
+    /// ```
+    pub fn live_areas(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        self.busy.iter().map(|(s, e)| s..e)
+    }
+
+    /// The maximal free blocks as `start..end`, in address order (lazily
+    /// freed areas are not free until purged).
+    ///
+    /// # Complexity
+    /// O(n) in all, no heap allocation.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 100).unwrap();
+    /// va.alloc_in(10, 1, 40, 50).unwrap();
+    /// assert_eq!(va.free_blocks().collect::<Vec<_>>(), [0..40, 50..100]);
+    /// ```
+    pub fn free_blocks(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        let ar = &self.arena;
+        self.free.iter(ar).map(move |id| {
+            let n = ar.get(id);
+            n.start..n.end
+        })
+    }
+
+    /// The lazily freed areas waiting for a purge, in the order they were
+    /// freed.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 100).unwrap();
+    /// let a = va.alloc(10, 1).unwrap();
+    /// va.free_lazy(a).unwrap();
+    /// assert_eq!(va.lazy_areas().collect::<Vec<_>>(), [0..10]);
+    /// ```
+    pub fn lazy_areas(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        self.lazy.areas.iter().map(|&(s, e)| s..e)
+    }
+
+    /// Grows the managed space to `new`, which must contain the current one
+    /// (it may extend either end). The added ranges are free and merge with
+    /// the free blocks at the old edges (range-alloc's `grow_to`).
+    ///
+    /// # Errors
+    /// [`RequestError::BadSpace`] when `new` is empty or does not contain
+    /// the current space; nothing changes.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0x1000, 0x2000).unwrap();
+    /// va.grow(0..0x4000).unwrap();
+    /// assert_eq!(va.space(), (0, 0x4000));
+    /// assert_eq!(va.free_blocks().collect::<Vec<_>>(), [0..0x4000]);
+    /// assert!(va.grow(0x1000..0x2000).is_err()); // that would shrink
+    /// ```
+    pub fn grow(&mut self, new: Range<u64>) -> Result<(), RequestError> {
+        crate::debug_check!(self);
+        if new.start > self.start || new.end < self.end {
+            return Err(RequestError::BadSpace {
+                space: self.space(),
+                asked: (new.start, new.end),
+            });
+        }
+        if new.start < self.start {
+            self.merge_or_add(new.start, self.start);
+            self.start = new.start;
+        }
+        if new.end > self.end {
+            self.merge_or_add(self.end, new.end);
+            self.end = new.end;
+        }
+        Ok(())
+    }
+
+    /// Shrinks the managed space to `new`, which must be non-empty and lie
+    /// inside the current one; what it drops at either end must be free
+    /// (not live, not waiting for a purge).
+    ///
+    /// # Errors
+    /// [`RequestError::BadSpace`] when `new` is empty or not inside the
+    /// current space; [`RequestError::InUse`] naming a dropped part that is
+    /// in use. Nothing changes.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::RequestError;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 0x4000).unwrap();
+    /// let a = va.alloc_in(0x1000, 1, 0x3000, 0x4000).unwrap();
+    /// assert_eq!(va.shrink(0..0x2000), Err(RequestError::InUse { start: 0x2000, end: 0x4000 }));
+    /// va.free(a).unwrap();
+    /// va.shrink(0x1000..0x2000).unwrap();
+    /// assert_eq!(va.space(), (0x1000, 0x2000));
+    /// ```
+    pub fn shrink(&mut self, new: Range<u64>) -> Result<(), RequestError> {
+        crate::debug_check!(self);
+        if new.start >= new.end || new.start < self.start || new.end > self.end {
+            return Err(RequestError::BadSpace {
+                space: self.space(),
+                asked: (new.start, new.end),
+            });
+        }
+        // Both dropped parts must lie in free blocks: check both first, so
+        // a refusal changes nothing.
+        for (s, e) in [(self.start, new.start), (new.end, self.end)] {
+            if s < e && !self.is_free(s, e) {
+                return Err(RequestError::InUse { start: s, end: e });
+            }
+        }
+        for (s, e) in [(self.start, new.start), (new.end, self.end)] {
+            if s < e {
+                self.cut_free(s, e);
+            }
+        }
+        (self.start, self.end) = (new.start, new.end);
+        Ok(())
+    }
+
+    /// Whether `[s, e)` lies inside one free block.
+    fn is_free(&self, s: u64, e: u64) -> bool {
+        self.free
+            .containing(&self.arena, s)
+            .is_some_and(|id| self.arena.get(id).end >= e)
+    }
+
+    /// Removes `[s, e)`, which lies in one free block, from free space.
+    fn cut_free(&mut self, s: u64, e: u64) {
+        let mut path = Path::new();
+        let found = self
+            .free
+            .lowest_fit_at(&self.arena, e - s, 1, s, e, &mut path);
+        if let Some((id, a)) = found {
+            debug_assert_eq!(a, s);
+            self.clip(id, &path, a, e - s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    fn req(size: u64) -> Request {
+        Request::bytes(size).unwrap()
+    }
+
+    #[test]
+    fn bad_requests_change_nothing_and_say_why() {
+        let mut v = VmapAllocator::new(0, 100).unwrap();
+        let a = v.alloc(10, 1).unwrap();
+        let before: Vec<_> = v.free_blocks().collect();
+        assert_eq!(
+            v.allocate(req(1).align(3)),
+            Err(RequestError::BadAlign { align: 3 })
+        );
+        assert_eq!(
+            v.allocate(req(1).within(50..50)),
+            Err(RequestError::EmptyWindow { start: 50, end: 50 })
+        );
+        assert_eq!(
+            v.allocate(req(4).align(4).at(6)),
+            Err(RequestError::Misaligned { addr: 6, align: 4 })
+        );
+        assert_eq!(
+            v.allocate(req(4).at(8)),
+            Err(RequestError::NotFree { start: 8, end: 12 })
+        );
+        assert_eq!(
+            v.allocate(req(4).at(u64::MAX - 1)),
+            Err(RequestError::NotFree {
+                start: u64::MAX - 1,
+                end: u64::MAX
+            })
+        );
+        assert_eq!(
+            v.allocate(req(91)),
+            Err(RequestError::NoFit {
+                size: 91,
+                align: 1,
+                window: (0, 100),
+                largest_free: 90
+            })
+        );
+        assert_eq!(
+            v.allocate(req(1).within(200..300)),
+            Err(RequestError::NoFit {
+                size: 1,
+                align: 1,
+                window: (200, 200),
+                largest_free: 90
+            })
+        );
+        assert_eq!(v.free_blocks().collect::<Vec<_>>(), before);
+        assert_eq!(v.area_size(a), Some(10));
+        v.check().unwrap();
+    }
+
+    #[test]
+    fn highest_and_exact_purge_once_before_failing() {
+        let mut v = VmapAllocator::new(0, 100).unwrap();
+        let a = v.allocate(req(100).policy(Policy::Highest)).unwrap();
+        assert_eq!(a, 0);
+        v.free_lazy(a).unwrap();
+        assert_eq!(v.allocate(req(10).at(30)), Ok(30)); // after a purge
+        assert_eq!(v.stats().purges, 1);
+        assert_eq!(v.allocate(req(10).policy(Policy::Highest)), Ok(90));
+        assert_eq!(
+            v.allocate(req(10).align(16).policy(Policy::Highest).within(0..85)),
+            Ok(64)
+        );
+        v.check().unwrap();
+    }
+
+    #[test]
+    fn policies_and_resizing_at_the_top_of_u64() {
+        let top = u64::MAX;
+        let mut v = VmapAllocator::new(top - 100, top).unwrap();
+        assert_eq!(v.allocate(req(10).policy(Policy::Highest)), Ok(top - 10));
+        assert_eq!(
+            v.allocate(req(16).align(16).policy(Policy::Highest)),
+            Ok(((top - 10) & !15) - 16)
+        );
+        assert_eq!(
+            v.allocate(req(10).at(top - 5)),
+            Err(RequestError::NotFree {
+                start: top - 5,
+                end: top
+            })
+        );
+        assert_eq!(
+            v.allocate(req(1).align(1 << 63)),
+            Err(RequestError::NoFit {
+                size: 1,
+                align: 1 << 63,
+                window: (top - 100, top),
+                largest_free: v.free_blocks().map(|r| r.end - r.start).max().unwrap(),
+            })
+        );
+        v.grow(0..top).unwrap();
+        assert_eq!(v.allocate(req(1).align(1 << 63)), Ok(0));
+        assert_eq!(
+            v.allocate(req(1).align(1 << 63).policy(Policy::Highest)),
+            Ok(1 << 63)
+        );
+        v.check().unwrap();
+        assert_eq!(
+            v.shrink(0..top - 200),
+            Err(RequestError::InUse {
+                start: top - 200,
+                end: top
+            })
+        );
+        v.check().unwrap();
+    }
+
+    #[test]
+    fn grow_and_shrink_keep_every_invariant() {
+        let mut v = VmapAllocator::new(100, 200).unwrap();
+        let a = v.alloc_in(10, 1, 150, 160).unwrap();
+        assert_eq!(
+            v.grow(101..300),
+            Err(RequestError::BadSpace {
+                space: (100, 200),
+                asked: (101, 300)
+            })
+        );
+        v.grow(3..301).unwrap();
+        v.check().unwrap();
+        assert_eq!(v.free_blocks().collect::<Vec<_>>(), [3..150, 160..301]);
+        assert_eq!(v.stats().free_bytes, 298 - 10);
+        let b = v.alloc_in(1, 1, 300, 301).unwrap();
+        v.free_lazy(b).unwrap();
+        assert_eq!(
+            v.shrink(3..300),
+            Err(RequestError::InUse {
+                start: 300,
+                end: 301
+            })
+        );
+        v.purge(&mut |_, _| {});
+        assert_eq!(
+            v.shrink(151..200),
+            Err(RequestError::InUse { start: 3, end: 151 })
+        );
+        assert_eq!(
+            v.shrink(5..5),
+            Err(RequestError::BadSpace {
+                space: (3, 301),
+                asked: (5, 5)
+            })
+        );
+        v.check().unwrap();
+        v.shrink(7..299).unwrap();
+        v.check().unwrap();
+        assert_eq!(v.free_blocks().collect::<Vec<_>>(), [7..150, 160..299]);
+        v.free(a).unwrap();
+        v.shrink(8..9).unwrap();
+        assert_eq!(v.free_blocks().collect::<Vec<_>>(), vec![8..9]);
+        assert_eq!(v.alloc(1, 1), Ok(8));
+        v.check().unwrap();
+    }
+}
