@@ -571,6 +571,40 @@ mod concurrent {
         m.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The owner tags of a shared zone, striped so that frames next to each
+    /// other have their tags on different cache lines.
+    ///
+    /// A refill hands a CPU a run of neighbouring frames, and the next
+    /// refill of another CPU the run after it; with one byte per frame in
+    /// frame order, the two CPUs' tags would share the line at the seam and
+    /// bounce it between them on every pair (the kernel's 64-byte `struct
+    /// page` never shares a line). Here the tags are `64 × lines` bytes,
+    /// `lines` a power of two, and frame `i`'s tag is byte `i >> log2(lines)`
+    /// of 64-byte group `i mod lines`: frames share a line only when they
+    /// are a multiple of `lines` apart (16 MiB of frames in a 1 GiB zone).
+    struct Tags {
+        tags: Box<[AtomicU8]>,
+        /// `log2(lines)`.
+        shift: u32,
+    }
+
+    impl Tags {
+        fn new(span: usize) -> Self {
+            let lines = span.div_ceil(64).next_power_of_two();
+            Tags {
+                tags: (0..lines * 64).map(|_| AtomicU8::new(0)).collect(),
+                shift: lines.trailing_zeros(),
+            }
+        }
+
+        /// The tag of frame index `i` (below the span).
+        #[inline]
+        fn at(&self, i: usize) -> &AtomicU8 {
+            let lines = 1usize << self.shift;
+            &self.tags[(i & (lines - 1)) << 6 | i >> self.shift]
+        }
+    }
+
     /// A zone shared by threads: per-CPU lists behind one lock each (the
     /// kernel's `pcp->lock`, uncontended when each thread uses its own CPU)
     /// and the buddy allocator behind the zone lock, taken only to refill,
@@ -602,7 +636,9 @@ mod concurrent {
         cfg: PcpConfig,
         zone: Mutex<BuddyAllocator>,
         cpus: Box<[Padded]>,
-        owner: Box<[AtomicU8]>,
+        /// Frames in the span.
+        span: usize,
+        owner: Tags,
     }
 
     impl core::fmt::Debug for ConcurrentZone {
@@ -633,7 +669,8 @@ mod concurrent {
                 cpus: (0..cfg.cpus)
                     .map(|_| Padded(Mutex::new(PcpLists::new())))
                     .collect(),
-                owner: (0..span).map(|_| AtomicU8::new(0)).collect(),
+                span,
+                owner: Tags::new(span),
             })
         }
 
@@ -652,7 +689,7 @@ mod concurrent {
         #[inline]
         fn idx(&self, pfn: u64) -> Option<usize> {
             let i = pfn.checked_sub(self.start)?;
-            (i < self.owner.len() as u64).then_some(i as usize)
+            (i < self.span as u64).then_some(i as usize)
         }
 
         /// [`PcpZone::alloc`] for a shared zone.
@@ -670,7 +707,8 @@ mod concurrent {
                 Some(pfn) => pfn,
                 None => self.alloc_slow(c, li, order, mt)?,
             };
-            self.owner[(pfn - self.start) as usize].store(tag(order, mt), Ordering::Release);
+            let owner = self.owner.at((pfn - self.start) as usize);
+            owner.store(tag(order, mt), Ordering::Release);
             Ok(pfn)
         }
 
@@ -720,12 +758,13 @@ mod concurrent {
                 return Err(FreeError::Invalid);
             }
             let i = self.idx(pfn).ok_or(FreeError::Invalid)?;
-            let t = self.owner[i].load(Ordering::Acquire);
+            let owner = self.owner.at(i);
+            let t = owner.load(Ordering::Acquire);
             let mt = match untag(t) {
                 Some((o, mt)) if o == order => mt,
                 _ => return Err(FreeError::NotAllocated),
             };
-            self.owner[i]
+            owner
                 .compare_exchange(t, 0, Ordering::AcqRel, Ordering::Acquire)
                 .map_err(|_| FreeError::NotAllocated)?;
             let Some(li) = pcp_index(order, mt, self.pageblock_order) else {
@@ -780,11 +819,30 @@ mod concurrent {
                 zone: self.zone.into_inner().unwrap_or_else(|e| e.into_inner()),
                 cfg: self.cfg,
                 cpus,
-                owner: self
-                    .owner
-                    .iter()
-                    .map(|a| a.load(Ordering::Acquire))
+                owner: (0..self.span)
+                    .map(|i| self.owner.at(i).load(Ordering::Acquire))
                     .collect(),
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::Tags;
+
+        #[test]
+        fn tags_are_one_per_frame_and_neighbours_never_share_a_line() {
+            for span in [1usize, 63, 64, 65, 1000, 4096, 262_144 + 5] {
+                let t = Tags::new(span);
+                let base = t.tags.as_ptr() as usize;
+                let addr = |i: usize| t.at(i) as *const _ as usize - base;
+                let mut seen = std::vec![false; t.tags.len()];
+                for i in 0..span {
+                    assert!(!core::mem::replace(&mut seen[addr(i)], true), "{span}: {i}");
+                    if i > 0 && span > 128 {
+                        assert!(addr(i).abs_diff(addr(i - 1)) >= 64, "{span}: {i}");
+                    }
+                }
             }
         }
     }
