@@ -323,7 +323,8 @@ impl PcpZone {
         let li = pcp_index(order, mt, self.zone.cfg.pageblock_order);
         if let (Some(lists), Some(li)) = (self.cpus.get_mut(cpu), li) {
             if let Some(pfn) = lists.pop(li, order) {
-                self.owner[(pfn - self.zone.start) as usize] = tag(order, mt);
+                // A page on a list is in the span: wrapping_sub cannot wrap.
+                self.owner[pfn.wrapping_sub(self.zone.start) as usize] = tag(order, mt);
                 return Ok(pfn);
             }
         }
@@ -383,12 +384,16 @@ impl PcpZone {
         if cpu >= self.cpus.len() || order > self.zone.cfg.max_order {
             return Err(FreeError::Invalid);
         }
-        let i = self.zone.idx(pfn).ok_or(FreeError::Invalid)?;
-        let t = self.owner[i];
+        // One bounds check: the owner tags span the zone.
+        let owner = usize::try_from(pfn.wrapping_sub(self.zone.start))
+            .ok()
+            .and_then(|i| self.owner.get_mut(i))
+            .ok_or(FreeError::Invalid)?;
+        let t = *owner;
         if t & 1 == 0 || (t >> 1) & 0xf != order {
             return Err(FreeError::NotAllocated);
         }
-        self.owner[i] = 0;
+        *owner = 0;
         // One arm per type, each with its list as a constant: the list's
         // address then does not wait for the tag's load (see issue-11
         // notes: computing it from the tag made the pair 1.5x slower).
