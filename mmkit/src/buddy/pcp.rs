@@ -206,6 +206,15 @@ impl PcpLists {
         self.stats.refills += 1;
     }
 
+    /// Everything back to the zone; an empty CPU is skipped (the kernel's
+    /// `drain_pages_zone` checks `pcp->count` before taking the zone lock),
+    /// so it counts no drain.
+    fn drain(&mut self, zone: &mut BuddyAllocator) {
+        if self.count > 0 {
+            self.free_bulk(zone, 0, 0);
+        }
+    }
+
     /// `free_pcppages_bulk`: the oldest pages back to the zone, starting with
     /// list `first`, until at most `target` pages remain.
     fn free_bulk(&mut self, zone: &mut BuddyAllocator, first: usize, target: u64) {
@@ -450,7 +459,7 @@ impl PcpZone {
     /// [`FreeError::Invalid`] for an unknown CPU.
     pub fn drain(&mut self, cpu: usize) -> Result<(), FreeError> {
         let lists = self.cpus.get_mut(cpu).ok_or(FreeError::Invalid)?;
-        lists.free_bulk(&mut self.zone, 0, 0);
+        lists.drain(&mut self.zone);
         Ok(())
     }
 
@@ -461,7 +470,7 @@ impl PcpZone {
     /// O(pages on the lists × max_order).
     pub fn drain_all(&mut self) {
         for lists in &mut self.cpus {
-            lists.free_bulk(&mut self.zone, 0, 0);
+            lists.drain(&mut self.zone);
         }
     }
 
