@@ -305,7 +305,8 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         let (mut lo, mut hi) = (u64::MAX, 0);
         for cell in &self.queues {
             let mut q = lock(&cell.0);
-            (self.env()).take_aliases(&mut q, &mut Locked(self), self.policy, &mut lo, &mut hi);
+            self.env()
+                .take_aliases(&mut q, &mut Locked(self), self.policy, &mut lo, &mut hi);
         }
         lock(&self.global).purge(lo, hi, flush)
     }
