@@ -2,10 +2,13 @@
 //! not tied to a CPU (range allocator, large maps, their counters).
 //!
 //! ```text
-//!  single: &mut self ──┐                       ┌── shared: a queue's lock held,
-//!                      ├─ map_in / unmap_in ───┤   the global lock and index
-//!  fields of self ─────┘   purge / flush       └── shards taken inside Blocks
-//!                          (one queue)
+//!  VblockAllocator (&mut self)          ConcurrentVblock (&self)
+//!  Owned { index, range }               Locked: shard locks, global lock
+//!            \                              /
+//!             +--> Env::map_in / unmap_in <--+   on one queue, which the
+//!                  Env::purge_fragmented         caller owns (single) or
+//!                  Env::take_aliases             holds locked (shared)
+//!  Global { range, large, counters }: a field (single), behind the global lock (shared)
 //! ```
 //!
 //! The front ends differ only in how they reach a queue and its
