@@ -276,6 +276,55 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    /// `ConcurrentZone` used from one thread answers every call exactly as
+    /// `PcpZone` does (same lists, same slow paths, same errors for bad
+    /// CPUs, orders, pfns and double frees), and ends in the same state.
+    #[test]
+    fn concurrent_zone_answers_as_pcp_zone(s in setup(), ops in prop::collection::vec(op(), 1..200)) {
+        let (mut z, _) = build(&s);
+        let c = ConcurrentZone::new(z.zone().clone(), s.pcp).unwrap();
+        let mut held: Vec<(u64, u8)> = Vec::new();
+        for op in &ops {
+            match *op {
+                Op::Alloc { cpu, order, mt } => {
+                    let a = z.alloc(cpu, order, TYPES[mt]);
+                    prop_assert_eq!(a, c.alloc(cpu, order, TYPES[mt]), "{:?}", op);
+                    if let Ok(p) = a {
+                        held.push((p, order));
+                    }
+                }
+                Op::Free { cpu, pick } if !held.is_empty() => {
+                    // Sometimes a double free: the block stays listed.
+                    let k = pick % held.len();
+                    let (p, o) = if pick % 7 == 0 { held[k] } else { held.swap_remove(k) };
+                    prop_assert_eq!(z.free(cpu, p, o), c.free(cpu, p, o), "{:?}", op);
+                }
+                Op::FreeRaw { cpu, off, order } => {
+                    let pfn = (s.start + off).saturating_sub(8);
+                    prop_assert_eq!(z.free(cpu, pfn, order), c.free(cpu, pfn, order), "{:?}", op);
+                    held.retain(|&(p, _)| p != pfn);
+                }
+                Op::DrainAll => {
+                    z.drain_all();
+                    c.drain_all();
+                }
+                _ => {}
+            }
+        }
+        for cpu in 0..s.pcp.cpus {
+            prop_assert_eq!(z.stats(cpu), c.stats(cpu));
+        }
+        z.drain_all();
+        let pz = c.into_pcp_zone();
+        pz.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(pz.zone().free_pages(), z.zone().free_pages());
+        prop_assert!(pz.zone().free_blocks().eq(z.zone().free_blocks()));
+    }
+}
+
 /// Two threads allocating and freeing on their own CPUs and on each
 /// other's: no block is handed out twice, and nothing is lost.
 #[test]

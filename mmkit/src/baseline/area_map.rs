@@ -35,7 +35,7 @@
 use alloc::vec::Vec;
 
 use crate::error::{AllocError, CheckError, FreeError};
-use crate::percpu::slots::{size_to_slot, SlotLists, NIL};
+use crate::percpu::slots::{size_to_slot, ChunkTable, TableChunk, NIL};
 use crate::percpu::{
     check_unit_size, free_slot, request_bits, PcpuPtr, PercpuAlloc, PercpuStats, MIN_ALLOC_SIZE,
 };
@@ -270,9 +270,13 @@ impl AreaChunk {
 #[derive(Debug, Clone)]
 pub struct AreaMapAllocator {
     unit_size: u64,
-    chunks: Vec<Option<AreaChunk>>,
-    free_ids: Vec<u32>,
-    slots: SlotLists,
+    table: ChunkTable<AreaChunk>,
+}
+
+impl TableChunk for AreaChunk {
+    fn is_empty(&self) -> bool {
+        self.live == 0
+    }
 }
 
 impl AreaMapAllocator {
@@ -289,20 +293,14 @@ impl AreaMapAllocator {
         check_unit_size(unit_size)?;
         Ok(AreaMapAllocator {
             unit_size,
-            chunks: Vec::new(),
-            free_ids: Vec::new(),
-            slots: SlotLists::new(free_slot(unit_size) + 1),
+            table: ChunkTable::new(free_slot(unit_size) + 1),
         })
-    }
-
-    fn free_slot(&self) -> usize {
-        self.slots.len() - 1
     }
 
     /// The pre-4.14 `pcpu_chunk_slot`: by free bytes, not by the hint.
     fn slot_of_chunk(&self, c: &AreaChunk) -> usize {
         if u64::from(c.free_size) == self.unit_size {
-            self.free_slot()
+            self.table.free_slot()
         } else if c.free_size < 4 || c.contig_hint < 4 {
             0
         } else {
@@ -311,19 +309,16 @@ impl AreaMapAllocator {
     }
 
     fn relocate(&mut self, id: u32) {
-        let c = self.chunks[id as usize].as_ref().expect("held");
-        let slot = self.slot_of_chunk(c);
-        self.slots.relocate(id, slot);
+        let slot = self.slot_of_chunk(self.table.chunk(id));
+        self.table.slots.relocate(id, slot);
     }
 
     fn alloc_from_slots(&mut self, size: u32, align: u32) -> Option<PcpuPtr> {
-        for slot in size_to_slot(u64::from(size))..self.slots.len() {
-            let mut id = self.slots.head(slot);
+        for slot in size_to_slot(u64::from(size))..self.table.slots.len() {
+            let mut id = self.table.slots.head(slot);
             while id != NIL {
-                let next = self.slots.next(id);
-                let c = self.chunks[id as usize]
-                    .as_mut()
-                    .expect("listed chunk is held");
+                let next = self.table.slots.next(id);
+                let c = self.table.chunk_mut(id);
                 if size <= c.contig_hint {
                     let off = c.alloc_area(size, align);
                     self.relocate(id);
@@ -337,21 +332,9 @@ impl AreaMapAllocator {
         None
     }
 
+    #[cold]
     fn create_chunk(&mut self) -> u32 {
-        let c = AreaChunk::new(self.unit_size as u32);
-        let id = match self.free_ids.pop() {
-            Some(id) => {
-                self.chunks[id as usize] = Some(c);
-                id
-            }
-            None => {
-                self.chunks.push(Some(c));
-                (self.chunks.len() - 1) as u32
-            }
-        };
-        let slot = self.free_slot();
-        self.slots.insert(id, slot, true);
-        id
+        self.table.create(AreaChunk::new(self.unit_size as u32))
     }
 }
 
@@ -374,7 +357,7 @@ impl PercpuAlloc for AreaMapAllocator {
             return Ok(p);
         }
         let id = self.create_chunk();
-        let c = self.chunks[id as usize].as_mut().expect("just created");
+        let c = self.table.chunk_mut(id);
         let offset = c
             .alloc_area(size, align)
             .expect("a free chunk fits any valid request");
@@ -386,41 +369,19 @@ impl PercpuAlloc for AreaMapAllocator {
     /// O(log areas) to find the area, O(areas) for the merging memmove.
     fn free(&mut self, p: PcpuPtr) -> Result<u64, FreeError> {
         crate::debug_check!(self);
-        let held = self
-            .chunks
-            .get(p.chunk as usize)
-            .is_some_and(Option::is_some);
-        if !held || u64::from(p.offset) >= self.unit_size {
+        if !self.table.is_held(p.chunk) || u64::from(p.offset) >= self.unit_size {
             return Err(FreeError::Invalid);
         }
-        let c = self.chunks[p.chunk as usize].as_mut().expect("held");
-        let size = c.free_area(p.offset)?;
-        let empty = c.live == 0;
+        let size = self.table.chunk_mut(p.chunk).free_area(p.offset)?;
         self.relocate(p.chunk);
-        if empty && self.slots.count(self.free_slot()) > 1 {
-            self.slots.remove(p.chunk);
-            self.chunks[p.chunk as usize] = None;
-            self.free_ids.push(p.chunk);
-        }
+        self.table.release_if_spare(p.chunk);
         Ok(u64::from(size))
     }
 
     /// # Complexity
     /// O(total areas).
     fn check(&self) -> Result<(), CheckError> {
-        let listed = self.slots.check()?;
-        let (mut held, mut empty) = (0u64, 0u64);
-        for (id, c) in self.chunks.iter().enumerate() {
-            let Some(c) = c else {
-                crate::ensure!(
-                    self.slots.slot_of(id as u32).is_none(),
-                    Structure @ id,
-                    "released chunk {id} still listed"
-                );
-                continue;
-            };
-            held += 1;
-            empty += u64::from(c.live == 0);
+        self.table.check(|id, c, at| {
             crate::ensure!(
                 u64::from(c.unit_size()) == self.unit_size,
                 Structure @ id,
@@ -429,20 +390,13 @@ impl PercpuAlloc for AreaMapAllocator {
             c.check()
                 .map_err(|e| e.within(alloc::format!("chunk {id}")))?;
             let want = self.slot_of_chunk(c);
-            let at = self.slots.slot_of(id as u32);
             crate::ensure!(
                 at == Some(want),
                 Structure @ id,
                 "chunk {id} listed in slot {at:?}, belongs in {want}"
             );
-        }
-        crate::ensure!(
-            listed == held,
-            Accounting,
-            "{held} chunks held but {listed} listed"
-        );
-        crate::ensure!(empty <= 1, Bounds, "{empty} free chunks kept (at most 1)");
-        Ok(())
+            Ok(())
+        })
     }
 
     /// # Complexity
@@ -450,10 +404,10 @@ impl PercpuAlloc for AreaMapAllocator {
     fn stats(&self) -> PercpuStats {
         let mut s = PercpuStats {
             unit_size: self.unit_size,
-            slot_counts: self.slots.counts(),
+            slot_counts: self.table.slots.counts(),
             ..PercpuStats::default()
         };
-        for c in self.chunks.iter().flatten() {
+        for c in self.table.held() {
             s.chunks += 1;
             s.empty_chunks += u64::from(c.live == 0);
             s.live += u64::from(c.live);

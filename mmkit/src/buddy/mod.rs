@@ -834,6 +834,9 @@ impl BuddyAllocator {
     }
 
     /// Claim: from the largest order down, while the request may claim.
+    /// Cold, as the kernel's `__rmqueue_fallback`: only when the type's
+    /// own lists are empty.
+    #[cold]
     fn rmqueue_claim(&mut self, order: u8, mt: MigrateType) -> Option<u64> {
         let pb = self.cfg.pageblock_order;
         for o in (order..=self.cfg.max_order).rev() {
@@ -932,6 +935,7 @@ impl BuddyAllocator {
 
     /// Steal: the smallest fallback block at `order` or above, split; its
     /// remainder stays on the fallback type and the pageblock keeps its type.
+    #[cold]
     fn rmqueue_steal(&mut self, order: u8, mt: MigrateType) -> Option<u64> {
         for o in order..=self.cfg.max_order {
             let Some(ft) = self.fallback_with_block(o, mt) else {

@@ -57,7 +57,7 @@ pub use block_md::BlockMd;
 
 use crate::error::{AllocError, CheckError, FreeError};
 use chunk::Chunk;
-use slots::{size_to_slot, SlotLists, NIL};
+use slots::{size_to_slot, ChunkTable, TableChunk, NIL};
 
 /// Bytes per bitmap bit (`PCPU_MIN_ALLOC_SIZE`): the allocation granule.
 pub const MIN_ALLOC_SIZE: u64 = 4;
@@ -226,9 +226,13 @@ pub(crate) fn free_slot(unit_size: u64) -> usize {
 #[derive(Debug, Clone)]
 pub struct PercpuAllocator {
     unit_size: u64,
-    chunks: Vec<Option<Chunk>>,
-    free_ids: Vec<u32>,
-    slots: SlotLists,
+    table: ChunkTable<Chunk>,
+}
+
+impl TableChunk for Chunk {
+    fn is_empty(&self) -> bool {
+        Chunk::is_empty(self)
+    }
 }
 
 impl PercpuAllocator {
@@ -245,20 +249,14 @@ impl PercpuAllocator {
         check_unit_size(unit_size)?;
         Ok(PercpuAllocator {
             unit_size,
-            chunks: Vec::new(),
-            free_ids: Vec::new(),
-            slots: SlotLists::new(free_slot(unit_size) + 1),
+            table: ChunkTable::new(free_slot(unit_size) + 1),
         })
-    }
-
-    fn free_slot(&self) -> usize {
-        self.slots.len() - 1
     }
 
     /// `pcpu_chunk_slot`: where a chunk belongs by its hints.
     fn slot_of_chunk(&self, c: &Chunk) -> usize {
         if c.is_empty() {
-            self.free_slot()
+            self.table.free_slot()
         } else if c.md.contig_hint == 0 {
             0
         } else {
@@ -266,27 +264,19 @@ impl PercpuAllocator {
         }
     }
 
-    fn chunk(&self, id: u32) -> &Chunk {
-        self.chunks[id as usize]
-            .as_ref()
-            .expect("listed chunk is held")
-    }
-
     fn relocate(&mut self, id: u32) {
-        let slot = self.slot_of_chunk(self.chunk(id));
-        self.slots.relocate(id, slot);
+        let slot = self.slot_of_chunk(self.table.chunk(id));
+        self.table.slots.relocate(id, slot);
     }
 
     /// Tries every chunk from the request's slot upward (`pcpu_alloc`).
     fn alloc_from_slots(&mut self, bits: usize, align: usize) -> Option<PcpuPtr> {
         let first = size_to_slot(bits as u64 * MIN_ALLOC_SIZE);
-        for slot in first..self.slots.len() {
-            let mut id = self.slots.head(slot);
+        for slot in first..self.table.slots.len() {
+            let mut id = self.table.slots.head(slot);
             while id != NIL {
-                let next = self.slots.next(id);
-                let c = self.chunks[id as usize]
-                    .as_mut()
-                    .expect("listed chunk is held");
+                let next = self.table.slots.next(id);
+                let c = self.table.chunk_mut(id);
                 let found = c
                     .find_block_fit(bits, align)
                     .and_then(|start| c.alloc_area(bits, align, start));
@@ -296,7 +286,7 @@ impl PercpuAllocator {
                         let offset = (off as u64 * MIN_ALLOC_SIZE) as u32;
                         return Some(PcpuPtr { chunk: id, offset });
                     }
-                    None if slot < SLOT_FAIL_THRESHOLD => self.slots.relocate(id, 0),
+                    None if slot < SLOT_FAIL_THRESHOLD => self.table.slots.relocate(id, 0),
                     None => {}
                 }
                 id = next;
@@ -306,31 +296,10 @@ impl PercpuAllocator {
     }
 
     /// Creates a chunk, reusing a released id, and lists it as free.
+    #[cold]
     fn create_chunk(&mut self) -> u32 {
         let c = Chunk::new((self.unit_size / MIN_ALLOC_SIZE) as u32);
-        let id = match self.free_ids.pop() {
-            Some(id) => {
-                self.chunks[id as usize] = Some(c);
-                id
-            }
-            None => {
-                self.chunks.push(Some(c));
-                (self.chunks.len() - 1) as u32
-            }
-        };
-        let slot = self.free_slot();
-        self.slots.insert(id, slot, true);
-        id
-    }
-
-    /// Releases chunk `id` when it is free and another free chunk is kept
-    /// (the kernel's balance work keeps at most one).
-    fn maybe_release(&mut self, id: u32) {
-        if self.chunk(id).is_empty() && self.slots.count(self.free_slot()) > 1 {
-            self.slots.remove(id);
-            self.chunks[id as usize] = None;
-            self.free_ids.push(id);
-        }
+        self.table.create(c)
     }
 }
 
@@ -350,7 +319,7 @@ impl PercpuAlloc for PercpuAllocator {
             return Ok(p);
         }
         let id = self.create_chunk();
-        let c = self.chunks[id as usize].as_mut().expect("just created");
+        let c = self.table.chunk_mut(id);
         let start = c
             .find_block_fit(bits, align)
             .expect("a free chunk fits any valid request");
@@ -370,58 +339,34 @@ impl PercpuAlloc for PercpuAllocator {
     fn free(&mut self, p: PcpuPtr) -> Result<u64, FreeError> {
         crate::debug_check!(self);
         let off = u64::from(p.offset);
-        let held = self
-            .chunks
-            .get(p.chunk as usize)
-            .is_some_and(Option::is_some);
-        if !held || off >= self.unit_size {
+        if !self.table.is_held(p.chunk) || off >= self.unit_size {
             return Err(FreeError::Invalid);
         }
         if off % MIN_ALLOC_SIZE != 0 {
             return Err(FreeError::NotAllocated);
         }
-        let c = self.chunks[p.chunk as usize].as_mut().expect("held");
+        let c = self.table.chunk_mut(p.chunk);
         let bits = c.free_area((off / MIN_ALLOC_SIZE) as usize)?;
         self.relocate(p.chunk);
-        self.maybe_release(p.chunk);
+        self.table.release_if_spare(p.chunk);
         Ok(bits as u64 * MIN_ALLOC_SIZE)
     }
 
     /// # Complexity
     /// O(chunks * unit_size / 4) bits: recomputes every hint.
     fn check(&self) -> Result<(), CheckError> {
-        let listed = self.slots.check()?;
-        let mut held = 0u64;
-        let mut empty = 0u64;
-        for (id, c) in self.chunks.iter().enumerate() {
-            let Some(c) = c else {
-                crate::ensure!(
-                    self.slots.slot_of(id as u32).is_none(),
-                    Structure @ id,
-                    "released chunk {id} still listed"
-                );
-                continue;
-            };
-            held += 1;
-            empty += u64::from(c.is_empty());
+        self.table.check(|id, c, at| {
             c.check()
                 .map_err(|e| e.within(alloc::format!("chunk {id}")))?;
             let want = self.slot_of_chunk(c);
-            let at = self.slots.slot_of(id as u32);
             let ok = at == Some(want) || (at == Some(0) && want < SLOT_FAIL_THRESHOLD);
             crate::ensure!(
                 ok,
                 Structure @ id,
                 "chunk {id} listed in slot {at:?}, belongs in {want}"
             );
-        }
-        crate::ensure!(
-            listed == held,
-            Accounting,
-            "{held} chunks held but {listed} listed"
-        );
-        crate::ensure!(empty <= 1, Bounds, "{empty} free chunks kept (at most 1)");
-        Ok(())
+            Ok(())
+        })
     }
 
     /// # Complexity
@@ -429,10 +374,10 @@ impl PercpuAlloc for PercpuAllocator {
     fn stats(&self) -> PercpuStats {
         let mut s = PercpuStats {
             unit_size: self.unit_size,
-            slot_counts: self.slots.counts(),
+            slot_counts: self.table.slots.counts(),
             ..PercpuStats::default()
         };
-        for c in self.chunks.iter().flatten() {
+        for c in self.table.held() {
             s.chunks += 1;
             s.empty_chunks += u64::from(c.is_empty());
             s.live += u64::from(c.live);

@@ -201,3 +201,122 @@ impl SlotLists {
         Ok(total)
     }
 }
+
+/// What [`ChunkTable`] needs to know of a chunk.
+pub(crate) trait TableChunk {
+    /// Nothing allocated in it.
+    fn is_empty(&self) -> bool;
+}
+
+/// The chunk table of a percpu allocator: chunks by id (ids of released
+/// chunks are reused), and the slot lists they sit in. The bitmap
+/// allocator and the area-map baseline keep their chunks in one of these
+/// and differ only in the chunk and in the slot they give it.
+///
+/// Invariants (checked by [`check`](Self::check)): every held chunk is
+/// listed in one slot and no released id is; at most one chunk is empty.
+#[derive(Debug, Clone)]
+pub(crate) struct ChunkTable<C> {
+    chunks: Vec<Option<C>>,
+    free_ids: Vec<u32>,
+    pub(crate) slots: SlotLists,
+}
+
+impl<C: TableChunk> ChunkTable<C> {
+    /// An empty table with `nr_slots` slots, the last for empty chunks.
+    pub(crate) fn new(nr_slots: usize) -> Self {
+        ChunkTable {
+            chunks: Vec::new(),
+            free_ids: Vec::new(),
+            slots: SlotLists::new(nr_slots),
+        }
+    }
+
+    /// The slot of wholly free chunks (the last).
+    pub(crate) fn free_slot(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// Whether `id` names a held chunk.
+    pub(crate) fn is_held(&self, id: u32) -> bool {
+        self.chunks.get(id as usize).is_some_and(Option::is_some)
+    }
+
+    /// The held chunk `id`; panics on a released or unknown id (callers
+    /// check with [`is_held`](Self::is_held) or take ids from the lists).
+    pub(crate) fn chunk(&self, id: u32) -> &C {
+        self.chunks[id as usize]
+            .as_ref()
+            .expect("listed chunk is held")
+    }
+
+    /// [`chunk`](Self::chunk), mutably.
+    pub(crate) fn chunk_mut(&mut self, id: u32) -> &mut C {
+        self.chunks[id as usize]
+            .as_mut()
+            .expect("listed chunk is held")
+    }
+
+    /// Every held chunk.
+    pub(crate) fn held(&self) -> impl Iterator<Item = &C> {
+        self.chunks.iter().flatten()
+    }
+
+    /// Adds `c`, reusing a released id, and lists it as free.
+    pub(crate) fn create(&mut self, c: C) -> u32 {
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.chunks[id as usize] = Some(c);
+                id
+            }
+            None => {
+                self.chunks.push(Some(c));
+                (self.chunks.len() - 1) as u32
+            }
+        };
+        let slot = self.free_slot();
+        self.slots.insert(id, slot, true);
+        id
+    }
+
+    /// Releases chunk `id` when it is empty and another empty chunk is
+    /// listed (the kernel's balance work keeps at most one).
+    pub(crate) fn release_if_spare(&mut self, id: u32) {
+        if self.chunk(id).is_empty() && self.slots.count(self.free_slot()) > 1 {
+            self.slots.remove(id);
+            self.chunks[id as usize] = None;
+            self.free_ids.push(id);
+        }
+    }
+
+    /// Checks the lists and the table's invariants; `each(id, chunk, slot
+    /// it is listed in)` checks a held chunk and its slot.
+    pub(crate) fn check(
+        &self,
+        mut each: impl FnMut(u32, &C, Option<usize>) -> Result<(), crate::CheckError>,
+    ) -> Result<(), crate::CheckError> {
+        let listed = self.slots.check()?;
+        let (mut held, mut empty) = (0u64, 0u64);
+        for (id, c) in self.chunks.iter().enumerate() {
+            let id = id as u32;
+            let Some(c) = c else {
+                crate::ensure!(
+                    self.slots.slot_of(id).is_none(),
+                    Structure @ id,
+                    "released chunk {id} still listed"
+                );
+                continue;
+            };
+            held += 1;
+            empty += u64::from(c.is_empty());
+            each(id, c, self.slots.slot_of(id))?;
+        }
+        crate::ensure!(
+            listed == held,
+            Accounting,
+            "{held} chunks held but {listed} listed"
+        );
+        crate::ensure!(empty <= 1, Bounds, "{empty} free chunks kept (at most 1)");
+        Ok(())
+    }
+}

@@ -56,6 +56,7 @@
 //! [`free_lazy`]: crate::range::RangeAllocator::free_lazy
 
 mod block;
+mod front;
 mod queue;
 #[cfg(feature = "std")]
 mod shared;

@@ -30,8 +30,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::vec::Vec;
 
+use super::front::{Blocks, Env, Global};
 use super::queue::Queue;
-use super::single::{check_all, purge_widened};
+use super::single::check_all;
 use super::{now, since, Clock, Config, Counters, Policy, MAX_CPUS};
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::RangeAllocator;
@@ -70,13 +71,6 @@ pub fn current_slot() -> usize {
 
 /// One index shard: block number -> (CPU, slot).
 type Index = BTreeMap<u64, (u32, u32)>;
-
-/// What the global lock guards.
-struct Global<R> {
-    range: R,
-    large: BTreeMap<u64, u64>,
-    counters: Counters,
-}
 
 /// Thread-safe `vm_map_ram` / `vm_unmap_ram`: per-CPU queues each behind
 /// its own lock (see the [module docs](super) and the lock order above).
@@ -140,11 +134,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
                 .map(|_| Padded(Mutex::new(Queue::new(&cfg, policy))))
                 .collect(),
             index: (0..shards).map(|_| Padded::default()).collect(),
-            global: Mutex::new(Global {
-                range,
-                large: BTreeMap::new(),
-                counters: Counters::default(),
-            }),
+            global: Mutex::new(Global::new(range)),
             clock: None,
         })
     }
@@ -244,6 +234,13 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         &self.index[(blockno & (self.index.len() as u64 - 1)) as usize].0
     }
 
+    fn env(&self) -> Env<'_> {
+        Env {
+            cfg: &self.cfg,
+            clock: self.clock,
+        }
+    }
+
     /// Maps `pages` pages on this thread's queue ([`current_slot`] modulo
     /// `cpus()`).
     ///
@@ -300,7 +297,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         let mut purged = false;
         loop {
             let mut q = lock(&self.queues[cpu].0);
-            match self.map_locked(&mut q, cpu, n) {
+            match self.env().map_in(&mut q, &mut Locked(self), cpu, n) {
                 Ok(addr) => {
                     q.counters.map_calls += 1;
                     q.counters.map_ns += since(self.clock, t0);
@@ -317,66 +314,18 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         }
     }
 
-    /// Search, then create a block (Legacy: and search again).
-    fn map_locked(&self, q: &mut Queue, cpu: usize, n: u32) -> Result<u64, AllocError> {
-        let mut released = Vec::new();
-        loop {
-            let hit = q.alloc(n, self.cfg.page_size, &mut released);
-            self.release_all(q, &mut released);
-            if let Some(addr) = hit {
-                return Ok(addr);
-            }
-            if let Some(addr) = self.new_block(q, cpu, n)? {
-                return Ok(addr);
-            }
-        }
-    }
-
-    fn new_block(&self, q: &mut Queue, cpu: usize, n: u32) -> Result<Option<u64>, AllocError> {
-        let t0 = now(self.clock);
-        let bs = self.cfg.block_size();
-        let va = lock(&self.global).range.alloc(bs, bs)?;
-        let (slot, addr) = q.add_block(va, n);
-        let no = self.cfg.block_no(va);
-        lock(self.shard(no)).insert(no, (cpu as u32, slot));
-        q.counters.create_ns += since(self.clock, t0);
-        Ok(addr)
-    }
-
-    /// Unindexes released blocks and frees their ranges lazily; the caller
-    /// holds the queue they came from.
-    fn release_all(&self, q: &mut Queue, released: &mut Vec<u64>) {
-        for va in released.drain(..) {
-            let t0 = now(self.clock);
-            let no = self.cfg.block_no(va);
-            lock(self.shard(no)).remove(&no);
-            let freed = lock(&self.global).range.free_lazy(va);
-            debug_assert!(freed.is_ok(), "a block's range is live");
-            q.counters.release_ns += since(self.clock, t0);
-        }
-    }
-
+    /// Forced fragmented purge on every CPU, one queue lock at a time.
+    #[cold]
     fn purge_all_fragmented(&self) {
-        let mut released = Vec::new();
         for cell in &self.queues {
-            let mut q = lock(&cell.0);
-            q.purge_fragmented(true, &mut released);
-            self.release_all(&mut q, &mut released);
+            self.env()
+                .purge_fragmented(&mut lock(&cell.0), &mut Locked(self));
         }
     }
 
     fn map_large(&self, pages: u64) -> Result<u64, AllocError> {
-        let size = pages
-            .checked_mul(self.cfg.page_size)
-            .ok_or(AllocError::Invalid)?;
         let t0 = now(self.clock);
-        let mut g = lock(&self.global);
-        let addr = g.range.alloc(size, self.cfg.page_size)?;
-        g.large.insert(addr, pages);
-        g.counters.map_calls += 1;
-        g.counters.large_maps += 1;
-        g.counters.map_ns += since(self.clock, t0);
-        Ok(addr)
+        lock(&self.global).map_large(&self.cfg, self.clock, t0, pages)
     }
 
     /// Unmaps the mapping of `pages` pages at `addr`, from any thread.
@@ -416,52 +365,22 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         let here = self.here();
         let mut q = lock(&self.queues[here].0);
         if let Some(slot) = q.find(va) {
-            return self.unmap_in(&mut q, slot, addr, n, t0);
+            return self
+                .env()
+                .unmap_in(&mut q, &mut Locked(self), slot, addr, n, t0);
         }
         drop(q);
         let no = self.cfg.block_no(addr);
         let found = lock(self.shard(no)).get(&no).copied();
         let (cpu, slot) = found.ok_or(FreeError::NotAllocated)?;
         let mut q = lock(&self.queues[cpu as usize].0);
-        self.unmap_in(&mut q, slot, addr, n, t0)
-    }
-
-    /// Unmaps in the block at `slot` of the locked queue `q`.
-    fn unmap_in(
-        &self,
-        q: &mut Queue,
-        slot: u32,
-        addr: u64,
-        n: u32,
-        t0: u64,
-    ) -> Result<(), FreeError> {
-        let bs = self.cfg.block_size();
-        let va = addr & !(bs - 1);
-        let off = self
-            .cfg
-            .page_index(addr - va)
-            .ok_or(FreeError::NotAllocated)?;
-        if let Some(va) = q.free(slot, va, off, n)? {
-            self.release_all(q, &mut std::vec![va]);
-        }
-        q.counters.unmap_calls += 1;
-        q.counters.unmap_ns += since(self.clock, t0);
-        Ok(())
+        self.env()
+            .unmap_in(&mut q, &mut Locked(self), slot, addr, n, t0)
     }
 
     fn unmap_large(&self, addr: u64, pages: u64) -> Result<(), FreeError> {
         let t0 = now(self.clock);
-        let mut g = lock(&self.global);
-        if g.large.get(&addr) != Some(&pages) {
-            return Err(FreeError::NotAllocated);
-        }
-        g.large.remove(&addr);
-        let freed = g.range.free_lazy(addr);
-        debug_assert!(freed.is_ok(), "a large map's range is live");
-        g.counters.unmap_calls += 1;
-        g.counters.large_unmaps += 1;
-        g.counters.unmap_ns += since(self.clock, t0);
-        Ok(())
+        lock(&self.global).unmap_large(self.clock, t0, addr, pages)
     }
 
     /// `vm_unmap_aliases`: one `flush(start, end)` covering every block's
@@ -488,19 +407,12 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     pub fn unmap_aliases(&self, flush: &mut dyn FnMut(u64, u64)) -> bool {
         crate::debug_check!(self);
         let (mut lo, mut hi) = (u64::MAX, 0);
-        let mut released = Vec::new();
         for cell in &self.queues {
             let mut q = lock(&cell.0);
-            if self.policy == Policy::Current {
-                q.purge_fragmented(false, &mut released);
-            }
-            q.take_dirty(self.cfg.page_size, &mut lo, &mut hi);
-            self.release_all(&mut q, &mut released);
+            self.env()
+                .take_aliases(&mut q, &mut Locked(self), self.policy, &mut lo, &mut hi);
         }
-        let mut g = lock(&self.global);
-        let flushed = purge_widened(&mut g.range, lo, hi, flush);
-        g.counters.flushes += u64::from(flushed);
-        flushed
+        lock(&self.global).purge(lo, hi, flush)
     }
 
     /// Counters summed over every CPU and the large path.
@@ -577,5 +489,25 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
             &g.large,
             &g.range,
         )
+    }
+}
+
+/// The shared front end's [`Blocks`]: the range allocator under the global
+/// lock, the index under its shards (taken after a queue's lock).
+struct Locked<'a, R>(&'a ConcurrentVblock<R>);
+
+impl<R: RangeAllocator> Blocks for Locked<'_, R> {
+    fn take_block(&mut self, size: u64) -> Result<u64, AllocError> {
+        lock(&self.0.global).range.alloc(size, size)
+    }
+
+    fn index(&mut self, no: u64, cpu: u32, slot: u32) {
+        lock(self.0.shard(no)).insert(no, (cpu, slot));
+    }
+
+    fn give_back(&mut self, no: u64, va: u64) {
+        lock(self.0.shard(no)).remove(&no);
+        let freed = lock(&self.0.global).range.free_lazy(va);
+        debug_assert!(freed.is_ok(), "a block's range is live");
     }
 }

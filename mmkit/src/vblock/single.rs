@@ -4,6 +4,7 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
+use super::front::{Blocks, Env, Global};
 use super::queue::Queue;
 use super::{now, since, Clock, Config, Counters, Policy, MAX_CPUS};
 use crate::ensure;
@@ -43,13 +44,34 @@ use crate::range::RangeAllocator;
 pub struct VblockAllocator<R> {
     cfg: Config,
     policy: Policy,
-    range: R,
     queues: Vec<Queue>,
     index: BTreeMap<u64, (u32, u32)>,
-    large: BTreeMap<u64, u64>,
-    /// Large maps/unmaps and alias flushes (not tied to one CPU).
-    global: Counters,
+    /// The range allocator, large maps, and the counters of large maps
+    /// and alias flushes (not tied to one CPU).
+    global: Global<R>,
     clock: Option<Clock>,
+}
+
+/// The single front end's [`Blocks`]: its own index and range allocator.
+struct Owned<'a, R> {
+    index: &'a mut BTreeMap<u64, (u32, u32)>,
+    range: &'a mut R,
+}
+
+impl<R: RangeAllocator> Blocks for Owned<'_, R> {
+    fn take_block(&mut self, size: u64) -> Result<u64, AllocError> {
+        self.range.alloc(size, size)
+    }
+
+    fn index(&mut self, no: u64, cpu: u32, slot: u32) {
+        self.index.insert(no, (cpu, slot));
+    }
+
+    fn give_back(&mut self, no: u64, va: u64) {
+        self.index.remove(&no);
+        let freed = self.range.free_lazy(va);
+        debug_assert!(freed.is_ok(), "a block's range is live");
+    }
 }
 
 impl<R: RangeAllocator> VblockAllocator<R> {
@@ -81,11 +103,9 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         Ok(VblockAllocator {
             cfg,
             policy,
-            range,
             queues: (0..cpus).map(|_| Queue::new(&cfg, policy)).collect(),
             index: BTreeMap::new(),
-            large: BTreeMap::new(),
-            global: Counters::default(),
+            global: Global::new(range),
             clock: None,
         })
     }
@@ -163,7 +183,20 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     /// assert_eq!(vb.range().stats().live_bytes, Config::KERNEL.block_size());
     /// ```
     pub fn range(&self) -> &R {
-        &self.range
+        &self.global.range
+    }
+
+    /// CPU `cpu`'s queue and the rest of the front end, borrowed apart.
+    fn parts(&mut self, cpu: usize) -> (Env<'_>, &mut Queue, Owned<'_, R>) {
+        let env = Env {
+            cfg: &self.cfg,
+            clock: self.clock,
+        };
+        let blocks = Owned {
+            index: &mut self.index,
+            range: &mut self.global.range,
+        };
+        (env, &mut self.queues[cpu], blocks)
     }
 
     /// Maps `pages` pages on CPU `cpu`: from its blocks up to `max_alloc`
@@ -208,73 +241,34 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         Ok(addr)
     }
 
+    /// Maps on `cpu`'s queue; Current retries once after a fragmented
+    /// purge of every CPU when no block can be created.
     fn map_small(&mut self, cpu: usize, n: u32) -> Result<u64, AllocError> {
         let mut purged = false;
-        let mut released = Vec::new();
-        // At most: search, create (Legacy: search again); plus one retry
-        // after a fragmented purge.
         loop {
-            let page = self.cfg.page_size;
-            let hit = self.queues[cpu].alloc(n, page, &mut released);
-            self.release_all(cpu, &mut released);
-            if let Some(addr) = hit {
-                return Ok(addr);
-            }
-            match self.new_block(cpu, n) {
-                Ok(Some(addr)) => return Ok(addr),
-                Ok(None) => continue, // Legacy: the new block is at HEAD
+            let (env, q, mut b) = self.parts(cpu);
+            match env.map_in(q, &mut b, cpu, n) {
                 Err(AllocError::NoSpace) if self.policy == Policy::Current && !purged => {
                     purged = true;
                     self.purge_all_fragmented();
                 }
-                Err(e) => return Err(e),
+                r => return r,
             }
         }
     }
 
-    /// `alloc_vmap_area` for a block: a block-aligned block-sized range.
-    fn new_block(&mut self, cpu: usize, n: u32) -> Result<Option<u64>, AllocError> {
-        let t0 = now(self.clock);
-        let bs = self.cfg.block_size();
-        let va = self.range.alloc(bs, bs)?;
-        let (slot, addr) = self.queues[cpu].add_block(va, n);
-        self.index.insert(self.cfg.block_no(va), (cpu as u32, slot));
-        self.queues[cpu].counters.create_ns += since(self.clock, t0);
-        Ok(addr)
-    }
-
-    /// Gives released blocks back to the range allocator, lazily
-    /// (`free_vmap_block`).
-    fn release_all(&mut self, cpu: usize, released: &mut Vec<u64>) {
-        for va in released.drain(..) {
-            let t0 = now(self.clock);
-            self.index.remove(&self.cfg.block_no(va));
-            let freed = self.range.free_lazy(va);
-            debug_assert!(freed.is_ok(), "a block's range is live");
-            self.queues[cpu].counters.release_ns += since(self.clock, t0);
-        }
-    }
-
     /// Forced fragmented purge on every CPU (the allocation-failure path).
+    #[cold]
     fn purge_all_fragmented(&mut self) {
-        let mut released = Vec::new();
         for cpu in 0..self.queues.len() {
-            self.queues[cpu].purge_fragmented(true, &mut released);
-            self.release_all(cpu, &mut released);
+            let (env, q, mut b) = self.parts(cpu);
+            env.purge_fragmented(q, &mut b);
         }
     }
 
     fn map_large(&mut self, pages: u64) -> Result<u64, AllocError> {
-        let size = pages
-            .checked_mul(self.cfg.page_size)
-            .ok_or(AllocError::Invalid)?;
         let t0 = now(self.clock);
-        let addr = self.range.alloc(size, self.cfg.page_size)?;
-        self.large.insert(addr, pages);
-        self.global.map_calls += 1;
-        self.global.large_maps += 1;
-        self.global.map_ns += since(self.clock, t0);
-        Ok(addr)
+        self.global.map_large(&self.cfg, self.clock, t0, pages)
     }
 
     /// Unmaps the mapping of `pages` pages that `map` returned at `addr`
@@ -312,37 +306,17 @@ impl<R: RangeAllocator> VblockAllocator<R> {
             return self.unmap_large(addr, pages);
         };
         let t0 = now(self.clock);
-        let bs = self.cfg.block_size();
         let &(cpu, slot) = self
             .index
             .get(&self.cfg.block_no(addr))
             .ok_or(FreeError::NotAllocated)?;
-        let (va, cpu) = (addr & !(bs - 1), cpu as usize);
-        let off = self
-            .cfg
-            .page_index(addr - va)
-            .ok_or(FreeError::NotAllocated)?;
-        if let Some(va) = self.queues[cpu].free(slot, va, off, n)? {
-            self.release_all(cpu, &mut alloc::vec![va]);
-        }
-        let q = &mut self.queues[cpu].counters;
-        q.unmap_calls += 1;
-        q.unmap_ns += since(self.clock, t0);
-        Ok(())
+        let (env, q, mut b) = self.parts(cpu as usize);
+        env.unmap_in(q, &mut b, slot, addr, n, t0)
     }
 
     fn unmap_large(&mut self, addr: u64, pages: u64) -> Result<(), FreeError> {
-        if self.large.get(&addr) != Some(&pages) {
-            return Err(FreeError::NotAllocated);
-        }
         let t0 = now(self.clock);
-        self.large.remove(&addr);
-        let freed = self.range.free_lazy(addr);
-        debug_assert!(freed.is_ok(), "a large map's range is live");
-        self.global.unmap_calls += 1;
-        self.global.large_unmaps += 1;
-        self.global.unmap_ns += since(self.clock, t0);
-        Ok(())
+        self.global.unmap_large(self.clock, t0, addr, pages)
     }
 
     /// `vm_unmap_aliases`: flushes every block's unflushed dirty range and
@@ -370,17 +344,12 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     pub fn unmap_aliases(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
         crate::debug_check!(self);
         let (mut lo, mut hi) = (u64::MAX, 0);
-        let mut released = Vec::new();
+        let policy = self.policy;
         for cpu in 0..self.queues.len() {
-            if self.policy == Policy::Current {
-                self.queues[cpu].purge_fragmented(false, &mut released);
-            }
-            self.queues[cpu].take_dirty(self.cfg.page_size, &mut lo, &mut hi);
-            self.release_all(cpu, &mut released);
+            let (env, q, mut b) = self.parts(cpu);
+            env.take_aliases(q, &mut b, policy, &mut lo, &mut hi);
         }
-        let flushed = purge_widened(&mut self.range, lo, hi, flush);
-        self.global.flushes += u64::from(flushed);
-        flushed
+        self.global.purge(lo, hi, flush)
     }
 
     /// Counters summed over every CPU (and the large path).
@@ -400,7 +369,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     /// assert_eq!((c.map_calls, c.blocks_created), (2, 2));
     /// ```
     pub fn counters(&self) -> Counters {
-        let mut c = self.global;
+        let mut c = self.global.counters;
         for q in &self.queues {
             c += q.counters;
         }
@@ -482,7 +451,8 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     /// assert_eq!(vb.live_pages(), 3);
     /// ```
     pub fn live_pages(&self) -> u64 {
-        self.queues.iter().map(Queue::live_pages).sum::<u64>() + self.large.values().sum::<u64>()
+        let large = self.global.large.values().sum::<u64>();
+        self.queues.iter().map(Queue::live_pages).sum::<u64>() + large
     }
 
     /// Verifies every invariant (see the type docs) and the range
@@ -508,31 +478,10 @@ impl<R: RangeAllocator> VblockAllocator<R> {
             &self.cfg,
             self.queues.iter(),
             &self.index,
-            &self.large,
-            &self.range,
+            &self.global.large,
+            &self.global.range,
         )
     }
-}
-
-/// Purges the range allocator's lazy areas and calls `flush` once with the
-/// range covering them and `[lo, hi)` (empty when `lo >= hi`). Returns
-/// whether `flush` ran.
-pub(crate) fn purge_widened<R: RangeAllocator>(
-    range: &mut R,
-    lo: u64,
-    hi: u64,
-    flush: &mut dyn FnMut(u64, u64),
-) -> bool {
-    let mut called = false;
-    range.purge(&mut |s, e| {
-        flush(s.min(lo), e.max(hi));
-        called = true;
-    });
-    if !called && lo < hi {
-        flush(lo, hi);
-        called = true;
-    }
-    called
 }
 
 /// The shared checker: every queue, the index against the blocks, the range
