@@ -17,14 +17,15 @@
 //! bug, as it is in the kernel, and its frames are not reused until the
 //! mapping is gone.
 //!
-//! Records are sharded by block number, each shard behind its own lock, so
-//! CPUs mapping in their own blocks do not contend.
-
-use std::collections::HashMap;
+//! Records are keyed and sharded by block number, counted from the start
+//! of the reservation, each shard behind its own lock, so CPUs mapping in
+//! their own blocks do not contend. Numbers rather than addresses make the
+//! layout the same wherever the system put the reservation (a loom model,
+//! replayed over fresh reservations, needs that).
 
 use crate::error::VmError;
 use crate::phys::Phys;
-use crate::sync::{lock, Mutex, MutexGuard};
+use crate::sync::{lock, HashMap, Mutex, MutexGuard};
 
 /// Marks a stale slot (the pfn is kept: the page is still mapped).
 const STALE: u32 = 1 << 31;
@@ -47,37 +48,47 @@ struct Shard(Mutex<HashMap<u64, Record>>);
 #[derive(Debug)]
 pub(crate) struct Records {
     shards: Box<[Shard]>,
+    /// The block number (address / block size) of the reservation's start.
+    first_block: u64,
     block_size: u64,
     page: u64,
 }
 
 impl Records {
-    /// Records for blocks of `block_size` bytes of `page`-byte pages.
-    pub(crate) fn new(block_size: u64, page: u64) -> Self {
+    /// Records for blocks of `block_size` bytes of `page`-byte pages in a
+    /// reservation that starts at `base`.
+    pub(crate) fn new(base: u64, block_size: u64, page: u64) -> Self {
         Records {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            first_block: base / block_size,
             block_size,
             page,
         }
     }
 
-    /// The block start of `addr` and the page index inside it.
+    /// The block number of `addr` and the page index inside its block.
     fn locate(&self, addr: u64) -> (u64, usize) {
         let start = addr & !(self.block_size - 1);
-        (start, ((addr - start) / self.page) as usize)
+        let block = start / self.block_size - self.first_block;
+        (block, ((addr - start) / self.page) as usize)
     }
 
-    fn shard(&self, start: u64) -> MutexGuard<'_, HashMap<u64, Record>> {
-        lock(&self.shards[(start / self.block_size) as usize % SHARDS].0)
+    /// The address where block number `block` starts.
+    fn start_of(&self, block: u64) -> u64 {
+        (self.first_block + block) * self.block_size
+    }
+
+    fn shard(&self, block: u64) -> MutexGuard<'_, HashMap<u64, Record>> {
+        lock(&self.shards[block as usize % SHARDS].0)
     }
 
     /// Records a fresh mapping of `pfns` at `addr` (a slot just handed out
     /// by the front end).
     pub(crate) fn insert(&self, addr: u64, pfns: &[u64]) {
-        let (start, off) = self.locate(addr);
+        let (block, off) = self.locate(addr);
         let bits = (self.block_size / self.page) as usize;
-        let mut shard = self.shard(start);
-        let rec = shard.entry(start).or_insert_with(|| Record {
+        let mut shard = self.shard(block);
+        let rec = shard.entry(block).or_insert_with(|| Record {
             slots: vec![NONE; bits].into_boxed_slice(),
             lens: vec![0; bits].into_boxed_slice(),
         });
@@ -94,15 +105,15 @@ impl Records {
     /// [`VmError::NotAllocated`] when no live mapping of that many pages
     /// starts at `addr`; nothing changes then.
     pub(crate) fn mark_stale(&self, addr: u64, pages: u64) -> Result<(), VmError> {
-        let (start, off) = self.locate(addr);
-        let mut shard = self.shard(start);
+        let (block, off) = self.locate(addr);
+        let mut shard = self.shard(block);
         let live = |r: &Record| {
             addr % self.page == 0
                 && u64::from(r.lens[off]) == pages
                 && r.slots[off] != NONE
                 && r.slots[off] & STALE == 0
         };
-        match shard.get_mut(&start) {
+        match shard.get_mut(&block) {
             Some(r) if live(r) => {
                 r.lens[off] = 0;
                 for s in &mut r.slots[off..off + pages as usize] {
@@ -117,7 +128,8 @@ impl Records {
     /// Forgets the block at `start` after its range was unmapped: one
     /// mapping fewer for every frame it showed.
     pub(crate) fn drop_block(&self, start: u64, phys: &Phys) {
-        let rec = self.shard(start).remove(&start);
+        let (block, _) = self.locate(start);
+        let rec = self.shard(block).remove(&block);
         for &s in rec.iter().flat_map(|r| r.slots.iter()) {
             if s != NONE {
                 phys.unmapped(u64::from((s & !STALE) - 1), 1);
@@ -131,7 +143,8 @@ impl Records {
         let mut runs = 0;
         for shard in self.shards.iter() {
             let mut map = lock(&shard.0);
-            for (&start, rec) in map.iter_mut() {
+            for (&block, rec) in map.iter_mut() {
+                let start = self.start_of(block);
                 let mut i = 0;
                 while i < rec.slots.len() {
                     if rec.slots[i] & STALE == 0 {

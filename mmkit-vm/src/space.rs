@@ -22,7 +22,6 @@
 //! With `lazy_unmap` off every free unmaps at once: the design before 2008,
 //! kept as the experiments' baseline.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use mmkit::error::{AllocError, CheckError, FreeError};
@@ -32,7 +31,7 @@ use mmkit::vmap::VmapAllocator;
 use crate::error::VmError;
 use crate::map_ram::Records;
 use crate::phys::{Block, Phys};
-use crate::sync::{lock, AtomicU64, Mutex};
+use crate::sync::{lock, AtomicU64, HashMap, Mutex};
 use crate::sys::Reservation;
 
 /// A live area: `[start, start + span)` in the vmap allocator, its first
@@ -175,7 +174,7 @@ impl Space {
             lazy_unmap,
             state: Mutex::new(State {
                 vmap,
-                areas: HashMap::new(),
+                areas: HashMap::default(),
                 lazy: Vec::new(),
                 lazy_bytes: 0,
                 lazy_max,

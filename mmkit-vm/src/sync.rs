@@ -19,3 +19,13 @@ pub(crate) use std::sync::{Mutex, MutexGuard};
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// The hash maps of areas and block records. Under loom their hasher is
+/// fixed, so every run of a model visits entries in the same order (loom
+/// replays each schedule and needs the same operations every time); in the
+/// normal build it is std's randomly keyed one.
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, MapHasher>;
+#[cfg(loom)]
+type MapHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+#[cfg(not(loom))]
+type MapHasher = std::collections::hash_map::RandomState;

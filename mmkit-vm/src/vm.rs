@@ -147,7 +147,7 @@ impl Vm {
         };
         let phys = Phys::new(cfg.phys_limit, page)?;
         let res = Reservation::new(cfg.virt_size).map_err(|e| VmError::os("mmap", e))?;
-        let records = Records::new(cfg.vblock.block_size(), page);
+        let records = Records::new(res.base(), cfg.vblock.block_size(), page);
         let space = Arc::new(Space::new(
             res,
             phys,
