@@ -26,7 +26,11 @@
 //!
 //! Searches can record the [`Path`] from the root to the node they find;
 //! [`RangeTree::set_range_at`] then fixes the augmented values along it
-//! without a second descent (the range allocator's splits and merges).
+//! without a second descent (the range allocator's splits and merges), and
+//! [`RangeTree::remove_at_path`] and [`RangeTree::insert_at_neighbours`]
+//! unlink or link a node by rebalancing that path bottom up, stopping at
+//! the first ancestor whose values do not change (a full fit, a free that
+//! merges with nothing).
 //!
 //! Nodes live in a [`NodeArena`] shared by several trees, referenced by
 //! [`NodeId`]. Released nodes are kept on a free list and reused, so a
@@ -655,6 +659,121 @@ impl RangeTree {
         ar.refit(at, nl, before)
     }
 
+    /// [`insert`](Self::insert) after [`neighbours`](Self::neighbours) of
+    /// the node's start, with the tree unchanged since: the node hangs below
+    /// the last node of that descent, and only its path is fixed, bottom
+    /// up, stopping where nothing changes. No second descent.
+    ///
+    /// # Complexity
+    /// O(log n).
+    pub fn insert_at_neighbours(&mut self, ar: &mut NodeArena, id: NodeId, nb: &Neighbours) {
+        if ar.summaries {
+            ar.n(id).asum = ar.summarize(id);
+        }
+        self.len += 1;
+        let path = nb.path.nodes();
+        let Some(&parent) = path.last() else {
+            debug_assert!(self.root == NIL, "neighbours of another tree");
+            self.root = id;
+            return;
+        };
+        let key = ar.get(id).start;
+        let p = ar.n(parent);
+        if key < p.start {
+            debug_assert!(p.left == NIL, "neighbours out of date");
+            p.left = id;
+        } else {
+            debug_assert!(p.right == NIL, "neighbours out of date");
+            p.right = id;
+        }
+        self.fix_up(ar, path, path.len());
+    }
+
+    /// [`remove`](Self::remove) of a node whose ancestors, root first, a
+    /// search has just recorded (as [`lowest_fit_at`](Self::lowest_fit_at)
+    /// and [`neighbours`](Self::neighbours) do): no descent to it.
+    ///
+    /// # Complexity
+    /// O(log n).
+    pub fn remove_at_path(&mut self, ar: &mut NodeArena, ancestors: &[NodeId], id: NodeId) {
+        let (l, r) = (ar.get(id).left, ar.get(id).right);
+        if l == NIL || r == NIL {
+            self.relink(ar, ancestors, id, if l == NIL { r } else { l });
+            self.fix_up(ar, ancestors, ancestors.len());
+        } else {
+            // The successor m (the minimum on the right) takes id's place;
+            // m and the nodes between it and id's right child all change.
+            let mut path = Path::new();
+            for &a in ancestors {
+                path.push(a);
+            }
+            let mut m = r;
+            let below = path.len + 1;
+            while ar.get(m).left != NIL {
+                path.push(m);
+                m = ar.get(m).left;
+            }
+            if path.len >= below {
+                let pm = path.nodes[path.len - 1];
+                ar.n(pm).left = ar.get(m).right;
+                ar.n(m).right = r;
+            }
+            ar.n(m).left = l;
+            // m goes between the ancestors and the chain above it.
+            path.nodes.copy_within(below - 1..path.len, below);
+            path.nodes[below - 1] = m;
+            path.len += 1;
+            self.relink(ar, ancestors, id, m);
+            self.fix_up(ar, path.nodes(), ancestors.len());
+        }
+        let (s, e) = (ar.get(id).start, ar.get(id).end);
+        *ar.n(id) = Node::detached(s, e);
+        self.len -= 1;
+    }
+
+    /// Puts `sub` where `id` hangs below the last of `ancestors` (or at
+    /// the root).
+    #[inline]
+    fn relink(&mut self, ar: &mut NodeArena, ancestors: &[NodeId], id: NodeId, sub: NodeId) {
+        match ancestors.last() {
+            None => self.root = sub,
+            Some(&up) => {
+                let u = ar.n(up);
+                if u.left == id {
+                    u.left = sub;
+                } else {
+                    u.right = sub;
+                }
+            }
+        }
+    }
+
+    /// Updates and rebalances the nodes of `path` (root first, each the
+    /// parent of the next), bottom up, after the subtree below its last
+    /// node changed. Above index `steady`, it stops at the first node whose
+    /// root, height, smax and summary come out unchanged: its ancestors'
+    /// values still hold.
+    fn fix_up(&mut self, ar: &mut NodeArena, path: &[NodeId], steady: usize) {
+        for (i, &at) in path.iter().enumerate().rev() {
+            let before = ar.shape(at);
+            let new = ar.rebalance(at);
+            if i < steady && ar.shape(new) == before {
+                return;
+            }
+            match i.checked_sub(1) {
+                None => self.root = new,
+                Some(j) => {
+                    let u = ar.n(path[j]);
+                    if u.left == at {
+                        u.left = new;
+                    } else {
+                        u.right = new;
+                    }
+                }
+            }
+        }
+    }
+
     /// Changes the range of node `id` (in this tree) in place and fixes the
     /// augmented values on its path. The new range must keep the node's
     /// place in address order and overlap no other range (shrinking, or
@@ -1129,6 +1248,46 @@ mod tests {
                 prop_assert_eq!(ar.in_use(), model.len());
                 let found: Vec<u64> = model.keys().filter_map(|&k| t.find(&ar, k)).map(|id| ar.get(id).start).collect();
                 prop_assert_eq!(found, model.keys().copied().collect::<Vec<_>>());
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// The path-based insert and removal (no second descent) keep every
+        /// invariant and agree with a BTreeMap, mixed with the plain ones.
+        #[test]
+        fn path_ops_match_model(ops in proptest::collection::vec((any::<u8>(), 1..=64u8, any::<bool>()), 1..300)) {
+            let mut ar = NodeArena::new();
+            let mut t = RangeTree::new();
+            let mut model: BTreeMap<u64, NodeId> = BTreeMap::new();
+            for (i, len, by_path) in ops {
+                let s = i as u64 * 64;
+                if let Some(id) = model.remove(&s) {
+                    if by_path {
+                        let nb = t.neighbours(&ar, s);
+                        prop_assert_eq!(nb.next, id);
+                        t.remove_at_path(&mut ar, nb.next_path(), id);
+                    } else {
+                        t.remove(&mut ar, id);
+                    }
+                    ar.release(id).unwrap();
+                } else {
+                    if len % 4 == 0 {
+                        t.enable_summaries(&mut ar, 1 << 7);
+                    }
+                    let id = ar.alloc(s, s + len as u64);
+                    if by_path {
+                        let nb = t.neighbours(&ar, s);
+                        t.insert_at_neighbours(&mut ar, id, &nb);
+                    } else {
+                        t.insert(&mut ar, id);
+                    }
+                    model.insert(s, id);
+                }
+                t.check(&ar, 0, 1 << 20).map_err(|e| TestCaseError::fail(e.0))?;
+                let got: Vec<NodeId> = t.iter(&ar).collect();
+                prop_assert_eq!(got, model.values().copied().collect::<Vec<_>>());
             }
         }
     }

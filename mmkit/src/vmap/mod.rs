@@ -206,7 +206,7 @@ impl VmapAllocator {
             (n.start, n.end)
         };
         match FitType::classify(s, e, a, size) {
-            FitType::Full => self.remove_free_node(id),
+            FitType::Full => self.remove_free_node(id, path.nodes()),
             FitType::LeftEdge => {
                 self.free
                     .set_range_at(&mut self.arena, path.nodes(), id, a + size, e)
@@ -224,9 +224,10 @@ impl VmapAllocator {
         self.free_bytes -= size;
     }
 
-    /// Takes the free block `id` out of the free tree and back to the arena.
-    fn remove_free_node(&mut self, id: NodeId) {
-        self.free.remove(&mut self.arena, id);
+    /// Takes the free block `id`, below `ancestors`, out of the free tree
+    /// and back to the arena.
+    fn remove_free_node(&mut self, id: NodeId, ancestors: &[NodeId]) {
+        self.free.remove_at_path(&mut self.arena, ancestors, id);
         let released = self.arena.release(id);
         debug_assert!(released.is_ok(), "a free block's node is live");
     }
@@ -246,7 +247,7 @@ impl VmapAllocator {
                 // overlap until `next` leaves; only starts steer a descent).
                 self.free
                     .set_range_at(&mut self.arena, nb.prev_path(), prev, ps, ne);
-                self.remove_free_node(next);
+                self.remove_free_node(next, nb.next_path());
             }
             (true, false) => {
                 let ps = self.arena.get(prev).start;
@@ -261,7 +262,7 @@ impl VmapAllocator {
             (false, false) => {
                 // The only case that needs a node: a new free block.
                 let id = self.arena.alloc(s, e);
-                self.free.insert(&mut self.arena, id);
+                self.free.insert_at_neighbours(&mut self.arena, id, &nb);
             }
         }
         self.free_bytes += e - s;
