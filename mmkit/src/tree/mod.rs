@@ -748,6 +748,56 @@ impl RangeTree {
         }
     }
 
+    /// Splits a range in one pass: node `id` (below `ancestors`, root
+    /// first, as a search recorded them) takes the range `[start, end)`,
+    /// and the detached node `left`, whose range lies below `start` and
+    /// above the range before `id`, becomes `id`'s in-order predecessor.
+    /// Both changes are fixed bottom up along one path: what
+    /// [`set_range_at`](Self::set_range_at) then [`insert`](Self::insert)
+    /// do with two passes and a second descent (the range allocator's
+    /// allocation inside a free block).
+    ///
+    /// # Complexity
+    /// O(log n).
+    pub fn split_at(
+        &mut self,
+        ar: &mut NodeArena,
+        ancestors: &[NodeId],
+        id: NodeId,
+        left: NodeId,
+        start: u64,
+        end: u64,
+    ) {
+        ar.lower_floor(start, end);
+        let n = ar.n(id);
+        (n.start, n.end) = (start, end);
+        debug_assert!(ar.get(left).end <= start, "left not below the range");
+        if ar.summaries {
+            ar.n(left).asum = ar.summarize(left);
+        }
+        self.len += 1;
+        let mut path = Path::new();
+        for &a in ancestors {
+            path.push(a);
+        }
+        path.push(id);
+        // The predecessor's place: id's empty left slot, or the empty right
+        // slot at the end of its left subtree's right spine.
+        let mut at = ar.get(id).left;
+        if at == NIL {
+            ar.n(id).left = left;
+        } else {
+            while ar.get(at).right != NIL {
+                path.push(at);
+                at = ar.get(at).right;
+            }
+            path.push(at);
+            ar.n(at).right = left;
+        }
+        // Below id nothing may stop the pass early: id's range changed too.
+        self.fix_up(ar, path.nodes(), ancestors.len() + 1);
+    }
+
     /// Updates and rebalances the nodes of `path` (root first, each the
     /// parent of the next), bottom up, after the subtree below its last
     /// node changed. Above index `steady`, it stops at the first node whose
@@ -1254,36 +1304,53 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
-        /// The path-based insert and removal (no second descent) keep every
-        /// invariant and agree with a BTreeMap, mixed with the plain ones.
+        /// The path-based insert, removal and split (no second descent) keep
+        /// every invariant and agree with a BTreeMap, mixed with the plain
+        /// insert and removal.
         #[test]
         fn path_ops_match_model(ops in proptest::collection::vec((any::<u8>(), 1..=64u8, any::<bool>()), 1..300)) {
             let mut ar = NodeArena::new();
             let mut t = RangeTree::new();
             let mut model: BTreeMap<u64, NodeId> = BTreeMap::new();
             for (i, len, by_path) in ops {
+                // Slot i of 64 bytes holds at most two ranges.
                 let s = i as u64 * 64;
-                if let Some(id) = model.remove(&s) {
-                    if by_path {
-                        let nb = t.neighbours(&ar, s);
+                let first = model.range(s..s + 64).next().map(|(&k, &id)| (k, id));
+                match first {
+                    Some((k, id)) if len % 8 == 1 && ar.get(id).end >= k + 48 => {
+                        // Split it: [k, k + 16) and [k + 32, end).
+                        let e = ar.get(id).end;
+                        let nb = t.neighbours(&ar, k);
                         prop_assert_eq!(nb.next, id);
-                        t.remove_at_path(&mut ar, nb.next_path(), id);
-                    } else {
-                        t.remove(&mut ar, id);
+                        let left = ar.alloc(k, k + 16);
+                        t.split_at(&mut ar, nb.next_path(), id, left, k + 32, e);
+                        model.insert(k, left);
+                        model.insert(k + 32, id);
                     }
-                    ar.release(id).unwrap();
-                } else {
-                    if len % 4 == 0 {
-                        t.enable_summaries(&mut ar, 1 << 7);
+                    Some((k, id)) => {
+                        model.remove(&k);
+                        if by_path {
+                            let nb = t.neighbours(&ar, k);
+                            prop_assert_eq!(nb.next, id);
+                            t.remove_at_path(&mut ar, nb.next_path(), id);
+                        } else {
+                            t.remove(&mut ar, id);
+                        }
+                        ar.release(id).unwrap();
                     }
-                    let id = ar.alloc(s, s + len as u64);
-                    if by_path {
-                        let nb = t.neighbours(&ar, s);
-                        t.insert_at_neighbours(&mut ar, id, &nb);
-                    } else {
-                        t.insert(&mut ar, id);
+                    None => {
+                        if len % 4 == 0 {
+                            t.enable_summaries(&mut ar, 1 << 7);
+                        }
+                        let id = ar.alloc(s, s + len as u64);
+                        if by_path {
+                            let nb = t.neighbours(&ar, s);
+                            t.insert_at_neighbours(&mut ar, id, &nb);
+                        } else {
+                            t.insert(&mut ar, id);
+                        }
+                        model.insert(s, id);
                     }
-                    model.insert(s, id);
                 }
                 t.check(&ar, 0, 1 << 20).map_err(|e| TestCaseError::fail(e.0))?;
                 let got: Vec<NodeId> = t.iter(&ar).collect();

@@ -215,10 +215,9 @@ impl VmapAllocator {
                 .free
                 .set_range_at(&mut self.arena, path.nodes(), id, s, a),
             FitType::NoEdge => {
-                self.free
-                    .set_range_at(&mut self.arena, path.nodes(), id, a + size, e);
                 let left = self.arena.alloc(s, a);
-                self.free.insert(&mut self.arena, left);
+                self.free
+                    .split_at(&mut self.arena, path.nodes(), id, left, a + size, e);
             }
         }
         self.free_bytes -= size;
