@@ -486,6 +486,16 @@ impl Default for RangeTree {
     }
 }
 
+/// The lowest-fit search's next move at a node.
+enum Step {
+    /// The node's range holds the fit, at this address.
+    Here(u64),
+    /// Nothing here; the right subtree may hold it.
+    Right,
+    /// Nothing here or to the right.
+    Fail,
+}
+
 /// A lowest-fit request: `size` bytes aligned to `2^k` in `[lo, hi)`.
 #[derive(Clone, Copy)]
 struct Request {
@@ -1026,45 +1036,79 @@ impl RangeTree {
         Self::fit_at(ar, self.root, req, path)
     }
 
-    fn fit_at(ar: &NodeArena, at: NodeId, q: Request, path: &mut Path) -> Option<(NodeId, u64)> {
-        // The caller saw this subtree's largest range hold `size`; each node
-        // keeps its children's maxima, so deciding where to go reads only
-        // the nodes on the path (no sibling cache misses).
-        let n = ar.get(at);
-        // Near misses: no range below holds `size` bytes at this alignment.
-        if q.prune {
-            match n.asum.usable(n.smax(), q.k) {
-                Some(u) if u >= q.size => {}
-                _ => return None,
+    /// The lowest fit in the subtree at `root`, whose largest range the
+    /// caller saw hold `size`. A loop, not a recursion: `path` holds the
+    /// ancestors of `at`, and bit `d` of `lefts` says the descent went left
+    /// at depth `d`, so a failed left subtree resumes at that ancestor.
+    fn fit_at(ar: &NodeArena, root: NodeId, q: Request, path: &mut Path) -> Option<(NodeId, u64)> {
+        let mut at = root;
+        let mut lefts = 0u64;
+        'descend: loop {
+            // Each node keeps its children's maxima, so deciding where to go
+            // reads only the nodes on the path (no sibling cache misses).
+            let n = ar.get(at);
+            // Near misses: no range below holds `size` bytes at this alignment.
+            let pruned = q.prune && !matches!(n.asum.usable(n.smax(), q.k), Some(u) if u >= q.size);
+            if !pruned {
+                // Left ranges all end at or before n.start: useless unless
+                // n.start > lo.
+                if n.start > q.lo && n.lmax >= q.size {
+                    lefts |= 1 << path.len;
+                    path.push(at);
+                    at = n.left;
+                    continue;
+                }
+                match Self::here_or_right(n, q) {
+                    Step::Here(a) => return Some((at, a)),
+                    Step::Right => {
+                        path.push(at);
+                        at = n.right;
+                        continue;
+                    }
+                    Step::Fail => {}
+                }
             }
-        }
-        // Left ranges all end at or before n.start: useless unless n.start > lo.
-        if n.start > q.lo && n.lmax >= q.size {
-            path.push(at);
-            if let Some(r) = Self::fit_at(ar, n.left, q, path) {
-                return Some(r);
+            // Back up to the nearest ancestor whose left subtree failed.
+            while path.len > 0 {
+                path.len -= 1;
+                let (up, bit) = (path.nodes[path.len], 1u64 << path.len);
+                if lefts & bit == 0 {
+                    continue;
+                }
+                lefts &= !bit;
+                let n = ar.get(up);
+                match Self::here_or_right(n, q) {
+                    Step::Here(a) => return Some((up, a)),
+                    Step::Right => {
+                        path.push(up);
+                        at = n.right;
+                        continue 'descend;
+                    }
+                    Step::Fail => {}
+                }
             }
-            path.len -= 1;
+            return None;
         }
+    }
+
+    /// What the search does at node `n` once nothing on its left fits.
+    #[inline]
+    fn here_or_right(n: &Node, q: Request) -> Step {
         // This and every range to the right start at or after n.start.
         if n.start >= q.hi || q.hi - n.start < q.size {
-            return None;
+            return Step::Fail;
         }
         if n.len() >= q.size {
             let (lo, hi) = (n.start.max(q.lo), n.end.min(q.hi));
             if let Some(a) = crate::range::fit_in(lo, hi, q.size, q.align) {
-                return Some((at, a));
+                return Step::Here(a);
             }
         }
         if n.rmax < q.size {
-            return None;
+            Step::Fail
+        } else {
+            Step::Right
         }
-        path.push(at);
-        let r = Self::fit_at(ar, n.right, q, path);
-        if r.is_none() {
-            path.len -= 1;
-        }
-        r
     }
 
     /// The slow reference for [`lowest_fit`](Self::lowest_fit): walks the
