@@ -804,8 +804,10 @@ impl RangeTree {
             path.push(at);
             ar.n(at).right = left;
         }
-        // Below id nothing may stop the pass early: id's range changed too.
-        self.fix_up(ar, path.nodes(), ancestors.len() + 1);
+        // Neither id nor anything below it may stop the pass early: id's
+        // range changed, so its stored values no longer show what its
+        // parent saw (only a strict ancestor's do).
+        self.fix_up(ar, path.nodes(), ancestors.len());
     }
 
     /// Updates and rebalances the nodes of `path` (root first, each the
@@ -1352,24 +1354,32 @@ mod tests {
         /// every invariant and agree with a BTreeMap, mixed with the plain
         /// insert and removal.
         #[test]
-        fn path_ops_match_model(ops in proptest::collection::vec((any::<u8>(), 1..=64u8, any::<bool>()), 1..300)) {
+        fn path_ops_match_model(
+            ops in proptest::collection::vec((any::<u8>(), 1..=64u8, any::<bool>(), any::<u8>()), 1..300),
+            summaries_from in 0..600usize,
+        ) {
             let mut ar = NodeArena::new();
             let mut t = RangeTree::new();
             let mut model: BTreeMap<u64, NodeId> = BTreeMap::new();
-            for (i, len, by_path) in ops {
+            for (step, (i, len, by_path, cut)) in ops.into_iter().enumerate() {
+                if step == summaries_from {
+                    t.enable_summaries(&mut ar, 1 << 7);
+                }
                 // Slot i of 64 bytes holds at most two ranges.
                 let s = i as u64 * 64;
                 let first = model.range(s..s + 64).next().map(|(&k, &id)| (k, id));
                 match first {
-                    Some((k, id)) if len % 8 == 1 && ar.get(id).end >= k + 48 => {
-                        // Split it: [k, k + 16) and [k + 32, end).
-                        let e = ar.get(id).end;
+                    Some((k, id)) if cut % 3 == 0 && ar.get(id).end - k >= 3 => {
+                        // Split it: [k, k + a) and [k + b, end), a < b.
+                        let (cut, e) = (u64::from(cut), ar.get(id).end);
+                        let a = 1 + cut / 3 % (e - k - 2);
+                        let b = a + 1 + (cut >> 4) % (e - k - a - 1);
                         let nb = t.neighbours(&ar, k);
                         prop_assert_eq!(nb.next, id);
-                        let left = ar.alloc(k, k + 16);
-                        t.split_at(&mut ar, nb.next_path(), id, left, k + 32, e);
+                        let left = ar.alloc(k, k + a);
+                        t.split_at(&mut ar, nb.next_path(), id, left, k + b, e);
                         model.insert(k, left);
-                        model.insert(k + 32, id);
+                        model.insert(k + b, id);
                     }
                     Some((k, id)) => {
                         model.remove(&k);
@@ -1383,9 +1393,6 @@ mod tests {
                         ar.release(id).unwrap();
                     }
                     None => {
-                        if len % 4 == 0 {
-                            t.enable_summaries(&mut ar, 1 << 7);
-                        }
                         let id = ar.alloc(s, s + len as u64);
                         if by_path {
                             let nb = t.neighbours(&ar, s);
