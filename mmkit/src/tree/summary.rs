@@ -138,11 +138,21 @@ impl AlignSummary {
         // d[i] = D_{g+1+i} of the whole, in granules, = min over parts.
         let mut d = [CAP; LANES];
         for p in parts {
-            let (len, c) = match *p {
-                Part::Range(s, e) => (e - s, range_lanes(s, g)),
-                Part::Subtree(m, sum) => (m, sum.lanes(g)),
+            let len = match *p {
+                Part::Range(s, e) => e - s,
+                Part::Subtree(m, _) => m,
             };
             let base = units(smax - len, g);
+            if base == CAP {
+                // CAP granules shorter than the longest range: it loses to
+                // that range at every class (a free block beside the huge
+                // last one, say), so skip unpacking it.
+                continue;
+            }
+            let c = match *p {
+                Part::Range(s, _) => range_lanes(s, g),
+                Part::Subtree(_, sum) => sum.lanes(g),
+            };
             for (di, ci) in d.iter_mut().zip(c) {
                 *di = (*di).min(base + ci);
             }
