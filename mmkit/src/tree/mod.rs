@@ -804,23 +804,63 @@ impl RangeTree {
             path.push(at);
             ar.n(at).right = left;
         }
-        // Neither id nor anything below it may stop the pass early: id's
-        // range changed, so its stored values no longer show what its
-        // parent saw (only a strict ancestor's do).
+        // id's range changed, so the pass must reach it: its stored values
+        // no longer show what its parent saw (only a strict ancestor's do).
         self.fix_up(ar, path.nodes(), ancestors.len());
+    }
+
+    /// Joins the two ranges [`neighbours`](Self::neighbours) just found
+    /// (both present, the tree unchanged since) into one that covers them
+    /// and the gap between: the range allocator's free between two free
+    /// blocks. Of the two nodes, the deeper has at most one child (it is
+    /// the other's in-order neighbour): it leaves the tree, the other takes
+    /// the joined range, and one bottom-up pass fixes both changes. Returns
+    /// the node that left (detached, still allocated in the arena).
+    ///
+    /// # Complexity
+    /// O(log n).
+    pub fn merge_at(&mut self, ar: &mut NodeArena, nb: &Neighbours) -> NodeId {
+        let (start, end) = (ar.get(nb.prev).start, ar.get(nb.next).end);
+        let (keep, gone, keep_depth, gone_depth) = if nb.prev_depth < nb.next_depth {
+            (nb.prev, nb.next, nb.prev_depth, nb.next_depth)
+        } else {
+            (nb.next, nb.prev, nb.next_depth, nb.prev_depth)
+        };
+        let k = ar.n(keep);
+        (k.start, k.end) = (start, end);
+        let (l, r) = (ar.get(gone).left, ar.get(gone).right);
+        debug_assert!(l == NIL || r == NIL, "neighbours out of date");
+        let ancestors = nb.path.prefix(gone_depth);
+        self.relink(ar, ancestors, gone, if l == NIL { r } else { l });
+        // `keep` is an ancestor of `gone`, at index keep_depth; its range
+        // changed, so only its own ancestors may stop the pass early.
+        self.fix_up(ar, ancestors, keep_depth);
+        let (s, e) = (ar.get(gone).start, ar.get(gone).end);
+        *ar.n(gone) = Node::detached(s, e);
+        self.len -= 1;
+        gone
     }
 
     /// Updates and rebalances the nodes of `path` (root first, each the
     /// parent of the next), bottom up, after the subtree below its last
-    /// node changed. Above index `steady`, it stops at the first node whose
-    /// root, height, smax and summary come out unchanged: its ancestors'
-    /// values still hold.
-    fn fix_up(&mut self, ar: &mut NodeArena, path: &[NodeId], steady: usize) {
-        for (i, &at) in path.iter().enumerate().rev() {
+    /// node changed and, if `changed < path.len()`, the node at index
+    /// `changed` changed its own range or children too. A node whose root,
+    /// height, smax and summary come out unchanged ends the pass above
+    /// `changed` (its ancestors' values still hold) and, below it, lets the
+    /// pass jump to `changed` (the nodes between saw nothing change).
+    fn fix_up(&mut self, ar: &mut NodeArena, path: &[NodeId], changed: usize) {
+        let mut i = path.len();
+        while i > 0 {
+            i -= 1;
+            let at = path[i];
             let before = ar.shape(at);
             let new = ar.rebalance(at);
-            if i < steady && ar.shape(new) == before {
-                return;
+            if ar.shape(new) == before && i != changed {
+                if i < changed {
+                    return;
+                }
+                i = changed + 1;
+                continue;
             }
             match i.checked_sub(1) {
                 None => self.root = new,
@@ -1350,9 +1390,9 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
-        /// The path-based insert, removal and split (no second descent) keep
-        /// every invariant and agree with a BTreeMap, mixed with the plain
-        /// insert and removal.
+        /// The path-based insert, removal, split and join (no second
+        /// descent) keep every invariant and agree with a BTreeMap, mixed
+        /// with the plain insert and removal.
         #[test]
         fn path_ops_match_model(
             ops in proptest::collection::vec((any::<u8>(), 1..=64u8, any::<bool>(), any::<u8>()), 1..300),
@@ -1381,6 +1421,18 @@ mod tests {
                         model.insert(k, left);
                         model.insert(k + b, id);
                     }
+                    Some((k, id)) if cut % 3 == 1 && model.range(k + 1..).next().is_some() => {
+                        // Join it with the next range, over the gap.
+                        let (&k2, &id2) = model.range(k + 1..).next().unwrap();
+                        let nb = t.neighbours(&ar, k + 1);
+                        prop_assert_eq!((nb.prev, nb.next), (id, id2));
+                        let gone = t.merge_at(&mut ar, &nb);
+                        let keep = if gone == id { id2 } else { id };
+                        prop_assert_eq!((ar.get(keep).start, ar.get(keep).end), (k, ar.get(id2).end));
+                        model.remove(&k2);
+                        model.insert(k, keep);
+                        ar.release(gone).unwrap();
+                    }
                     Some((k, id)) => {
                         model.remove(&k);
                         if by_path {
@@ -1391,6 +1443,9 @@ mod tests {
                             t.remove(&mut ar, id);
                         }
                         ar.release(id).unwrap();
+                    }
+                    None if model.range(..s).next_back().is_some_and(|(_, &p)| ar.get(p).end > s) => {
+                        // A joined range reaches into this slot.
                     }
                     None => {
                         let id = ar.alloc(s, s + len as u64);

@@ -241,12 +241,10 @@ impl VmapAllocator {
         let joins_prev = prev != NIL && self.arena.get(prev).end == s;
         match (joins_prev, joins_next) {
             (true, true) => {
-                let (ps, ne) = (self.arena.get(prev).start, self.arena.get(next).end);
-                // Grow `prev` over `next` while the path is valid (the two
-                // overlap until `next` leaves; only starts steer a descent).
-                self.free
-                    .set_range_at(&mut self.arena, nb.prev_path(), prev, ps, ne);
-                self.remove_free_node(next, nb.next_path());
+                // One pass: the deeper of the two leaves, the other grows.
+                let gone = self.free.merge_at(&mut self.arena, &nb);
+                let released = self.arena.release(gone);
+                debug_assert!(released.is_ok(), "a free block's node is live");
             }
             (true, false) => {
                 let ps = self.arena.get(prev).start;
