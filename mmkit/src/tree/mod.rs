@@ -24,13 +24,21 @@
 //! skip any subtree that cannot hold the request, so the descent to the
 //! lowest range that fits is O(log n).
 //!
-//! Searches can record the [`Path`] from the root to the node they find;
-//! [`RangeTree::set_range_at`] then fixes the augmented values along it
-//! without a second descent (the range allocator's splits and merges), and
-//! [`RangeTree::remove_at_path`] and [`RangeTree::insert_at_neighbours`]
-//! unlink or link a node by rebalancing that path bottom up, stopping at
-//! the first ancestor whose values do not change (a full fit, a free that
-//! merges with nothing).
+//! Searches can record the [`Path`] from the root to the node they find,
+//! and every update then works along that path, bottom up, with no second
+//! descent, stopping at the first ancestor whose values do not change:
+//!
+//! | the range allocator's step | after | tree call |
+//! |---|---|---|
+//! | alloc at a block's edge | [`lowest_fit_at`](RangeTree::lowest_fit_at) | [`set_range_at`](RangeTree::set_range_at) |
+//! | alloc inside a block (split) | `lowest_fit_at` | [`split_at`](RangeTree::split_at) |
+//! | alloc of a whole block | `lowest_fit_at` | [`remove_at_path`](RangeTree::remove_at_path) |
+//! | free next to one free block | [`neighbours`](RangeTree::neighbours) | `set_range_at` |
+//! | free between two free blocks | `neighbours` | [`merge_at`](RangeTree::merge_at) |
+//! | free between two live areas | `neighbours` | [`insert_at_neighbours`](RangeTree::insert_at_neighbours) |
+//!
+//! So an alloc+free pair costs two descents (the search and the
+//! neighbours), plus the busy index's two hash operations.
 //!
 //! Nodes live in a [`NodeArena`] shared by several trees, referenced by
 //! [`NodeId`]. Released nodes are kept on a free list and reused, so a

@@ -121,8 +121,8 @@ impl AlignSummary {
     ///
     /// Deficits are combined in units of the granule, in 16-bit lanes:
     /// every true deficit of class `i` is below `2^i` granules, so a
-    /// contribution is clamped at [`CAP`] without changing the minimum, and
-    /// the lanes stay small enough for the compiler to vectorize.
+    /// contribution is clamped at `2^CLASSES` granules without changing
+    /// the minimum, and the lanes stay small enough to vectorize.
     ///
     /// # Complexity
     /// O(CLASSES * parts).
