@@ -291,6 +291,25 @@ impl NodeArena {
     /// `lmax`/`rmax` and its children's summaries.
     fn summarize(&self, id: NodeId) -> AlignSummary {
         let n = &self.nodes[id as usize];
+        let smax = n.smax();
+        // A child holding the longest range whose summary the other parts
+        // leave unchanged: checked cheapest first (every granule is at
+        // least the floor's), the sibling read last.
+        let (big, other, om) = if !summary::far_shorter(smax - n.len(), self.floor) {
+            (NIL, NIL, 0)
+        } else if n.lmax == smax {
+            (n.left, n.right, n.rmax)
+        } else {
+            (n.right, n.left, n.lmax)
+        };
+        if big != NIL {
+            let sum = self.nodes[big as usize].asum;
+            if sum.dominates(smax, Part::Range(n.start, n.end))
+                && (other == NIL || sum.dominates(smax, Part::Subtree(om, self.asum(other))))
+            {
+                return sum;
+            }
+        }
         let mut parts = [Part::Range(n.start, n.end); 3];
         let mut k = 1;
         for (child, m) in [(n.left, n.lmax), (n.right, n.rmax)] {
@@ -299,7 +318,7 @@ impl NodeArena {
                 k += 1;
             }
         }
-        AlignSummary::of_subtree(n.smax(), &parts[..k])
+        AlignSummary::of_subtree(smax, &parts[..k])
     }
 
     /// Recomputes height, child maxima and summary of `id` from its children.

@@ -170,6 +170,23 @@ impl AlignSummary {
         AlignSummary(word)
     }
 
+    /// Whether `part`, beside a child subtree with this summary that holds
+    /// the longest range `smax`, leaves the summary unchanged: it is at
+    /// least `2^CLASSES` granules shorter (it loses at every class) and no
+    /// finer than this summary's granule. When every other part of a
+    /// subtree does, the subtree's summary is this one (what
+    /// [`of_subtree`](Self::of_subtree) computes, without unpacking and
+    /// packing): the spine above a huge free block, the space's last say.
+    #[inline]
+    pub fn dominates(self, smax: u64, part: Part) -> bool {
+        let g = self.granule();
+        let (len, granule) = match part {
+            Part::Range(s, e) => (e - s, s.trailing_zeros().min(e.trailing_zeros())),
+            Part::Subtree(m, sum) => (m, sum.granule()),
+        };
+        far_shorter(smax - len, g) && granule >= g
+    }
+
     /// The deficits `D_{g+1} .. D_{g+CLASSES}` in granules of `2^g`, for a
     /// granule `g` at most this summary's own: a class at or below the
     /// summary's granule loses nothing to rounding.
@@ -201,6 +218,13 @@ type Lanes = [u16; LANES];
 /// A deficit of `2^CLASSES` granules or more: above the true deficit of
 /// every class, so larger contributions are clamped to it.
 const CAP: u16 = 1 << CLASSES;
+
+/// Whether a range `shorter` bytes shorter than a subtree's longest loses
+/// to it at every alignment class of granule `2^g`: `2^CLASSES` granules.
+#[inline]
+pub(crate) fn far_shorter(shorter: u64, g: u32) -> bool {
+    shorter >> g >= u64::from(CAP)
+}
 
 /// `x` in granules of `2^g`, clamped at [`CAP`].
 #[inline(always)]
