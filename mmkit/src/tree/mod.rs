@@ -24,9 +24,21 @@
 //! skip any subtree that cannot hold the request, so the descent to the
 //! lowest range that fits is O(log n).
 //!
-//! Searches can record the [`Path`] from the root to the node they find;
-//! [`RangeTree::set_range_at`] then fixes the augmented values along it
-//! without a second descent (the range allocator's splits and merges).
+//! Searches can record the [`Path`] from the root to the node they find,
+//! and every update then works along that path, bottom up, with no second
+//! descent, stopping at the first ancestor whose values do not change:
+//!
+//! | the range allocator's step | after | tree call |
+//! |---|---|---|
+//! | alloc at a block's edge | [`lowest_fit_at`](RangeTree::lowest_fit_at) | [`set_range_at`](RangeTree::set_range_at) |
+//! | alloc inside a block (split) | `lowest_fit_at` | [`split_at`](RangeTree::split_at) |
+//! | alloc of a whole block | `lowest_fit_at` | [`remove_at_path`](RangeTree::remove_at_path) |
+//! | free next to one free block | [`neighbours`](RangeTree::neighbours) | `set_range_at` |
+//! | free between two free blocks | `neighbours` | [`merge_at`](RangeTree::merge_at) |
+//! | free between two live areas | `neighbours` | [`insert_at_neighbours`](RangeTree::insert_at_neighbours) |
+//!
+//! So an alloc+free pair costs two descents (the search and the
+//! neighbours), plus the busy index's two hash operations.
 //!
 //! Nodes live in a [`NodeArena`] shared by several trees, referenced by
 //! [`NodeId`]. Released nodes are kept on a free list and reused, so a
@@ -280,6 +292,25 @@ impl NodeArena {
     /// `lmax`/`rmax` and its children's summaries.
     fn summarize(&self, id: NodeId) -> AlignSummary {
         let n = &self.nodes[id as usize];
+        let smax = n.smax();
+        // A child holding the longest range whose summary the other parts
+        // leave unchanged: checked cheapest first (every granule is at
+        // least the floor's), the sibling read last.
+        let (big, other, om) = if !summary::far_shorter(smax - n.len(), self.floor) {
+            (NIL, NIL, 0)
+        } else if n.lmax == smax {
+            (n.left, n.right, n.rmax)
+        } else {
+            (n.right, n.left, n.lmax)
+        };
+        if big != NIL {
+            let sum = self.nodes[big as usize].asum;
+            if sum.dominates(smax, Part::Range(n.start, n.end))
+                && (other == NIL || sum.dominates(smax, Part::Subtree(om, self.asum(other))))
+            {
+                return sum;
+            }
+        }
         let mut parts = [Part::Range(n.start, n.end); 3];
         let mut k = 1;
         for (child, m) in [(n.left, n.lmax), (n.right, n.rmax)] {
@@ -288,7 +319,7 @@ impl NodeArena {
                 k += 1;
             }
         }
-        AlignSummary::of_subtree(n.smax(), &parts[..k])
+        AlignSummary::of_subtree(smax, &parts[..k])
     }
 
     /// Recomputes height, child maxima and summary of `id` from its children.
@@ -483,6 +514,16 @@ impl Default for RangeTree {
     }
 }
 
+/// The lowest-fit search's next move at a node.
+enum Step {
+    /// The node's range holds the fit, at this address.
+    Here(u64),
+    /// Nothing here; the right subtree may hold it.
+    Right,
+    /// Nothing here or to the right.
+    Fail,
+}
+
 /// A lowest-fit request: `size` bytes aligned to `2^k` in `[lo, hi)`.
 #[derive(Clone, Copy)]
 struct Request {
@@ -654,6 +695,213 @@ impl RangeTree {
         let nl = Self::take_min(ar, l, min);
         ar.n(at).left = nl;
         ar.refit(at, nl, before)
+    }
+
+    /// [`insert`](Self::insert) after [`neighbours`](Self::neighbours) of
+    /// the node's start, with the tree unchanged since: the node hangs below
+    /// the last node of that descent, and only its path is fixed, bottom
+    /// up, stopping where nothing changes. No second descent.
+    ///
+    /// # Complexity
+    /// O(log n).
+    pub fn insert_at_neighbours(&mut self, ar: &mut NodeArena, id: NodeId, nb: &Neighbours) {
+        if ar.summaries {
+            ar.n(id).asum = ar.summarize(id);
+        }
+        self.len += 1;
+        let path = nb.path.nodes();
+        let Some(&parent) = path.last() else {
+            debug_assert!(self.root == NIL, "neighbours of another tree");
+            self.root = id;
+            return;
+        };
+        let key = ar.get(id).start;
+        let p = ar.n(parent);
+        if key < p.start {
+            debug_assert!(p.left == NIL, "neighbours out of date");
+            p.left = id;
+        } else {
+            debug_assert!(p.right == NIL, "neighbours out of date");
+            p.right = id;
+        }
+        self.fix_up(ar, path, path.len());
+    }
+
+    /// [`remove`](Self::remove) of a node whose ancestors, root first, a
+    /// search has just recorded (as [`lowest_fit_at`](Self::lowest_fit_at)
+    /// and [`neighbours`](Self::neighbours) do): no descent to it.
+    ///
+    /// # Complexity
+    /// O(log n).
+    pub fn remove_at_path(&mut self, ar: &mut NodeArena, ancestors: &[NodeId], id: NodeId) {
+        let (l, r) = (ar.get(id).left, ar.get(id).right);
+        if l == NIL || r == NIL {
+            self.relink(ar, ancestors, id, if l == NIL { r } else { l });
+            self.fix_up(ar, ancestors, ancestors.len());
+        } else {
+            // The successor m (the minimum on the right) takes id's place;
+            // m and the nodes between it and id's right child all change.
+            let mut path = Path::new();
+            for &a in ancestors {
+                path.push(a);
+            }
+            let mut m = r;
+            let below = path.len + 1;
+            while ar.get(m).left != NIL {
+                path.push(m);
+                m = ar.get(m).left;
+            }
+            if path.len >= below {
+                let pm = path.nodes[path.len - 1];
+                ar.n(pm).left = ar.get(m).right;
+                ar.n(m).right = r;
+            }
+            ar.n(m).left = l;
+            // m goes between the ancestors and the chain above it.
+            path.nodes.copy_within(below - 1..path.len, below);
+            path.nodes[below - 1] = m;
+            path.len += 1;
+            self.relink(ar, ancestors, id, m);
+            self.fix_up(ar, path.nodes(), ancestors.len());
+        }
+        let (s, e) = (ar.get(id).start, ar.get(id).end);
+        *ar.n(id) = Node::detached(s, e);
+        self.len -= 1;
+    }
+
+    /// Puts `sub` where `id` hangs below the last of `ancestors` (or at
+    /// the root).
+    #[inline]
+    fn relink(&mut self, ar: &mut NodeArena, ancestors: &[NodeId], id: NodeId, sub: NodeId) {
+        match ancestors.last() {
+            None => self.root = sub,
+            Some(&up) => {
+                let u = ar.n(up);
+                if u.left == id {
+                    u.left = sub;
+                } else {
+                    u.right = sub;
+                }
+            }
+        }
+    }
+
+    /// Splits a range in one pass: node `id` (below `ancestors`, root
+    /// first, as a search recorded them) takes the range `[start, end)`,
+    /// and the detached node `left`, whose range lies below `start` and
+    /// above the range before `id`, becomes `id`'s in-order predecessor.
+    /// Both changes are fixed bottom up along one path: what
+    /// [`set_range_at`](Self::set_range_at) then [`insert`](Self::insert)
+    /// do with two passes and a second descent (the range allocator's
+    /// allocation inside a free block).
+    ///
+    /// # Complexity
+    /// O(log n).
+    pub fn split_at(
+        &mut self,
+        ar: &mut NodeArena,
+        ancestors: &[NodeId],
+        id: NodeId,
+        left: NodeId,
+        start: u64,
+        end: u64,
+    ) {
+        ar.lower_floor(start, end);
+        let n = ar.n(id);
+        (n.start, n.end) = (start, end);
+        debug_assert!(ar.get(left).end <= start, "left not below the range");
+        if ar.summaries {
+            ar.n(left).asum = ar.summarize(left);
+        }
+        self.len += 1;
+        let mut path = Path::new();
+        for &a in ancestors {
+            path.push(a);
+        }
+        path.push(id);
+        // The predecessor's place: id's empty left slot, or the empty right
+        // slot at the end of its left subtree's right spine.
+        let mut at = ar.get(id).left;
+        if at == NIL {
+            ar.n(id).left = left;
+        } else {
+            while ar.get(at).right != NIL {
+                path.push(at);
+                at = ar.get(at).right;
+            }
+            path.push(at);
+            ar.n(at).right = left;
+        }
+        // id's range changed, so the pass must reach it: its stored values
+        // no longer show what its parent saw (only a strict ancestor's do).
+        self.fix_up(ar, path.nodes(), ancestors.len());
+    }
+
+    /// Joins the two ranges [`neighbours`](Self::neighbours) just found
+    /// (both present, the tree unchanged since) into one that covers them
+    /// and the gap between: the range allocator's free between two free
+    /// blocks. Of the two nodes, the deeper has at most one child (it is
+    /// the other's in-order neighbour): it leaves the tree, the other takes
+    /// the joined range, and one bottom-up pass fixes both changes. Returns
+    /// the node that left (detached, still allocated in the arena).
+    ///
+    /// # Complexity
+    /// O(log n).
+    pub fn merge_at(&mut self, ar: &mut NodeArena, nb: &Neighbours) -> NodeId {
+        let (start, end) = (ar.get(nb.prev).start, ar.get(nb.next).end);
+        let (keep, gone, keep_depth, gone_depth) = if nb.prev_depth < nb.next_depth {
+            (nb.prev, nb.next, nb.prev_depth, nb.next_depth)
+        } else {
+            (nb.next, nb.prev, nb.next_depth, nb.prev_depth)
+        };
+        let k = ar.n(keep);
+        (k.start, k.end) = (start, end);
+        let (l, r) = (ar.get(gone).left, ar.get(gone).right);
+        debug_assert!(l == NIL || r == NIL, "neighbours out of date");
+        let ancestors = nb.path.prefix(gone_depth);
+        self.relink(ar, ancestors, gone, if l == NIL { r } else { l });
+        // `keep` is an ancestor of `gone`, at index keep_depth; its range
+        // changed, so only its own ancestors may stop the pass early.
+        self.fix_up(ar, ancestors, keep_depth);
+        let (s, e) = (ar.get(gone).start, ar.get(gone).end);
+        *ar.n(gone) = Node::detached(s, e);
+        self.len -= 1;
+        gone
+    }
+
+    /// Updates and rebalances the nodes of `path` (root first, each the
+    /// parent of the next), bottom up, after the subtree below its last
+    /// node changed and, if `changed < path.len()`, the node at index
+    /// `changed` changed its own range or children too. A node whose root,
+    /// height, smax and summary come out unchanged ends the pass above
+    /// `changed` (its ancestors' values still hold) and, below it, lets the
+    /// pass jump to `changed` (the nodes between saw nothing change).
+    fn fix_up(&mut self, ar: &mut NodeArena, path: &[NodeId], changed: usize) {
+        let mut i = path.len();
+        while i > 0 {
+            i -= 1;
+            let at = path[i];
+            let before = ar.shape(at);
+            let new = ar.rebalance(at);
+            if ar.shape(new) == before && i != changed {
+                if i < changed {
+                    return;
+                }
+                i = changed + 1;
+                continue;
+            }
+            match i.checked_sub(1) {
+                None => self.root = new,
+                Some(j) => {
+                    let u = ar.n(path[j]);
+                    if u.left == at {
+                        u.left = new;
+                    } else {
+                        u.right = new;
+                    }
+                }
+            }
+        }
     }
 
     /// Changes the range of node `id` (in this tree) in place and fixes the
@@ -858,45 +1106,79 @@ impl RangeTree {
         Self::fit_at(ar, self.root, req, path)
     }
 
-    fn fit_at(ar: &NodeArena, at: NodeId, q: Request, path: &mut Path) -> Option<(NodeId, u64)> {
-        // The caller saw this subtree's largest range hold `size`; each node
-        // keeps its children's maxima, so deciding where to go reads only
-        // the nodes on the path (no sibling cache misses).
-        let n = ar.get(at);
-        // Near misses: no range below holds `size` bytes at this alignment.
-        if q.prune {
-            match n.asum.usable(n.smax(), q.k) {
-                Some(u) if u >= q.size => {}
-                _ => return None,
+    /// The lowest fit in the subtree at `root`, whose largest range the
+    /// caller saw hold `size`. A loop, not a recursion: `path` holds the
+    /// ancestors of `at`, and bit `d` of `lefts` says the descent went left
+    /// at depth `d`, so a failed left subtree resumes at that ancestor.
+    fn fit_at(ar: &NodeArena, root: NodeId, q: Request, path: &mut Path) -> Option<(NodeId, u64)> {
+        let mut at = root;
+        let mut lefts = 0u64;
+        'descend: loop {
+            // Each node keeps its children's maxima, so deciding where to go
+            // reads only the nodes on the path (no sibling cache misses).
+            let n = ar.get(at);
+            // Near misses: no range below holds `size` bytes at this alignment.
+            let pruned = q.prune && !matches!(n.asum.usable(n.smax(), q.k), Some(u) if u >= q.size);
+            if !pruned {
+                // Left ranges all end at or before n.start: useless unless
+                // n.start > lo.
+                if n.start > q.lo && n.lmax >= q.size {
+                    lefts |= 1 << path.len;
+                    path.push(at);
+                    at = n.left;
+                    continue;
+                }
+                match Self::here_or_right(n, q) {
+                    Step::Here(a) => return Some((at, a)),
+                    Step::Right => {
+                        path.push(at);
+                        at = n.right;
+                        continue;
+                    }
+                    Step::Fail => {}
+                }
             }
-        }
-        // Left ranges all end at or before n.start: useless unless n.start > lo.
-        if n.start > q.lo && n.lmax >= q.size {
-            path.push(at);
-            if let Some(r) = Self::fit_at(ar, n.left, q, path) {
-                return Some(r);
+            // Back up to the nearest ancestor whose left subtree failed.
+            while path.len > 0 {
+                path.len -= 1;
+                let (up, bit) = (path.nodes[path.len], 1u64 << path.len);
+                if lefts & bit == 0 {
+                    continue;
+                }
+                lefts &= !bit;
+                let n = ar.get(up);
+                match Self::here_or_right(n, q) {
+                    Step::Here(a) => return Some((up, a)),
+                    Step::Right => {
+                        path.push(up);
+                        at = n.right;
+                        continue 'descend;
+                    }
+                    Step::Fail => {}
+                }
             }
-            path.len -= 1;
+            return None;
         }
+    }
+
+    /// What the search does at node `n` once nothing on its left fits.
+    #[inline]
+    fn here_or_right(n: &Node, q: Request) -> Step {
         // This and every range to the right start at or after n.start.
         if n.start >= q.hi || q.hi - n.start < q.size {
-            return None;
+            return Step::Fail;
         }
         if n.len() >= q.size {
             let (lo, hi) = (n.start.max(q.lo), n.end.min(q.hi));
             if let Some(a) = crate::range::fit_in(lo, hi, q.size, q.align) {
-                return Some((at, a));
+                return Step::Here(a);
             }
         }
         if n.rmax < q.size {
-            return None;
+            Step::Fail
+        } else {
+            Step::Right
         }
-        path.push(at);
-        let r = Self::fit_at(ar, n.right, q, path);
-        if r.is_none() {
-            path.len -= 1;
-        }
-        r
     }
 
     /// The slow reference for [`lowest_fit`](Self::lowest_fit): walks the
@@ -1133,6 +1415,83 @@ mod tests {
                 prop_assert_eq!(ar.in_use(), model.len());
                 let found: Vec<u64> = model.keys().filter_map(|&k| t.find(&ar, k)).map(|id| ar.get(id).start).collect();
                 prop_assert_eq!(found, model.keys().copied().collect::<Vec<_>>());
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// The path-based insert, removal, split and join (no second
+        /// descent) keep every invariant and agree with a BTreeMap, mixed
+        /// with the plain insert and removal.
+        #[test]
+        fn path_ops_match_model(
+            ops in proptest::collection::vec((any::<u8>(), 1..=64u8, any::<bool>(), any::<u8>()), 1..300),
+            summaries_from in 0..600usize,
+        ) {
+            let mut ar = NodeArena::new();
+            let mut t = RangeTree::new();
+            let mut model: BTreeMap<u64, NodeId> = BTreeMap::new();
+            for (step, (i, len, by_path, cut)) in ops.into_iter().enumerate() {
+                if step == summaries_from {
+                    t.enable_summaries(&mut ar, 1 << 7);
+                }
+                // Slot i of 64 bytes holds at most two ranges.
+                let s = i as u64 * 64;
+                let first = model.range(s..s + 64).next().map(|(&k, &id)| (k, id));
+                match first {
+                    Some((k, id)) if cut % 3 == 0 && ar.get(id).end - k >= 3 => {
+                        // Split it: [k, k + a) and [k + b, end), a < b.
+                        let (cut, e) = (u64::from(cut), ar.get(id).end);
+                        let a = 1 + cut / 3 % (e - k - 2);
+                        let b = a + 1 + (cut >> 4) % (e - k - a - 1);
+                        let nb = t.neighbours(&ar, k);
+                        prop_assert_eq!(nb.next, id);
+                        let left = ar.alloc(k, k + a);
+                        t.split_at(&mut ar, nb.next_path(), id, left, k + b, e);
+                        model.insert(k, left);
+                        model.insert(k + b, id);
+                    }
+                    Some((k, id)) if cut % 3 == 1 && model.range(k + 1..).next().is_some() => {
+                        // Join it with the next range, over the gap.
+                        let (&k2, &id2) = model.range(k + 1..).next().unwrap();
+                        let nb = t.neighbours(&ar, k + 1);
+                        prop_assert_eq!((nb.prev, nb.next), (id, id2));
+                        let gone = t.merge_at(&mut ar, &nb);
+                        let keep = if gone == id { id2 } else { id };
+                        prop_assert_eq!((ar.get(keep).start, ar.get(keep).end), (k, ar.get(id2).end));
+                        model.remove(&k2);
+                        model.insert(k, keep);
+                        ar.release(gone).unwrap();
+                    }
+                    Some((k, id)) => {
+                        model.remove(&k);
+                        if by_path {
+                            let nb = t.neighbours(&ar, k);
+                            prop_assert_eq!(nb.next, id);
+                            t.remove_at_path(&mut ar, nb.next_path(), id);
+                        } else {
+                            t.remove(&mut ar, id);
+                        }
+                        ar.release(id).unwrap();
+                    }
+                    None if model.range(..s).next_back().is_some_and(|(_, &p)| ar.get(p).end > s) => {
+                        // A joined range reaches into this slot.
+                    }
+                    None => {
+                        let id = ar.alloc(s, s + len as u64);
+                        if by_path {
+                            let nb = t.neighbours(&ar, s);
+                            t.insert_at_neighbours(&mut ar, id, &nb);
+                        } else {
+                            t.insert(&mut ar, id);
+                        }
+                        model.insert(s, id);
+                    }
+                }
+                t.check(&ar, 0, 1 << 20).map_err(|e| TestCaseError::fail(e.0))?;
+                let got: Vec<NodeId> = t.iter(&ar).collect();
+                prop_assert_eq!(got, model.values().copied().collect::<Vec<_>>());
             }
         }
     }

@@ -119,6 +119,11 @@ impl AlignSummary {
     /// The summary of a subtree whose longest range is `smax`, made of
     /// `parts` (its own range and its children).
     ///
+    /// Deficits are combined in units of the granule, in 16-bit lanes:
+    /// every true deficit of class `i` is below `2^i` granules, so a
+    /// contribution is clamped at `2^CLASSES` granules without changing
+    /// the minimum, and the lanes stay small enough to vectorize.
+    ///
     /// # Complexity
     /// O(CLASSES * parts).
     #[inline]
@@ -130,48 +135,113 @@ impl AlignSummary {
                 Part::Subtree(_, sum) => sum.granule(),
             });
         }
-        // d[i] = D_{g+1+i} of the whole = min over parts of (smax - M_k(part)).
-        let mut d = [u64::MAX; CLASSES as usize];
+        // d[i] = D_{g+1+i} of the whole, in granules, = min over parts.
+        let mut d = [CAP; LANES];
         for p in parts {
-            match *p {
-                Part::Range(s, e) => {
-                    let (base, neg) = (smax - (e - s), s.wrapping_neg());
-                    let mut mask = (2u64 << g) - 1;
-                    for di in d.iter_mut() {
-                        *di = (*di).min(base.saturating_add(neg & mask));
-                        mask = mask << 1 | 1;
-                    }
-                }
-                Part::Subtree(m, sum) => {
-                    let (base, gc) = (smax - m, sum.granule());
-                    let (shift, dc) = ((gc - g) as usize, sum.unpack());
-                    if shift == 0 {
-                        // The common case: one granule, classes line up.
-                        for (di, c) in d.iter_mut().zip(dc) {
-                            *di = (*di).min(base.saturating_add(c << g));
-                        }
-                        continue;
-                    }
-                    for (i, di) in d.iter_mut().enumerate() {
-                        // Class g+1+i is class g+1+i-shift of the child's.
-                        let c = if i < shift { 0 } else { dc[i - shift] << gc };
-                        *di = (*di).min(base.saturating_add(c));
-                    }
-                }
+            let len = match *p {
+                Part::Range(s, e) => e - s,
+                Part::Subtree(m, _) => m,
+            };
+            let base = units(smax - len, g);
+            if base == CAP {
+                // CAP granules shorter than the longest range: it loses to
+                // that range at every class (a free block beside the huge
+                // last one, say), so skip unpacking it.
+                continue;
+            }
+            let c = match *p {
+                Part::Range(s, _) => range_lanes(s, g),
+                Part::Subtree(_, sum) => sum.lanes(g),
+            };
+            for (di, ci) in d.iter_mut().zip(c) {
+                *di = (*di).min(base + ci);
             }
         }
         // Every negative M_k means the same (no aligned fit at all): store
         // it as -2^g, so moving ranges that hold no aligned address leave
         // the summary unchanged and its propagation stops early.
-        let none = smax.saturating_add(1 << g);
+        let none = units(smax, g) + 1;
         let mut word = u64::from(g);
-        for (i, di) in d.iter().map(|&di| di.min(none)).enumerate() {
-            let i = i as u32 + 1;
-            debug_assert!(di < 1 << (g + i), "deficit {di:#x} not below 2^k");
-            word |= (di >> g) << offset(i);
+        for (i, &di) in d[..CLASSES as usize].iter().enumerate() {
+            let (i, di) = (i as u32 + 1, di.min(none));
+            debug_assert!(u64::from(di) < 1 << i, "deficit {di:#x} not below 2^k");
+            word |= u64::from(di) << offset(i);
         }
         AlignSummary(word)
     }
+
+    /// Whether `part`, beside a child subtree with this summary that holds
+    /// the longest range `smax`, leaves the summary unchanged: it is at
+    /// least `2^CLASSES` granules shorter (it loses at every class) and no
+    /// finer than this summary's granule. When every other part of a
+    /// subtree does, the subtree's summary is this one (what
+    /// [`of_subtree`](Self::of_subtree) computes, without unpacking and
+    /// packing): the spine above a huge free block, the space's last say.
+    #[inline]
+    pub fn dominates(self, smax: u64, part: Part) -> bool {
+        let g = self.granule();
+        let (len, granule) = match part {
+            Part::Range(s, e) => (e - s, s.trailing_zeros().min(e.trailing_zeros())),
+            Part::Subtree(m, sum) => (m, sum.granule()),
+        };
+        far_shorter(smax - len, g) && granule >= g
+    }
+
+    /// The deficits `D_{g+1} .. D_{g+CLASSES}` in granules of `2^g`, for a
+    /// granule `g` at most this summary's own: a class at or below the
+    /// summary's granule loses nothing to rounding.
+    #[inline(always)]
+    fn lanes(self, g: u32) -> Lanes {
+        let own = self.unpack();
+        let shift = (self.granule() - g) as usize;
+        let mut c = [0; LANES];
+        if shift == 0 {
+            // The common case: one granule, classes line up.
+            for (ci, o) in c.iter_mut().zip(own) {
+                *ci = o as u16;
+            }
+            return c;
+        }
+        for i in shift..CLASSES as usize {
+            // The class g+1+i is class g+1+i-shift of the summary's; its
+            // deficit is below 2^(i + 1) granules, so it fits in a lane.
+            c[i] = (own[i - shift] << shift) as u16;
+        }
+        c
+    }
+}
+
+/// Lanes of deficits in granules: `CLASSES` used, padded for vectorizing.
+const LANES: usize = 16;
+type Lanes = [u16; LANES];
+
+/// A deficit of `2^CLASSES` granules or more: above the true deficit of
+/// every class, so larger contributions are clamped to it.
+const CAP: u16 = 1 << CLASSES;
+
+/// Whether a range `shorter` bytes shorter than a subtree's longest loses
+/// to it at every alignment class of granule `2^g`: `2^CLASSES` granules.
+#[inline]
+pub(crate) fn far_shorter(shorter: u64, g: u32) -> bool {
+    shorter >> g >= u64::from(CAP)
+}
+
+/// `x` in granules of `2^g`, clamped at [`CAP`].
+#[inline(always)]
+fn units(x: u64, g: u32) -> u16 {
+    (x >> g).min(u64::from(CAP)) as u16
+}
+
+/// What rounding `start` up to each alignment `2^(g+1) .. 2^(g+CLASSES)`
+/// costs, in granules (`start` is a multiple of `2^g`).
+#[inline(always)]
+fn range_lanes(start: u64, g: u32) -> Lanes {
+    let t = (start.wrapping_neg() >> g) as u16 & (CAP - 1);
+    let mut c = [0; LANES];
+    for (i, ci) in c[..CLASSES as usize].iter_mut().enumerate() {
+        *ci = t & ((2 << i) - 1);
+    }
+    c
 }
 
 #[cfg(test)]

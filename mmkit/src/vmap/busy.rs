@@ -4,7 +4,8 @@
 //! from an area's start to its end: 16 bytes a live area, no tree node. It replaces the kernel's busy rb-tree
 //! for the one query the allocator needs on free, "which live area starts
 //! here?", without walking a tree of a million nodes. The table doubles when
-//! it passes 7/8 full and never shrinks, so steady state allocates nothing.
+//! it passes 7/8 full and never shrinks, so steady state allocates nothing;
+//! between 7/16 and 7/8 full, it holds 18 to 37 bytes per live area.
 //!
 //! Invariant: every key sits in the probe run that starts at its home slot,
 //! with no empty slot between its home and its position.

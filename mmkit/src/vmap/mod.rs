@@ -223,7 +223,7 @@ impl VmapAllocator {
             (n.start, n.end)
         };
         match FitType::classify(s, e, a, size) {
-            FitType::Full => self.remove_free_node(id),
+            FitType::Full => self.remove_free_node(id, path.nodes()),
             FitType::LeftEdge => {
                 self.free
                     .set_range_at(&mut self.arena, path.nodes(), id, a + size, e)
@@ -232,18 +232,18 @@ impl VmapAllocator {
                 .free
                 .set_range_at(&mut self.arena, path.nodes(), id, s, a),
             FitType::NoEdge => {
-                self.free
-                    .set_range_at(&mut self.arena, path.nodes(), id, a + size, e);
                 let left = self.arena.alloc(s, a);
-                self.free.insert(&mut self.arena, left);
+                self.free
+                    .split_at(&mut self.arena, path.nodes(), id, left, a + size, e);
             }
         }
         self.free_bytes -= size;
     }
 
-    /// Takes the free block `id` out of the free tree and back to the arena.
-    fn remove_free_node(&mut self, id: NodeId) {
-        self.free.remove(&mut self.arena, id);
+    /// Takes the free block `id`, below `ancestors`, out of the free tree
+    /// and back to the arena.
+    fn remove_free_node(&mut self, id: NodeId, ancestors: &[NodeId]) {
+        self.free.remove_at_path(&mut self.arena, ancestors, id);
         let released = self.arena.release(id);
         debug_assert!(released.is_ok(), "a free block's node is live");
     }
@@ -258,12 +258,10 @@ impl VmapAllocator {
         let joins_prev = prev != NIL && self.arena.get(prev).end == s;
         match (joins_prev, joins_next) {
             (true, true) => {
-                let (ps, ne) = (self.arena.get(prev).start, self.arena.get(next).end);
-                // Grow `prev` over `next` while the path is valid (the two
-                // overlap until `next` leaves; only starts steer a descent).
-                self.free
-                    .set_range_at(&mut self.arena, nb.prev_path(), prev, ps, ne);
-                self.remove_free_node(next);
+                // One pass: the deeper of the two leaves, the other grows.
+                let gone = self.free.merge_at(&mut self.arena, &nb);
+                let released = self.arena.release(gone);
+                debug_assert!(released.is_ok(), "a free block's node is live");
             }
             (true, false) => {
                 let ps = self.arena.get(prev).start;
@@ -278,7 +276,7 @@ impl VmapAllocator {
             (false, false) => {
                 // The only case that needs a node: a new free block.
                 let id = self.arena.alloc(s, e);
-                self.free.insert(&mut self.arena, id);
+                self.free.insert_at_neighbours(&mut self.arena, id, &nb);
             }
         }
         self.free_bytes += e - s;
