@@ -5,7 +5,6 @@
 //! path-based updates stop early where nothing changes; a wrong stop leaves
 //! a stale value that only shows once the tree is deep.
 
-use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 
 const PAGE: u64 = 4096;

@@ -1489,7 +1489,7 @@ mod tests {
                         model.insert(s, id);
                     }
                 }
-                t.check(&ar, 0, 1 << 20).map_err(|e| TestCaseError::fail(e.0))?;
+                t.check(&ar, 0, 1 << 20).map_err(|e| TestCaseError::fail(alloc::format!("{e}")))?;
                 let got: Vec<NodeId> = t.iter(&ar).collect();
                 prop_assert_eq!(got, model.values().copied().collect::<Vec<_>>());
             }
