@@ -1,5 +1,5 @@
 //! `mmkit replay TRACE`: drives a range allocator from a text trace (the
-//! format of DESIGN.md, "Trace replay").
+//! format of `docs/trace-format.md`).
 //!
 //! ```text
 //! lazymax BYTES                 optional, before or after space

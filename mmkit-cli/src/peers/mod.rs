@@ -75,7 +75,7 @@ pub trait PeerRange: Sized {
     fn alloc(&mut self, size: u64, align: u64) -> Option<(u64, Self::Handle)>;
     /// Frees an area; `false` if the peer refused.
     fn free(&mut self, h: Self::Handle) -> bool;
-    /// Whether every answer is the lowest fit (DESIGN.md's contract).
+    /// Whether every answer is the lowest fit (docs/design.md, "Range allocator").
     fn exact_lowest_fit() -> bool;
     /// Whether it honours alignments above one page.
     fn supports_align() -> bool;
