@@ -35,7 +35,14 @@ use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 use mmkit::{AllocError, CheckError, FreeError};
 
-use crate::AllocatorKind;
+/// The range allocators a trace can be replayed on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AllocatorKind {
+    /// mmkit's augmented-tree allocator (seed 000).
+    Vmap,
+    /// The busy-list design seed 000 replaced.
+    Baseline,
+}
 
 /// One trace command.
 #[derive(Debug, Clone, PartialEq, Eq)]
