@@ -98,7 +98,7 @@ impl Fmt {
             (Fmt::Signed(d), _) if x.is_finite() => format!("{x:+.d$}"),
             (Fmt::Signed(_), _) => "-".into(),
             (Fmt::MeanSd(d), _) => match num(v, "n") {
-                n if n == 0.0 => "-".into(),
+                0.0 => "-".into(),
                 _ => format!("{} ± {}", fixed(num(v, "mean"), d), fixed(num(v, "sd"), d)),
             },
             (Fmt::Interval(d), _) => match (num(v, "lo"), num(v, "hi")) {
@@ -224,6 +224,7 @@ impl fmt::Display for Table {
                 .collect(),
             false => full,
         };
+        let left: Vec<bool> = (0..w.len()).map(|i| i == 0 || words(&cells, i)).collect();
         for line in wrap(&self.title, MAX_WIDTH) {
             writeln!(f, "{line}")?;
         }
@@ -244,26 +245,34 @@ impl fmt::Display for Table {
                         .unwrap_or_default()
                 })
                 .collect();
-            row(f, &line, &w)?;
+            row(f, &line, &w, &left)?;
         }
         let total: usize = w.iter().map(|x| x + 2).sum();
         writeln!(f, "  {}", "-".repeat(total.saturating_sub(2)))?;
         for r in &cells {
-            row(f, r, &w)?;
+            row(f, r, &w, &left)?;
         }
         Ok(())
     }
 }
 
-fn row(f: &mut fmt::Formatter<'_>, cells: &[String], w: &[usize]) -> fmt::Result {
+/// Whether column `i` holds words (left-aligned) rather than numbers.
+fn words(cells: &[Vec<String>], i: usize) -> bool {
+    cells
+        .iter()
+        .any(|r| r[i].chars().next().is_some_and(char::is_alphabetic))
+}
+
+fn row(f: &mut fmt::Formatter<'_>, cells: &[String], w: &[usize], left: &[bool]) -> fmt::Result {
+    let mut line = String::new();
     for (i, c) in cells.iter().enumerate() {
-        if i == 0 {
-            write!(f, "  {:<width$}", c, width = w[i])?;
+        if left[i] {
+            let _ = write!(line, "  {:<width$}", c, width = w[i]);
         } else {
-            write!(f, "  {:>width$}", c, width = w[i])?;
+            let _ = write!(line, "  {:>width$}", c, width = w[i]);
         }
     }
-    writeln!(f)
+    writeln!(f, "{}", line.trim_end())
 }
 
 /// Escapes text for HTML.

@@ -32,16 +32,17 @@ impl Outputs {
     /// # Errors
     /// A path that cannot be written, named in the message.
     pub fn open(json: Option<&Path>, dir: Option<&Path>) -> Result<Self, String> {
-        let json = match json {
-            Some(p) => Some((p.to_path_buf(), File::create(p).map_err(|e| named(p, e))?)),
-            None => None,
-        };
+        // The directory first: the JSON file may go inside it.
         let dir = match dir {
             Some(d) => {
                 std::fs::create_dir_all(d).map_err(|e| named(d, e))?;
                 let open = |f: &str| File::create(d.join(f)).map_err(|e| named(&d.join(f), e));
                 Some((d.to_path_buf(), open("index.md")?, open("index.html")?))
             }
+            None => None,
+        };
+        let json = match json {
+            Some(p) => Some((p.to_path_buf(), File::create(p).map_err(|e| named(p, e))?)),
             None => None,
         };
         Ok(Outputs { json, dir })

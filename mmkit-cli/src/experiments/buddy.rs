@@ -473,7 +473,7 @@ fn paired_row(metric: &'static str, d: &[f64], lower_better: bool) -> PairedRow 
     PairedRow {
         metric,
         mean_diff: m,
-        interval: h.is_finite().then(|| Interval {
+        interval: h.is_finite().then_some(Interval {
             lo: m - h,
             hi: m + h,
         }),
@@ -892,9 +892,12 @@ fn compaction_tables(runs: &Runs) -> [Table; 2] {
     ]
 }
 
+/// (label, value of a run's figures, lower is better).
+type HugeMetric = (&'static str, fn(&HugeFigures) -> f64, bool);
+
 fn paired_compaction_table(compacted: &[Vec<RunResult>; 2]) -> Table {
     let n = compacted[0].len();
-    let metrics: [(&'static str, fn(&HugeFigures) -> f64, bool); 5] = [
+    let metrics: [HugeMetric; 5] = [
         ("huge pages", |f| f.successes, false),
         ("% from free lists", |f| f.first_try_pct, false),
         ("work per huge page (pages)", |f| f.work_mean_pages, true),

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::render::{col, Col, Fmt, Table};
+use crate::render::{col, wrap, Col, Fmt, Table, MAX_WIDTH};
 use crate::report::Outputs;
 use crate::run::{lookup, ms, progress, ratio, Machine, PAGE};
 use measure::Outcome;
@@ -273,16 +273,19 @@ pub fn main(o: &BenchOptions, out: &mut dyn Write) -> io::Result<ExitCode> {
 
 fn header(machine: &Machine, scale: &Scale, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "# machine: {machine}")?;
-    writeln!(
-        out,
-        "# space [0, 2^40), 4 KiB pages, seed {SEED:#x}; {} warm-up pairs, {} timed pairs in {} \
+    let setup = format!(
+        "space [0, 2^40), 4 KiB pages, seed {SEED:#x}; {} warm-up pairs, {} timed pairs in {} \
          segments (at most {} ms), ns/pair of the best segment; {} pairs judged",
         scale.warmup,
         scale.pairs,
         measure::SEGMENTS,
         scale.budget.as_millis(),
         scale.judge
-    )
+    );
+    for line in wrap(&setup, MAX_WIDTH - 2) {
+        writeln!(out, "# {line}")?;
+    }
+    Ok(())
 }
 
 /// Prints every workload's table with its notes, then the summary.
