@@ -157,6 +157,7 @@ impl Table {
         s.push_str(&"---|".repeat(heads.len()));
         s.push('\n');
         for r in self.cells() {
+            let r: Vec<String> = r.iter().map(|c| c.replace('|', "\\|")).collect();
             let _ = writeln!(s, "| {} |", r.join(" | "));
         }
         s

@@ -91,14 +91,32 @@ pub struct Page<'a> {
     pub command: String,
     /// Each report and what its experiment reproduces.
     pub reports: Vec<(&'a Report, &'static str)>,
+    /// A relative link to `docs/provenance.md`, when the report directory
+    /// sits in the repository (as `results/` does).
+    pub provenance: Option<String>,
+}
+
+/// The link from report directory `dir` to the repository's
+/// `docs/provenance.md`, if `dir` sits at the repository's top.
+pub fn provenance_link(dir: &Path) -> Option<String> {
+    let link = "../docs/provenance.md";
+    dir.join(link).is_file().then(|| link.to_string())
 }
 
 const INTRO: &str = "Each section is one experiment: the seed's published figures beside the \
     old design and the new one measured here. The seeds are the kernel patches mmkit follows, \
     described in docs/provenance.md of the mmkit repository. Times on a shared machine are \
-    noisy: compare ratios within one run.";
+    noisy: compare ratios within one run; a target reads met, NOT met or not evaluated.";
 
 impl Page<'_> {
+    /// The introduction, with the provenance page linked by `link`.
+    fn intro(&self, link: impl Fn(&str) -> String) -> String {
+        match &self.provenance {
+            Some(l) => INTRO.replace("docs/provenance.md", &link(l)),
+            None => INTRO.to_string(),
+        }
+    }
+
     fn targets(&self) -> impl Iterator<Item = (&str, &Target)> {
         self.reports
             .iter()
@@ -108,9 +126,12 @@ impl Page<'_> {
     /// The page as Markdown.
     pub fn markdown(&self) -> String {
         let mut s = format!(
-            "# mmkit experiments\n\nMachine: {} ({}). Command: `{}`.\n\n{INTRO}\n\n## Targets\n\n\
+            "# mmkit experiments\n\nMachine: {} ({}). Command: `{}`.\n\n{}\n\n## Targets\n\n\
              | experiment | target | measured | verdict |\n|---|---|---|---|\n",
-            self.machine, self.machine.os, self.command
+            self.machine,
+            self.machine.os,
+            self.command,
+            self.intro(|l| format!("[docs/provenance.md]({l})"))
         );
         for (name, t) in self.targets() {
             let v = if t.met == Some(false) {
@@ -142,7 +163,7 @@ impl Page<'_> {
             esc(&self.machine.to_string()),
             esc(&self.machine.os),
             esc(&self.command),
-            esc(INTRO)
+            self.intro(|l| format!("<a href=\"{l}\">docs/provenance.md</a>"))
         );
         for (name, t) in self.targets() {
             let class = if t.met == Some(false) {

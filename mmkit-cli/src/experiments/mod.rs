@@ -175,6 +175,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> io::Result<ExitCode> {
         machine: &machine,
         command: command(opts),
         reports: reports.iter().map(|(r, a)| (r, *a)).collect(),
+        provenance: opts.out.as_deref().and_then(crate::report::provenance_link),
     };
     let doc = serde_json::json!({ "machine": machine, "command": page.command, "reports": page.reports.iter().map(|p| p.0).collect::<Vec<_>>() });
     if let Err(e) = outputs
