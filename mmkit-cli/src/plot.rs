@@ -264,13 +264,19 @@ pub fn lines(c: &Chart, series: &[Series]) -> Result<String> {
     frame(c, xr, yr, None, corner(xr, yr, drawn), |chart| {
         for (i, s) in series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
-            let style = color.stroke_width(3);
+            // Many points (a time series): thinner lines, references light.
+            let many = s.points.len() > 50;
+            let style = match (many, s.dashed) {
+                (false, _) => color.stroke_width(3),
+                (true, false) => color.stroke_width(2),
+                (true, true) => color.mix(0.7).stroke_width(1),
+            };
             let line: Vec<(f64, f64)> = s
                 .points
                 .iter()
                 .filter_map(|&(x, y)| Some((c.x.at(x)?, c.y.at(y)?)))
                 .collect();
-            let anno = if s.dashed {
+            let anno = if s.dashed && !many {
                 chart.draw_series(DashedLineSeries::new(line.clone(), 10, 6, style))?
             } else {
                 chart.draw_series(LineSeries::new(line.clone(), style))?

@@ -977,7 +977,7 @@ fn plots(report: &mut Report, s: &Scale, runs: &Runs) {
         x: requests(),
         y: Axis::linear("unusable index, order 9 (0..1, lower is better)"),
     };
-    report.plot("buddy-unusable9.svg", "The order-9 unusable free space index over the run, each policy averaged over the seeds: the share of free memory that cannot serve a huge page; seed 004 reports tail placement 'slightly lower throughout'.", plot::lines(&chart, &series));
+    report.plot("buddy-unusable9.svg", "The order-9 unusable free space index over the run, each policy averaged over the seeds: the share of free memory that cannot serve a huge page (lower is better); seed 004 reports tail placement 'slightly lower throughout'.", plot::lines(&chart, &series));
     let d = diff_series(s, &runs.plain);
     let band = |sign: f64| d.iter().map(|&(x, m, h)| (x, m + sign * h)).collect();
     let chart = Chart {
@@ -996,7 +996,7 @@ fn plots(report: &mut Report, s: &Scale, runs: &Runs) {
         Series::reference("95% t interval, upper", band(1.0)),
         Series::reference("95% t interval, lower", band(-1.0)),
     ];
-    report.plot("buddy-unusable9-diff.svg", "The paired difference of the order-9 unusable index, tail minus head on the same request stream, with its 95% interval: below zero the tail placement leaves less free memory unusable for huge pages.", plot::lines(&chart, &series));
+    report.plot("buddy-unusable9-diff.svg", "The paired difference of the order-9 unusable index, tail minus head on the same request stream, with its 95% interval (dashed): where the interval lies below zero the tail placement leaves less free memory unusable for huge pages, where it straddles zero the two cannot be told apart.", plot::lines(&chart, &series));
     plot_huge(report, s, runs);
 }
 
@@ -1020,7 +1020,7 @@ fn plot_huge(report: &mut Report, s: &Scale, runs: &Runs) {
         x: requests(),
         y: Axis::linear("order-9 allocations obtained (cumulative count)"),
     };
-    report.plot("buddy-huge-pages.svg", "Huge pages obtained so far, by policy, with reclaim only (solid) and with direct compaction first (dashed): compaction turns failed attempts into huge pages; the two placements differ little, as seed 004 found.", plot::lines(&chart, &series));
+    report.plot("buddy-huge-pages.svg", "Huge pages obtained so far, by policy, with reclaim only (solid) and with direct compaction first (dashed): the gap between solid and dashed lines is what compaction adds, the gap between colours what the placement policy changes.", plot::lines(&chart, &series));
 }
 
 #[cfg(test)]

@@ -473,7 +473,7 @@ fn run(opts: &Options) -> Report {
     let mut r = Report::new("percpu");
     r.tables = tables(n, &area, &bitmap, [&half[0], &half[1]], &align);
     r.targets = targets(n, &area, &bitmap, &align[0]);
-    r.plot("percpu-free.svg", "Time to free every object, slowest of the three free orders, by object size (log-log): the area map's memmove makes small objects costly to free, the bitmap stays flat; the seed's kernel figures are dashed.", plot_free(&area, &bitmap));
+    r.plot("percpu-free.svg", "Time to free every object, slowest of the three free orders, by object size (log-log), here (solid) and in the seed's kernel run (dashed): a flat line means the free cost does not depend on how objects pack into a chunk.", plot_free(&area, &bitmap));
     r.notes = vec![
         format!("unit_size = {UNIT_SIZE} bytes ({} metadata blocks of 4 KiB); objects 4-byte aligned except the alignment case", UNIT_SIZE / 4096),
         format!("alignment case: the area map runs at most {nb} objects (O(n^2): the seed's 52 minutes at 2^20), the bitmap also at {n}"),

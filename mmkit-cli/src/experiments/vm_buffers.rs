@@ -361,8 +361,8 @@ fn run(opts: &Options) -> Report {
         Table::of(format!("growth by doubling from 4 KiB: cumulative time at each size (best of {reps})"), &GROWTH_COLS, &growth),
     ]);
     report.targets = targets(&speed, &growth);
-    report.plot("vm_buffers-churn.svg", "Time per allocate + touch + free of one buffer from 2 threads, by buffer size (log scale): lazy batched unmapping against glibc malloc and a direct mmap/munmap per buffer.", plot_churn(&speed));
-    report.plot("vm_buffers-growth.svg", "Cumulative time to grow one buffer by doubling up to each size (log-log): vrealloc only maps new frames, Vec copies the old contents whenever the buffer moves.", plot_growth(&growth));
+    report.plot("vm_buffers-churn.svg", "Time per allocate + touch + free of one buffer from 2 threads, by buffer size (log scale): lazy batched unmapping (Vm) against glibc malloc and a direct mmap/munmap per buffer; lower is faster.", plot_churn(&speed));
+    report.plot("vm_buffers-growth.svg", "Cumulative time to grow one buffer by doubling up to each size (log-log): vrealloc maps new frames and copies nothing, Vec may copy the old contents when the buffer moves; the lower line is the faster way to grow.", plot_growth(&growth));
     report.notes.push(line);
     report.notes.extend([
         format!("churn: {} MiB per thread per case (--loops N sets N MiB); vmalloc = new design (lazy, lazy_max 32 MiB); \

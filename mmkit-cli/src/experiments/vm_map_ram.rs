@@ -358,7 +358,7 @@ fn run(opts: &Options) -> Report {
         &summary,
     ));
     report.targets = targets(&summary);
-    report.plot("vm_map_ram-blocks.svg", "Blocks released as a share of blocks created, per scenario and policy: the 2008 policy (new blocks at the head) strands blocks that a later request cannot use, the 2015 policy (tail) releases nearly all of them.", plot_blocks(&summary));
+    report.plot("vm_map_ram-blocks.svg", "Blocks released as a share of blocks created, per scenario and policy (the counts are deterministic): a low bar means blocks stranded with free space nobody can use, which is what seed 001 fixed.", plot_blocks(&summary));
     report.notes.push(format!(
         "scale: scenario 1 {} iterations, scenario 2 {} calls (MT19937 seed {MT_SEED}), scenario 3 {} iterations; \
          one CPU queue, VMAP_BBMAP_BITS 1024, VMAP_MAX_ALLOC 64, range allocator mmkit::vmap",

@@ -658,13 +658,13 @@ fn plots(r: &mut Report, perf: &[PerfRow], stress: &[StressRow]) {
         perf.iter().map(|p| p.baseline_ms).collect(),
         perf.iter().map(|p| p.mmkit_ms).collect(),
     );
-    r.plot("vmalloc-performance.svg", "Time per test_vmalloc test in performance mode, busy-list baseline against the augmented tree, log scale: the gap is widest where the busy list is long (long_busy_list, full_fit).", svg);
+    r.plot("vmalloc-performance.svg", "Time per test_vmalloc test in performance mode, busy-list baseline against the augmented tree, log scale: each pair of bars is one test; a red bar above its blue one is time the busy-list walk costs.", svg);
     let svg = plot_tests(
         "test_vmalloc stress mode: time per test, median of runs".into(),
         stress.iter().map(|p| p.baseline_ms.median).collect(),
         stress.iter().map(|p| p.mmkit_ms.median).collect(),
     );
-    r.plot("vmalloc-stress.svg", "The same in stress mode (one thread per CPU, one lock; test times summed over threads, median of the runs): with threads contending, the baseline's long walks hold the lock for everyone.", svg);
+    r.plot("vmalloc-stress.svg", "The same in stress mode (one thread per CPU, one lock; test times summed over threads, median of the runs): here a long walk holds the lock that every other thread waits for.", svg);
 }
 
 /// The experiment: both modes, baseline and mmkit, in one run.

@@ -204,7 +204,7 @@ fn run(opts: &Options) -> Report {
         all.extend(rows);
     }
     pb.finish_and_clear();
-    report.plot("vmalloc-real.svg", "Wall time of each test_vmalloc mode on real mappings, one unmapping system call per vfree (old) against lazy batched purges (new): the batching pays most when several threads unmap at once.", plot_modes(&all));
+    report.plot("vmalloc-real.svg", "Wall time of each test_vmalloc mode on real mappings, one unmapping system call per vfree (old) against lazy purges batched by lazy_max (new); lower is faster.", plot_modes(&all));
     report.notes.extend([
         format!("test_loop_count = {loops} (--loops N); full_fit {FULL_FIT} pairs and long_busy_list {BUSY_LIST} \
                  areas per thread (the kernel: 8192 per CPU bit and 15000; a real area costs two of the process's \

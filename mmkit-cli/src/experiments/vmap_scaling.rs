@@ -337,7 +337,7 @@ fn run(opts: &Options) -> Report {
             ("new: per-CPU blocks + lazy flush".into(), pts(|r| r.new_ns)),
         ],
     );
-    report.plot("vmap_scaling.svg", format!("Nanoseconds per operation and thread as threads are added ({ncpu} CPUs here): the one-lock design with a flush per unmap slows down with every thread, the per-CPU design stays flat up to the CPU count; the seed's kernel figures are dashed."), svg);
+    report.plot("vmap_scaling.svg", format!("Nanoseconds per operation and thread as threads are added ({ncpu} CPUs here), log scale: a flat line scales, a rising one serialises; the seed's kernel figures on an 8-core machine are dashed."), svg);
     report.notes.push(format!(
         "{iters} iterations per thread, best of {reps} runs ({:.0} ms in all; flush counts summed over the runs); {ncpu} CPU queues, thread slots \
          round robin, so above {ncpu} threads several share a queue (and its lock); flush = global lock + counter \

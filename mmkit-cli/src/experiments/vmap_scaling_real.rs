@@ -145,7 +145,7 @@ fn run(opts: &Options) -> Report {
         "vmap_scaling_real: vm_map_ram + touch + vm_unmap_ram of 4 pages (real memory)",
         [("old: eager unmap, one lock".into(), pts(|r| r.old_ns)), ("new: per-CPU blocks, batched unmap".into(), pts(|r| r.new_ns))],
     );
-    report.plot("vmap_scaling_real.svg", format!("Nanoseconds per operation and thread on real mappings as threads are added ({n} CPUs here; more threads are oversubscribed): an unmapping system call per operation against per-CPU blocks unmapped in batches; the seed's kernel figures are dashed."), svg);
+    report.plot("vmap_scaling_real.svg", format!("Nanoseconds per operation and thread on real mappings as threads are added ({n} CPUs here; more threads are oversubscribed), log scale: an unmapping system call per operation against per-CPU blocks unmapped in batches; the seed's kernel figures are dashed."), svg);
     report.notes.push(format!(
         "{iters} iterations per thread, best of {reps} runs ({:.0} ms in all); unmapping calls summed over \
          the runs, with the final vm_unmap_aliases; threads above {n} are oversubscribed on this machine; \
