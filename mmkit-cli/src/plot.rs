@@ -4,6 +4,7 @@
 //! the values on a linear axis whose ticks are labelled with the values.
 
 use plotters::coord::types::RangedCoordf64;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 /// One axis: its label (with the unit) and whether it is logarithmic.
@@ -61,6 +62,8 @@ pub struct Series {
     /// Drawn dashed: a reference (the seed's figures) rather than a
     /// measurement.
     pub dashed: bool,
+    /// Drawn thin and light: a bound (an interval's edge), not a figure.
+    pub faint: bool,
 }
 
 impl Series {
@@ -70,6 +73,15 @@ impl Series {
             label: label.into(),
             points,
             dashed: false,
+            faint: false,
+        }
+    }
+
+    /// A bound, such as an interval's edge (drawn thin and light).
+    pub fn faint(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Series {
+            faint: true,
+            ..Series::new(label, points)
         }
     }
 
@@ -264,25 +276,28 @@ pub fn lines(c: &Chart, series: &[Series]) -> Result<String> {
     frame(c, xr, yr, None, corner(xr, yr, drawn), |chart| {
         for (i, s) in series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
-            // Many points (a time series): thinner lines, references light.
+            // Many points (a time series): thinner lines; bounds light.
             let many = s.points.len() > 50;
-            let style = match (many, s.dashed) {
-                (false, _) => color.stroke_width(3),
-                (true, false) => color.stroke_width(2),
-                (true, true) => color.mix(0.7).stroke_width(1),
+            let style = match (s.faint, many) {
+                (true, _) => color.mix(0.7).stroke_width(1),
+                (false, true) => color.stroke_width(2),
+                (false, false) => color.stroke_width(3),
             };
             let line: Vec<(f64, f64)> = s
                 .points
                 .iter()
                 .filter_map(|&(x, y)| Some((c.x.at(x)?, c.y.at(y)?)))
                 .collect();
-            let anno = if s.dashed && !many {
+            let anno = if s.dashed {
                 chart.draw_series(DashedLineSeries::new(line.clone(), 10, 6, style))?
             } else {
                 chart.draw_series(LineSeries::new(line.clone(), style))?
             };
-            anno.label(&s.label)
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 24, y)], style));
+            // The legend's sample: dashed like the line, or one 24 px dash.
+            let (dash, gap) = if s.dashed { (6, 4) } else { (24, 1) };
+            anno.label(&s.label).legend(move |(x, y)| {
+                DashedPathElement::new(vec![(x, y), (x + 24, y)].into_iter(), dash, gap, style)
+            });
             if line.len() <= 16 {
                 chart.draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
             }

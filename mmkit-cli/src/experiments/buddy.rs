@@ -993,10 +993,10 @@ fn plots(report: &mut Report, s: &Scale, runs: &Runs) {
             "mean difference",
             d.iter().map(|&(x, m, _)| (x, m)).collect(),
         ),
-        Series::reference("95% t interval, upper", band(1.0)),
-        Series::reference("95% t interval, lower", band(-1.0)),
+        Series::faint("95% t interval, upper", band(1.0)),
+        Series::faint("95% t interval, lower", band(-1.0)),
     ];
-    report.plot("buddy-unusable9-diff.svg", "The paired difference of the order-9 unusable index, tail minus head on the same request stream, with its 95% interval (dashed): where the interval lies below zero the tail placement leaves less free memory unusable for huge pages, where it straddles zero the two cannot be told apart.", plot::lines(&chart, &series));
+    report.plot("buddy-unusable9-diff.svg", "The paired difference of the order-9 unusable index, tail minus head on the same request stream, with its 95% interval (thin lines): where the interval lies below zero the tail placement leaves less free memory unusable for huge pages, where it straddles zero the two cannot be told apart.", plot::lines(&chart, &series));
     plot_huge(report, s, runs);
 }
 
