@@ -296,7 +296,7 @@ pub fn lines(c: &Chart, series: &[Series]) -> Result<String> {
             // The legend's sample: dashed like the line, or one 24 px dash.
             let (dash, gap) = if s.dashed { (6, 4) } else { (24, 1) };
             anno.label(&s.label).legend(move |(x, y)| {
-                DashedPathElement::new(vec![(x, y), (x + 24, y)].into_iter(), dash, gap, style)
+                DashedPathElement::new(vec![(x, y), (x + 24, y)], dash, gap, style)
             });
             if line.len() <= 16 {
                 chart.draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
