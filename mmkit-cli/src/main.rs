@@ -3,15 +3,20 @@
 
 mod experiments;
 mod peers;
+mod plot;
+mod render;
 mod replay;
 mod report;
+mod run;
 mod soak;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+
+use replay::AllocatorKind;
 
 #[derive(Parser)]
 #[command(name = "mmkit", version, about)]
@@ -41,15 +46,6 @@ enum Command {
     List,
     /// Long mixed run over every allocator, checked against ownership records.
     Soak(soak::SoakOptions),
-}
-
-/// The range allocators a trace can be replayed on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum AllocatorKind {
-    /// mmkit's augmented-tree allocator (seed 000).
-    Vmap,
-    /// The busy-list design seed 000 replaced.
-    Baseline,
 }
 
 fn main() -> ExitCode {

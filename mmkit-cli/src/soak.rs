@@ -341,23 +341,12 @@ fn thread(seed: u64, ops: u64, every: u64, done: &AtomicU64) -> Result<Marks, St
     Ok(w.marks)
 }
 
-/// `mmkit soak`: the summary goes to `out`.
-pub fn main(o: &SoakOptions, out: &mut dyn std::io::Write) -> std::io::Result<ExitCode> {
-    if o.threads == 0 || o.check_every == 0 {
-        eprintln!("mmkit soak: --threads and --check-every must be at least 1");
-        return Ok(ExitCode::from(2));
-    }
-    mmkit::debug::set_debug_check_period(o.check_every);
+/// Runs every thread, showing progress on `pb`; each thread's marks or its
+/// first disagreement.
+fn run_threads(o: &SoakOptions, pb: &ProgressBar) -> Vec<Result<Marks, String>> {
     let done = Arc::new(AtomicU64::new(0));
-    let pb = ProgressBar::new(o.ops);
-    pb.set_style(
-        ProgressStyle::with_template("soak [{bar:40}] {pos}/{len} ops {elapsed} eta {eta}")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
-    let start = std::time::Instant::now();
     let per = o.ops / o.threads;
-    let results: Vec<Result<Marks, String>> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let hs: Vec<_> = (0..o.threads)
             .map(|t| {
                 let done = Arc::clone(&done);
@@ -375,7 +364,24 @@ pub fn main(o: &SoakOptions, out: &mut dyn std::io::Write) -> std::io::Result<Ex
                     .unwrap_or_else(|_| Err("a soak thread panicked".into()))
             })
             .collect()
-    });
+    })
+}
+
+/// `mmkit soak`: the summary goes to `out`.
+pub fn main(o: &SoakOptions, out: &mut dyn std::io::Write) -> std::io::Result<ExitCode> {
+    if o.threads == 0 || o.check_every == 0 {
+        eprintln!("mmkit soak: --threads and --check-every must be at least 1");
+        return Ok(ExitCode::from(2));
+    }
+    mmkit::debug::set_debug_check_period(o.check_every);
+    let pb = ProgressBar::new(o.ops);
+    pb.set_style(
+        ProgressStyle::with_template("soak [{bar:40}] {pos}/{len} ops {elapsed} eta {eta}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    let start = std::time::Instant::now();
+    let results = run_threads(o, &pb);
     pb.finish_and_clear();
     let mut marks = Marks::default();
     for r in results {
@@ -387,7 +393,16 @@ pub fn main(o: &SoakOptions, out: &mut dyn std::io::Write) -> std::io::Result<Ex
             }
         }
     }
-    let secs = start.elapsed().as_secs_f64();
+    summary(o, &marks, start.elapsed().as_secs_f64(), out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn summary(
+    o: &SoakOptions,
+    marks: &Marks,
+    secs: f64,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
     writeln!(
         out,
         "soak: {} ops, {} threads, seed {}: no disagreement in {secs:.1} s ({:.2} Mops/s)",
@@ -407,6 +422,5 @@ pub fn main(o: &SoakOptions, out: &mut dyn std::io::Write) -> std::io::Result<Ex
         marks.percpu_chunks,
         marks.area_chunks,
         marks.vblock_blocks
-    )?;
-    Ok(ExitCode::SUCCESS)
+    )
 }

@@ -99,3 +99,70 @@ fn a_reader_gone_ends_every_command_quietly() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }
+
+/// Issue 13: a `--json` or `--out` path that cannot be written fails at
+/// once, naming the path, before anything runs (the run is not lost).
+#[test]
+fn bad_output_paths_fail_before_the_run() {
+    let missing = "/nonexistent-mmkit-dir/out.json";
+    for args in [
+        &["experiments", "vm_map_ram", "--json", missing][..],
+        &["experiments", "vm_map_ram", "--out", "/proc/version/report"],
+        &["bench", "--quick", "--json", missing, "steady-page"],
+    ] {
+        let out = mmkit(args, Stdio::piped());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        let path = args[args.len() - 1 - usize::from(args[0] == "bench")];
+        assert!(stderr.contains(path), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} ran");
+    }
+}
+
+/// Issue 13: `--out DIR` writes one report (index.md, index.html, the
+/// plots) and `--json` the typed rows; targets read "met" or "NOT met";
+/// `--strict` passes when every target is met (vm_map_ram's block counts
+/// are deterministic).
+#[test]
+fn out_writes_a_report_and_strict_passes_met_targets() {
+    let dir = std::env::temp_dir().join(format!("mmkit-report-{}", std::process::id()));
+    let json = dir.join("rows.json");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (d, j) = (dir.to_str().unwrap(), json.to_str().unwrap());
+    let args = [
+        "experiments",
+        "--quick",
+        "--strict",
+        "vm_map_ram",
+        "--out",
+        d,
+        "--json",
+        j,
+    ];
+    let out = mmkit(&args, Stdio::piped());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("target: scenario 2") && stdout.contains(": met"),
+        "{stdout}"
+    );
+    assert!(stdout.lines().all(|l| l.chars().count() <= 120), "{stdout}");
+    let md = std::fs::read_to_string(dir.join("index.md")).unwrap();
+    assert!(
+        md.contains("## vm_map_ram") && md.contains("vm_map_ram-blocks.svg"),
+        "{md}"
+    );
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(html.contains("<table>") && html.contains("<img src=\"vm_map_ram-blocks.svg\""));
+    let svg = std::fs::read_to_string(dir.join("vm_map_ram-blocks.svg")).unwrap();
+    assert!(
+        svg.contains("blocks released"),
+        "the plot has its axis label"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = &doc["reports"][0]["tables"][6]["rows"];
+    assert_eq!(rows[1]["policy"], "current", "{rows}");
+    assert!(rows[1]["released"].as_u64().unwrap() > 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -41,12 +41,14 @@ use mmkit::buddy::{
     BuddyAllocator, BuddyConfig, CompactResult, CompactSuitable, MigrateType, Placement, ZoneId,
     EXTFRAG_THRESHOLD,
 };
-use plotters::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde::Serialize;
 
-use super::{ms, progress, Experiment, Options};
-use crate::report::{ratio, Report, Table};
+use super::{Experiment, Options};
+use crate::plot::{self, Axis, Chart, Series};
+use crate::render::{col, Col, Fmt, Report, Table};
+use crate::run::{mean, ms, progress, ratio, sd, MeanSd};
 
 /// The registered experiment.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -111,7 +113,9 @@ struct RunResult {
     unusable10_mean: f64,
     unusable9_final: f64,
     unusable10_final: f64,
-    frag9_final: f64,
+    /// `None`: the kernel's -1 sentinel, an order-9 request would succeed
+    /// (no fragmentation to measure); never averaged.
+    frag9_final: Option<f64>,
     free_final: f64,
     huge_attempts: u64,
     huge_ok: u64,
@@ -399,7 +403,10 @@ fn run_one(placement: Placement, compaction: bool, seed: u64, s: &Scale) -> RunR
     r.unusable10_mean = sum10 / steady.max(1) as f64;
     r.unusable9_final = f64::from(b.unusable_free_index(9));
     r.unusable10_final = f64::from(b.unusable_free_index(10));
-    r.frag9_final = f64::from(b.fragmentation_index(9));
+    r.frag9_final = match b.fragmentation_index(9) {
+        -1000 => None,
+        f => Some(f64::from(f)),
+    };
     r.free_final = b.free_pages() as f64;
     r.huge_latency_us /= r.huge_ok.max(1) as f64;
     r.alloc_latency_ns = alloc_ns / allocs.max(1) as f64;
@@ -416,19 +423,6 @@ fn run_one(placement: Placement, compaction: bool, seed: u64, s: &Scale) -> RunR
 // Statistics
 // ---------------------------------------------------------------------------
 
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
-/// Sample standard deviation (0 for fewer than two values).
-fn sd(v: &[f64]) -> f64 {
-    if v.len() < 2 {
-        return 0.0;
-    }
-    let m = mean(v);
-    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
-}
-
 /// Two-sided 95% Student t quantile for `df` degrees of freedom.
 fn t975(df: usize) -> f64 {
     const T: [f64; 30] = [
@@ -443,91 +437,118 @@ fn t975(df: usize) -> f64 {
     }
 }
 
-/// Mean and 95% interval half-width of paired differences.
-/// One row of a paired-difference table: the mean difference `d`, its 95%
-/// interval with `digits` decimals, and how many seeds favour Tail.
-fn paired_row(t: &mut Table, label: &str, d: &[f64], lower_better: bool, digits: usize) {
-    let (m, h) = paired(d);
-    let better = d
-        .iter()
-        .filter(|&&x| if lower_better { x < 0.0 } else { x > 0.0 })
-        .count();
-    t.row(vec![
-        label.into(),
-        format!("{m:+.digits$}"),
-        format!("[{:+.digits$}, {:+.digits$}]", m - h, m + h),
-        format!("{better}/{}", d.len()),
-    ]);
-}
-
+/// Mean and 95% interval half-width of paired differences (the half-width
+/// is NaN for fewer than two: one seed has no interval).
 fn paired(d: &[f64]) -> (f64, f64) {
     let half = t975(d.len().saturating_sub(1)) * sd(d) / (d.len() as f64).sqrt();
     (mean(d), half)
 }
 
-fn pm(v: &[f64], scale: f64, digits: usize) -> String {
-    format!("{:.digits$} ± {:.digits$}", mean(v) / scale, sd(v) / scale)
+/// A 95% interval.
+#[derive(Serialize)]
+struct Interval {
+    lo: f64,
+    hi: f64,
+}
+
+/// One metric of a paired-difference table: Tail − Head over the seeds.
+#[derive(Serialize)]
+struct PairedRow {
+    metric: &'static str,
+    mean_diff: f64,
+    /// `None` with fewer than two seeds.
+    interval: Option<Interval>,
+    tail_better: String,
+}
+
+fn paired_cols(digits: usize) -> [Col; 4] {
+    [
+        col("metric", "metric", Fmt::Text),
+        col("mean_diff", "mean diff", Fmt::Signed(digits)),
+        col("interval", "95% interval", Fmt::Interval(digits)),
+        col("tail_better", "seeds tail better", Fmt::Text),
+    ]
+}
+
+fn paired_row(metric: &'static str, d: &[f64], lower_better: bool) -> PairedRow {
+    let (m, h) = paired(d);
+    let better = d
+        .iter()
+        .filter(|&&x| if lower_better { x < 0.0 } else { x > 0.0 })
+        .count();
+    PairedRow {
+        metric,
+        mean_diff: m,
+        interval: h.is_finite().then_some(Interval {
+            lo: m - h,
+            hi: m + h,
+        }),
+        tail_better: format!("{better}/{}", d.len()),
+    }
+}
+
+/// Mean ± sd of `f` over the runs, divided by `scale`.
+fn over<R>(rs: &[R], scale: f64, f: impl Fn(&R) -> f64) -> MeanSd {
+    MeanSd::of(&rs.iter().map(|r| f(r) / scale).collect::<Vec<_>>())
 }
 
 // ---------------------------------------------------------------------------
 // Report
 // ---------------------------------------------------------------------------
 
-fn run(opts: &Options) -> Report {
-    let s = Scale::from(opts);
+/// Every run: results[policy][seed], without and with direct compaction,
+/// and with per-CPU lists in front (reclaim only).
+struct Runs {
+    plain: [Vec<RunResult>; 2],
+    compacted: [Vec<RunResult>; 2],
+    pcp: [Vec<PcpRun>; 2],
+}
+
+fn measure(s: &Scale) -> Runs {
     let pb = progress(s.seeds * 6, "buddy");
-    // results[policy][seed], without and with direct compaction
-    let mut results: [Vec<RunResult>; 2] = [Vec::new(), Vec::new()];
-    let mut compacted: [Vec<RunResult>; 2] = [Vec::new(), Vec::new()];
+    let mut r = Runs {
+        plain: [Vec::new(), Vec::new()],
+        compacted: [Vec::new(), Vec::new()],
+        pcp: [Vec::new(), Vec::new()],
+    };
     for i in 0..s.seeds {
         for (p, policy) in POLICIES.iter().enumerate() {
-            results[p].push(run_one(*policy, false, 1000 + i, &s));
-            compacted[p].push(run_one(*policy, true, 1000 + i, &s));
+            r.plain[p].push(run_one(*policy, false, 1000 + i, s));
+            r.compacted[p].push(run_one(*policy, true, 1000 + i, s));
             pb.inc(2);
         }
     }
-    let pcp: [Vec<PcpRun>; 2] = POLICIES.map(|p| {
-        (0..s.seeds)
-            .map(|i| {
-                pb.inc(1);
-                run_pcp(p, 1000 + i, &s)
-            })
-            .collect()
-    });
+    for (p, policy) in POLICIES.iter().enumerate() {
+        for i in 0..s.seeds {
+            r.pcp[p].push(run_pcp(*policy, 1000 + i, s));
+            pb.inc(1);
+        }
+    }
     pb.finish_and_clear();
-    let mut report = Report {
-        name: "buddy".into(),
-        ..Report::default()
-    };
-    report.tables.push(fragmentation_table(&s, &results));
-    report.tables.push(huge_table(&results));
-    report.tables.push(paired_table(&results));
-    report.tables.push(compaction_table(&results, &compacted));
-    report.tables.push(paired_compaction_table(&compacted));
-    report.tables.push(pcp_table(&s, &results, &pcp));
-    notes(&mut report, &s, &results);
+    r
+}
+
+fn run(opts: &Options) -> Report {
+    let s = Scale::from(opts);
+    let runs = measure(&s);
+    let mut report = Report::new("buddy");
+    report.tables = vec![
+        fragmentation_table(&s, &runs.plain),
+        huge_table(&runs.plain),
+        paired_table(&runs.plain),
+    ];
+    report.tables.extend(compaction_tables(&runs));
+    report.tables.push(paired_compaction_table(&runs.compacted));
+    report.tables.push(pcp_table(&s, &runs.plain, &runs.pcp));
+    report.raw = vec![per_seed_table(&runs)];
+    notes(&mut report, &s, &runs.plain);
     report.notes.push(
         "seed 004 on huge pages: 'the latency was slightly lower and on X86 and PPC64, more huge \
          pages were allocated almost immediately from the free lists' (here: 'from free lists' = \
          first try, no reclaim or compaction; 'work' = pages moved + pages reclaimed for it)"
             .into(),
     );
-    rows(&mut report, &results);
-    rows_compaction(&mut report, &compacted);
-    if opts.out.is_some() {
-        match plot(&s, &results) {
-            Ok(svg) => report.plots.push(("buddy-unusable9.svg".into(), svg)),
-            Err(e) => report.notes.push(format!("plot failed: {e}")),
-        }
-        match plot_huge(&s, &results, &compacted) {
-            Ok(svg) => report.plots.push(("buddy-huge-pages.svg".into(), svg)),
-            Err(e) => report.notes.push(format!("plot failed: {e}")),
-        }
-        match plot_diff(&s, &results) {
-            Ok(svg) => report.plots.push(("buddy-unusable9-diff.svg".into(), svg)),
-            Err(e) => report.notes.push(format!("plot failed: {e}")),
-        }
-    }
+    plots(&mut report, &s, &runs);
     report
 }
 
@@ -538,68 +559,112 @@ fn name(p: Placement) -> &'static str {
     }
 }
 
-fn col(rs: &[RunResult], f: impl Fn(&RunResult) -> f64) -> Vec<f64> {
-    rs.iter().map(f).collect()
+/// External fragmentation of one policy over the seeds.
+#[derive(Serialize)]
+struct FragRow {
+    policy: &'static str,
+    unusable9_mean: MeanSd,
+    unusable9_final: MeanSd,
+    unusable10_mean: MeanSd,
+    unusable10_final: MeanSd,
+    /// Over the seeds where an order-9 request would fail (the index is
+    /// defined); the others are counted in `order9_would_succeed`.
+    frag9_final: MeanSd,
+    order9_would_succeed: usize,
+    free_pages_final: MeanSd,
 }
+
+const FRAG_COLS: [Col; 8] = [
+    col("policy", "policy", Fmt::Text),
+    col("unusable9_mean", "order 9 mean", Fmt::MeanSd(3)),
+    col("unusable9_final", "order 9 final", Fmt::MeanSd(3)),
+    col("unusable10_mean", "order 10 mean", Fmt::MeanSd(3)),
+    col("unusable10_final", "order 10 final", Fmt::MeanSd(3)),
+    col("frag9_final", "frag index 9 final", Fmt::MeanSd(3)),
+    col("order9_would_succeed", "seeds o9 would succeed", Fmt::Text),
+    col("free_pages_final", "free pages final", Fmt::MeanSd(0)),
+];
 
 fn fragmentation_table(s: &Scale, results: &[Vec<RunResult>; 2]) -> Table {
-    let mut t = Table::new(
-        format!(
-            "Unusable free space index (0..1, lower is better), mean ± sd over {} seeds; {} frames, {} ticks",
-            s.seeds, s.frames, s.ticks
-        ),
-        &["policy", "order 9 mean", "order 9 final", "order 10 mean", "order 10 final", "frag index 9 final", "free pages final"],
+    let rows: Vec<FragRow> = POLICIES
+        .iter()
+        .zip(results)
+        .map(|(p, rs)| {
+            let frag: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| r.frag9_final)
+                .map(|f| f / 1000.0)
+                .collect();
+            FragRow {
+                policy: name(*p),
+                unusable9_mean: over(rs, 1000.0, |r| r.unusable9_mean),
+                unusable9_final: over(rs, 1000.0, |r| r.unusable9_final),
+                unusable10_mean: over(rs, 1000.0, |r| r.unusable10_mean),
+                unusable10_final: over(rs, 1000.0, |r| r.unusable10_final),
+                order9_would_succeed: rs.len() - frag.len(),
+                frag9_final: MeanSd::of(&frag),
+                free_pages_final: over(rs, 1.0, |r| r.free_final),
+            }
+        })
+        .collect();
+    let title = format!(
+        "Unusable free space index (0..1, lower is better), mean ± sd over {} seeds; {} frames, {} ticks; \
+         the fragmentation index averages only the seeds where an order-9 request would fail",
+        s.seeds, s.frames, s.ticks
     );
-    for (p, rs) in POLICIES.iter().zip(results) {
-        t.row(vec![
-            name(*p).into(),
-            pm(&col(rs, |r| r.unusable9_mean), 1000.0, 3),
-            pm(&col(rs, |r| r.unusable9_final), 1000.0, 3),
-            pm(&col(rs, |r| r.unusable10_mean), 1000.0, 3),
-            pm(&col(rs, |r| r.unusable10_final), 1000.0, 3),
-            pm(&col(rs, |r| r.frag9_final), 1000.0, 3),
-            pm(&col(rs, |r| r.free_final), 1.0, 0),
-        ]);
-    }
-    t
+    Table::of(title, &FRAG_COLS, &rows)
 }
 
+/// Huge-page attempts and latency of one policy over the seeds.
+#[derive(Serialize)]
+struct HugeRow {
+    policy: &'static str,
+    attempts: MeanSd,
+    successes: MeanSd,
+    first_try: MeanSd,
+    huge_latency_us: MeanSd,
+    alloc_latency_ns: MeanSd,
+    failed_allocs: MeanSd,
+}
+
+const HUGE_COLS: [Col; 7] = [
+    col("policy", "policy", Fmt::Text),
+    col("attempts", "attempts", Fmt::MeanSd(0)),
+    col("successes", "successes", Fmt::MeanSd(1)),
+    col("first_try", "first try", Fmt::MeanSd(1)),
+    col("huge_latency_us", "order-9 latency µs", Fmt::MeanSd(2)),
+    col("alloc_latency_ns", "alloc latency ns", Fmt::MeanSd(1)),
+    col("failed_allocs", "failed allocs", Fmt::MeanSd(1)),
+];
+
 fn huge_table(results: &[Vec<RunResult>; 2]) -> Table {
-    let mut t = Table::new(
-        "Order-9 (huge page) attempts and allocation latency, mean ± sd over seeds",
-        &[
-            "policy",
-            "attempts",
-            "successes",
-            "first try",
-            "order-9 latency µs",
-            "alloc latency ns",
-            "failed allocs",
-        ],
-    );
-    for (p, rs) in POLICIES.iter().zip(results) {
-        t.row(vec![
-            name(*p).into(),
-            pm(&col(rs, |r| r.huge_attempts as f64), 1.0, 0),
-            pm(&col(rs, |r| r.huge_ok as f64), 1.0, 1),
-            pm(&col(rs, |r| r.huge_first_try as f64), 1.0, 1),
-            pm(&col(rs, |r| r.huge_latency_us), 1.0, 2),
-            pm(&col(rs, |r| r.alloc_latency_ns), 1.0, 1),
-            pm(&col(rs, |r| r.alloc_failures as f64), 1.0, 1),
-        ]);
-    }
-    t
+    let rows: Vec<HugeRow> = POLICIES
+        .iter()
+        .zip(results)
+        .map(|(p, rs)| HugeRow {
+            policy: name(*p),
+            attempts: over(rs, 1.0, |r| r.huge_attempts as f64),
+            successes: over(rs, 1.0, |r| r.huge_ok as f64),
+            first_try: over(rs, 1.0, |r| r.huge_first_try as f64),
+            huge_latency_us: over(rs, 1.0, |r| r.huge_latency_us),
+            alloc_latency_ns: over(rs, 1.0, |r| r.alloc_latency_ns),
+            failed_allocs: over(rs, 1.0, |r| r.alloc_failures as f64),
+        })
+        .collect();
+    let title = "Order-9 (huge page) attempts and allocation latency, mean ± sd over seeds";
+    Table::of(title, &HUGE_COLS, &rows)
 }
 
 /// (label, divisor, lower is better, value of a run).
 type PairedMetric = (&'static str, f64, bool, fn(&RunResult) -> f64);
 
+fn paired_title(n: usize, what: &str) -> String {
+    let why = if n < 2 { "; one seed: no interval" } else { "" };
+    format!("{what}paired difference TailIfMergeLikely − Head over {n} seeds (95% t interval{why})")
+}
+
 fn paired_table(results: &[Vec<RunResult>; 2]) -> Table {
     let n = results[0].len();
-    let mut t = Table::new(
-        format!("Paired difference TailIfMergeLikely − Head over {n} seeds (95% t interval)"),
-        &["metric", "mean diff", "95% interval", "seeds tail better"],
-    );
     let metrics: [PairedMetric; 5] = [
         ("unusable index o9, run mean", 1000.0, true, |r| {
             r.unusable9_mean
@@ -615,13 +680,16 @@ fn paired_table(results: &[Vec<RunResult>; 2]) -> Table {
             r.huge_first_try as f64
         }),
     ];
-    for (label, scale, lower_better, f) in metrics {
-        let d: Vec<f64> = (0..n)
-            .map(|i| (f(&results[1][i]) - f(&results[0][i])) / scale)
-            .collect();
-        paired_row(&mut t, label, &d, lower_better, 4);
-    }
-    t
+    let rows: Vec<PairedRow> = metrics
+        .iter()
+        .map(|&(label, scale, lower_better, f)| {
+            let d: Vec<f64> = (0..n)
+                .map(|i| (f(&results[1][i]) - f(&results[0][i])) / scale)
+                .collect();
+            paired_row(label, &d, lower_better)
+        })
+        .collect();
+    Table::of(paired_title(n, ""), &paired_cols(4), &rows)
 }
 
 fn notes(report: &mut Report, s: &Scale, results: &[Vec<RunResult>; 2]) {
@@ -641,302 +709,248 @@ fn notes(report: &mut Report, s: &Scale, results: &[Vec<RunResult>; 2]) {
         s.samples,
         1000 + s.seeds - 1
     ));
-    let lat = |i: usize| mean(&col(&results[i], |r| r.huge_latency_us));
-    let all = |i: usize| mean(&col(&results[i], |r| r.alloc_latency_ns));
+    let avg = |i: usize, f: fn(&RunResult) -> f64| over(&results[i], 1.0, f).mean;
+    let speedup = |f: fn(&RunResult) -> f64| {
+        ratio(avg(0, f), avg(1, f)).map_or("-".into(), |x| format!("{x:.2}x"))
+    };
     report.notes.push(format!(
         "speed-up of TailIfMergeLikely over Head (Head / Tail): order-9 latency {}, order 0..3 alloc latency {}",
-        ratio(lat(0), lat(1)),
-        ratio(all(0), all(1))
+        speedup(|r| r.huge_latency_us),
+        speedup(|r| r.alloc_latency_ns)
     ));
     for (p, rs) in POLICIES.iter().zip(results) {
-        if let Some(r) = rs.first() {
+        let Some(r) = rs.first() else { continue };
+        let files = [
+            "/proc/buddyinfo",
+            "extfrag/unusable_index",
+            "extfrag/extfrag_index",
+        ];
+        for (file, line) in files.iter().zip(&r.extfrag_lines) {
             report.notes.push(format!(
-                "{} seed 1000 final /proc/buddyinfo: {}",
+                "{} seed 1000 final {file}: {}",
                 name(*p),
-                r.extfrag_lines[0].trim_end()
-            ));
-            report.notes.push(format!(
-                "{} seed 1000 final extfrag/unusable_index: {}",
-                name(*p),
-                r.extfrag_lines[1].trim_end()
-            ));
-            report.notes.push(format!(
-                "{} seed 1000 final extfrag/extfrag_index: {}",
-                name(*p),
-                r.extfrag_lines[2].trim_end()
+                line.trim_end()
             ));
         }
     }
 }
 
-fn rows(report: &mut Report, results: &[Vec<RunResult>; 2]) {
-    for (p, rs) in POLICIES.iter().zip(results) {
-        for (i, r) in rs.iter().enumerate() {
-            report.rows.push(serde_json::json!({
-                "policy": format!("{p:?}"),
-                "seed": 1000 + i,
-                "unusable9_mean": r.unusable9_mean / 1000.0,
-                "unusable9_final": r.unusable9_final / 1000.0,
-                "unusable10_mean": r.unusable10_mean / 1000.0,
-                "unusable10_final": r.unusable10_final / 1000.0,
-                "fragmentation_index9_final": r.frag9_final / 1000.0,
-                "free_pages_final": r.free_final,
-                "huge_attempts": r.huge_attempts,
-                "huge_successes": r.huge_ok,
-                "huge_first_try": r.huge_first_try,
-                "huge_latency_us": r.huge_latency_us,
-                "alloc_latency_ns": r.alloc_latency_ns,
-                "alloc_failures": r.alloc_failures,
-            }));
-        }
+/// One run (policy, mode, seed): every figure, for `--json`.
+#[derive(Serialize)]
+struct SeedRow {
+    policy: &'static str,
+    mode: &'static str,
+    seed: u64,
+    unusable9_mean: f64,
+    unusable9_final: f64,
+    unusable10_mean: f64,
+    unusable10_final: f64,
+    /// `None`: an order-9 request would succeed (the kernel's -1).
+    fragmentation_index9_final: Option<f64>,
+    free_pages_final: f64,
+    huge_attempts: u64,
+    huge_successes: u64,
+    huge_first_try: u64,
+    huge_latency_us: f64,
+    alloc_latency_ns: f64,
+    alloc_failures: u64,
+    huge: HugeFigures,
+    huge_reclaimed: u64,
+    compact_skipped: u64,
+    migrate_scanned: u64,
+    free_scanned: u64,
+}
+
+fn seed_row(p: Placement, mode: &'static str, i: usize, r: &RunResult) -> SeedRow {
+    SeedRow {
+        policy: name(p),
+        mode,
+        seed: 1000 + i as u64,
+        unusable9_mean: r.unusable9_mean / 1000.0,
+        unusable9_final: r.unusable9_final / 1000.0,
+        unusable10_mean: r.unusable10_mean / 1000.0,
+        unusable10_final: r.unusable10_final / 1000.0,
+        fragmentation_index9_final: r.frag9_final.map(|f| f / 1000.0),
+        free_pages_final: r.free_final,
+        huge_attempts: r.huge_attempts,
+        huge_successes: r.huge_ok,
+        huge_first_try: r.huge_first_try,
+        huge_latency_us: r.huge_latency_us,
+        alloc_latency_ns: r.alloc_latency_ns,
+        alloc_failures: r.alloc_failures,
+        huge: huge_figures(r),
+        huge_reclaimed: r.huge_reclaimed,
+        compact_skipped: r.compact_skipped,
+        migrate_scanned: r.migrate_scanned,
+        free_scanned: r.free_scanned,
     }
 }
 
-/// Per-run huge-page figures: successes, share from the free lists, mean
-/// and 90th percentile work per huge page, pages moved per huge page,
-/// compaction runs, their success share, pages scanned per run.
-fn huge_figures(r: &RunResult) -> [f64; 8] {
+fn per_seed_table(runs: &Runs) -> Table {
+    let mut rows = Vec::new();
+    for (mode, set) in [
+        ("reclaim only", &runs.plain),
+        ("compaction", &runs.compacted),
+    ] {
+        for (p, rs) in POLICIES.iter().zip(set) {
+            rows.extend(rs.iter().enumerate().map(|(i, r)| seed_row(*p, mode, i, r)));
+        }
+    }
+    Table::of("every run: policy, mode, seed", &[], &rows)
+}
+
+/// Per-run huge-page figures.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct HugeFigures {
+    successes: f64,
+    /// Percent of successes at the first try, from the free lists.
+    first_try_pct: f64,
+    /// Pages moved plus pages reclaimed per huge page: mean and 90th
+    /// percentile.
+    work_mean_pages: f64,
+    work_p90_pages: f64,
+    moved_per_success: f64,
+    compact_runs: f64,
+    compact_success_pct: f64,
+    scanned_per_run: f64,
+}
+
+fn huge_figures(r: &RunResult) -> HugeFigures {
     let ok = r.huge_ok.max(1) as f64;
     let mut w = r.huge_work.clone();
     w.sort_by(f64::total_cmp);
-    let p90 = w.get(w.len() * 9 / 10).copied().unwrap_or(0.0);
     let runs = r.compact_runs.max(1) as f64;
+    HugeFigures {
+        successes: r.huge_ok as f64,
+        first_try_pct: 100.0 * r.huge_first_try as f64 / ok,
+        work_mean_pages: if w.is_empty() { 0.0 } else { mean(&w) },
+        work_p90_pages: w.get(w.len() * 9 / 10).copied().unwrap_or(0.0),
+        moved_per_success: r.huge_moved as f64 / ok,
+        compact_runs: r.compact_runs as f64,
+        compact_success_pct: 100.0 * r.compact_success as f64 / runs,
+        scanned_per_run: (r.migrate_scanned + r.free_scanned) as f64 / runs,
+    }
+}
+
+/// One policy and mode: huge-page figures over the seeds.
+#[derive(Serialize)]
+struct CompactionRow {
+    policy: &'static str,
+    mode: &'static str,
+    huge_pages: MeanSd,
+    first_try_pct: MeanSd,
+    work_mean_pages: MeanSd,
+    work_p90_pages: MeanSd,
+    moved_per_success: MeanSd,
+    compact_runs: MeanSd,
+    compact_success_pct: MeanSd,
+    scanned_per_run: MeanSd,
+}
+
+const HUGE_WORK_COLS: [Col; 6] = [
+    col("policy", "policy", Fmt::Text),
+    col("mode", "mode", Fmt::Text),
+    col("huge_pages", "huge pages", Fmt::MeanSd(1)),
+    col("first_try_pct", "% from free lists", Fmt::MeanSd(1)),
+    col("work_mean_pages", "work/huge page (pages)", Fmt::MeanSd(1)),
+    col("work_p90_pages", "p90 work (pages)", Fmt::MeanSd(0)),
+];
+
+const COMPACTION_COLS: [Col; 6] = [
+    col("policy", "policy", Fmt::Text),
+    col("mode", "mode", Fmt::Text),
+    col(
+        "moved_per_success",
+        "moved/huge page (pages)",
+        Fmt::MeanSd(1),
+    ),
+    col("compact_runs", "compaction runs", Fmt::MeanSd(1)),
+    col("compact_success_pct", "% runs succeeding", Fmt::MeanSd(1)),
+    col("scanned_per_run", "pages scanned/run", Fmt::MeanSd(0)),
+];
+
+fn compaction_tables(runs: &Runs) -> [Table; 2] {
+    let mut rows = Vec::new();
+    for (mode, set) in [
+        ("reclaim only", &runs.plain),
+        ("compaction", &runs.compacted),
+    ] {
+        for (p, rs) in POLICIES.iter().zip(set) {
+            let figs: Vec<HugeFigures> = rs.iter().map(huge_figures).collect();
+            let c =
+                |f: fn(&HugeFigures) -> f64| MeanSd::of(&figs.iter().map(f).collect::<Vec<_>>());
+            rows.push(CompactionRow {
+                policy: name(*p),
+                mode,
+                huge_pages: c(|f| f.successes),
+                first_try_pct: c(|f| f.first_try_pct),
+                work_mean_pages: c(|f| f.work_mean_pages),
+                work_p90_pages: c(|f| f.work_p90_pages),
+                moved_per_success: c(|f| f.moved_per_success),
+                compact_runs: c(|f| f.compact_runs),
+                compact_success_pct: c(|f| f.compact_success_pct),
+                scanned_per_run: c(|f| f.scanned_per_run),
+            });
+        }
+    }
+    let what = "reclaim only vs direct compaction (fragmentation index > 500) then reclaim, mean ± sd over seeds";
     [
-        r.huge_ok as f64,
-        100.0 * r.huge_first_try as f64 / ok,
-        mean(&r.huge_work),
-        p90,
-        r.huge_moved as f64 / ok,
-        r.compact_runs as f64,
-        100.0 * r.compact_success as f64 / runs,
-        (r.migrate_scanned + r.free_scanned) as f64 / runs,
+        Table::of(
+            format!("Huge pages (order 9) and the work to get them: {what}"),
+            &HUGE_WORK_COLS,
+            &rows,
+        ),
+        Table::of(
+            format!("Compaction work per huge page: {what}"),
+            &COMPACTION_COLS,
+            &rows,
+        ),
     ]
 }
 
-fn compaction_table(plain: &[Vec<RunResult>; 2], compacted: &[Vec<RunResult>; 2]) -> Table {
-    let mut t = Table::new(
-        "Huge pages (order 9): reclaim only vs direct compaction (fragmentation index > 500) then reclaim, mean ± sd over seeds",
-        &[
-            "policy",
-            "mode",
-            "huge pages",
-            "% from free lists",
-            "work/huge page (pages)",
-            "p90 work",
-            "moved/huge page",
-            "compaction runs",
-            "% runs succeeding",
-            "pages scanned/run",
-        ],
-    );
-    for (mode, set) in [("reclaim only", plain), ("compaction", compacted)] {
-        for (p, rs) in POLICIES.iter().zip(set) {
-            let figs: Vec<[f64; 8]> = rs.iter().map(huge_figures).collect();
-            let c = |k: usize, d: usize| pm(&figs.iter().map(|f| f[k]).collect::<Vec<_>>(), 1.0, d);
-            t.row(vec![
-                name(*p).into(),
-                mode.into(),
-                c(0, 1),
-                c(1, 1),
-                c(2, 1),
-                c(3, 0),
-                c(4, 1),
-                c(5, 1),
-                c(6, 1),
-                c(7, 0),
-            ]);
-        }
-    }
-    t
-}
+/// (label, value of a run's figures, lower is better).
+type HugeMetric = (&'static str, fn(&HugeFigures) -> f64, bool);
 
 fn paired_compaction_table(compacted: &[Vec<RunResult>; 2]) -> Table {
     let n = compacted[0].len();
-    let mut t = Table::new(
-        format!(
-            "With compaction: paired difference TailIfMergeLikely − Head over {n} seeds (95% t interval)"
-        ),
-        &["metric", "mean diff", "95% interval", "seeds tail better"],
-    );
-    let metrics: [(&str, usize, bool); 5] = [
-        ("huge pages", 0, false),
-        ("% from free lists", 1, false),
-        ("work per huge page (pages)", 2, true),
-        ("pages moved per huge page", 4, true),
-        ("compaction runs", 5, true),
+    let metrics: [HugeMetric; 5] = [
+        ("huge pages", |f| f.successes, false),
+        ("% from free lists", |f| f.first_try_pct, false),
+        ("work per huge page (pages)", |f| f.work_mean_pages, true),
+        ("pages moved per huge page", |f| f.moved_per_success, true),
+        ("compaction runs", |f| f.compact_runs, true),
     ];
-    for (label, k, lower_better) in metrics {
-        let d: Vec<f64> = (0..n)
-            .map(|i| huge_figures(&compacted[1][i])[k] - huge_figures(&compacted[0][i])[k])
-            .collect();
-        paired_row(&mut t, label, &d, lower_better, 3);
-    }
-    t
-}
-
-fn rows_compaction(report: &mut Report, compacted: &[Vec<RunResult>; 2]) {
-    for (p, rs) in POLICIES.iter().zip(compacted) {
-        for (i, r) in rs.iter().enumerate() {
-            let f = huge_figures(r);
-            report.rows.push(serde_json::json!({
-                "policy": format!("{p:?}"),
-                "mode": "compaction",
-                "seed": 1000 + i,
-                "huge_attempts": r.huge_attempts,
-                "huge_successes": r.huge_ok,
-                "huge_first_try_pct": f[1],
-                "huge_work_mean_pages": f[2],
-                "huge_work_p90_pages": f[3],
-                "huge_moved_per_success": f[4],
-                "huge_reclaimed": r.huge_reclaimed,
-                "compact_runs": r.compact_runs,
-                "compact_success": r.compact_success,
-                "compact_skipped": r.compact_skipped,
-                "migrate_scanned": r.migrate_scanned,
-                "free_scanned": r.free_scanned,
-                "unusable9_mean": r.unusable9_mean / 1000.0,
-            }));
-        }
-    }
-}
-
-/// Mean over seeds of huge pages obtained so far, at each sample.
-fn mean_huge_series(rs: &[RunResult]) -> Vec<f64> {
-    let len = rs.iter().map(|r| r.huge_series.len()).min().unwrap_or(0);
-    (0..len)
-        .map(|i| mean(&col(rs, |r| r.huge_series[i])))
-        .collect()
-}
-
-fn plot_huge(
-    s: &Scale,
-    plain: &[Vec<RunResult>; 2],
-    compacted: &[Vec<RunResult>; 2],
-) -> Result<String, Box<dyn std::error::Error>> {
-    let mut lines = Vec::new();
-    for (mode, set, dashed) in [
-        ("reclaim only", plain, false),
-        ("compaction", compacted, true),
-    ] {
-        for (p, rs) in POLICIES.iter().zip(set) {
-            lines.push((
-                format!("{}, {mode}", name(*p)),
-                mean_huge_series(rs),
-                dashed,
-            ));
-        }
-    }
-    let step = s.ticks as f64 / s.samples as f64 / 1e6;
-    let xmax = step * lines[0].1.len().max(1) as f64;
-    let ymax = lines
+    let rows: Vec<PairedRow> = metrics
         .iter()
-        .flat_map(|l| l.1.iter())
-        .fold(1.0f64, |a, &b| a.max(b))
-        * 1.1;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (900, 500)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("Huge pages obtained over time, mean of {} seeds", s.seeds),
-                ("sans-serif", 20),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
-        chart
-            .configure_mesh()
-            .x_desc("allocation requests (millions)")
-            .y_desc("order-9 allocations obtained (cumulative)")
-            .draw()?;
-        let colors = [RED, BLUE, MAGENTA, CYAN];
-        for ((label, pts, _), color) in lines.into_iter().zip(colors) {
-            let line: Vec<(f64, f64)> = pts
-                .iter()
-                .enumerate()
-                .map(|(i, &y)| ((i + 1) as f64 * step, y))
+        .map(|&(label, f, lower_better)| {
+            let d: Vec<f64> = (0..n)
+                .map(|i| f(&huge_figures(&compacted[1][i])) - f(&huge_figures(&compacted[0][i])))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(line, color.stroke_width(2)))?
-                .label(label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-        root.present()?;
-    }
-    Ok(svg)
+            paired_row(label, &d, lower_better)
+        })
+        .collect();
+    Table::of(paired_title(n, "With compaction: "), &paired_cols(3), &rows)
 }
 
-/// Mean over seeds of the order-9 unusable index at each sample.
-fn mean_series(rs: &[RunResult]) -> Vec<f64> {
-    let len = rs.iter().map(|r| r.series9.len()).min().unwrap_or(0);
-    (0..len)
-        .map(|i| mean(&col(rs, |r| r.series9[i])) / 1000.0)
-        .collect()
-}
-
-fn plot(s: &Scale, results: &[Vec<RunResult>; 2]) -> Result<String, Box<dyn std::error::Error>> {
-    let series: Vec<Vec<f64>> = results.iter().map(|rs| mean_series(rs)).collect();
+/// Mean over seeds of `f` at each sample, on the x axis in millions of
+/// requests.
+fn mean_at(s: &Scale, rs: &[RunResult], f: fn(&RunResult) -> &Vec<f64>) -> Vec<(f64, f64)> {
     let step = s.ticks as f64 / s.samples as f64 / 1e6;
-    let xmax = step * series[0].len().max(1) as f64;
-    let ymax = series
-        .iter()
-        .flatten()
-        .fold(0.0f64, |a, &b| a.max(b))
-        .max(0.01)
-        * 1.1;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (900, 500)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "Order-9 unusable free space index, mean of {} seeds",
-                    s.seeds
-                ),
-                ("sans-serif", 20),
+    let len = rs.iter().map(|r| f(r).len()).min().unwrap_or(0);
+    (0..len)
+        .map(|i| {
+            (
+                (i + 1) as f64 * step,
+                mean(&rs.iter().map(|r| f(r)[i]).collect::<Vec<_>>()),
             )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0f64..xmax, 0f64..ymax.min(1.0))?;
-        chart
-            .configure_mesh()
-            .x_desc("allocation requests (millions)")
-            .y_desc("unusable index, order 9 (lower is better)")
-            .draw()?;
-        let colors = [RED, BLUE];
-        for ((p, pts), color) in POLICIES.iter().zip(&series).zip(colors) {
-            let line = pts
-                .iter()
-                .enumerate()
-                .map(|(i, &y)| ((i + 1) as f64 * step, y));
-            chart
-                .draw_series(LineSeries::new(line, color.stroke_width(2)))?
-                .label(name(*p))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-        root.present()?;
-    }
-    Ok(svg)
+        })
+        .collect()
 }
 
 /// Per sample: mean and 95% half-width of the paired difference
 /// Tail − Head of the order-9 unusable index (0..1 scale).
-fn diff_series(results: &[Vec<RunResult>; 2]) -> Vec<(f64, f64)> {
+fn diff_series(s: &Scale, results: &[Vec<RunResult>; 2]) -> Vec<(f64, f64, f64)> {
+    let step = s.ticks as f64 / s.samples as f64 / 1e6;
     let len = results
         .iter()
         .flatten()
@@ -951,65 +965,78 @@ fn diff_series(results: &[Vec<RunResult>; 2]) -> Vec<(f64, f64)> {
                 .map(|(h, t)| (t.series9[i] - h.series9[i]) / 1000.0)
                 .collect();
             let (m, h) = paired(&d);
-            (m, if h.is_finite() { h } else { 0.0 })
+            (
+                (i + 1) as f64 * step,
+                m,
+                if h.is_finite() { h } else { 0.0 },
+            )
         })
         .collect()
 }
 
-fn plot_diff(
-    s: &Scale,
-    results: &[Vec<RunResult>; 2],
-) -> Result<String, Box<dyn std::error::Error>> {
-    let d = diff_series(results);
-    let step = s.ticks as f64 / s.samples as f64 / 1e6;
-    let xmax = step * d.len().max(1) as f64;
-    let ylim = d.iter().fold(0.005f64, |a, &(m, h)| a.max(m.abs() + h)) * 1.1;
-    let at = |i: usize| (i + 1) as f64 * step;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (900, 500)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "Order-9 unusable index: TailIfMergeLikely − Head, {} paired seeds",
-                    s.seeds
-                ),
-                ("sans-serif", 20),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..xmax, -ylim..ylim)?;
-        chart
-            .configure_mesh()
-            .x_desc("allocation requests (millions)")
-            .y_desc("difference (below 0: tail better)")
-            .draw()?;
-        let band = |sign: f64| {
-            d.iter()
-                .enumerate()
-                .map(move |(i, &(m, h))| (at(i), m + sign * h))
-        };
-        for sign in [-1.0, 1.0] {
-            chart.draw_series(LineSeries::new(band(sign), BLUE.mix(0.3)))?;
+fn requests() -> Axis {
+    Axis::linear("allocation requests (millions)")
+}
+
+fn plots(report: &mut Report, s: &Scale, runs: &Runs) {
+    let scaled = |pts: Vec<(f64, f64)>| pts.into_iter().map(|(x, y)| (x, y / 1000.0)).collect();
+    let series: Vec<Series> = POLICIES
+        .iter()
+        .zip(&runs.plain)
+        .map(|(p, rs)| Series::new(name(*p), scaled(mean_at(s, rs, |r| &r.series9))))
+        .collect();
+    let chart = Chart {
+        title: format!(
+            "Order-9 unusable free space index, mean of {} seeds",
+            s.seeds
+        ),
+        x: requests(),
+        y: Axis::linear("unusable index, order 9 (0..1, lower is better)"),
+    };
+    report.plot("buddy-unusable9.svg", "The order-9 unusable free space index over the run, each policy averaged over the seeds: the share of free memory that cannot serve a huge page (lower is better); seed 004 reports tail placement 'slightly lower throughout'.", plot::lines(&chart, &series));
+    let d = diff_series(s, &runs.plain);
+    let band = |sign: f64| d.iter().map(|&(x, m, h)| (x, m + sign * h)).collect();
+    let chart = Chart {
+        title: format!(
+            "Order-9 unusable index: TailIfMergeLikely − Head, {} paired seeds",
+            s.seeds
+        ),
+        x: requests(),
+        y: Axis::linear("difference in unusable index (below 0: tail better)"),
+    };
+    let series = [
+        Series::new(
+            "mean difference",
+            d.iter().map(|&(x, m, _)| (x, m)).collect(),
+        ),
+        Series::faint("95% t interval, upper", band(1.0)),
+        Series::faint("95% t interval, lower", band(-1.0)),
+    ];
+    report.plot("buddy-unusable9-diff.svg", "The paired difference of the order-9 unusable index, tail minus head on the same request stream, with its 95% interval (thin lines): where the interval lies below zero the tail placement leaves less free memory unusable for huge pages, where it straddles zero the two cannot be told apart.", plot::lines(&chart, &series));
+    plot_huge(report, s, runs);
+}
+
+fn plot_huge(report: &mut Report, s: &Scale, runs: &Runs) {
+    let mut series = Vec::new();
+    for (mode, set, dashed) in [
+        ("reclaim only", &runs.plain, false),
+        ("compaction", &runs.compacted, true),
+    ] {
+        for (p, rs) in POLICIES.iter().zip(set) {
+            let mut l = Series::new(
+                format!("{}, {mode}", name(*p)),
+                mean_at(s, rs, |r| &r.huge_series),
+            );
+            l.dashed = dashed;
+            series.push(l);
         }
-        chart
-            .draw_series(LineSeries::new(
-                d.iter().enumerate().map(|(i, &(m, _))| (at(i), m)),
-                BLUE.stroke_width(2),
-            ))?
-            .label("mean difference (band: 95% t interval)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
-        chart.draw_series(LineSeries::new([(0.0, 0.0), (xmax, 0.0)], BLACK))?;
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-        root.present()?;
     }
-    Ok(svg)
+    let chart = Chart {
+        title: format!("Huge pages obtained over time, mean of {} seeds", s.seeds),
+        x: requests(),
+        y: Axis::linear("order-9 allocations obtained (cumulative count)"),
+    };
+    report.plot("buddy-huge-pages.svg", "Huge pages obtained so far, by policy, with reclaim only (solid) and with direct compaction first (dashed): the gap between solid and dashed lines is what compaction adds, the gap between colours what the placement policy changes.", plot::lines(&chart, &series));
 }
 
 // ---------------------------------------------------------------------------
@@ -1148,55 +1175,60 @@ fn run_pcp(placement: Placement, seed: u64, s: &Scale) -> PcpRun {
     r
 }
 
+/// Per-CPU lists vs the bare zone of one policy on the same streams.
+#[derive(Serialize)]
+struct PcpRow {
+    policy: &'static str,
+    from_lists_pct: MeanSd,
+    zone_locks_per_1000: MeanSd,
+    pages_on_lists: MeanSd,
+    unusable9_bare: MeanSd,
+    unusable9_pcp: MeanSd,
+    huge_bare: MeanSd,
+    huge_pcp: MeanSd,
+}
+
+const PCP_COLS: [Col; 8] = [
+    col("policy", "policy", Fmt::Text),
+    col("from_lists_pct", "% allocs from the lists", Fmt::MeanSd(2)),
+    col(
+        "zone_locks_per_1000",
+        "zone-lock takings/1000 requests",
+        Fmt::MeanSd(1),
+    ),
+    col("pages_on_lists", "pages on the lists", Fmt::MeanSd(0)),
+    col("unusable9_bare", "unusable o9 mean: bare", Fmt::MeanSd(3)),
+    col("unusable9_pcp", "with pcp", Fmt::MeanSd(3)),
+    col("huge_bare", "huge pages: bare", Fmt::MeanSd(1)),
+    col("huge_pcp", "with pcp", Fmt::MeanSd(1)),
+];
+
 /// Per-CPU lists vs the bare zone on the same streams (reclaim only).
 fn pcp_table(s: &Scale, plain: &[Vec<RunResult>; 2], pcp: &[Vec<PcpRun>; 2]) -> Table {
     let b = zone_batchsize(s.frames);
-    let mut t = Table::new(
-        format!(
-            "Per-CPU page lists in front ({PCP_CPUS} CPUs, batch {b}, high {}) vs the bare zone, \
-             reclaim only, mean ± sd over {} seeds",
-            6 * b,
-            s.seeds
-        ),
-        &[
-            "policy",
-            "% allocs from the lists",
-            "zone-lock takings/1000 requests",
-            "pages on the lists",
-            "unusable o9 mean: bare",
-            "with pcp",
-            "huge pages: bare",
-            "with pcp",
-        ],
+    let hit = |r: &PcpRun| 100.0 * (1.0 - r.refills as f64 / r.list_allocs.max(1) as f64);
+    let lock = |r: &PcpRun| 1000.0 * (r.refills + r.drains + r.direct) as f64 / r.requests as f64;
+    let rows: Vec<PcpRow> = POLICIES
+        .iter()
+        .zip(plain.iter().zip(pcp))
+        .map(|(p, (bare, with))| PcpRow {
+            policy: name(*p),
+            from_lists_pct: over(with, 1.0, hit),
+            zone_locks_per_1000: over(with, 1.0, lock),
+            pages_on_lists: over(with, 1.0, |r| r.pcp_pages_mean),
+            unusable9_bare: over(bare, 1000.0, |r| r.unusable9_mean),
+            unusable9_pcp: over(with, 1000.0, |r| r.unusable9_mean),
+            huge_bare: over(bare, 1.0, |r| r.huge_ok as f64),
+            huge_pcp: over(with, 1.0, |r| r.huge_ok as f64),
+        })
+        .collect();
+    let title = format!(
+        "Per-CPU page lists in front ({PCP_CPUS} CPUs, batch {b}, high {}) vs the bare zone, \
+         reclaim only, mean ± sd over {} seeds",
+        6 * b,
+        s.seeds
     );
-    for (p, (bare, with)) in POLICIES.iter().zip(plain.iter().zip(pcp)) {
-        let hit = |r: &PcpRun| 100.0 * (1.0 - r.refills as f64 / r.list_allocs.max(1) as f64);
-        let lock =
-            |r: &PcpRun| 1000.0 * (r.refills + r.drains + r.direct) as f64 / r.requests as f64;
-        t.row(vec![
-            name(*p).into(),
-            pm(&with.iter().map(hit).collect::<Vec<_>>(), 1.0, 2),
-            pm(&with.iter().map(lock).collect::<Vec<_>>(), 1.0, 1),
-            pm(
-                &with.iter().map(|r| r.pcp_pages_mean).collect::<Vec<_>>(),
-                1.0,
-                0,
-            ),
-            pm(&col(bare, |r| r.unusable9_mean), 1000.0, 3),
-            pm(
-                &with.iter().map(|r| r.unusable9_mean).collect::<Vec<_>>(),
-                1000.0,
-                3,
-            ),
-            pm(&col(bare, |r| r.huge_ok as f64), 1.0, 1),
-            pm(
-                &with.iter().map(|r| r.huge_ok as f64).collect::<Vec<_>>(),
-                1.0,
-                1,
-            ),
-        ]);
-    }
-    t
+    Table::of(&title, &PCP_COLS, &rows)
 }
 
 #[cfg(test)]

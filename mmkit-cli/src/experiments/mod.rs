@@ -5,11 +5,10 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
-
-use crate::report::Report;
+use crate::render::Report;
+use crate::report::{Outputs, Page};
+use crate::run::{lookup, Machine};
 
 pub mod buddy;
 pub mod percpu;
@@ -45,13 +44,11 @@ real_memory!(vm_buffers, "vm_buffers");
 /// The report of an experiment that cannot run on this system.
 #[cfg_attr(target_os = "linux", allow(dead_code))]
 fn unsupported(name: &str) -> Report {
-    Report {
-        name: name.into(),
-        notes: vec![format!(
-            "{name}: unsupported on this system (mmkit-vm runs on Linux only)"
-        )],
-        ..Report::default()
-    }
+    let mut r = Report::new(name);
+    r.notes.push(format!(
+        "{name}: unsupported on this system (mmkit-vm runs on Linux only)"
+    ));
+    r
 }
 
 /// `mmkit experiments` options, shared by every experiment.
@@ -70,12 +67,17 @@ pub struct Options {
     /// 10^9.
     #[arg(long, value_parser = count())]
     pub seeds: Option<u64>,
-    /// Write every report's machine-readable rows to this JSON file.
+    /// Write every report's rows, targets and notes to this JSON file
+    /// (opened before the run).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write a Markdown report (and SVG plots) into this directory.
+    /// Write a report into this directory: index.md, index.html and SVG
+    /// plots (created before the run).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Exit with status 1 when a target is NOT met.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// Parses `--loops` and `--seeds`: 0 would average over nothing (a table
@@ -91,7 +93,7 @@ pub struct Experiment {
     pub name: &'static str,
     /// One line: what it stresses and which seed it reproduces.
     pub about: &'static str,
-    /// Runs it and returns its tables.
+    /// Runs it and returns its tables, targets, notes and plots.
     pub run: fn(&Options) -> Report,
 }
 
@@ -107,104 +109,85 @@ pub const ALL: &[Experiment] = &[
     buddy::EXPERIMENT,
 ];
 
-/// Runs the experiments named in `opts` (all when none) and prints them.
+/// The experiments named in `opts`, all when none.
+fn chosen(opts: &Options) -> Result<Vec<&'static Experiment>, String> {
+    if opts.names.is_empty() {
+        return Ok(ALL.iter().collect());
+    }
+    opts.names
+        .iter()
+        .map(|n| lookup("experiment", n, ALL, |e| e.name))
+        .collect()
+}
+
+/// The command line, as the report records it.
+fn command(opts: &Options) -> String {
+    let mut c = vec!["mmkit experiments".to_string()];
+    c.extend(opts.names.iter().cloned());
+    c.extend(opts.quick.then(|| "--quick".to_string()));
+    c.extend(opts.loops.map(|l| format!("--loops {l}")));
+    c.extend(opts.seeds.map(|s| format!("--seeds {s}")));
+    c.extend(opts.out.as_ref().map(|d| format!("--out {}", d.display())));
+    c.join(" ")
+}
+
+/// Runs the experiments named in `opts` (all when none), prints them and
+/// writes the JSON and the report directory. Exit status: 2 for an
+/// unknown name or an output path that cannot be written (before anything
+/// runs), 1 when writing fails at the end or, with `--strict`, when a
+/// target is NOT met.
 ///
 /// # Errors
 /// Writing to `out` failed.
 pub fn run(opts: &Options, out: &mut dyn Write) -> io::Result<ExitCode> {
-    let chosen: Vec<&Experiment> = if opts.names.is_empty() {
-        ALL.iter().collect()
-    } else {
-        let mut v = Vec::new();
-        for n in &opts.names {
-            match ALL.iter().find(|e| e.name == n) {
-                Some(e) => v.push(e),
-                None => {
-                    let known: Vec<_> = ALL.iter().map(|e| e.name).collect();
-                    eprintln!(
-                        "mmkit: unknown experiment {n:?}; known: {}",
-                        known.join(", ")
-                    );
-                    return Ok(ExitCode::from(2));
-                }
-            }
+    let opened = chosen(opts)
+        .and_then(|c| Ok((c, Outputs::open(opts.json.as_deref(), opts.out.as_deref())?)));
+    let (chosen, mut outputs) = match opened {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("mmkit: {e}");
+            return Ok(ExitCode::from(2));
         }
-        v
     };
-    writeln!(out, "# machine: {}", machine())?;
+    let machine = Machine::here();
+    writeln!(out, "# machine: {machine}")?;
     let mut reports = Vec::new();
     for e in chosen {
         let report = (e.run)(opts);
-        writeln!(out, "\n== {} ({}) ==", e.name, e.about)?;
-        for t in &report.tables {
-            writeln!(out, "\n{t}")?;
+        let head = format!("== {} ({}) ==", e.name, e.about);
+        match head.chars().count() <= crate::render::MAX_WIDTH {
+            true => writeln!(out, "\n{head}")?,
+            false => writeln!(out, "\n== {} ==\n{}", e.name, e.about)?,
         }
-        for n in &report.notes {
-            writeln!(out, "  * {n}")?;
-        }
-        reports.push(report);
+        write!(out, "{}", report.terminal())?;
+        out.flush()?;
+        reports.push((report, e.about));
     }
-    if let Err(err) = write_outputs(opts, &reports) {
-        eprintln!("mmkit: {err}");
+    let targets: Vec<_> = reports.iter().flat_map(|(r, _)| &r.targets).collect();
+    let missed = targets.iter().filter(|t| t.met == Some(false)).count();
+    let met = targets.iter().filter(|t| t.met == Some(true)).count();
+    writeln!(
+        out,
+        "\n# targets: {met} met, {missed} NOT met, {} not evaluated",
+        targets.len() - met - missed
+    )?;
+    let page = Page {
+        machine: &machine,
+        command: command(opts),
+        reports: reports.iter().map(|(r, a)| (r, *a)).collect(),
+        provenance: opts.out.as_deref().and_then(crate::report::provenance_link),
+    };
+    let doc = serde_json::json!({ "machine": machine, "command": page.command, "reports": page.reports.iter().map(|p| p.0).collect::<Vec<_>>() });
+    if let Err(e) = outputs
+        .write_json(&doc)
+        .and_then(|()| outputs.write_dir(&page))
+    {
+        eprintln!("mmkit: {e}");
+        return Ok(ExitCode::from(1));
+    }
+    if opts.strict && missed > 0 {
+        eprintln!("mmkit: {missed} target(s) NOT met (--strict)");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn write_outputs(opts: &Options, reports: &[Report]) -> std::io::Result<()> {
-    if let Some(path) = &opts.json {
-        let doc = serde_json::json!({ "machine": machine(), "reports": reports });
-        std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
-    }
-    if let Some(dir) = &opts.out {
-        std::fs::create_dir_all(dir)?;
-        let mut md = format!("# mmkit experiments\n\nMachine: {}\n\n", machine());
-        for r in reports {
-            md.push_str(&r.markdown());
-            md.push('\n');
-            for (file, svg) in &r.plots {
-                std::fs::write(dir.join(file), svg)?;
-            }
-        }
-        std::fs::write(dir.join("REPORT.md"), md)?;
-    }
-    Ok(())
-}
-
-/// A one-line description of this machine, recorded beside every result.
-pub fn machine() -> String {
-    let cpus = cpus();
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    format!("{cpus} CPUs, {model}")
-}
-
-/// Number of CPUs this process may run on.
-pub fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// A progress bar on stderr (hidden when stderr is not a terminal).
-pub fn progress(len: u64, what: &str) -> ProgressBar {
-    let pb = ProgressBar::new(len);
-    pb.set_style(
-        ProgressStyle::with_template("{msg:>24} [{bar:30}] {pos}/{len} {elapsed}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    pb.set_message(what.to_string());
-    pb.enable_steady_tick(Duration::from_millis(200));
-    pb
-}
-
-/// Milliseconds of a duration, as f64.
-pub fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }

@@ -21,10 +21,12 @@ use std::time::Instant;
 use indicatif::ProgressBar;
 use mmkit::baseline::area_map::AreaMapAllocator;
 use mmkit::percpu::{PcpuPtr, PercpuAlloc, PercpuAllocator};
-use serde_json::json;
+use serde::Serialize;
 
-use super::{ms, progress, Experiment, Options};
-use crate::report::{ratio, Report, Table};
+use super::{Experiment, Options};
+use crate::plot::{self, Axis, Chart, Series};
+use crate::render::{col, Col, Fmt, Report, Table, Target};
+use crate::run::{ms, progress, ratio};
 
 /// The registry entry.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -120,7 +122,7 @@ impl Kind {
 }
 
 /// Times (ms) of one run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize)]
 struct Times {
     alloc: f64,
     free: f64,
@@ -194,27 +196,116 @@ fn make_run(
     best
 }
 
+/// Table 1, one allocator and object size: the three free orders.
+#[derive(Serialize)]
+struct OrdersRow {
+    allocator: &'static str,
+    size: u64,
+    object_size: String,
+    objects: u64,
+    /// Each order's (fastest of `reps`) times: in order, alternating, reverse.
+    runs: [Times; 3],
+    alloc_ms: f64,
+    free_worst_ms: f64,
+    in_order_ms: f64,
+    alternating_ms: f64,
+    reverse_ms: f64,
+    free_spread: Option<f64>,
+    seed_alloc_ms: u64,
+    seed_free_ms: u64,
+}
+
+const ORDERS_COLS: [Col; 9] = [
+    col("object_size", "object size", Fmt::Text),
+    col("alloc_ms", "alloc ms", Fmt::Auto),
+    col("free_worst_ms", "free ms (worst)", Fmt::Auto),
+    col("in_order_ms", "free in order ms", Fmt::Auto),
+    col("alternating_ms", "free alternating ms", Fmt::Auto),
+    col("reverse_ms", "free reverse ms", Fmt::Auto),
+    col("free_spread", "free spread", Fmt::Ratio),
+    col("seed_alloc_ms", "seed alloc ms", Fmt::Text),
+    col("seed_free_ms", "seed free ms", Fmt::Text),
+];
+
+/// Table 2, one allocator and object size.
+#[derive(Serialize)]
+struct HalfRow {
+    allocator: &'static str,
+    size: u64,
+    object_size: String,
+    objects: u64,
+    alloc_ms: f64,
+    free_ms: f64,
+    seed_alloc_ms: u64,
+    seed_free_ms: u64,
+}
+
+const HALF_COLS: [Col; 5] = [
+    col("object_size", "object size", Fmt::Text),
+    col("alloc_ms", "alloc ms", Fmt::Auto),
+    col("free_ms", "free ms", Fmt::Auto),
+    col("seed_alloc_ms", "seed alloc ms", Fmt::Text),
+    col("seed_free_ms", "seed free ms", Fmt::Text),
+];
+
+/// The alignment case at one object count.
+#[derive(Serialize)]
+struct AlignRow {
+    objects: u64,
+    area_map: Option<Times>,
+    bitmap: Times,
+    alloc_ratio: Option<f64>,
+    seed: &'static str,
+}
+
+const ALIGN_COLS: [Col; 7] = [
+    col("objects", "objects", Fmt::Text),
+    col("area_map.alloc", "area map alloc ms", Fmt::Auto),
+    col("bitmap.alloc", "bitmap alloc ms", Fmt::Auto),
+    col("alloc_ratio", "area map/bitmap", Fmt::Ratio),
+    col("area_map.free", "area map free ms", Fmt::Auto),
+    col("bitmap.free", "bitmap free ms", Fmt::Auto),
+    col("seed", "seed", Fmt::Text),
+];
+
 /// Runs table 1 for one allocator: per size, the three orders.
-fn orders_table(
-    kind: Kind,
-    n: u64,
-    reps: u32,
-    pb: &ProgressBar,
-    rows: &mut Vec<serde_json::Value>,
-) -> Vec<[Times; 3]> {
+fn orders_rows(kind: Kind, n: u64, reps: u32, pb: &ProgressBar) -> Vec<OrdersRow> {
+    let seed = if kind == Kind::AreaMap {
+        &SEED_AREA
+    } else {
+        &SEED_BITMAP
+    };
     SIZES
         .iter()
-        .map(|&size| {
-            let t = ORDERS.map(|order| {
+        .zip(seed)
+        .map(|(&size, &(seed_alloc_ms, seed_free_ms))| {
+            let runs = ORDERS.map(|order| {
                 pb.set_message(format!("{} {size}B {}", kind.name(), order.name()));
-                let t = make_run(kind, reps, |a| plain_run(a, n, size, order), |a| plain_run(a, n, size, order));
-                rows.push(json!({"table": "free orders", "allocator": kind.name(), "size": size, "reps": reps,
-                    "order": order.name(), "objects": n, "unit_size": UNIT_SIZE,
-                    "alloc_ms": t.alloc, "free_ms": t.free}));
+                let t = make_run(
+                    kind,
+                    reps,
+                    |a| plain_run(a, n, size, order),
+                    |a| plain_run(a, n, size, order),
+                );
                 pb.inc(1);
                 t
             });
-            t
+            let (alloc_ms, free_worst_ms, free_min) = worst(&runs);
+            OrdersRow {
+                allocator: kind.name(),
+                size,
+                object_size: format!("{size}B"),
+                objects: n,
+                runs,
+                alloc_ms,
+                free_worst_ms,
+                in_order_ms: runs[0].free,
+                alternating_ms: runs[1].free,
+                reverse_ms: runs[2].free,
+                free_spread: ratio(free_worst_ms, free_min),
+                seed_alloc_ms,
+                seed_free_ms,
+            }
         })
         .collect()
 }
@@ -226,74 +317,17 @@ fn worst(t: &[Times; 3]) -> (f64, f64, f64) {
     (alloc, free_max, free_min)
 }
 
-fn f0(x: f64) -> String {
-    if x < 10.0 {
-        format!("{x:.2}")
+/// Runs the second table for one allocator.
+fn half_rows(kind: Kind, n: u64, reps: u32, pb: &ProgressBar) -> Vec<HalfRow> {
+    let seed = if kind == Kind::AreaMap {
+        &SEED_AREA_HALF
     } else {
-        format!("{x:.0}")
-    }
-}
-
-/// The seed's table shape, one allocator: worst alloc and free per size,
-/// each order's free time, the spread, and the seed's numbers beside.
-fn seed_table(title: String, runs: &[[Times; 3]], seed: &[(u64, u64); 5]) -> Table {
-    let mut t = Table::new(
-        title,
-        &[
-            "object size",
-            "alloc ms",
-            "free ms (worst)",
-            "in order",
-            "alternating",
-            "reverse",
-            "free spread",
-            "seed alloc ms",
-            "seed free ms",
-        ],
-    );
-    for ((size, r), s) in SIZES.iter().zip(runs).zip(seed) {
-        let (alloc, fmax, fmin) = worst(r);
-        t.row(vec![
-            format!("{size}B"),
-            f0(alloc),
-            f0(fmax),
-            f0(r[0].free),
-            f0(r[1].free),
-            f0(r[2].free),
-            ratio(fmax, fmin),
-            s.0.to_string(),
-            s.1.to_string(),
-        ]);
-    }
-    t
-}
-
-/// Runs the second table for both allocators.
-fn half_tables(
-    n: u64,
-    reps: u32,
-    pb: &ProgressBar,
-    rows: &mut Vec<serde_json::Value>,
-) -> Vec<Table> {
-    let header = [
-        "object size",
-        "alloc ms",
-        "free ms",
-        "seed alloc ms",
-        "seed free ms",
-    ];
-    let mut out = Vec::new();
-    for (kind, seed) in [
-        (Kind::AreaMap, &SEED_AREA_HALF),
-        (Kind::Bitmap, &SEED_BITMAP_HALF),
-    ] {
-        let title = format!(
-            "{}: {n} objects in chunks whose second half is filled, freed in order (unit_size {} KiB)",
-            kind.name(),
-            UNIT_SIZE >> 10
-        );
-        let mut t = Table::new(title, &header);
-        for (&size, s) in SIZES.iter().zip(seed) {
+        &SEED_BITMAP_HALF
+    };
+    SIZES
+        .iter()
+        .zip(seed)
+        .map(|(&size, &(seed_alloc_ms, seed_free_ms))| {
             pb.set_message(format!("{} {size}B half filled", kind.name()));
             let r = make_run(
                 kind,
@@ -301,21 +335,19 @@ fn half_tables(
                 |a| half_filled_run(a, n, size),
                 |a| half_filled_run(a, n, size),
             );
-            rows.push(json!({"table": "second half filled", "allocator": kind.name(), "size": size, "reps": reps,
-                "order": "in order", "objects": n, "unit_size": UNIT_SIZE,
-                "alloc_ms": r.alloc, "free_ms": r.free}));
-            t.row(vec![
-                format!("{size}B"),
-                f0(r.alloc),
-                f0(r.free),
-                s.0.to_string(),
-                s.1.to_string(),
-            ]);
             pb.inc(1);
-        }
-        out.push(t);
-    }
-    out
+            HalfRow {
+                allocator: kind.name(),
+                size,
+                object_size: format!("{size}B"),
+                objects: n,
+                alloc_ms: r.alloc,
+                free_ms: r.free,
+                seed_alloc_ms,
+                seed_free_ms,
+            }
+        })
+        .collect()
 }
 
 /// Allocates `n` 4-byte objects at 8-byte alignment; (alloc ms, free ms).
@@ -325,74 +357,90 @@ fn align_run(mut a: impl PercpuAlloc, n: u64) -> Times {
     Times { alloc, free }
 }
 
-/// The alignment case: both at the baseline's count, the bitmap also at
-/// the full count.
-fn align_table(
-    n: u64,
-    nb: u64,
-    pb: &ProgressBar,
-    rows: &mut Vec<serde_json::Value>,
-) -> (Table, f64) {
-    let mut t = Table::new(
-        format!(
-            "4-byte objects at 8-byte alignment, allocated then freed in order (unit_size {} KiB)",
-            UNIT_SIZE >> 10
-        ),
-        &[
-            "objects",
-            "area map alloc ms",
-            "bitmap alloc ms",
-            "alloc ratio",
-            "area map free ms",
-            "bitmap free ms",
-            "seed",
-        ],
-    );
+/// The alignment case: both at the baseline's count `nb`, the bitmap also
+/// at the full count `n`.
+fn align_rows(n: u64, nb: u64, pb: &ProgressBar) -> Vec<AlignRow> {
     pb.set_message(format!("area map align x{nb}"));
     let base = align_run(AreaMapAllocator::new(UNIT_SIZE).expect("unit"), nb);
     pb.inc(1);
     pb.set_message(format!("bitmap align x{nb}"));
     let bm = align_run(PercpuAllocator::new(UNIT_SIZE).expect("unit"), nb);
     pb.inc(1);
-    let scaled = if nb < n {
-        format!("{nb} (scaled down from {n}: O(n^2) on the area map)")
-    } else {
-        nb.to_string()
-    };
-    t.row(vec![
-        scaled,
-        f0(base.alloc),
-        f0(bm.alloc),
-        ratio(base.alloc, bm.alloc),
-        f0(base.free),
-        f0(bm.free),
-        "2^20: 52 min vs ~16 s (~195x)".into(),
-    ]);
-    for (kind, r) in [(Kind::AreaMap, base), (Kind::Bitmap, bm)] {
-        rows.push(
-            json!({"table": "alignment", "allocator": kind.name(), "size": 4, "align": 8,
-            "objects": nb, "unit_size": UNIT_SIZE, "alloc_ms": r.alloc, "free_ms": r.free}),
-        );
-    }
+    let mut rows = vec![AlignRow {
+        objects: nb,
+        area_map: Some(base),
+        bitmap: bm,
+        alloc_ratio: ratio(base.alloc, bm.alloc),
+        seed: "2^20: 52 min vs ~16 s, ~195x",
+    }];
     if nb < n {
         pb.set_message(format!("bitmap align x{n}"));
         let full = align_run(PercpuAllocator::new(UNIT_SIZE).expect("unit"), n);
-        rows.push(
-            json!({"table": "alignment", "allocator": "bitmap", "size": 4, "align": 8,
-            "objects": n, "unit_size": UNIT_SIZE, "alloc_ms": full.alloc, "free_ms": full.free}),
-        );
-        t.row(vec![
-            n.to_string(),
-            "(not run)".into(),
-            f0(full.alloc),
-            "-".into(),
-            "-".into(),
-            f0(full.free),
-            "bitmap ~16 s".into(),
-        ]);
+        rows.push(AlignRow {
+            objects: n,
+            area_map: None,
+            bitmap: full,
+            alloc_ratio: None,
+            seed: "2^20: bitmap ~16 s",
+        });
     }
     pb.inc(1);
-    (t, base.alloc / bm.alloc.max(1e-9))
+    rows
+}
+
+fn tables(
+    n: u64,
+    area: &[OrdersRow],
+    bitmap: &[OrdersRow],
+    half: [&[HalfRow]; 2],
+    align: &[AlignRow],
+) -> Vec<Table> {
+    let unit = UNIT_SIZE >> 10;
+    let half_title = |k: Kind| {
+        format!("{}: {n} objects in chunks whose second half is filled, freed in order (unit_size {unit} KiB)", k.name())
+    };
+    vec![
+        Table::of(format!("area map: {n} objects, alloc all then free (unit_size {unit} KiB)"), &ORDERS_COLS, area),
+        Table::of(format!("bitmap: {n} objects, alloc all then free (unit_size {unit} KiB)"), &ORDERS_COLS, bitmap),
+        Table::of(half_title(Kind::AreaMap), &HALF_COLS, half[0]),
+        Table::of(half_title(Kind::Bitmap), &HALF_COLS, half[1]),
+        Table::of(format!("4-byte objects at 8-byte alignment, allocated then freed in order (unit_size {unit} KiB)"), &ALIGN_COLS, align),
+    ]
+}
+
+fn plot_free(
+    area: &[OrdersRow],
+    bitmap: &[OrdersRow],
+) -> Result<String, Box<dyn std::error::Error>> {
+    let chart = Chart {
+        title: format!(
+            "percpu: free {} objects, slowest of the three orders",
+            area[0].objects
+        ),
+        x: Axis::log("object size, bytes (log scale)"),
+        y: Axis::log("free time, ms (log scale)"),
+    };
+    let pts = |rows: &[OrdersRow], f: fn(&OrdersRow) -> f64| {
+        rows.iter().map(|r| (r.size as f64, f(r))).collect()
+    };
+    plot::lines(
+        &chart,
+        &[
+            Series::new("area map (3.15-4.13), here", pts(area, |r| r.free_worst_ms)),
+            Series::new(
+                "bitmap with block hints, here",
+                pts(bitmap, |r| r.free_worst_ms),
+            ),
+            Series::reference(
+                "seed 003: area map (kernel, 2^20)",
+                pts(area, |r| r.seed_free_ms as f64),
+            ),
+            Series::reference(
+                "seed 003: bitmap (kernel, 2^20)",
+                pts(bitmap, |r| r.seed_free_ms as f64),
+            ),
+        ],
+    )
 }
 
 /// Runs the whole experiment.
@@ -413,63 +461,52 @@ fn run(opts: &Options) -> Report {
     .min(n);
     let steps = 2 * SIZES.len() as u64 * 3 + 2 * SIZES.len() as u64 + 3;
     let pb = progress(steps, "percpu");
-    let mut rows = Vec::new();
     let reps = if opts.quick { 1 } else { REPS };
-    let area = orders_table(Kind::AreaMap, n, reps, &pb, &mut rows);
-    let bitmap = orders_table(Kind::Bitmap, n, reps, &pb, &mut rows);
-    let mut tables = vec![
-        seed_table(
-            format!(
-                "area map: {n} objects, alloc all then free (unit_size {} KiB)",
-                UNIT_SIZE >> 10
-            ),
-            &area,
-            &SEED_AREA,
-        ),
-        seed_table(
-            format!(
-                "bitmap: {n} objects, alloc all then free (unit_size {} KiB)",
-                UNIT_SIZE >> 10
-            ),
-            &bitmap,
-            &SEED_BITMAP,
-        ),
+    let area = orders_rows(Kind::AreaMap, n, reps, &pb);
+    let bitmap = orders_rows(Kind::Bitmap, n, reps, &pb);
+    let half = [
+        half_rows(Kind::AreaMap, n, reps, &pb),
+        half_rows(Kind::Bitmap, n, reps, &pb),
     ];
-    tables.extend(half_tables(n, reps, &pb, &mut rows));
-    let (align, align_ratio) = align_table(n, nb, &pb, &mut rows);
-    tables.push(align);
+    let align = align_rows(n, nb, &pb);
     pb.finish_and_clear();
-    let notes = notes(n, reps, &area, &bitmap, align_ratio);
-    Report {
-        name: "percpu".into(),
-        tables,
-        notes,
-        rows,
-        plots: Vec::new(),
-    }
+    let mut r = Report::new("percpu");
+    r.tables = tables(n, &area, &bitmap, [&half[0], &half[1]], &align);
+    r.targets = targets(n, &area, &bitmap, &align[0]);
+    r.plot("percpu-free.svg", "Time to free every object, slowest of the three free orders, by object size (log-log), here (solid) and in the seed's kernel run (dashed): a flat line means the free cost does not depend on how objects pack into a chunk.", plot_free(&area, &bitmap));
+    r.notes = vec![
+        format!("unit_size = {UNIT_SIZE} bytes ({} metadata blocks of 4 KiB); objects 4-byte aligned except the alignment case", UNIT_SIZE / 4096),
+        format!("alignment case: the area map runs at most {nb} objects (O(n^2): the seed's 52 minutes at 2^20), the bitmap also at {n}"),
+        format!("times in ms, each the fastest of {reps} runs on fresh allocators (tables 1-2; the alignment case runs once); alloc ms is the slowest of the three orders' allocations; the seed's numbers are its worst case over the three orders"),
+    ];
+    r
 }
 
 /// The targets of the issue, as measured.
-fn notes(
-    n: u64,
-    reps: u32,
-    area: &[[Times; 3]],
-    bitmap: &[[Times; 3]],
-    align_ratio: f64,
-) -> Vec<String> {
-    let spread = |r: &[[Times; 3]]| -> Vec<String> {
-        r.iter()
-            .map(worst)
-            .map(|(_, hi, lo)| ratio(hi, lo))
-            .collect()
+fn targets(n: u64, area: &[OrdersRow], bitmap: &[OrdersRow], align: &AlignRow) -> Vec<Target> {
+    let spreads = |rows: &[OrdersRow]| {
+        rows.iter()
+            .map(|r| format!("{}B {:.2}x", r.size, r.free_spread.unwrap_or(f64::NAN)))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
-    let ns4 = worst(&bitmap[0]).0 * 1e6 / n as f64;
+    let worst_spread = bitmap
+        .iter()
+        .filter_map(|r| r.free_spread)
+        .fold(0.0, f64::max);
+    let align_ratio = align.alloc_ratio.unwrap_or(f64::NAN);
+    let ns4 = bitmap[0].alloc_ms * 1e6 / n as f64;
     vec![
-        format!("unit_size = {UNIT_SIZE} bytes ({} metadata blocks of 4 KiB); objects 4-byte aligned except the alignment case", UNIT_SIZE / 4096),
-        format!("free spread (slowest order / fastest) per size {:?}: bitmap {} (target <= 2x), area map {}",
-            SIZES, spread(bitmap).join(" "), spread(area).join(" ")),
-        format!("alignment case: bitmap {align_ratio:.0}x faster than the area map at the same count (target >= 100x)"),
-        format!("bitmap allocation of {n} 4-byte objects: {ns4:.0} ns per object, slowest order (target < 150 ns; seed: 490 ms / 2^20 = 467 ns in the kernel)"),
-        format!("times in ms, each the fastest of {reps} runs on fresh allocators (tables 1-2; the alignment case runs once); alloc ms is the slowest of the three orders' allocations; the seed's numbers are its worst case over the three orders"),
+        Target::new(
+            "bitmap free spread (slowest order / fastest) <= 2x at every size",
+            format!("bitmap {}; area map {}", spreads(bitmap), spreads(area)),
+            worst_spread <= 2.0,
+        ),
+        Target::new("alignment case: bitmap >= 100x faster than the area map at the same count", format!("{align_ratio:.0}x"), align_ratio >= 100.0),
+        Target::new(
+            format!("bitmap allocation of {n} 4-byte objects < 150 ns per object, slowest order (seed: 490 ms / 2^20 = 467 ns in the kernel)"),
+            format!("{ns4:.0} ns"),
+            ns4 < 150.0,
+        ),
     ]
 }

@@ -54,12 +54,3 @@ pub fn rss_mib() -> (f64, f64) {
 pub fn reset_peak() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
-
-/// "met" or "NOT met".
-pub fn met(ok: bool) -> &'static str {
-    if ok {
-        "met"
-    } else {
-        "NOT met"
-    }
-}

@@ -14,11 +14,13 @@ use mmkit_vm::Vm;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rustix::mm::{mmap_anonymous, munmap, MapFlags, ProtFlags};
-use serde_json::json;
+use serde::Serialize;
 
-use super::real::{met, reset_peak, rss_mib, touch, unmap_calls, vm};
-use super::{progress, Experiment, Options};
-use crate::report::{ratio, Report, Table};
+use super::real::{reset_peak, rss_mib, touch, unmap_calls, vm};
+use super::{Experiment, Options};
+use crate::plot::{self, Axis, Chart, Series};
+use crate::render::{col, Col, Fmt, Report, Table, Target};
+use crate::run::{ms, progress, ratio, MIB, PAGE};
 
 /// The registry entry.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -27,8 +29,6 @@ pub const EXPERIMENT: Experiment = Experiment {
     run,
 };
 
-const PAGE: u64 = 4096;
-const MIB: u64 = 1 << 20;
 /// Buffer sizes of the churn; `None` is the mix (log-uniform 64 KiB..16 MiB).
 const SIZES: [Option<u64>; 4] = [Some(64 << 10), Some(MIB), Some(16 * MIB), None];
 /// What allocates the buffers.
@@ -126,40 +126,84 @@ fn size_name(size: Option<u64>) -> String {
     }
 }
 
-/// The churn tables; returns whether 2 threads beat mmap by 2x everywhere.
-fn churn_tables(budget: u64, report: &mut Report) -> bool {
-    let mut speed = Table::new(
-        "churn: ns per allocate + touch every page + free (wall time / all operations)",
-        &["buffer", "threads", "vmalloc ns", "System ns", "mmap ns", "mmap/vmalloc", "System/vmalloc"],
-    );
-    let mut mem = Table::new(
-        "churn: unmapping system calls and memory (RSS at the end of the loop, peak during it)",
-        &["buffer", "threads", "backend", "ops", "unmap calls", "RSS MiB", "peak RSS MiB"],
-    );
+/// One churn case, one backend.
+#[derive(Serialize)]
+struct ChurnRow {
+    buffer: String,
+    threads: usize,
+    backend: &'static str,
+    ns_per_op: f64,
+    ops: u64,
+    unmap_calls: Option<u64>,
+    rss_mib: f64,
+    peak_rss_mib: f64,
+}
+
+/// One churn case, the three backends side by side.
+#[derive(Serialize)]
+struct SpeedRow {
+    buffer: String,
+    threads: usize,
+    vmalloc_ns: f64,
+    system_ns: f64,
+    mmap_ns: f64,
+    mmap_ratio: Option<f64>,
+    system_ratio: Option<f64>,
+}
+
+const SPEED_COLS: [Col; 7] = [
+    col("buffer", "buffer", Fmt::Text),
+    col("threads", "threads", Fmt::Text),
+    col("vmalloc_ns", "vmalloc ns", Fmt::Dec(0)),
+    col("system_ns", "System ns", Fmt::Dec(0)),
+    col("mmap_ns", "mmap ns", Fmt::Dec(0)),
+    col("mmap_ratio", "mmap/vmalloc", Fmt::Ratio),
+    col("system_ratio", "System/vmalloc", Fmt::Ratio),
+];
+
+const MEM_COLS: [Col; 7] = [
+    col("buffer", "buffer", Fmt::Text),
+    col("threads", "threads", Fmt::Text),
+    col("backend", "backend", Fmt::Text),
+    col("ops", "ops", Fmt::Text),
+    col("unmap_calls", "unmap calls", Fmt::Text),
+    col("rss_mib", "RSS MiB", Fmt::Dec(0)),
+    col("peak_rss_mib", "peak RSS MiB", Fmt::Dec(0)),
+];
+
+/// Runs every churn case: (speed rows, per-backend rows).
+fn churn_rows(budget: u64) -> (Vec<SpeedRow>, Vec<ChurnRow>) {
     let pb = progress((SIZES.len() * 2 * BACKENDS.len()) as u64, "vm_buffers churn");
-    let mut ok = true;
+    let (mut speed, mut mem) = (Vec::new(), Vec::new());
     for size in SIZES {
         let iters = (budget / size.unwrap_or(3 * MIB)).max(4);
         for threads in [1, 2] {
-            let r: Vec<Churn> = BACKENDS.iter().map(|&(b, _)| {
-                let c = churn(b, size, threads, iters);
-                pb.inc(1);
-                c
-            }).collect();
-            ok &= threads != 2 || r[2].ns >= 2.0 * r[0].ns;
-            speed.row(vec![size_name(size), threads.to_string(), format!("{:.0}", r[0].ns),
-                format!("{:.0}", r[1].ns), format!("{:.0}", r[2].ns), ratio(r[2].ns, r[0].ns), ratio(r[1].ns, r[0].ns)]);
-            for (c, (_, name)) in r.iter().zip(BACKENDS) {
-                mem.row(vec![size_name(size), threads.to_string(), name.into(), (threads as u64 * iters).to_string(),
-                    c.calls.map_or("-".into(), |n| n.to_string()), format!("{:.0}", c.rss.0), format!("{:.0}", c.rss.1)]);
-                report.rows.push(json!({"part": "churn", "buffer": size_name(size), "threads": threads, "backend": name,
-                    "ns_per_op": c.ns, "ops": threads as u64 * iters, "unmap_calls": c.calls, "rss_mib": c.rss.0, "peak_rss_mib": c.rss.1}));
-            }
+            let r: Vec<ChurnRow> = BACKENDS
+                .iter()
+                .map(|&(b, backend)| {
+                    let c = churn(b, size, threads, iters);
+                    pb.inc(1);
+                    let ops = threads as u64 * iters;
+                    let (buffer, unmap_calls) = (size_name(size), c.calls);
+                    let (rss_mib, peak_rss_mib) = c.rss;
+                    ChurnRow { buffer, threads, backend, ns_per_op: c.ns, ops, unmap_calls, rss_mib, peak_rss_mib }
+                })
+                .collect();
+            let (vm, sys, mm) = (r[0].ns_per_op, r[1].ns_per_op, r[2].ns_per_op);
+            speed.push(SpeedRow {
+                buffer: size_name(size),
+                threads,
+                vmalloc_ns: vm,
+                system_ns: sys,
+                mmap_ns: mm,
+                mmap_ratio: ratio(mm, vm),
+                system_ratio: ratio(sys, vm),
+            });
+            mem.extend(r);
         }
     }
     pb.finish_and_clear();
-    report.tables.extend([speed, mem]);
-    ok
+    (speed, mem)
 }
 
 /// Cumulative time at each size from 1 MiB up to `max`, growing with
@@ -212,9 +256,28 @@ fn grow_vec(max: u64) -> (Vec<Duration>, Vec<u64>) {
     (out, copied)
 }
 
-/// The growth table; returns whether vrealloc beat Vec at every size from
-/// 256 MiB (None when the run stops below).
-fn growth_table(max: u64, reps: usize, report: &mut Report) -> Option<bool> {
+/// One size of the growth by doubling.
+#[derive(Serialize)]
+struct GrowthRow {
+    size_mib: u64,
+    vrealloc_ms: f64,
+    vec_ms: f64,
+    ratio: Option<f64>,
+    vec_copied_mib: f64,
+    vrealloc_copied_mib: f64,
+}
+
+const GROWTH_COLS: [Col; 6] = [
+    col("size_mib", "size MiB", Fmt::Text),
+    col("vrealloc_ms", "vrealloc ms", Fmt::Dec(2)),
+    col("vec_ms", "Vec ms", Fmt::Dec(2)),
+    col("ratio", "Vec/vrealloc", Fmt::Ratio),
+    col("vec_copied_mib", "Vec copied MiB", Fmt::Dec(1)),
+    col("vrealloc_copied_mib", "vrealloc copied MiB", Fmt::Dec(1)),
+];
+
+/// The growth rows (best of `reps` at each size) and the `Vm`'s line.
+fn growth_rows(max: u64, reps: usize) -> (Vec<GrowthRow>, String) {
     let best = |a: Vec<Duration>, b: Vec<Duration>| a.iter().zip(b).map(|(x, y)| y.min(*x)).collect::<Vec<_>>();
     let (mut vmt, line) = grow_vm(max);
     let (mut vect, copied) = grow_vec(max);
@@ -222,41 +285,86 @@ fn growth_table(max: u64, reps: usize, report: &mut Report) -> Option<bool> {
         vmt = best(vmt, grow_vm(max).0);
         vect = best(vect, grow_vec(max).0);
     }
-    let mut t = Table::new(
-        format!("growth by doubling from 4 KiB: cumulative time at each size (best of {reps})"),
-        &["size MiB", "vrealloc ms", "Vec ms", "Vec/vrealloc", "Vec copied MiB", "vrealloc copied MiB"],
+    let rows = vmt
+        .iter()
+        .zip(&vect)
+        .zip(&copied)
+        .enumerate()
+        .map(|(i, ((v, w), &c))| GrowthRow {
+            size_mib: 1 << i,
+            vrealloc_ms: ms(*v),
+            vec_ms: ms(*w),
+            ratio: ratio(ms(*w), ms(*v)),
+            vec_copied_mib: c as f64 / MIB as f64,
+            vrealloc_copied_mib: 0.0,
+        })
+        .collect();
+    (rows, line)
+}
+
+fn targets(speed: &[SpeedRow], growth: &[GrowthRow]) -> Vec<Target> {
+    let two: Vec<&SpeedRow> = speed.iter().filter(|r| r.threads == 2).collect();
+    let worst = two.iter().filter_map(|r| r.mmap_ratio).fold(f64::INFINITY, f64::min);
+    let big: Vec<&GrowthRow> = growth.iter().filter(|r| r.size_mib >= 256).collect();
+    let churn = Target::new(
+        "churn from 2 threads >= 2x faster than mmap/munmap per buffer, every size",
+        format!("slowest size {worst:.2}x"),
+        worst >= 2.0,
     );
-    let mut beats = None;
-    for (i, (v, w)) in vmt.iter().zip(&vect).enumerate() {
-        let size = MIB << i;
-        let (a, b) = (v.as_secs_f64() * 1e3, w.as_secs_f64() * 1e3);
-        if size >= 256 * MIB {
-            beats = Some(beats.unwrap_or(true) && a < b);
-        }
-        t.row(vec![(size / MIB).to_string(), format!("{a:.2}"), format!("{b:.2}"), ratio(b, a),
-            format!("{:.1}", copied[i] as f64 / MIB as f64), "0".into()]);
-        report.rows.push(json!({"part": "growth", "size_mib": size / MIB, "vrealloc_ms": a, "vec_ms": b,
-            "vec_copied_bytes": copied[i], "vrealloc_copied_bytes": 0}));
-    }
-    report.tables.push(t);
-    report.notes.push(line);
-    beats
+    let what = "vrealloc growth copies 0 bytes and beats Vec doubling at 256 MiB and above";
+    let grow = match big.is_empty() {
+        true => Target::skipped(what, "this run stops below 256 MiB"),
+        false => Target::new(
+            what,
+            format!("Vec/vrealloc {}", big.iter().map(|r| format!("{:.2}x", r.ratio.unwrap_or(f64::NAN))).collect::<Vec<_>>().join(" ")),
+            big.iter().all(|r| r.vrealloc_ms < r.vec_ms),
+        ),
+    };
+    vec![churn, grow]
+}
+
+fn plot_growth(rows: &[GrowthRow]) -> Result<String, Box<dyn std::error::Error>> {
+    let chart = Chart {
+        title: "vm_buffers: growing one buffer by doubling from 4 KiB".into(),
+        x: Axis::log("buffer size, MiB (log scale)"),
+        y: Axis::log("cumulative time, ms (log scale)"),
+    };
+    let pts = |f: fn(&GrowthRow) -> f64| rows.iter().map(|r| (r.size_mib as f64, f(r))).collect();
+    plot::lines(&chart, &[Series::new("Vm::vrealloc (maps new frames, copies nothing)", pts(|r| r.vrealloc_ms)), Series::new("Vec<u8> reserve_exact (copies on a move)", pts(|r| r.vec_ms))])
+}
+
+fn plot_churn(speed: &[SpeedRow]) -> Result<String, Box<dyn std::error::Error>> {
+    let two: Vec<&SpeedRow> = speed.iter().filter(|r| r.threads == 2).collect();
+    let chart = Chart {
+        title: "vm_buffers: allocate + touch + free, 2 threads".into(),
+        x: Axis::linear("buffer size"),
+        y: Axis::log("ns per buffer (log scale)"),
+    };
+    let bar = |f: fn(&SpeedRow) -> f64| two.iter().map(|r| f(r)).collect();
+    let cases = two.iter().map(|r| r.buffer.clone()).collect::<Vec<_>>();
+    plot::bars(&chart, &cases, &[("Vm vmalloc/vfree (lazy)".into(), bar(|r| r.vmalloc_ns)), ("System (glibc malloc)".into(), bar(|r| r.system_ns)), ("mmap/munmap per buffer".into(), bar(|r| r.mmap_ns))])
 }
 
 fn run(opts: &Options) -> Report {
     let (budget, max, reps) = if opts.quick { (64 * MIB, 64 * MIB, 1) } else { (1 << 30, 1 << 30, 3) };
     let budget = opts.loops.map_or(budget, |l| l * MIB);
-    let mut report = Report { name: "vm_buffers".into(), ..Report::default() };
+    let mut report = Report::new("vm_buffers");
     // Growth first: both contenders start from fresh memory (after the
     // churn, glibc's heap would hold resident pages for Vec).
     let pb = progress(1, "vm_buffers growth");
-    let grow = growth_table(max, reps, &mut report);
+    let (growth, line) = growth_rows(max, reps);
     pb.finish_and_clear();
-    let churn_ok = churn_tables(budget, &mut report);
+    let (speed, mem) = churn_rows(budget);
+    report.tables.extend([
+        Table::of("churn: ns per allocate + touch every page + free (wall time / all operations)", &SPEED_COLS, &speed),
+        Table::of("churn: unmapping system calls and memory (RSS at the end of the loop, peak during it)", &MEM_COLS, &mem),
+        Table::of(format!("growth by doubling from 4 KiB: cumulative time at each size (best of {reps})"), &GROWTH_COLS, &growth),
+    ]);
+    report.targets = targets(&speed, &growth);
+    report.plot("vm_buffers-churn.svg", "Time per allocate + touch + free of one buffer from 2 threads, by buffer size (log scale): lazy batched unmapping (Vm) against glibc malloc and a direct mmap/munmap per buffer; lower is faster.", plot_churn(&speed));
+    report.plot("vm_buffers-growth.svg", "Cumulative time to grow one buffer by doubling up to each size (log-log): vrealloc maps new frames and copies nothing, Vec may copy the old contents when the buffer moves; the lower line is the faster way to grow.", plot_growth(&growth));
+    report.notes.push(line);
     report.notes.extend([
-        format!("target: churn from 2 threads >= 2x faster than mmap/munmap per buffer (every size): {}", met(churn_ok)),
-        format!("target: vrealloc growth copies 0 bytes and beats Vec doubling at 256 MiB and above: {}",
-            grow.map_or("not evaluated (this run stops below 256 MiB)", met)),
         format!("churn: {} MiB per thread per case (--loops N sets N MiB); vmalloc = new design (lazy, lazy_max 32 MiB); \
                  its RSS counts only the memfd pages mapped, freed frames stay in the memfd; the System allocator \
                  is glibc malloc here (large chunks: mmap, then heap once its threshold adapts); unmapping calls of \

@@ -10,8 +10,12 @@ use mmkit::vmap::VmapAllocator;
 use mmkit::{AllocError, FreeError};
 use rand_mt::Mt;
 
-use super::{progress, Experiment, Options};
-use crate::report::{Report, Table};
+use serde::Serialize;
+
+use super::{Experiment, Options};
+use crate::plot::{self, Axis, Chart};
+use crate::render::{col, Col, Fmt, Report, Table, Target};
+use crate::run::{progress, VMALLOC_END, VMALLOC_START};
 
 /// Registry entry.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -19,11 +23,6 @@ pub const EXPERIMENT: Experiment = Experiment {
     about: "seed 001: per-CPU vmap block exhaustion, new blocks at head (2008) vs tail (2015)",
     run,
 };
-
-/// The x86-64 vmalloc window (32 TiB), where the blocks come from.
-pub const VMALLOC_START: u64 = 0xffff_c900_0000_0000;
-/// End of the vmalloc window.
-pub const VMALLOC_END: u64 = 0xffff_e900_0000_0000;
 
 /// What the seed 001 scenarios need: map and unmap pages on one CPU.
 pub trait RamMapper {
@@ -208,55 +207,104 @@ struct Scale {
     s3_iters: u64,
 }
 
-fn us(ns: u64) -> String {
-    format!("{:.1}", ns as f64 / 1e3)
+/// One line of a seed-shaped profile: a kernel function, its hits and
+/// time here, and the seed's.
+#[derive(Serialize)]
+struct ProfileRow {
+    function: &'static str,
+    hits: u64,
+    time_us: f64,
+    avg_us: Option<f64>,
+    seed_hits: u64,
+    seed_time_us: f64,
+    seed_avg_us: Option<f64>,
 }
 
-fn avg(ns: u64, hits: u64) -> String {
-    if hits == 0 {
-        "-".into()
-    } else {
-        format!("{:.3}", ns as f64 / 1e3 / hits as f64)
-    }
+const PROFILE_COLS: [Col; 7] = [
+    col("function", "function", Fmt::Text),
+    col("hits", "hits", Fmt::Text),
+    col("time_us", "time us", Fmt::Dec(1)),
+    col("avg_us", "avg us", Fmt::Dec(3)),
+    col("seed_hits", "seed hits", Fmt::Text),
+    col("seed_time_us", "seed time us", Fmt::Dec(1)),
+    col("seed_avg_us", "seed avg us", Fmt::Dec(3)),
+];
+
+/// Blocks created and released by one scenario under one policy.
+#[derive(Serialize)]
+struct BlocksRow {
+    scenario: &'static str,
+    policy: &'static str,
+    map_calls: u64,
+    unmap_calls: u64,
+    created: u64,
+    released: u64,
+    released_pct: f64,
+    fragmented_purges: u64,
+    blocks_kept: usize,
+    seed_created: u64,
+    seed_released: u64,
+    map_ns: u64,
+    unmap_ns: u64,
+    create_ns: u64,
+    release_ns: u64,
 }
 
-/// The seed-shaped profile table of one scenario and policy.
-fn profile(title: String, c: &Counters, seed: &SeedRows) -> Table {
-    let mut t = Table::new(
-        title,
-        &[
-            "function",
-            "hits",
-            "time us",
-            "avg us",
-            "seed hits",
-            "seed time us",
-            "seed avg us",
-        ],
-    );
+const BLOCKS_COLS: [Col; 8] = [
+    col("scenario", "scenario", Fmt::Text),
+    col("policy", "policy", Fmt::Text),
+    col("created", "created", Fmt::Text),
+    col("released", "released", Fmt::Text),
+    col("released_pct", "released", Fmt::Pct(1)),
+    col("blocks_kept", "blocks kept", Fmt::Text),
+    col("seed_created", "seed created", Fmt::Text),
+    col("seed_released", "seed released", Fmt::Text),
+];
+
+/// The seed-shaped profile of one scenario and policy.
+fn profile(c: &Counters, seed: &SeedRows) -> Vec<ProfileRow> {
     let ours = [
         (c.map_calls, c.map_ns),
         (c.unmap_calls, c.unmap_ns),
         (c.blocks_created, c.create_ns),
         (c.blocks_released, c.release_ns),
     ];
-    for ((hits, ns), (name, s_hits, s_us, s_avg)) in ours.iter().zip(seed) {
-        let s_avg = if *s_hits == 0 {
-            "-".into()
-        } else {
-            format!("{s_avg:.3}")
-        };
-        t.row(vec![
-            name.to_string(),
-            hits.to_string(),
-            us(*ns),
-            avg(*ns, *hits),
-            s_hits.to_string(),
-            format!("{s_us:.1}"),
-            s_avg,
-        ]);
+    let avg = |us: f64, hits: u64| (hits > 0).then(|| us / hits as f64);
+    ours.iter()
+        .zip(seed)
+        .map(
+            |(&(hits, ns), &(function, seed_hits, seed_time_us, s_avg))| ProfileRow {
+                function,
+                hits,
+                time_us: ns as f64 / 1e3,
+                avg_us: avg(ns as f64 / 1e3, hits),
+                seed_hits,
+                seed_time_us,
+                seed_avg_us: (seed_hits > 0).then_some(s_avg),
+            },
+        )
+        .collect()
+}
+
+fn blocks_row(which: usize, policy: Policy, out: &Outcome, seed: &SeedRows) -> BlocksRow {
+    let c = &out.counters;
+    BlocksRow {
+        scenario: NAMES[which],
+        policy: policy.name(),
+        map_calls: c.map_calls,
+        unmap_calls: c.unmap_calls,
+        created: c.blocks_created,
+        released: c.blocks_released,
+        released_pct: 100.0 * c.blocks_released as f64 / c.blocks_created.max(1) as f64,
+        fragmented_purges: c.fragmented_purges,
+        blocks_kept: out.blocks_left,
+        seed_created: seed[2].1,
+        seed_released: seed[3].1,
+        map_ns: c.map_ns,
+        unmap_ns: c.unmap_ns,
+        create_ns: c.create_ns,
+        release_ns: c.release_ns,
     }
-    t
 }
 
 const NAMES: [&str; 3] = [
@@ -265,35 +313,22 @@ const NAMES: [&str; 3] = [
     "3 increasing orders 0..=6",
 ];
 
-fn run(opts: &Options) -> Report {
+fn scale(opts: &Options) -> Scale {
     let base = opts.loops.unwrap_or(if opts.quick { 100 } else { 1000 });
-    let scale = Scale {
+    Scale {
         s1_iters: base,
         // The seed's 10,000 calls take milliseconds: quick keeps them.
         s2_calls: opts.loops.map_or(10_000, |l| l * 10),
         s3_iters: base,
-    };
-    let mut report = Report {
-        name: "vm_map_ram".into(),
-        ..Report::default()
-    };
-    let mut summary = Table::new(
-        "blocks created and released (nothing is mapped at the end)",
-        &[
-            "scenario",
-            "policy",
-            "created",
-            "released",
-            "released %",
-            "blocks kept",
-            "seed created",
-            "seed released",
-        ],
-    );
+    }
+}
+
+fn run(opts: &Options) -> Report {
+    let scale = scale(opts);
+    let mut report = Report::new("vm_map_ram");
+    let mut summary = Vec::new();
     let pb = progress(6, "vm_map_ram");
-    // (created, released) per scenario: [legacy, current].
-    let mut blocks = [[(0u64, 0u64); 2]; 3];
-    for (which, name) in NAMES.iter().enumerate() {
+    for which in 0..NAMES.len() {
         for (policy, label) in [(Policy::Legacy, "before"), (Policy::Current, "after")] {
             let out = run_one(which, policy, &scale);
             pb.inc(1);
@@ -302,41 +337,28 @@ fn run(opts: &Options) -> Report {
             } else {
                 &SEED[which].1
             };
-            let c = &out.counters;
             let title = format!(
-                "scenario {name}: {label} ({}, new blocks at {})",
+                "scenario {}: {label} ({}, new blocks at {})",
+                NAMES[which],
                 policy.name(),
                 head_or_tail(policy)
             );
-            report.tables.push(profile(title, c, seed));
-            blocks[which][usize::from(policy == Policy::Current)] =
-                (c.blocks_created, c.blocks_released);
-            summary.row(vec![
-                name.to_string(),
-                policy.name().into(),
-                c.blocks_created.to_string(),
-                c.blocks_released.to_string(),
-                format!(
-                    "{:.1}",
-                    100.0 * c.blocks_released as f64 / c.blocks_created.max(1) as f64
-                ),
-                out.blocks_left.to_string(),
-                seed[2].1.to_string(),
-                seed[3].1.to_string(),
-            ]);
-            report.rows.push(serde_json::json!({
-                "scenario": which + 1, "policy": policy.name(),
-                "map_calls": c.map_calls, "unmap_calls": c.unmap_calls,
-                "blocks_created": c.blocks_created, "blocks_released": c.blocks_released,
-                "fragmented_purges": c.fragmented_purges, "blocks_kept": out.blocks_left,
-                "map_ns": c.map_ns, "unmap_ns": c.unmap_ns,
-                "create_ns": c.create_ns, "release_ns": c.release_ns,
-            }));
+            report.tables.push(Table::of(
+                title,
+                &PROFILE_COLS,
+                &profile(&out.counters, seed),
+            ));
+            summary.push(blocks_row(which, policy, &out, seed));
         }
     }
     pb.finish_and_clear();
-    report.tables.push(summary);
-    report.notes.push(verdict(&blocks));
+    report.tables.push(Table::of(
+        "blocks created and released (nothing is mapped at the end)",
+        &BLOCKS_COLS,
+        &summary,
+    ));
+    report.targets = targets(&summary);
+    report.plot("vm_map_ram-blocks.svg", "Blocks released as a share of blocks created, per scenario and policy (the counts are deterministic): a low bar means blocks stranded with free space nobody can use, which is what seed 001 fixed.", plot_blocks(&summary));
     report.notes.push(format!(
         "scale: scenario 1 {} iterations, scenario 2 {} calls (MT19937 seed {MT_SEED}), scenario 3 {} iterations; \
          one CPU queue, VMAP_BBMAP_BITS 1024, VMAP_MAX_ALLOC 64, range allocator mmkit::vmap",
@@ -350,22 +372,59 @@ fn run(opts: &Options) -> Report {
     report
 }
 
-/// The issue's targets, checked on the measured block counts.
-fn verdict(b: &[[(u64, u64); 2]; 3]) -> String {
-    let pct = |(c, r): (u64, u64)| 100.0 * r as f64 / c.max(1) as f64;
-    let s2 = pct(b[1][1]) >= 99.0 && pct(b[1][0]) < 50.0;
-    let s1 = b[0][0].1 == 0 && b[0][1].1 + 1 >= b[0][1].0;
-    format!(
-        "targets: scenario 2 current releases {:.1}% (>= 99%) and legacy {:.1}%: {}; \
-         scenario 1 legacy releases {} of {} and current {} of {}: {}",
-        pct(b[1][1]),
-        pct(b[1][0]),
-        if s2 { "met" } else { "NOT met" },
-        b[0][0].1,
-        b[0][0].0,
-        b[0][1].1,
-        b[0][1].0,
-        if s1 { "met" } else { "NOT met" },
+/// The issue's targets, checked on the measured block counts (rows in
+/// scenario order, legacy then current).
+fn targets(b: &[BlocksRow]) -> Vec<Target> {
+    let (s1_old, s1_new, s2_old, s2_new) = (&b[0], &b[1], &b[2], &b[3]);
+    vec![
+        Target::new(
+            "scenario 2: current releases >= 99% of its blocks, legacy < 50%",
+            format!(
+                "current {:.1}%, legacy {:.1}%",
+                s2_new.released_pct, s2_old.released_pct
+            ),
+            s2_new.released_pct >= 99.0 && s2_old.released_pct < 50.0,
+        ),
+        Target::new(
+            "scenario 1: legacy releases no block, current all but at most one",
+            format!(
+                "legacy {} of {}, current {} of {}",
+                s1_old.released, s1_old.created, s1_new.released, s1_new.created
+            ),
+            s1_old.released == 0 && s1_new.released + 1 >= s1_new.created,
+        ),
+    ]
+}
+
+fn plot_blocks(rows: &[BlocksRow]) -> Result<String, Box<dyn std::error::Error>> {
+    let chart = Chart {
+        title: "vm_map_ram: blocks released / blocks created".into(),
+        x: Axis::linear("scenario"),
+        y: Axis::linear("blocks released, % of created"),
+    };
+    let cases: Vec<String> = NAMES
+        .iter()
+        .map(|n| n.split(" (").next().unwrap_or(n).to_string())
+        .collect();
+    let pct = |policy: Policy| {
+        rows.iter()
+            .filter(|r| r.policy == policy.name())
+            .map(|r| r.released_pct)
+            .collect()
+    };
+    plot::bars(
+        &chart,
+        &cases,
+        &[
+            (
+                "Legacy (2008: new block at head)".into(),
+                pct(Policy::Legacy),
+            ),
+            (
+                "Current (2015: new block at tail)".into(),
+                pct(Policy::Current),
+            ),
+        ],
     )
 }
 

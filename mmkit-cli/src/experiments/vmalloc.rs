@@ -23,10 +23,12 @@ use mmkit::vmap::VmapAllocator;
 use parking_lot::FairMutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::json;
+use serde::Serialize;
 
-use super::{cpus, ms, progress, Experiment, Options};
-use crate::report::{ratio, Report, Table};
+use super::{Experiment, Options};
+use crate::plot::{self, Axis, Chart};
+use crate::render::{col, Col, Fmt, Report, Table, Target};
+use crate::run::{cpus, ms, progress, ratio, Spread, PAGE, VMALLOC_END, VMALLOC_START};
 
 /// The registry entry.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -35,12 +37,6 @@ pub const EXPERIMENT: Experiment = Experiment {
     run,
 };
 
-/// x86-64's `VMALLOC_START` (4-level paging) and a 32 TiB vmalloc space.
-pub const VMALLOC_START: u64 = 0xffff_c900_0000_0000;
-/// Size of the vmalloc space.
-pub const VMALLOC_SIZE: u64 = 32 << 40;
-/// The page size.
-pub const PAGE: u64 = 4096;
 /// `test_loop_count` when neither `--loops` nor `--quick` is given; chosen
 /// so both modes on both allocators take about a minute on 2 cores.
 pub const DEFAULT_LOOPS: u64 = 150_000;
@@ -50,6 +46,10 @@ pub const QUICK_LOOPS: u64 = 500;
 pub const PERF_REPEAT: u32 = 3;
 /// `test_repeat_count` of the stress mode, as in the seed's measured run.
 pub const STRESS_REPEAT: u32 = 1;
+/// Stress-mode runs of a full run: its timings depend on how the threads'
+/// tests overlap, so one run says little; the table shows the median and
+/// the range.
+pub const STRESS_RUNS: usize = 5;
 /// Live 1-page areas held by `long_busy_list_alloc_test`.
 pub const LONG_BUSY_LIST: usize = 15_000;
 /// The random seed of every run (per thread: `SEED + thread`).
@@ -422,66 +422,249 @@ fn stress<V: Vmalloc>(va: &V, p: Params, threads: usize, pb: &ProgressBar) -> Mo
 
 /// The busy-list baseline over the vmalloc space.
 pub fn new_baseline() -> LinearVmap {
-    LinearVmap::new(VMALLOC_START, VMALLOC_START + VMALLOC_SIZE).expect("a valid space")
+    LinearVmap::new(VMALLOC_START, VMALLOC_END).expect("a valid space")
 }
 
 /// The augmented-tree allocator over the vmalloc space.
 pub fn new_vmap() -> VmapAllocator {
-    VmapAllocator::new(VMALLOC_START, VMALLOC_START + VMALLOC_SIZE).expect("a valid space")
+    VmapAllocator::new(VMALLOC_START, VMALLOC_END).expect("a valid space")
 }
 
-fn secs(d: Duration) -> String {
-    format!("{:.1}", ms(d))
+/// A performance-mode row: one test (or the wall total), one run.
+#[derive(Serialize)]
+struct PerfRow {
+    test: &'static str,
+    loops: Option<u64>,
+    baseline_ms: f64,
+    mmkit_ms: f64,
+    ratio: Option<f64>,
+    failed_baseline: u32,
+    failed_mmkit: u32,
 }
 
-/// One mode's table and JSON rows.
-fn table(
-    mode: &str,
-    title: String,
-    loops: u64,
-    base: &ModeResult,
-    new: &ModeResult,
-    rows: &mut Vec<serde_json::Value>,
-) -> Table {
-    let mut t = Table::new(
-        title,
-        &["test", "loops", "baseline ms", "mmkit ms", "ratio"],
+/// A stress-mode row: one test (or the wall total) over several runs.
+#[derive(Serialize)]
+struct StressRow {
+    test: &'static str,
+    loops: Option<u64>,
+    baseline_ms: Spread,
+    mmkit_ms: Spread,
+    ratio: Spread,
+    failed_baseline: u32,
+    failed_mmkit: u32,
+}
+
+/// A published figure of seed 000 beside ours, in its own unit.
+#[derive(Serialize)]
+struct SeedRow {
+    figure: String,
+    unit: &'static str,
+    before: f64,
+    after: f64,
+    ratio: Option<f64>,
+}
+
+const PERF_COLS: [Col; 5] = [
+    col("test", "test", Fmt::Text),
+    col("loops", "loops", Fmt::Text),
+    col("baseline_ms", "baseline ms", Fmt::Dec(1)),
+    col("mmkit_ms", "mmkit ms", Fmt::Dec(1)),
+    col("ratio", "baseline/mmkit", Fmt::Ratio),
+];
+
+const STRESS_COLS: [Col; 5] = [
+    col("test", "test", Fmt::Text),
+    col("loops", "loops", Fmt::Text),
+    col("baseline_ms", "baseline ms", Fmt::Spread(1)),
+    col("mmkit_ms", "mmkit ms", Fmt::Spread(1)),
+    col("ratio", "baseline/mmkit", Fmt::Spread(2)),
+];
+
+const SEED_COLS: [Col; 5] = [
+    col("figure", "figure", Fmt::Text),
+    col("unit", "unit", Fmt::Text),
+    col("before", "before (busy list)", Fmt::Auto),
+    col("after", "after (tree)", Fmt::Auto),
+    col("ratio", "before/after", Fmt::Ratio),
+];
+
+/// Per test then the wall total: (name, loops, time of one result).
+fn lines(loops: u64) -> impl Iterator<Item = (usize, &'static str, Option<u64>)> {
+    let tests = TESTS
+        .iter()
+        .enumerate()
+        .map(move |(i, t)| (i, t.name(), Some(t.loops(loops))));
+    tests.chain(std::iter::once((TESTS.len(), "total (wall)", None)))
+}
+
+/// The time of line `i` of `r`: a test, or the wall time after the last.
+fn time(r: &ModeResult, i: usize) -> f64 {
+    ms(r.per_test.get(i).copied().unwrap_or(r.wall))
+}
+
+fn failed(r: &ModeResult, i: usize) -> u32 {
+    r.failed
+        .get(i)
+        .copied()
+        .unwrap_or_else(|| r.failed.iter().sum())
+}
+
+fn perf_rows(loops: u64, base: &ModeResult, new: &ModeResult) -> Vec<PerfRow> {
+    lines(loops)
+        .map(|(i, test, loops)| PerfRow {
+            test,
+            loops,
+            baseline_ms: time(base, i),
+            mmkit_ms: time(new, i),
+            ratio: ratio(time(base, i), time(new, i)),
+            failed_baseline: failed(base, i),
+            failed_mmkit: failed(new, i),
+        })
+        .collect()
+}
+
+/// Stress rows over `runs` (baseline, mmkit) pairs.
+fn stress_rows(loops: u64, runs: &[(ModeResult, ModeResult)]) -> Vec<StressRow> {
+    let of = |f: &dyn Fn(&(ModeResult, ModeResult)) -> f64| {
+        Spread::of(&runs.iter().map(f).collect::<Vec<_>>())
+    };
+    lines(loops)
+        .map(|(i, test, loops)| StressRow {
+            test,
+            loops,
+            baseline_ms: of(&|r| time(&r.0, i)),
+            mmkit_ms: of(&|r| time(&r.1, i)),
+            ratio: of(&|r| ratio(time(&r.0, i), time(&r.1, i)).unwrap_or(f64::NAN)),
+            failed_baseline: runs.iter().map(|r| failed(&r.0, i)).sum(),
+            failed_mmkit: runs.iter().map(|r| failed(&r.1, i)).sum(),
+        })
+        .collect()
+}
+
+fn seed_rows(perf: &[PerfRow], stress: &[StressRow]) -> Vec<SeedRow> {
+    let row = |figure: &str, unit, before: f64, after: f64| SeedRow {
+        figure: figure.into(),
+        unit,
+        before,
+        after,
+        ratio: ratio(before, after),
+    };
+    let (p, s) = (
+        perf.last().expect("a total"),
+        stress.last().expect("a total"),
     );
-    for (i, &tc) in TESTS.iter().enumerate() {
-        let (b, n) = (ms(base.per_test[i]), ms(new.per_test[i]));
-        let l = tc.loops(loops);
-        t.row(vec![
-            tc.name().into(),
-            l.to_string(),
-            secs(base.per_test[i]),
-            secs(new.per_test[i]),
-            ratio(b, n),
-        ]);
-        rows.push(
-            json!({"mode": mode, "test": tc.name(), "loops": l, "baseline_ms": b, "mmkit_ms": n,
-            "failed_baseline": base.failed[i], "failed_mmkit": new.failed[i]}),
-        );
-    }
-    let (b, n) = (ms(base.wall), ms(new.wall));
-    t.row(vec![
-        "total (wall)".into(),
-        String::new(),
-        secs(base.wall),
-        secs(new.wall),
-        ratio(b, n),
-    ]);
-    rows.push(json!({"mode": mode, "test": "total", "baseline_ms": b, "mmkit_ms": n}));
-    t
+    vec![
+        row(
+            "seed, i5-3320M, performance",
+            "cycles",
+            646_919_905_370.0,
+            193_290_498_550.0,
+        ),
+        row(
+            "seed, HiKey960, performance",
+            "cycles",
+            3_478_683_207.0,
+            463_767_978.0,
+        ),
+        row("seed, i5-3320M, stress", "s", 6082.813, 56.805),
+        row("here, performance (wall)", "ms", p.baseline_ms, p.mmkit_ms),
+        row(
+            "here, stress (wall, median)",
+            "ms",
+            s.baseline_ms.median,
+            s.mmkit_ms.median,
+        ),
+    ]
 }
 
-fn seed_row(t: &mut Table, what: &str, base: f64, new: f64, unit: &str) {
-    t.row(vec![
-        format!("seed: {what}"),
-        String::new(),
-        format!("{base}{unit}"),
-        format!("{new}{unit}"),
-        ratio(base, new),
+/// Every mode this run measures, on both allocators.
+struct Measured {
+    perf: (ModeResult, ModeResult),
+    stress: Vec<(ModeResult, ModeResult)>,
+}
+
+fn measure(p: Params, threads: usize, runs: usize) -> Measured {
+    let per_run = (TESTS.len() + threads * TESTS.len() * runs) as u64;
+    let pb = progress(2 * per_run, "test_vmalloc");
+    let both = |mode: Mode, what: &str| {
+        pb.set_message(format!("{what}, baseline"));
+        let b = on_allocator(new_baseline(), p, mode, threads, &pb);
+        pb.set_message(format!("{what}, mmkit"));
+        (b, on_allocator(new_vmap(), p, mode, threads, &pb))
+    };
+    let perf = both(Mode::Performance, "performance");
+    let stress = (0..runs)
+        .map(|i| both(Mode::Stress(threads), &format!("stress {}/{runs}", i + 1)))
+        .collect();
+    pb.finish_and_clear();
+    Measured { perf, stress }
+}
+
+fn notes(r: &mut Report, m: &Measured, loops: u64, threads: usize) {
+    let failed: u32 = std::iter::once(&m.perf)
+        .chain(&m.stress)
+        .flat_map(|(b, n)| b.failed.iter().chain(&n.failed))
+        .sum();
+    let last = m.stress.last().expect("a stress run");
+    r.notes.extend([
+        format!(
+            "space [{VMALLOC_START:#x}, +32 TiB), vmalloc(n) = alloc((n + 1) * 4096), vfree = free_lazy, \
+             lazy_max = fls({threads}) * 32 MiB = {} MiB; test_loop_count = {loops} (kernel default 1000000; \
+             --loops N to change)",
+            lazy_max(threads) >> 20
+        ),
+        format!("failed test runs: {failed} (align_shift stopping at its first failure is a pass, as in the kernel)"),
+        format!("after performance: baseline {}; mmkit {}", m.perf.0.after, m.perf.1.after),
+        format!("after the last stress run: baseline {}; mmkit {}", last.0.after, last.1.after),
+        format!(
+            "stress mode ran {} times; its timings depend on how the threads' tests overlap (the baseline \
+             suffers most when long_busy_list overlaps other tests), hence the median and the range; the one \
+             lock is a FIFO-fair mutex (parking_lot::FairMutex), as the kernel's queued spinlock",
+            m.stress.len()
+        ),
+        "the baseline keeps the exact lowest fit: it restarts its walk when size <= cached_hole_size, \
+         where the kernel's rule was size < cached_hole_size (see mmkit::baseline::linear_vmap)"
+            .into(),
     ]);
+}
+
+/// Bars of baseline and mmkit time per test (log scale).
+fn plot_tests(
+    title: String,
+    base: Vec<f64>,
+    new: Vec<f64>,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let cases: Vec<String> = lines(0)
+        .map(|(_, t, _)| t.trim_end_matches("_alloc_test").to_string())
+        .collect();
+    let chart = Chart {
+        title,
+        x: Axis::linear("test_vmalloc test"),
+        y: Axis::log("time, ms (log scale)"),
+    };
+    plot::bars(
+        &chart,
+        &cases,
+        &[
+            ("baseline (busy list)".into(), base),
+            ("mmkit (tree)".into(), new),
+        ],
+    )
+}
+
+fn plots(r: &mut Report, perf: &[PerfRow], stress: &[StressRow]) {
+    let svg = plot_tests(
+        "test_vmalloc performance mode: time per test".into(),
+        perf.iter().map(|p| p.baseline_ms).collect(),
+        perf.iter().map(|p| p.mmkit_ms).collect(),
+    );
+    r.plot("vmalloc-performance.svg", "Time per test_vmalloc test in performance mode, busy-list baseline against the augmented tree, log scale: each pair of bars is one test; a red bar above its blue one is time the busy-list walk costs.", svg);
+    let svg = plot_tests(
+        "test_vmalloc stress mode: time per test, median of runs".into(),
+        stress.iter().map(|p| p.baseline_ms.median).collect(),
+        stress.iter().map(|p| p.mmkit_ms.median).collect(),
+    );
+    r.plot("vmalloc-stress.svg", "The same in stress mode (one thread per CPU, one lock; test times summed over threads, median of the runs): here a long walk holds the lock that every other thread waits for.", svg);
 }
 
 /// The experiment: both modes, baseline and mmkit, in one run.
@@ -492,77 +675,32 @@ pub fn run(opts: &Options) -> Report {
         DEFAULT_LOOPS
     });
     let threads = cpus();
-    let pb = progress(
-        2 * (TESTS.len() + threads * TESTS.len()) as u64,
-        "test_vmalloc",
-    );
-    let p = Params::kernel(loops, threads);
-    let (perf, stress) = (Mode::Performance, Mode::Stress(threads));
-    pb.set_message("performance, baseline");
-    let perf_base = on_allocator(new_baseline(), p, perf, threads, &pb);
-    pb.set_message("performance, mmkit");
-    let perf_new = on_allocator(new_vmap(), p, perf, threads, &pb);
-    pb.set_message("stress, baseline");
-    let stress_base = on_allocator(new_baseline(), p, stress, threads, &pb);
-    pb.set_message("stress, mmkit");
-    let stress_new = on_allocator(new_vmap(), p, stress, threads, &pb);
-    pb.finish_and_clear();
-
-    let mut rows = Vec::new();
-    let title = format!("performance mode: 1 thread, tests in order, repeat {PERF_REPEAT}");
-    let mut perf = table(
-        "performance",
-        title,
-        loops,
-        &perf_base,
-        &perf_new,
-        &mut rows,
-    );
-    seed_row(
-        &mut perf,
-        "i5-3320M, cycles",
-        646_919_905_370.0,
-        193_290_498_550.0,
-        "",
-    );
-    seed_row(
-        &mut perf,
-        "HiKey960, cycles",
-        3_478_683_207.0,
-        463_767_978.0,
-        "",
-    );
-    let title = format!("stress mode: {threads} threads, shuffled order, repeat {STRESS_REPEAT}, one lock; test rows sum the threads");
-    let mut stress_t = table("stress", title, loops, &stress_base, &stress_new, &mut rows);
-    seed_row(&mut stress_t, "i5-3320M, real s", 6082.813, 56.805, "");
-    let failed: u32 = [&perf_base, &perf_new, &stress_base, &stress_new]
-        .iter()
-        .flat_map(|r| r.failed.iter())
-        .sum();
-    Report {
-        name: "vmalloc".into(),
-        tables: vec![perf, stress_t],
-        notes: vec![
+    let runs = if opts.quick { 1 } else { STRESS_RUNS };
+    let m = measure(Params::kernel(loops, threads), threads, runs);
+    let perf = perf_rows(loops, &m.perf.0, &m.perf.1);
+    let stress = stress_rows(loops, &m.stress);
+    let mut r = Report::new("vmalloc");
+    r.tables.extend([
+        Table::of(format!("performance mode: 1 thread, tests in order, repeat {PERF_REPEAT}"), &PERF_COLS, &perf),
+        Table::of(
             format!(
-                "space [{VMALLOC_START:#x}, +32 TiB), vmalloc(n) = alloc((n + 1) * 4096), vfree = free_lazy, \
-                 lazy_max = fls({threads}) * 32 MiB = {} MiB; test_loop_count = {loops} (kernel default 1000000; \
-                 --loops N to change)",
-                lazy_max(threads) >> 20
+                "stress mode: {threads} threads, shuffled order, repeat {STRESS_REPEAT}, one lock; test rows sum \
+                 the threads; median (min-max) of {runs} run(s)"
             ),
-            format!("failed test runs: {failed} (align_shift stopping at its first failure is a pass, as in the kernel)"),
-            format!("after performance: baseline {}; mmkit {}", perf_base.after, perf_new.after),
-            format!("after stress: baseline {}; mmkit {}", stress_base.after, stress_new.after),
-            "the one lock is a FIFO-fair mutex (parking_lot::FairMutex), as the kernel's queued spinlock \
-             hands over in arrival order; stress timings still depend on how the threads' tests overlap \
-             (the baseline suffers most when long_busy_list overlaps other tests): rerun to see the spread"
-                .into(),
-            "the baseline keeps the exact lowest fit: it restarts its walk when size <= cached_hole_size, \
-             where the kernel's rule was size < cached_hole_size (see mmkit::baseline::linear_vmap)"
-                .into(),
-        ],
-        rows,
-        plots: Vec::new(),
-    }
+            &STRESS_COLS,
+            &stress,
+        ),
+        Table::of("seed 000's published totals beside ours (each in its own unit)", &SEED_COLS, &seed_rows(&perf, &stress)),
+    ]);
+    let total = &stress.last().expect("a total").ratio;
+    r.targets.push(Target::new(
+        "stress mode: mmkit >= 100x faster than the baseline in total wall time (seed 000: 107x), median of the runs",
+        format!("{:.1}x (range {:.1}x-{:.1}x)", total.median, total.min, total.max),
+        total.median >= 100.0,
+    ));
+    notes(&mut r, &m, loops, threads);
+    plots(&mut r, &perf, &stress);
+    r
 }
 
 #[cfg(test)]

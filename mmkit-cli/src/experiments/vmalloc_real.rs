@@ -11,15 +11,17 @@
 
 use indicatif::ProgressBar;
 use mmkit_vm::Vm;
-use serde_json::json;
+use serde::Serialize;
 
 use super::real::{touch, unmap_calls, vm};
 use super::vmalloc::{
     lazy_max, new_baseline, new_vmap, on_allocator, run_mode, Mode, ModeResult, Params, Vmalloc,
-    PAGE, TESTS,
+    TESTS,
 };
-use super::{cpus, ms, progress, Experiment, Options};
-use crate::report::{ratio, Report, Table};
+use super::{Experiment, Options};
+use crate::plot::{self, Axis, Chart};
+use crate::render::{col, Col, Fmt, Report, Table};
+use crate::run::{cpus, ms, progress, ratio, Spread, PAGE};
 
 /// The registry entry.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -34,6 +36,8 @@ const FULL_FIT: usize = 1024;
 const BUSY_LIST: usize = 2000;
 /// "Physical memory" of each `Vm`.
 const PHYS_LIMIT: u64 = 2 << 30;
+/// Runs of each stress mode in a full run (median and range reported).
+const STRESS_RUNS: usize = 3;
 
 /// `test_vmalloc`'s vmalloc on a real `Vm`: every page is written once.
 struct Real {
@@ -89,68 +93,126 @@ fn measure(p: Params, mode: Mode, pb: &ProgressBar) -> Measured {
     }
 }
 
-/// One mode's table; its rows go into `rows`.
-fn table(name: &str, title: String, p: Params, m: &Measured, rows: &mut Vec<serde_json::Value>) -> Table {
-    let mut t = Table::new(
-        title,
-        &["test", "loops", "old ms", "new ms", "old/new", "old unmaps", "new unmaps",
-          "alloc busy-list ms", "alloc tree ms", "list/tree"],
-    );
-    let perf = name == "performance";
-    let calls = |r: &ModeResult, i: usize| if perf { r.unmaps[i].to_string() } else { "-".into() };
-    for (i, tc) in TESTS.iter().enumerate() {
-        let v = [&m.old.0, &m.new.0, &m.list, &m.tree].map(|r| ms(r.per_test[i]));
-        t.row(vec![
-            tc.name().into(), tc.loops(p.loops).to_string(),
-            format!("{:.1}", v[0]), format!("{:.1}", v[1]), ratio(v[0], v[1]),
-            calls(&m.old.0, i), calls(&m.new.0, i),
-            format!("{:.1}", v[2]), format!("{:.1}", v[3]), ratio(v[2], v[3]),
-        ]);
-        rows.push(json!({"mode": name, "test": tc.name(), "old_ms": v[0], "new_ms": v[1],
-            "old_unmaps": m.old.0.unmaps[i], "new_unmaps": m.new.0.unmaps[i],
-            "alloc_list_ms": v[2], "alloc_tree_ms": v[3]}));
-    }
-    let v = [&m.old.0, &m.new.0, &m.list, &m.tree].map(|r| ms(r.wall));
-    t.row(vec![
-        "total (wall, with the final purge's calls)".into(), String::new(),
-        format!("{:.1}", v[0]), format!("{:.1}", v[1]), ratio(v[0], v[1]),
-        m.old.1.to_string(), m.new.1.to_string(),
-        format!("{:.1}", v[2]), format!("{:.1}", v[3]), ratio(v[2], v[3]),
-    ]);
-    rows.push(json!({"mode": name, "test": "total", "old_ms": v[0], "new_ms": v[1],
-        "old_unmaps": m.old.1, "new_unmaps": m.new.1, "alloc_list_ms": v[2], "alloc_tree_ms": v[3]}));
-    t
+/// One test (or the wall total) of one mode, over its runs.
+#[derive(Serialize)]
+struct Row {
+    mode: &'static str,
+    test: &'static str,
+    loops: Option<u64>,
+    old_ms: Spread,
+    new_ms: Spread,
+    ratio: Spread,
+    /// Unmapping calls (performance mode only; the total row includes the
+    /// final purge's).
+    old_unmaps: Option<u64>,
+    new_unmaps: Option<u64>,
+    alloc_list_ms: Spread,
+    alloc_tree_ms: Spread,
+    alloc_ratio: Spread,
+}
+
+const COLS: [Col; 10] = [
+    col("test", "test", Fmt::Text),
+    col("loops", "loops", Fmt::Text),
+    col("old_ms.median", "old ms", Fmt::Dec(1)),
+    col("new_ms.median", "new ms", Fmt::Dec(1)),
+    col("ratio", "old/new", Fmt::Spread(2)),
+    col("old_unmaps", "old unmaps", Fmt::Text),
+    col("new_unmaps", "new unmaps", Fmt::Text),
+    col("alloc_list_ms.median", "alloc busy-list ms", Fmt::Dec(1)),
+    col("alloc_tree_ms.median", "alloc tree ms", Fmt::Dec(1)),
+    col("alloc_ratio.median", "list/tree x", Fmt::Dec(2)),
+];
+
+/// The rows of one mode measured `runs.len()` times.
+fn rows(mode: &'static str, p: Params, runs: &[Measured]) -> Vec<Row> {
+    let lines = TESTS.iter().enumerate().map(|(i, t)| (i, t.name(), Some(t.loops(p.loops))));
+    let lines = lines.chain(std::iter::once((TESTS.len(), "total (wall, final purge)", None)));
+    let t = |r: &ModeResult, i: usize| ms(r.per_test.get(i).copied().unwrap_or(r.wall));
+    let of = |f: &dyn Fn(&Measured) -> f64| Spread::of(&runs.iter().map(f).collect::<Vec<_>>());
+    let perf = mode == "performance";
+    let first = &runs[0];
+    let calls = |r: &(ModeResult, u64), i: usize| perf.then(|| r.0.unmaps.get(i).copied().unwrap_or(r.1));
+    lines
+        .map(|(i, test, loops)| Row {
+            mode,
+            test,
+            loops,
+            old_ms: of(&|m| t(&m.old.0, i)),
+            new_ms: of(&|m| t(&m.new.0, i)),
+            ratio: of(&|m| ratio(t(&m.old.0, i), t(&m.new.0, i)).unwrap_or(f64::NAN)),
+            old_unmaps: calls(&first.old, i),
+            new_unmaps: calls(&first.new, i),
+            alloc_list_ms: of(&|m| t(&m.list, i)),
+            alloc_tree_ms: of(&|m| t(&m.tree, i)),
+            alloc_ratio: of(&|m| ratio(t(&m.list, i), t(&m.tree, i)).unwrap_or(f64::NAN)),
+        })
+        .collect()
+}
+
+type ModeSpec = (&'static str, Mode, String);
+
+fn modes(n: usize) -> [ModeSpec; 3] {
+    [
+        ("performance", Mode::Performance, "performance mode: 1 thread, tests in order, repeat 3".to_string()),
+        ("stress", Mode::Stress(n), format!("stress mode: {n} threads (one per CPU), shuffled order; test rows sum the threads")),
+        ("stress 2x", Mode::Stress(2 * n), format!("stress mode, 2x oversubscribed: {} threads on {n} CPUs", 2 * n)),
+    ]
+}
+
+fn plot_modes(all: &[Row]) -> Result<String, Box<dyn std::error::Error>> {
+    let totals: Vec<&Row> = all.iter().filter(|r| r.loops.is_none()).collect();
+    let chart = Chart {
+        title: "vmalloc-real: wall time of each mode on real memory".into(),
+        x: Axis::linear("test_vmalloc mode"),
+        y: Axis::linear("wall time, ms (median of runs)"),
+    };
+    let cases = totals.iter().map(|r| r.mode.to_string()).collect::<Vec<_>>();
+    let bar = |f: fn(&Row) -> f64| totals.iter().map(|r| f(r)).collect();
+    plot::bars(
+        &chart,
+        &cases,
+        &[
+            ("old: unmap at every vfree".into(), bar(|r| r.old_ms.median)),
+            ("new: lazy, batched purges".into(), bar(|r| r.new_ms.median)),
+        ],
+    )
 }
 
 fn run(opts: &Options) -> Report {
     let loops = opts.loops.unwrap_or(if opts.quick { 100 } else { 3000 });
     let p = Params { loops, full_fit: FULL_FIT, busy_list: BUSY_LIST };
     let n = cpus();
-    let modes = [
-        ("performance", Mode::Performance, "performance mode: 1 thread, tests in order, repeat 3".to_string()),
-        ("stress", Mode::Stress(n), format!("stress mode: {n} threads (one per CPU), shuffled order; test rows sum the threads")),
-        ("stress 2x", Mode::Stress(2 * n), format!("stress mode, 2x oversubscribed: {} threads on {n} CPUs", 2 * n)),
-    ];
-    let per_mode = |m: Mode| TESTS.len() * match m { Mode::Performance => 1, Mode::Stress(t) => t };
-    let total: usize = modes.iter().map(|m| 4 * per_mode(m.1)).sum();
+    let runs_of = |m: Mode| match m {
+        Mode::Stress(_) if !opts.quick => STRESS_RUNS,
+        _ => 1,
+    };
+    let per_mode = |m: Mode| TESTS.len() * runs_of(m) * match m { Mode::Performance => 1, Mode::Stress(t) => t };
+    let total: usize = modes(n).iter().map(|m| 4 * per_mode(m.1)).sum();
     let pb = progress(total as u64, "vmalloc-real");
-    let mut report = Report { name: "vmalloc-real".into(), ..Report::default() };
-    let mut failed = 0;
-    for (name, mode, title) in modes {
+    let mut report = Report::new("vmalloc-real");
+    let (mut failed, mut all) = (0, Vec::new());
+    for (name, mode, title) in modes(n) {
         pb.set_message(name);
-        let m = measure(p, mode, &pb);
-        failed += [&m.old.0, &m.new.0, &m.list, &m.tree].iter().flat_map(|r| &r.failed).sum::<u32>();
-        report.tables.push(table(name, title, p, &m, &mut report.rows));
-        report.notes.push(format!("after {name}: old {}; new {}", m.old.0.after, m.new.0.after));
+        let runs: Vec<Measured> = (0..runs_of(mode)).map(|_| measure(p, mode, &pb)).collect();
+        failed += runs.iter().flat_map(|m| [&m.old.0, &m.new.0, &m.list, &m.tree]).flat_map(|r| &r.failed).sum::<u32>();
+        let rows = rows(name, p, &runs);
+        let title = format!("{title}; times: median of {} run(s), old/new: median (min-max)", runs.len());
+        report.tables.push(Table::of(title, &COLS, &rows));
+        let last = runs.last().expect("a run");
+        report.notes.push(format!("after {name}: old {}; new {}", last.old.0.after, last.new.0.after));
+        all.extend(rows);
     }
     pb.finish_and_clear();
+    report.plot("vmalloc-real.svg", "Wall time of each test_vmalloc mode on real mappings, one unmapping system call per vfree (old) against lazy purges batched by lazy_max (new); lower is faster.", plot_modes(&all));
     report.notes.extend([
         format!("test_loop_count = {loops} (--loops N); full_fit {FULL_FIT} pairs and long_busy_list {BUSY_LIST} \
                  areas per thread (the kernel: 8192 per CPU bit and 15000; a real area costs two of the process's \
                  65530 VMAs); lazy_max = fls({n}) * 32 MiB; one byte written per page"),
         "old = Vm with lazy_unmap: false (one unmapping call per vfree), new = lazy_unmap: true (batched purges); \
          both on the augmented tree: the alloc columns are the allocator-level figures (busy list vs tree, no memory) \
-         at the same scale; areas aligned as test_vmalloc asks (vmalloc_aligned)."
+         at the same scale; areas aligned as test_vmalloc asks (vmalloc_aligned); unmapping calls counted in \
+         performance mode only (the threads' calls cannot be told apart)."
             .into(),
         format!("failed test runs: {failed}"),
     ]);

@@ -6,12 +6,13 @@
 //! from `sched_getcpu`), a block unmapped once when fully dirty, in batches.
 
 use mmkit_vm::Vm;
-use serde_json::json;
+use serde::Serialize;
 
-use super::real::{met, touch, unmap_calls, vm};
-use super::vmap_scaling::{scaling_loop, SharedMapper};
-use super::{cpus, ms, progress, Experiment, Options};
-use crate::report::{ratio, Report, Table};
+use super::real::{touch, unmap_calls, vm};
+use super::vmap_scaling::{plot_threads, scaling_loop, SharedMapper};
+use super::{Experiment, Options};
+use crate::render::{col, Col, Fmt, Report, Table, Target};
+use crate::run::{cpus, ms, progress, ratio};
 
 /// The registry entry.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -76,42 +77,80 @@ fn measure(lazy: bool, threads: usize, iters: u64, reps: usize) -> (f64, f64) {
     (best, calls as f64 * 1e6 / ops as f64)
 }
 
+/// One thread count, both designs.
+#[derive(Serialize)]
+struct Row {
+    threads: usize,
+    oversubscribed: bool,
+    old_ns: f64,
+    new_ns: f64,
+    ratio: Option<f64>,
+    old_unmaps_per_1e6: f64,
+    new_unmaps_per_1e6: f64,
+    unmaps_ratio: Option<f64>,
+}
+
+const COLS: [Col; 8] = [
+    col("threads", "threads", Fmt::Text),
+    col("oversubscribed", "over CPUs", Fmt::Text),
+    col("old_ns", "old ns", Fmt::Dec(0)),
+    col("new_ns", "new ns", Fmt::Dec(0)),
+    col("ratio", "old/new", Fmt::Ratio),
+    col("old_unmaps_per_1e6", "old unmaps /1e6 ops", Fmt::Dec(0)),
+    col("new_unmaps_per_1e6", "new unmaps /1e6 ops", Fmt::Dec(0)),
+    col("unmaps_ratio", "old/new unmaps", Fmt::Ratio),
+];
+
+fn targets(rows: &[Row]) -> Vec<Target> {
+    let worst = rows.iter().filter_map(|r| r.unmaps_ratio).fold(f64::INFINITY, f64::min);
+    let flat = rows[1].new_ns / rows[0].new_ns;
+    vec![
+        Target::new("unmapping calls with per-CPU blocks >= 100x fewer than eager unmap (worst row)", format!("{worst:.0}x"), worst >= 100.0),
+        Target::new("new design at 2 threads <= 1.5x the ns of 1 thread", format!("{flat:.2}x"), flat <= 1.5),
+    ]
+}
+
 fn run(opts: &Options) -> Report {
     let iters = opts.loops.unwrap_or(if opts.quick { 2000 } else { 10_000 });
     let reps = if opts.quick { 1 } else { 3 };
     let n = cpus();
-    let mut t = Table::new(
-        format!("ns per vm_map_ram + touch 4 pages + vm_unmap_ram, per thread ({n} CPUs here)"),
-        &["threads", "old ns", "new ns", "old/new", "old unmaps /1e6 ops", "new unmaps /1e6 ops", "old/new unmaps"],
-    );
-    let mut report = Report { name: "vmap_scaling_real".into(), ..Report::default() };
     let pb = progress(2 * THREADS.len() as u64, "vmap_scaling_real");
     let t0 = std::time::Instant::now();
-    let (mut new_ns, mut worst_calls) = (Vec::new(), f64::INFINITY);
-    for threads in THREADS {
-        let (o, oc) = measure(false, threads, iters, reps);
-        pb.inc(1);
-        let (w, wc) = measure(true, threads, iters, reps);
-        pb.inc(1);
-        worst_calls = worst_calls.min(oc / wc.max(f64::MIN_POSITIVE));
-        let label = if threads > n { format!("{threads} (oversubscribed)") } else { threads.to_string() };
-        t.row(vec![label, format!("{o:.0}"), format!("{w:.0}"), ratio(o, w),
-            format!("{oc:.0}"), format!("{wc:.0}"), ratio(oc, wc)]);
-        report.rows.push(json!({"threads": threads, "oversubscribed": threads > n, "old_ns": o,
-            "new_ns": w, "old_unmaps_per_1e6": oc, "new_unmaps_per_1e6": wc}));
-        new_ns.push(w);
-    }
+    let rows: Vec<Row> = THREADS
+        .iter()
+        .map(|&threads| {
+            let (o, oc) = measure(false, threads, iters, reps);
+            pb.inc(1);
+            let (w, wc) = measure(true, threads, iters, reps);
+            pb.inc(1);
+            Row {
+                threads,
+                oversubscribed: threads > n,
+                old_ns: o,
+                new_ns: w,
+                ratio: ratio(o, w),
+                old_unmaps_per_1e6: oc,
+                new_unmaps_per_1e6: wc,
+                unmaps_ratio: ratio(oc, wc.max(f64::MIN_POSITIVE)),
+            }
+        })
+        .collect();
     pb.finish_and_clear();
-    report.tables.push(t);
-    let flat = new_ns[1] / new_ns[0];
-    report.notes.extend([
-        format!("target: unmapping calls with per-CPU blocks >= 100x fewer than eager unmap: worst row {worst_calls:.0}x, {}",
-            met(worst_calls >= 100.0)),
-        format!("target: new design at 2 threads <= 1.5x the ns of 1 thread: {flat:.2}x, {}", met(flat <= 1.5)),
-        format!("{iters} iterations per thread, best of {reps} runs ({:.0} ms in all); unmapping calls summed over \
-                 the runs, with the final vm_unmap_aliases; threads above {n} are oversubscribed on this machine; \
-                 each map is one mmap (MAP_POPULATE) of an order-2 block of the memfd in both designs",
-            ms(t0.elapsed())),
-    ]);
+    let mut report = Report::new("vmap_scaling_real");
+    let title = format!("ns per vm_map_ram + touch 4 pages + vm_unmap_ram, per thread ({n} CPUs here)");
+    report.tables.push(Table::of(title, &COLS, &rows));
+    report.targets = targets(&rows);
+    let pts = |f: fn(&Row) -> f64| rows.iter().map(|r| (r.threads as f64, f(r))).collect();
+    let svg = plot_threads(
+        "vmap_scaling_real: vm_map_ram + touch + vm_unmap_ram of 4 pages (real memory)",
+        [("old: eager unmap, one lock".into(), pts(|r| r.old_ns)), ("new: per-CPU blocks, batched unmap".into(), pts(|r| r.new_ns))],
+    );
+    report.plot("vmap_scaling_real.svg", format!("Nanoseconds per operation and thread on real mappings as threads are added ({n} CPUs here; more threads are oversubscribed), log scale: an unmapping system call per operation against per-CPU blocks unmapped in batches; the seed's kernel figures are dashed."), svg);
+    report.notes.push(format!(
+        "{iters} iterations per thread, best of {reps} runs ({:.0} ms in all); unmapping calls summed over \
+         the runs, with the final vm_unmap_aliases; threads above {n} are oversubscribed on this machine; \
+         each map is one mmap (MAP_POPULATE) of an order-2 block of the memfd in both designs",
+        ms(t0.elapsed())
+    ));
     report
 }

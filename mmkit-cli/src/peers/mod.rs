@@ -31,10 +31,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use serde_json::json;
+use serde::Serialize;
 
-use crate::experiments::{machine, ms, progress};
-use crate::report::{ratio, Report, Table};
+use crate::render::{col, wrap, Col, Fmt, Table, MAX_WIDTH};
+use crate::report::Outputs;
+use crate::run::{lookup, ms, progress, ratio, Machine, PAGE};
 use measure::Outcome;
 use workload::{Plan, Workload};
 
@@ -43,9 +44,6 @@ pub use offset_allocator::OffsetAlloc;
 pub use range_alloc::RangeAlloc;
 pub use vm_allocator::VmAllocator;
 pub use xalloc::XallocTlsf;
-
-/// The page size: every request is a whole number of pages.
-pub const PAGE: u64 = 4096;
 
 /// The managed space `[0, SPACE)`: 1 TiB, within reach of a 32-bit count
 /// of pages (offset-allocator) and far above what 10^5 live areas use.
@@ -75,7 +73,7 @@ pub trait PeerRange: Sized {
     fn alloc(&mut self, size: u64, align: u64) -> Option<(u64, Self::Handle)>;
     /// Frees an area; `false` if the peer refused.
     fn free(&mut self, h: Self::Handle) -> bool;
-    /// Whether every answer is the lowest fit (DESIGN.md's contract).
+    /// Whether every answer is the lowest fit (docs/design.md, "Range allocator").
     fn exact_lowest_fit() -> bool;
     /// Whether it honours alignments above one page.
     fn supports_align() -> bool;
@@ -224,7 +222,9 @@ struct Row {
     out: Option<Outcome>,
 }
 
-/// Runs `mmkit bench`, printing to `out`.
+/// Runs `mmkit bench`, printing to `out`. Exit status: 2 for a bad name
+/// or a `--json` path that cannot be written (before anything runs), 1
+/// when mmkit broke its contract or writing the JSON failed.
 ///
 /// # Errors
 /// Writing to `out` failed.
@@ -233,7 +233,10 @@ pub fn main(o: &BenchOptions, out: &mut dyn Write) -> io::Result<ExitCode> {
         list(out)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let (chosen, peers) = match choose(&o.workloads).and_then(|c| Ok((c, pick(&o.allocators)?))) {
+    let opened = choose(&o.workloads)
+        .and_then(|c| Ok((c, pick(&o.allocators)?)))
+        .and_then(|(c, p)| Ok((c, p, Outputs::open(o.json.as_deref(), None)?)));
+    let (chosen, peers, mut outputs) = match opened {
         Ok(x) => x,
         Err(e) => {
             eprintln!("mmkit bench: {e}");
@@ -241,70 +244,59 @@ pub fn main(o: &BenchOptions, out: &mut dyn Write) -> io::Result<ExitCode> {
         }
     };
     let scale = Scale::new(o);
-    header(&scale, out)?;
+    let machine = Machine::here();
+    header(&machine, &scale, out)?;
     let runs: usize = chosen.iter().map(|w| scale.lives_for(w).count()).sum();
     let bar = progress((runs * peers.len()) as u64, "bench");
-    let mut summary = Table::new(
-        "mmkit against the fastest peer",
-        &[
-            "workload",
-            "live",
-            "mmkit ns",
-            "fastest peer",
-            "its ns",
-            "mmkit/fastest",
-            "its lowest fit",
-            "exact peer",
-            "it/mmkit",
-        ],
-    );
-    let mut reports = Vec::new();
+    let (mut tables, mut summary, mut broke) = (Vec::new(), Vec::new(), false);
     for w in chosen {
-        let rows = run_workload(w, &scale, &peers, &bar);
-        summarize(w, &rows, &mut summary);
-        reports.push(report(w, &rows, scale.pairs));
+        let rows = bench_rows(w, &run_workload(w, &scale, &peers, &bar), scale.pairs);
+        broke |= rows.iter().any(BenchRow::mmkit_broke_contract);
+        summary.extend(summarize(w, &rows));
+        tables.push(workload_table(w, rows));
     }
     bar.finish_and_clear();
-    finish(o, &reports, &summary, out)
+    let summary = Table::of("mmkit against the fastest peer", &SUMMARY_COLS, &summary);
+    print(&tables, &summary, out)?;
+    let reports: Vec<&Table> = tables.iter().map(|t| &t.0).collect();
+    let doc = serde_json::json!({ "machine": machine, "reports": reports, "summary": summary });
+    if let Err(e) = outputs.write_json(&doc) {
+        eprintln!("mmkit bench: {e}");
+        return Ok(ExitCode::from(1));
+    }
+    if broke {
+        eprintln!("mmkit bench: mmkit broke its contract (see the notes above)");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
-fn header(scale: &Scale, out: &mut dyn Write) -> io::Result<()> {
-    writeln!(out, "# machine: {}", machine())?;
-    writeln!(
-        out,
-        "# space [0, 2^40), 4 KiB pages, seed {SEED:#x}; {} warm-up pairs, {} timed pairs in {} \
+fn header(machine: &Machine, scale: &Scale, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "# machine: {machine}")?;
+    let setup = format!(
+        "space [0, 2^40), 4 KiB pages, seed {SEED:#x}; {} warm-up pairs, {} timed pairs in {} \
          segments (at most {} ms), ns/pair of the best segment; {} pairs judged",
         scale.warmup,
         scale.pairs,
         measure::SEGMENTS,
         scale.budget.as_millis(),
         scale.judge
-    )
+    );
+    for line in wrap(&setup, MAX_WIDTH - 2) {
+        writeln!(out, "# {line}")?;
+    }
+    Ok(())
 }
 
-/// Prints the tables, writes the JSON, and fails if mmkit broke a promise.
-fn finish(
-    o: &BenchOptions,
-    reports: &[Report],
-    summary: &Table,
-    out: &mut dyn Write,
-) -> io::Result<ExitCode> {
-    for r in reports {
-        writeln!(out, "\n{}", r.tables[0])?;
-        for n in &r.notes {
+/// Prints every workload's table with its notes, then the summary.
+fn print(tables: &[(Table, Vec<String>)], summary: &Table, out: &mut dyn Write) -> io::Result<()> {
+    for (t, notes) in tables {
+        writeln!(out, "\n{t}")?;
+        for n in notes {
             writeln!(out, "  * {n}")?;
         }
     }
-    writeln!(out, "\n{summary}")?;
-    if let Err(e) = write_json(o, reports, summary) {
-        eprintln!("mmkit bench: {e}");
-        return Ok(ExitCode::from(1));
-    }
-    if broken(reports) {
-        eprintln!("mmkit bench: mmkit broke its contract (see the notes above)");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    writeln!(out, "\n{summary}")
 }
 
 fn list(out: &mut dyn Write) -> io::Result<()> {
@@ -322,12 +314,8 @@ fn list(out: &mut dyn Write) -> io::Result<()> {
 /// The allocators named (mmkit first, always), or all.
 fn pick(names: &[String]) -> Result<Vec<Entry>, String> {
     let all = allocators();
-    if let Some(n) = names.iter().find(|n| !all.iter().any(|e| e.name == *n)) {
-        let known: Vec<_> = all.iter().map(|e| e.name).collect();
-        return Err(format!(
-            "unknown allocator {n:?}; known: {}",
-            known.join(", ")
-        ));
+    for n in names {
+        lookup("allocator", n, &all, |e| e.name)?;
     }
     Ok(all
         .into_iter()
@@ -343,12 +331,7 @@ fn choose(names: &[String]) -> Result<Vec<&'static Workload>, String> {
     }
     names
         .iter()
-        .map(|n| {
-            workload::ALL.iter().find(|w| w.name == n).ok_or_else(|| {
-                let known: Vec<_> = workload::ALL.iter().map(|w| w.name).collect();
-                format!("unknown workload {n:?}; known: {}", known.join(", "))
-            })
-        })
+        .map(|n| lookup("workload", n, workload::ALL, |w| w.name))
         .collect()
 }
 
@@ -377,7 +360,40 @@ fn run_workload(
     rows
 }
 
-/// mmkit's row at the same live count (the first row of each group).
+/// One allocator on one workload at one live count, as printed and
+/// written to `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRow {
+    workload: &'static str,
+    live: usize,
+    allocator: &'static str,
+    exact_by_design: bool,
+    skipped: bool,
+    ns_per_pair: Option<f64>,
+    mean_ns_per_pair: Option<f64>,
+    vs_mmkit: Option<f64>,
+    timed_pairs: Option<usize>,
+    warm_pairs: Option<usize>,
+    judged: Option<usize>,
+    lowest_fit_pct: Option<f64>,
+    failed_with_room: Option<usize>,
+    failed_full: Option<usize>,
+    violation: Option<String>,
+    wall_ms: Option<f64>,
+    notes: String,
+}
+
+const BENCH_COLS: [Col; 7] = [
+    col("live", "live", Fmt::Text),
+    col("allocator", "allocator", Fmt::Text),
+    col("ns_per_pair", "ns/pair", Fmt::Dec(0)),
+    col("vs_mmkit", "vs mmkit", Fmt::Ratio),
+    col("lowest_fit_pct", "lowest fit", Fmt::Pct(1)),
+    col("timed_pairs", "timed pairs", Fmt::Text),
+    col("notes", "notes", Fmt::Text),
+];
+
+/// mmkit's ns/pair at the same live count.
 fn mmkit_ns(rows: &[Row], live: usize) -> Option<f64> {
     rows.iter()
         .find(|r| r.live == live && r.name == Mmkit::name())
@@ -385,60 +401,53 @@ fn mmkit_ns(rows: &[Row], live: usize) -> Option<f64> {
         .map(Outcome::ns_per_pair)
 }
 
-fn report(w: &Workload, rows: &[Row], planned: usize) -> Report {
-    let mut t = Table::new(
-        format!("{}: {}", w.name, w.about),
-        &[
-            "live",
-            "allocator",
-            "ns/pair",
-            "vs mmkit",
-            "lowest fit",
-            "timed pairs",
-            "notes",
-        ],
-    );
-    let mut r = Report {
-        name: w.name.into(),
-        ..Report::default()
-    };
-    for row in rows {
-        let base = mmkit_ns(rows, row.live);
-        t.row(cells(row, base, planned));
-        r.rows.push(json_row(w, row, base));
-        if let Some(v) = row.out.as_ref().and_then(|o| o.violation.as_ref()) {
-            r.notes
-                .push(format!("{} at {} live: {v}", row.name, row.live));
-        }
-    }
-    r.tables.push(t);
-    r
+fn bench_rows(w: &Workload, rows: &[Row], planned: usize) -> Vec<BenchRow> {
+    rows.iter()
+        .map(|row| {
+            let o = row.out.as_ref();
+            let base = mmkit_ns(rows, row.live);
+            BenchRow {
+                workload: w.name,
+                live: row.live,
+                allocator: row.name,
+                exact_by_design: row.exact,
+                skipped: o.is_none(),
+                ns_per_pair: o.map(Outcome::ns_per_pair),
+                mean_ns_per_pair: o.map(Outcome::mean_ns_per_pair),
+                vs_mmkit: o.and_then(|o| ratio(o.ns_per_pair(), base?)),
+                timed_pairs: o.map(|o| o.pairs),
+                warm_pairs: o.map(|o| o.warm_pairs),
+                judged: o.map(|o| o.judged),
+                lowest_fit_pct: o.map(Outcome::lowest_pct),
+                failed_with_room: o.map(|o| o.failed_with_room),
+                failed_full: o.map(|o| o.failed_full),
+                violation: o.and_then(|o| o.violation.clone()),
+                wall_ms: o.map(|o| ms(o.wall)),
+                notes: o.map_or("skipped: no alignment above one page".into(), |o| {
+                    notes(row, o, planned)
+                }),
+            }
+        })
+        .collect()
 }
 
-fn cells(row: &Row, base: Option<f64>, planned: usize) -> Vec<String> {
-    let Some(o) = &row.out else {
-        let note = "skipped: no alignment above one page".to_string();
-        let dash = || "-".to_string();
-        return vec![
-            row.live.to_string(),
-            row.name.into(),
-            dash(),
-            dash(),
-            dash(),
-            dash(),
-            note,
-        ];
-    };
-    let ns = o.ns_per_pair();
-    vec![
-        row.live.to_string(),
-        row.name.into(),
-        format!("{ns:.0}"),
-        base.map_or("-".into(), |b| ratio(ns, b)),
-        format!("{:.1}%", o.lowest_pct()),
-        o.pairs.to_string(),
-        notes(row, o, planned),
-    ]
+/// A workload's table, and a note per broken promise.
+fn workload_table(w: &Workload, rows: Vec<BenchRow>) -> (Table, Vec<String>) {
+    let notes = rows
+        .iter()
+        .filter_map(|r| {
+            Some(format!(
+                "{} at {} live: {}",
+                r.allocator,
+                r.live,
+                r.violation.as_ref()?
+            ))
+        })
+        .collect();
+    (
+        Table::of(format!("{}: {}", w.name, w.about), &BENCH_COLS, &rows),
+        notes,
+    )
 }
 
 fn notes(row: &Row, o: &Outcome, planned: usize) -> String {
@@ -461,77 +470,79 @@ fn notes(row: &Row, o: &Outcome, planned: usize) -> String {
     n.join(", ")
 }
 
-fn json_row(w: &Workload, row: &Row, base: Option<f64>) -> serde_json::Value {
-    let o = row.out.as_ref();
-    json!({
-        "workload": w.name,
-        "live": row.live,
-        "allocator": row.name,
-        "exact_by_design": row.exact,
-        "skipped": o.is_none(),
-        "ns_per_pair": o.map(Outcome::ns_per_pair),
-        "mean_ns_per_pair": o.map(Outcome::mean_ns_per_pair),
-        "vs_mmkit": o.and_then(|o| base.map(|b| o.ns_per_pair() / b)),
-        "timed_pairs": o.map(|o| o.pairs),
-        "warm_pairs": o.map(|o| o.warm_pairs),
-        "judged": o.map(|o| o.judged),
-        "lowest_fit_pct": o.map(Outcome::lowest_pct),
-        "failed_with_room": o.map(|o| o.failed_with_room),
-        "failed_full": o.map(|o| o.failed_full),
-        "violation": o.and_then(|o| o.violation.clone()),
-        "wall_ms": o.map(|o| ms(o.wall)),
-    })
+/// mmkit against the fastest peer at one live count.
+#[derive(Debug, Clone, Serialize)]
+struct SummaryRow {
+    workload: &'static str,
+    live: usize,
+    mmkit_ns: f64,
+    fastest_peer: &'static str,
+    its_ns: f64,
+    mmkit_vs_fastest: Option<f64>,
+    its_lowest_fit_pct: f64,
+    exact_peer: Option<&'static str>,
+    exact_peer_vs_mmkit: Option<f64>,
 }
 
-/// The row with the fewest ns/pair.
-fn fastest<'a>(
-    rows: impl Iterator<Item = (&'a Row, &'a Outcome)>,
-) -> Option<(&'a Row, &'a Outcome)> {
-    rows.min_by(|a, b| a.1.ns_per_pair().total_cmp(&b.1.ns_per_pair()))
-}
+const SUMMARY_COLS: [Col; 9] = [
+    col("workload", "workload", Fmt::Text),
+    col("live", "live", Fmt::Text),
+    col("mmkit_ns", "mmkit ns", Fmt::Dec(0)),
+    col("fastest_peer", "fastest peer", Fmt::Text),
+    col("its_ns", "its ns", Fmt::Dec(0)),
+    col("mmkit_vs_fastest", "mmkit/fastest", Fmt::Ratio),
+    col("its_lowest_fit_pct", "its lowest fit", Fmt::Pct(1)),
+    col("exact_peer", "exact peer", Fmt::Text),
+    col("exact_peer_vs_mmkit", "it/mmkit", Fmt::Ratio),
+];
 
-/// Adds one summary line per live count: mmkit against the fastest peer.
-fn summarize(w: &Workload, rows: &[Row], t: &mut Table) {
+/// One summary line per live count: mmkit against the fastest peer.
+fn summarize(w: &Workload, rows: &[BenchRow]) -> Vec<SummaryRow> {
     let mut lives: Vec<usize> = rows.iter().map(|r| r.live).collect();
     lives.dedup();
-    for live in lives {
-        let Some(m) = mmkit_ns(rows, live) else {
-            continue;
-        };
-        let peers = || {
-            rows.iter()
-                .filter(move |r| r.live == live && r.name != Mmkit::name())
-                .filter_map(|r| r.out.as_ref().map(|o| (r, o)))
-        };
-        let Some((any, o)) = fastest(peers()) else {
-            continue;
-        };
-        let exact = fastest(peers().filter(|(r, _)| r.exact));
-        t.row(vec![
-            w.name.into(),
-            live.to_string(),
-            format!("{m:.0}"),
-            any.name.into(),
-            format!("{:.0}", o.ns_per_pair()),
-            ratio(m, o.ns_per_pair()),
-            format!("{:.1}%", o.lowest_pct()),
-            exact.map_or("-".into(), |(r, _)| r.name.to_string()),
-            exact.map_or("-".into(), |(_, e)| ratio(e.ns_per_pair(), m)),
-        ]);
+    let fastest = |it: &mut dyn Iterator<Item = &BenchRow>| {
+        it.filter(|r| r.ns_per_pair.is_some())
+            .min_by(|a, b| {
+                a.ns_per_pair
+                    .unwrap_or(f64::INFINITY)
+                    .total_cmp(&b.ns_per_pair.unwrap_or(f64::INFINITY))
+            })
+            .cloned()
+    };
+    lives
+        .into_iter()
+        .filter_map(|live| {
+            let m = rows
+                .iter()
+                .find(|r| r.live == live && r.allocator == Mmkit::name())?
+                .ns_per_pair?;
+            let peers = || {
+                rows.iter()
+                    .filter(move |r| r.live == live && r.allocator != Mmkit::name())
+            };
+            let any = fastest(&mut peers())?;
+            let exact = fastest(&mut peers().filter(|r| r.exact_by_design));
+            let its = any.ns_per_pair?;
+            Some(SummaryRow {
+                workload: w.name,
+                live,
+                mmkit_ns: m,
+                fastest_peer: any.allocator,
+                its_ns: its,
+                mmkit_vs_fastest: ratio(m, its),
+                its_lowest_fit_pct: any.lowest_fit_pct.unwrap_or(f64::NAN),
+                exact_peer: exact.as_ref().map(|e| e.allocator),
+                exact_peer_vs_mmkit: exact.and_then(|e| ratio(e.ns_per_pair?, m)),
+            })
+        })
+        .collect()
+}
+
+impl BenchRow {
+    /// Whether this is mmkit's row and mmkit broke a promise: a violation,
+    /// or an answer that was not the lowest fit.
+    pub fn mmkit_broke_contract(&self) -> bool {
+        self.allocator == Mmkit::name()
+            && (self.violation.is_some() || self.lowest_fit_pct.is_some_and(|p| p != 100.0))
     }
-}
-
-/// Whether mmkit itself broke a promise: a violation, or an answer that
-/// was not the lowest fit.
-fn broken(reports: &[Report]) -> bool {
-    reports.iter().flat_map(|r| &r.rows).any(|row| {
-        row["allocator"] == Mmkit::name()
-            && (!row["violation"].is_null() || row["lowest_fit_pct"].as_f64() != Some(100.0))
-    })
-}
-
-fn write_json(o: &BenchOptions, reports: &[Report], summary: &Table) -> std::io::Result<()> {
-    let Some(path) = &o.json else { return Ok(()) };
-    let doc = json!({ "machine": machine(), "reports": reports, "summary": summary });
-    std::fs::write(path, serde_json::to_string_pretty(&doc)?)
 }

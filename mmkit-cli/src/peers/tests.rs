@@ -264,10 +264,29 @@ fn names_on_the_command_line() {
 
 #[test]
 fn only_mmkit_problems_fail_the_run() {
-    let doc = |name: &str, pct: f64| Report {
-        rows: vec![json!({ "allocator": name, "violation": null, "lowest_fit_pct": pct })],
-        ..Report::default()
+    let row = |allocator: &'static str, pct: f64| BenchRow {
+        workload: "w",
+        live: 1,
+        allocator,
+        exact_by_design: true,
+        skipped: false,
+        ns_per_pair: Some(1.0),
+        mean_ns_per_pair: Some(1.0),
+        vs_mmkit: None,
+        timed_pairs: Some(1),
+        warm_pairs: Some(1),
+        judged: Some(1),
+        lowest_fit_pct: Some(pct),
+        failed_with_room: Some(0),
+        failed_full: Some(0),
+        violation: None,
+        wall_ms: Some(1.0),
+        notes: String::new(),
     };
-    assert!(!broken(&[doc("mmkit", 100.0), doc("xalloc-tlsf", 3.0)]));
-    assert!(broken(&[doc("mmkit", 99.9)]));
+    assert!(!row("mmkit", 100.0).mmkit_broke_contract());
+    assert!(!row("xalloc-tlsf", 3.0).mmkit_broke_contract());
+    assert!(row("mmkit", 99.9).mmkit_broke_contract());
+    let mut v = row("mmkit", 100.0);
+    v.violation = Some("overlap".into());
+    assert!(v.mmkit_broke_contract());
 }

@@ -1,0 +1,358 @@
+//! The trace format `mmkit replay` reads (see `docs/trace-format.md`):
+//! parsing only, streamed line by line, with the line number of the first
+//! malformed line. The library target exposes it for the fuzz target.
+//!
+//! ```text
+//! lazymax BYTES                 optional, before or after space
+//! space START END               the managed space [START, END); first command
+//! alloc ID SIZE [align A] [range VSTART VEND]
+//! free ID                       free what ID's last successful alloc returned
+//! lazy ID                       the same, lazily
+//! freeat ADDR                   free a raw address
+//! purge
+//! ```
+
+use std::fmt;
+use std::io::BufRead;
+
+/// One trace command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cmd {
+    /// `space START END`: the managed space, `START < END`.
+    Space(u64, u64),
+    /// `lazymax BYTES`.
+    LazyMax(u64),
+    /// `alloc ID SIZE [align A] [range VSTART VEND]`; align defaults to 1,
+    /// the range to the whole space.
+    Alloc {
+        /// The name later `free`/`lazy` lines use.
+        id: String,
+        /// Bytes.
+        size: u64,
+        /// Alignment (validated by the allocator, not the parser).
+        align: u64,
+        /// The window `[vstart, vend)`.
+        range: Option<(u64, u64)>,
+    },
+    /// `free ID`.
+    Free(String),
+    /// `lazy ID`.
+    Lazy(String),
+    /// `freeat ADDR`.
+    FreeAt(u64),
+    /// `purge`.
+    Purge,
+}
+
+impl Cmd {
+    /// The command's first word in the trace.
+    fn keyword(&self) -> &'static str {
+        match self {
+            Cmd::Space(..) => "space",
+            Cmd::LazyMax(_) => "lazymax",
+            Cmd::Alloc { .. } => "alloc",
+            Cmd::Free(_) => "free",
+            Cmd::Lazy(_) => "lazy",
+            Cmd::FreeAt(_) => "freeat",
+            Cmd::Purge => "purge",
+        }
+    }
+}
+
+/// A malformed trace: the line (1-based) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong.
+    pub msg: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.msg)
+    }
+}
+
+const USAGE: &str = "`alloc ID SIZE [align A] [range VSTART VEND]`";
+
+/// Parses a number: decimal, or hex with a `0x` prefix.
+fn number(tok: &str) -> Result<u64, String> {
+    let parsed = match tok.strip_prefix("0x").or_else(|| tok.strip_prefix("0X")) {
+        Some(hex) if !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            u64::from_str_radix(hex, 16)
+        }
+        None if !tok.is_empty() && tok.bytes().all(|b| b.is_ascii_digit()) => tok.parse(),
+        _ => return Err(format!("{tok:?} is not a number (decimal or 0x hex)")),
+    };
+    parsed.map_err(|_| format!("{tok:?} does not fit in 64 bits"))
+}
+
+/// Exactly `n` operands after the keyword.
+fn operands<'a>(words: &[&'a str], n: usize, usage: &str) -> Result<Vec<&'a str>, String> {
+    if words.len() != n + 1 {
+        return Err(format!(
+            "expected {usage}, got {} operand(s)",
+            words.len() - 1
+        ));
+    }
+    Ok(words[1..].to_vec())
+}
+
+fn parse_alloc(words: &[&str]) -> Result<Cmd, String> {
+    let (id, size) = match words {
+        [_, id, size, ..] => (id.to_string(), number(size)?),
+        _ => return Err(format!("expected {USAGE}")),
+    };
+    let (mut align, mut range) = (None, None);
+    let mut rest = &words[3..];
+    while let Some((&key, tail)) = rest.split_first() {
+        match (key, tail) {
+            ("align", [a, ..]) if align.is_none() => {
+                align = Some(number(a)?);
+                rest = &tail[1..];
+            }
+            ("range", [s, e, ..]) if range.is_none() => {
+                range = Some((number(s)?, number(e)?));
+                rest = &tail[2..];
+            }
+            _ => return Err(format!("unexpected {key:?}; expected {USAGE}")),
+        }
+    }
+    let align = align.unwrap_or(1);
+    Ok(Cmd::Alloc {
+        id,
+        size,
+        align,
+        range,
+    })
+}
+
+/// One non-empty line, comment stripped, split into words.
+fn parse_line(words: &[&str]) -> Result<Cmd, String> {
+    match words[0] {
+        "space" => {
+            let ops = operands(words, 2, "`space START END`")?;
+            let (s, e) = (number(ops[0])?, number(ops[1])?);
+            if s >= e {
+                return Err(format!("space [{s:#x}, {e:#x}) is empty"));
+            }
+            Ok(Cmd::Space(s, e))
+        }
+        "lazymax" => Ok(Cmd::LazyMax(number(
+            operands(words, 1, "`lazymax BYTES`")?[0],
+        )?)),
+        "alloc" => parse_alloc(words),
+        "free" => Ok(Cmd::Free(operands(words, 1, "`free ID`")?[0].to_string())),
+        "lazy" => Ok(Cmd::Lazy(operands(words, 1, "`lazy ID`")?[0].to_string())),
+        "freeat" => Ok(Cmd::FreeAt(number(
+            operands(words, 1, "`freeat ADDR`")?[0],
+        )?)),
+        "purge" => operands(words, 0, "`purge`").map(|_| Cmd::Purge),
+        other => Err(format!("unknown command {other:?}")),
+    }
+}
+
+/// A trace read line by line: each item is a command with its 1-based line
+/// number, or the first malformed (or unreadable) line, after which the
+/// iterator ends. `space` must come before every command but `lazymax`,
+/// exactly once.
+pub struct Commands<R> {
+    src: R,
+    buf: Vec<u8>,
+    line: usize,
+    space: Option<(u64, u64)>,
+    failed: bool,
+}
+
+impl<R: BufRead> Commands<R> {
+    /// Reads commands from `src`.
+    pub fn new(src: R) -> Self {
+        Commands {
+            src,
+            buf: Vec::new(),
+            line: 0,
+            space: None,
+            failed: false,
+        }
+    }
+
+    /// The next command, `None` at the end, or the first bad line.
+    fn next_cmd(&mut self) -> Result<Option<(usize, Cmd)>, ParseError> {
+        loop {
+            self.buf.clear();
+            let read = self.src.read_until(b'\n', &mut self.buf);
+            let n = read.map_err(|e| self.error(self.line + 1, format!("reading: {e}")))?;
+            if n == 0 {
+                return match self.space {
+                    Some(_) => Ok(None),
+                    None => Err(self.error(self.line.max(1), "the trace has no `space` command")),
+                };
+            }
+            self.line += 1;
+            let text = std::str::from_utf8(&self.buf)
+                .map_err(|_| self.error(self.line, "not valid UTF-8"))?;
+            let words: Vec<&str> = text
+                .split('#')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            if words.is_empty() {
+                continue;
+            }
+            let cmd = self.check_order(parse_line(&words))?;
+            return Ok(Some((self.line, cmd)));
+        }
+    }
+
+    /// Keeps the `space` rules: once, before every command but `lazymax`.
+    fn check_order(&mut self, cmd: Result<Cmd, String>) -> Result<Cmd, ParseError> {
+        let cmd = cmd.map_err(|msg| self.error(self.line, msg))?;
+        match cmd {
+            Cmd::Space(..) if self.space.is_some() => {
+                Err(self.error(self.line, "a second `space` command"))
+            }
+            Cmd::Space(s, e) => {
+                self.space = Some((s, e));
+                Ok(cmd)
+            }
+            Cmd::LazyMax(_) => Ok(cmd),
+            _ if self.space.is_none() => Err(self.error(
+                self.line,
+                format!("`{}` before the `space` command", cmd.keyword()),
+            )),
+            _ => Ok(cmd),
+        }
+    }
+
+    fn error(&self, line: usize, msg: impl Into<String>) -> ParseError {
+        ParseError {
+            line,
+            msg: msg.into(),
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for Commands<R> {
+    type Item = Result<(usize, Cmd), ParseError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let item = self.next_cmd().transpose();
+        self.failed = matches!(item, Some(Err(_)));
+        item
+    }
+}
+
+/// Reads the whole trace once, checking every line; returns its space.
+///
+/// # Errors
+/// The first malformed or unreadable line, with its number.
+pub fn check_trace(src: impl BufRead) -> Result<(u64, u64), ParseError> {
+    let mut cmds = Commands::new(src);
+    let mut space = None;
+    for item in &mut cmds {
+        if let (_, Cmd::Space(s, e)) = item? {
+            space = Some((s, e));
+        }
+    }
+    // A trace without a space ends in an error above, so this is set.
+    space.ok_or_else(|| cmds.error(1, "the trace has no `space` command"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Vec<(usize, Cmd)>, ParseError> {
+        Commands::new(text.as_bytes()).collect()
+    }
+
+    fn err_line(text: &str) -> usize {
+        parse(text).expect_err("must be malformed").line
+    }
+
+    #[test]
+    fn parses_every_command() {
+        let t = parse(
+            "# a comment\nlazymax 0x2000\n\nspace 0x1000 65536  # trailing\n\
+             alloc a 4096\nalloc b 0X10 align 8 range 0 0x8000\nalloc c 1 range 1 2 align 2\n\
+             free a\nlazy b\nfreeat 0xdead\npurge\n",
+        )
+        .unwrap();
+        let alloc = |id: &str, size, align, range| Cmd::Alloc {
+            id: id.into(),
+            size,
+            align,
+            range,
+        };
+        assert_eq!(
+            t,
+            vec![
+                (2, Cmd::LazyMax(0x2000)),
+                (4, Cmd::Space(0x1000, 65536)),
+                (5, alloc("a", 4096, 1, None)),
+                (6, alloc("b", 16, 8, Some((0, 0x8000)))),
+                (7, alloc("c", 1, 2, Some((1, 2)))),
+                (8, Cmd::Free("a".into())),
+                (9, Cmd::Lazy("b".into())),
+                (10, Cmd::FreeAt(0xdead)),
+                (11, Cmd::Purge),
+            ]
+        );
+    }
+
+    #[test]
+    fn numbers_at_the_limits() {
+        assert_eq!(number("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(number("0xffffffffffffffff"), Ok(u64::MAX));
+        for bad in [
+            "18446744073709551616",
+            "0x10000000000000000",
+            "0x",
+            "-1",
+            "1e3",
+            "0b1",
+            "12a",
+            "",
+        ] {
+            assert!(number(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_lines_name_their_line() {
+        assert_eq!(err_line("space 0 10\nalloc a\n"), 2);
+        assert_eq!(err_line("space 0 10\n\n# c\nalloc a x\n"), 4);
+        assert_eq!(err_line("space 0 10\nalloc a 1 align\n"), 2);
+        assert_eq!(err_line("space 0 10\nalloc a 1 align 2 align 4\n"), 2);
+        assert_eq!(err_line("space 0 10\nalloc a 1 range 5\n"), 2);
+        assert_eq!(err_line("space 0 10\nalloc a 1 bogus\n"), 2);
+        assert_eq!(err_line("space 0 10\nfree\n"), 2);
+        assert_eq!(err_line("space 0 10\nfree a b\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge now\n"), 2);
+        assert_eq!(err_line("space 0 10\nfreeat -3\n"), 2);
+        assert_eq!(err_line("space 0 10\nmalloc a 1\n"), 2);
+        assert_eq!(err_line("space 0 10\nspace 0 20\n"), 2);
+        assert_eq!(err_line("space 10 10\n"), 1);
+        assert_eq!(err_line("space 0x10\n"), 1);
+        assert_eq!(err_line("alloc a 1\nspace 0 10\n"), 1);
+        assert_eq!(err_line("lazymax 5\n\n"), 2);
+        assert_eq!(err_line(""), 1);
+        assert_eq!(err_line("space 0 10\nlazymax 99999999999999999999\n"), 2);
+    }
+
+    /// Issue 12, defect 6: bytes that are not UTF-8 name their line too.
+    #[test]
+    fn non_utf8_lines_name_their_line() {
+        let mut cmds = Commands::new(&b"space 0 10\n\nalloc a \xff\nalloc b 1\n"[..]);
+        assert!(matches!(cmds.next(), Some(Ok((1, Cmd::Space(0, 10))))));
+        let err = cmds.next().unwrap().unwrap_err();
+        assert_eq!((err.line, err.msg.as_str()), (3, "not valid UTF-8"));
+        assert!(cmds.next().is_none(), "nothing after the first bad line");
+        assert_eq!(check_trace(&b"space 0 1\n\xc3\n"[..]).unwrap_err().line, 2);
+    }
+}
