@@ -14,8 +14,23 @@
 //! - `fix_align`: test_vmalloc's fix_align_alloc_test, 6 pages aligned to
 //!   32 KiB then a lazy free, with the kernel's 64 MiB lazy threshold: every
 //!   allocation splits the last free block and every 2700th purges.
+//!
+//! And `locked_threads/<n>`: `n` threads share one `range::Locked`
+//! allocator holding 10^4 live areas, each thread churning its own 64 areas
+//! of test_vmalloc's random sizes (1..100 pages plus a guard page, lazy
+//! frees, the kernel's 64 MiB threshold): free its oldest, allocate a new
+//! one. The time is wall time per pair over all threads (issue 9: 2 threads
+//! at most 1.3x of 1); a thread's own latency per pair is n times that.
+//! `guarded_parking_lot/<n>` and `guarded_spin/<n>` run the same churn
+//! through `lock::Guarded` over parking_lot's and spin's raw mutexes.
+
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use mmkit::error::{AllocError, FreeError};
+use mmkit::lock::Guarded;
+use mmkit::range::Locked;
 use mmkit::vmap::VmapAllocator;
 
 const PAGE: u64 = 4096;
@@ -94,5 +109,104 @@ fn aligned(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, alloc_free, aligned);
+/// The calls the churn makes, on any shared wrapper.
+trait Shared: Sync {
+    fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError>;
+    fn free(&self, addr: u64) -> Result<u64, FreeError>;
+    fn free_lazy(&self, addr: u64) -> Result<u64, FreeError>;
+}
+
+impl Shared for Locked<VmapAllocator> {
+    fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
+        Locked::alloc(self, size, align)
+    }
+    fn free(&self, addr: u64) -> Result<u64, FreeError> {
+        Locked::free(self, addr)
+    }
+    fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
+        Locked::free_lazy(self, addr)
+    }
+}
+
+impl<M: lock_api::RawMutex + Sync + Send> Shared for Guarded<M, VmapAllocator> {
+    fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
+        Guarded::alloc(self, size, align)
+    }
+    fn free(&self, addr: u64) -> Result<u64, FreeError> {
+        Guarded::free(self, addr)
+    }
+    fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
+        Guarded::free_lazy(self, addr)
+    }
+}
+
+/// An allocator with `n` live areas of test_vmalloc's sizes.
+fn churn_space(n: usize) -> VmapAllocator {
+    let mut va = VmapAllocator::new(0xffff_c900_0000_0000, 0xffff_e900_0000_0000).unwrap();
+    va.set_lazy_max(64 << 20);
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    for _ in 0..n {
+        va.alloc((2 + next(&mut x) % 100) * PAGE, PAGE).unwrap();
+    }
+    va
+}
+
+/// Wall time of `n` threads doing `iters` pairs in all on `va` (see the
+/// module docs), started together.
+fn locked_pairs(va: &impl Shared, n: usize, iters: u64) -> Duration {
+    let start = Barrier::new(n);
+    let per_thread = iters.div_ceil(n as u64);
+    let took = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n as u64)
+            .map(|t| {
+                let start = &start;
+                s.spawn(move || {
+                    let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (t + 1);
+                    let mut own: std::collections::VecDeque<u64> = (0..64)
+                        .map(|_| va.alloc((2 + next(&mut x) % 100) * PAGE, PAGE).unwrap())
+                        .collect();
+                    start.wait();
+                    let t0 = Instant::now();
+                    for _ in 0..per_thread {
+                        va.free_lazy(own.pop_front().unwrap()).unwrap();
+                        own.push_back(va.alloc((2 + next(&mut x) % 100) * PAGE, PAGE).unwrap());
+                    }
+                    let took = t0.elapsed();
+                    for a in own {
+                        va.free(a).unwrap();
+                    }
+                    took
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .max()
+            .unwrap()
+    });
+    // Wall time for `iters` pairs in all.
+    took.mul_f64(iters as f64 / (per_thread * n as u64) as f64)
+}
+
+fn locked_threads(c: &mut Criterion) {
+    let mut g = c.benchmark_group("locked_threads");
+    for n in [1usize, 2] {
+        let va = Locked::new(churn_space(10_000));
+        g.bench_function(format!("{n}"), |b| {
+            b.iter_custom(|iters| locked_pairs(&va, n, iters))
+        });
+        let va: Guarded<parking_lot::RawMutex, _> = Guarded::new(churn_space(10_000));
+        g.bench_function(format!("guarded_parking_lot/{n}"), |b| {
+            b.iter_custom(|iters| locked_pairs(&va, n, iters))
+        });
+        let va: Guarded<spin::Mutex<()>, _> = Guarded::new(churn_space(10_000));
+        g.bench_function(format!("guarded_spin/{n}"), |b| {
+            b.iter_custom(|iters| locked_pairs(&va, n, iters))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, alloc_free, aligned, locked_threads);
 criterion_main!(benches);
