@@ -256,7 +256,7 @@ impl AreaChunk {
 /// The area-map percpu allocator (Linux 3.15-4.13), the baseline of seed
 /// 003; see the [module docs](self).
 ///
-/// # Example
+/// # Examples
 /// ```
 /// use mmkit::baseline::area_map::AreaMapAllocator;
 /// use mmkit::percpu::PercpuAlloc;

@@ -72,7 +72,7 @@ struct Area {
 ///   than any request that uses the cache (`size > cached_hole_size`, for
 ///   alignments `>= cached_align`).
 ///
-/// # Example
+/// # Examples
 /// ```
 /// use mmkit::baseline::linear_vmap::LinearVmap;
 /// use mmkit::range::RangeAllocator;

@@ -37,7 +37,7 @@ use super::bitmap;
 /// (after an allocation that cuts the chunk's contig run, or a free that
 /// spans blocks or frees a whole block) makes it exact again.
 ///
-/// # Example
+/// # Examples
 /// ```
 /// use mmkit::percpu::BlockMd;
 /// let mut md = BlockMd::new_free(1024);

@@ -76,7 +76,7 @@ pub const SLOT_FAIL_THRESHOLD: usize = 3;
 
 /// A percpu allocation: the chunk and the offset inside each of its units.
 ///
-/// # Example
+/// # Examples
 /// ```
 /// use mmkit::percpu::{PcpuPtr, PercpuAlloc, PercpuAllocator};
 /// let mut a = PercpuAllocator::new(64 << 10).unwrap();
@@ -93,7 +93,7 @@ pub struct PcpuPtr {
 
 /// Counters and sizes reported by [`PercpuAlloc::stats`].
 ///
-/// # Example
+/// # Examples
 /// ```
 /// use mmkit::percpu::{PercpuAlloc, PercpuAllocator};
 /// let mut a = PercpuAllocator::new(32 << 10).unwrap();
@@ -131,7 +131,7 @@ pub struct PercpuStats {
 ///
 /// Bad input gets a typed error and changes nothing.
 ///
-/// # Example
+/// # Examples
 /// ```
 /// use mmkit::baseline::area_map::AreaMapAllocator;
 /// use mmkit::percpu::{PercpuAlloc, PercpuAllocator};
@@ -212,7 +212,7 @@ pub(crate) fn free_slot(unit_size: u64) -> usize {
 /// - At most one chunk is wholly free.
 /// - Each chunk keeps the invariants in the module docs.
 ///
-/// # Example
+/// # Examples
 /// ```
 /// use mmkit::percpu::{PercpuAlloc, PercpuAllocator};
 /// let mut a = PercpuAllocator::new(32 << 10).unwrap();
