@@ -20,12 +20,15 @@ use indicatif::ProgressBar;
 use mmkit::baseline::linear_vmap::LinearVmap;
 use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
-/// The one lock of stress mode: a FIFO ticket lock whose waiters spin, as
-/// the kernel's spinlock (a ticket lock before 4.2, a queued one since).
-/// A parking lock (parking_lot's `FairMutex`, used before) hands over by
-/// waking a sleeping thread: on an idle VM that costs ~20 us per operation
-/// and measures the wake-up, not the allocators.
-type TicketLock<T> = spin::mutex::TicketMutex<T>;
+/// The one lock of stress mode: a FIFO ticket lock, as the kernel's
+/// spinlock (a ticket lock before 4.2, a queued one since). A waiter
+/// yields its CPU between looks, so a holder or the next ticket that the
+/// scheduler put aside (more threads than CPUs) gets to run; with a CPU
+/// each, the yield returns at once and the waiter spins. A parking lock
+/// (parking_lot's `FairMutex`, used before) hands over by waking a sleeping
+/// thread: on an idle VM that costs ~20 us per operation and measured the
+/// wake-up, not the allocators.
+type TicketLock<T> = spin::mutex::TicketMutex<T, spin::relax::Yield>;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -624,7 +627,7 @@ fn notes(r: &mut Report, m: &Measured, loops: u64, threads: usize) {
         format!(
             "stress mode ran {} times; its timings depend on how the threads' tests overlap (the baseline \
              suffers most when long_busy_list overlaps other tests), hence the median and the range; the one \
-             lock is a FIFO ticket lock whose waiters spin (spin::mutex::TicketMutex), as the kernel's spinlock",
+             lock is a FIFO ticket lock whose waiters spin, yielding the CPU between looks (spin::mutex::TicketMutex), as the kernel's spinlock",
             m.stress.len()
         ),
         "the baseline keeps the exact lowest fit: it restarts its walk when size <= cached_hole_size, \
