@@ -20,15 +20,35 @@ use indicatif::ProgressBar;
 use mmkit::baseline::linear_vmap::LinearVmap;
 use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
-/// The one lock of stress mode: a FIFO ticket lock, as the kernel's
-/// spinlock (a ticket lock before 4.2, a queued one since). A waiter
-/// yields its CPU between looks, so a holder or the next ticket that the
-/// scheduler put aside (more threads than CPUs) gets to run; with a CPU
-/// each, the yield returns at once and the waiter spins. A parking lock
-/// (parking_lot's `FairMutex`, used before) hands over by waking a sleeping
-/// thread: on an idle VM that costs ~20 us per operation and measured the
-/// wake-up, not the allocators.
-type TicketLock<T> = spin::mutex::TicketMutex<T, spin::relax::Yield>;
+/// The one lock of stress mode: a FIFO ticket lock whose waiters spin, as
+/// the kernel's spinlock (a ticket lock before 4.2, a queued one since).
+/// A parking lock (parking_lot's `FairMutex`, used before) hands over by
+/// waking a sleeping thread: on an idle VM that costs ~20 us per operation
+/// and measured the wake-up, not the allocators.
+type TicketLock<T> = spin::mutex::TicketMutex<T, SpinThenYield>;
+
+/// Waiting for the ticket lock: spin, and every 128th look yield the CPU, so
+/// that with more threads than CPUs (vmalloc-real's oversubscribed stress)
+/// the holder or the next ticket, put aside by the scheduler, gets to run.
+/// A pure spin convoys there (a scheduler slice per hand-over); a yield at
+/// every look costs a system call per look when each thread has a CPU.
+struct SpinThenYield;
+
+impl spin::relax::RelaxStrategy for SpinThenYield {
+    fn relax() {
+        thread_local!(static LOOKS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
+        let n = LOOKS.with(|l| {
+            let n = l.get().wrapping_add(1);
+            l.set(n);
+            n
+        });
+        if n % 128 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -627,7 +647,7 @@ fn notes(r: &mut Report, m: &Measured, loops: u64, threads: usize) {
         format!(
             "stress mode ran {} times; its timings depend on how the threads' tests overlap (the baseline \
              suffers most when long_busy_list overlaps other tests), hence the median and the range; the one \
-             lock is a FIFO ticket lock whose waiters spin, yielding the CPU between looks (spin::mutex::TicketMutex), as the kernel's spinlock",
+             lock is a FIFO ticket lock whose waiters spin (spin::mutex::TicketMutex; every 128th look yields the CPU), as the kernel's spinlock",
             m.stress.len()
         ),
         "the baseline keeps the exact lowest fit: it restarts its walk when size <= cached_hole_size, \
