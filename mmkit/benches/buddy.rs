@@ -29,50 +29,9 @@ use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig, PcpZone};
 use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType, Placement};
 
 const FRAMES: u64 = 262_144;
-const NIL: u32 = u32::MAX;
-
-/// The baseline: a doubly-linked list threaded through two vectors.
-struct VecList {
-    head: u32,
-    next: Vec<u32>,
-    prev: Vec<u32>,
-}
-
-impl VecList {
-    fn new(n: u32) -> Self {
-        let mut l = VecList {
-            head: NIL,
-            next: vec![NIL; n as usize],
-            prev: vec![NIL; n as usize],
-        };
-        for i in (0..n).step_by(2) {
-            l.push(i);
-        }
-        l
-    }
-
-    fn push(&mut self, i: u32) {
-        self.prev[i as usize] = NIL;
-        self.next[i as usize] = self.head;
-        if self.head != NIL {
-            self.prev[self.head as usize] = i;
-        }
-        self.head = i;
-    }
-
-    fn pop(&mut self) -> Option<u32> {
-        let i = self.head;
-        if i == NIL {
-            return None;
-        }
-        let n = self.next[i as usize];
-        if n != NIL {
-            self.prev[n as usize] = NIL;
-        }
-        self.head = n;
-        Some(i)
-    }
-}
+#[path = "common/vec_list.rs"]
+mod vec_list;
+use vec_list::VecList;
 
 fn zone(placement: Placement) -> BuddyAllocator {
     let cfg = BuddyConfig {

@@ -27,50 +27,9 @@ use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
 
 const START: u64 = 0x10_0000;
 const FRAMES: u64 = 262_144;
-const NIL: u32 = u32::MAX;
-
-/// The baseline list of `benches/buddy.rs`.
-struct VecList {
-    head: u32,
-    next: Vec<u32>,
-    prev: Vec<u32>,
-}
-
-impl VecList {
-    fn new(n: u32) -> Self {
-        let mut l = VecList {
-            head: NIL,
-            next: vec![NIL; n as usize],
-            prev: vec![NIL; n as usize],
-        };
-        for i in (0..n).step_by(2) {
-            l.push(i);
-        }
-        l
-    }
-
-    fn push(&mut self, i: u32) {
-        self.prev[i as usize] = NIL;
-        self.next[i as usize] = self.head;
-        if self.head != NIL {
-            self.prev[self.head as usize] = i;
-        }
-        self.head = i;
-    }
-
-    fn pop(&mut self) -> Option<u32> {
-        let i = self.head;
-        if i == NIL {
-            return None;
-        }
-        let n = self.next[i as usize];
-        if n != NIL {
-            self.prev[n as usize] = NIL;
-        }
-        self.head = n;
-        Some(i)
-    }
-}
+#[path = "../benches/common/vec_list.rs"]
+mod vec_list;
+use vec_list::VecList;
 
 fn zone() -> BuddyAllocator {
     let mut b = BuddyAllocator::new(START, FRAMES, BuddyConfig::default()).expect("valid zone");
