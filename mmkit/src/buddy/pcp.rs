@@ -485,41 +485,52 @@ impl PcpZone {
     /// ```
     #[inline(always)]
     pub fn free(&mut self, cpu: usize, pfn: u64, order: u8) -> Result<(), FreeError> {
-        if cpu >= self.cpus.len() || order > self.zone.cfg.max_order {
+        if order > self.zone.cfg.max_order {
             return Err(FreeError::Invalid);
         }
+        // The list set and the tag are looked up before anything is
+        // stored: a byte store may alias any heap word as far as the
+        // compiler knows, so lookups after it would be loaded again.
+        let lists = self.cpus.get_mut(cpu).ok_or(FreeError::Invalid)?;
         // One bounds check: the owner tags span the zone.
         let owner = usize::try_from(pfn.wrapping_sub(self.zone.start))
             .ok()
             .and_then(|i| self.owner.get_mut(i))
             .ok_or(FreeError::Invalid)?;
-        let t = *owner;
-        if t & 1 == 0 || (t >> 1) & 0xf != order {
-            return Err(FreeError::NotAllocated);
+        // One compare both validates the tag (allocated, this order) and
+        // picks the list of the most common type, Movable, whose address
+        // is then a constant: it does not wait for the tag's load
+        // (computing the list from the tag made the pair 1.5x slower in
+        // `examples/pcp_pairs.rs`). `free` is always inlined so that a
+        // constant `order` folds the tag too.
+        if *owner != tag(order, MigrateType::Movable) {
+            return self.free_other_type(cpu, pfn, order);
         }
         *owner = 0;
-        // One arm per type, each with its list as a constant: the list's
-        // address then does not wait for the tag's load (computing it from
-        // the tag made the pair 1.5x slower in `examples/pcp_pairs.rs`).
-        // For the same reason `free` is always inlined: called, its list
-        // address is a register again.
-        match t >> 5 {
-            1 => self.free_to(cpu, pfn, order, MigrateType::Movable),
-            0 => self.free_to(cpu, pfn, order, MigrateType::Unmovable),
-            2 => self.free_to(cpu, pfn, order, MigrateType::Reclaimable),
-            _ => self.free_to(cpu, pfn, order, MigrateType::HighAtomic),
+        let Some(li) = pcp_index(order, MigrateType::Movable, self.zone.cfg.pageblock_order) else {
+            return self.free_direct(cpu, pfn, order);
+        };
+        lists.push(li, order, pfn);
+        if lists.count > u64::from(self.cfg.high) {
+            self.free_drain(cpu, li);
         }
+        Ok(())
     }
 
-    /// The rest of [`free`](Self::free), once the tag said the type.
-    #[inline(always)]
-    fn free_to(
-        &mut self,
-        cpu: usize,
-        pfn: u64,
-        order: u8,
-        mt: MigrateType,
-    ) -> Result<(), FreeError> {
+    /// [`free`](Self::free) of a block whose tag is not Movable of
+    /// `order`: another type, or not allocated (`cpu` and `pfn` are valid).
+    #[inline(never)]
+    fn free_other_type(&mut self, cpu: usize, pfn: u64, order: u8) -> Result<(), FreeError> {
+        let i = (pfn - self.zone.start) as usize;
+        let mt = [
+            MigrateType::Unmovable,
+            MigrateType::Reclaimable,
+            MigrateType::HighAtomic,
+        ]
+        .into_iter()
+        .find(|&mt| self.owner[i] == tag(order, mt))
+        .ok_or(FreeError::NotAllocated)?;
+        self.owner[i] = 0;
         let Some(li) = pcp_index(order, mt, self.zone.cfg.pageblock_order) else {
             return self.free_direct(cpu, pfn, order);
         };

@@ -1008,18 +1008,23 @@ impl RangeTree {
             ..Neighbours::default()
         };
         let mut at = self.root;
+        // The direction at each level is a coin flip for random keys, so
+        // the loop body has no branch on it: the last node on each side
+        // and the child to visit are picked by indexing with the
+        // direction. A mispredicted branch per level cost more than the
+        // rest of the descent.
+        let mut last = [NIL; 2];
+        let mut depth = [0; 2];
         while at != NIL {
             let n = ar.get(at);
-            if n.start >= key {
-                (nb.next, nb.next_depth) = (at, nb.path.len);
-                nb.path.push(at);
-                at = n.left;
-            } else {
-                (nb.prev, nb.prev_depth) = (at, nb.path.len);
-                nb.path.push(at);
-                at = n.right;
-            }
+            let right = usize::from(n.start < key);
+            last[right] = at;
+            depth[right] = nb.path.len;
+            nb.path.push(at);
+            at = [n.left, n.right][right];
         }
+        [nb.next, nb.prev] = last;
+        [nb.next_depth, nb.prev_depth] = depth;
         nb
     }
 
