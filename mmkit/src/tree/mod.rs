@@ -376,17 +376,28 @@ impl NodeArena {
         child: NodeId,
         before: (NodeId, u8, u64, AlignSummary),
     ) -> NodeId {
-        if self.shape(child) == before {
+        let now = self.shape(child);
+        if now == before {
             id
         } else {
-            self.rebalance(id)
+            // Same child with the same smax and summary: only its height
+            // changed, so id's maxima and summary still hold.
+            let values = (now.0, now.2, now.3) != (before.0, before.2, before.3);
+            self.rebalance_as(id, values)
         }
     }
 
     /// Updates `id` and restores the AVL balance at it; returns the subtree's
     /// new root.
     fn rebalance(&mut self, id: NodeId) -> NodeId {
-        self.update(id);
+        self.rebalance_as(id, true)
+    }
+
+    /// [`rebalance`](Self::rebalance); `values` false says that only a
+    /// child's height changed, so `id` needs no new maxima or summary
+    /// unless it rotates. A rotation updates the nodes it moves, so `id`
+    /// is updated first only when it stays (one summary per node).
+    fn rebalance_as(&mut self, id: NodeId, values: bool) -> NodeId {
         let (l, r) = {
             let n = &self.nodes[id as usize];
             (n.left, n.right)
@@ -407,6 +418,11 @@ impl NodeArena {
             }
             self.rotate_left(id)
         } else {
+            if values {
+                self.update(id);
+            } else {
+                self.n(id).height = 1 + hl.max(hr);
+            }
             id
         }
     }
@@ -501,7 +517,12 @@ impl Neighbours {
 /// ```
 #[derive(Debug, Clone)]
 pub struct RangeTree {
+    /// The AVL tree of every range but the highest.
     root: NodeId,
+    /// The highest range, kept out of the AVL tree (the *wilderness*; NIL
+    /// only when the tree is empty). See the module docs.
+    wild: NodeId,
+    /// Ranges in all, the wilderness included.
     len: usize,
     /// Whether this tree's summaries are exact and the search prunes by
     /// them (set by [`enable_summaries`](Self::enable_summaries)).
@@ -541,6 +562,7 @@ impl RangeTree {
     pub const fn new() -> Self {
         RangeTree {
             root: NIL,
+            wild: NIL,
             len: 0,
             summaries: false,
         }
@@ -565,6 +587,7 @@ impl RangeTree {
             ar,
             stack: [NIL; MAX_DEPTH],
             len: 0,
+            wild: self.wild,
         };
         it.push_left(self.root);
         it
@@ -600,7 +623,46 @@ impl RangeTree {
 
     /// The largest range length in the tree (0 when empty).
     pub fn max_len(&self, ar: &NodeArena) -> u64 {
-        ar.smax(self.root)
+        ar.smax(self.root).max(self.wild_len(ar))
+    }
+
+    /// The length of the wilderness (0 when the tree is empty).
+    #[inline]
+    fn wild_len(&self, ar: &NodeArena) -> u64 {
+        if self.wild == NIL {
+            0
+        } else {
+            ar.get(self.wild).len()
+        }
+    }
+
+    /// The highest range left the tree: the highest of the AVL tree, if
+    /// any, becomes the wilderness.
+    #[cold]
+    fn refill_wild(&mut self, ar: &mut NodeArena) {
+        debug_assert!(self.wild == NIL);
+        if self.root == NIL {
+            return;
+        }
+        let mut path = Path::new();
+        let mut at = self.root;
+        while ar.get(at).right != NIL {
+            path.push(at);
+            at = ar.get(at).right;
+        }
+        self.remove_at_path(ar, path.nodes(), at);
+        self.wild = at;
+        self.len += 1;
+    }
+
+    /// Takes the wilderness `id` out of the tree, detached.
+    fn remove_wild(&mut self, ar: &mut NodeArena, id: NodeId) {
+        debug_assert!(id == self.wild);
+        self.wild = NIL;
+        self.len -= 1;
+        self.refill_wild(ar);
+        let (s, e) = (ar.get(id).start, ar.get(id).end);
+        *ar.n(id) = Node::detached(s, e);
     }
 
     /// Links the detached node `id` into the tree. The caller guarantees its
@@ -609,6 +671,43 @@ impl RangeTree {
     /// # Complexity
     /// O(log n).
     pub fn insert(&mut self, ar: &mut NodeArena, id: NodeId) {
+        if self.wild == NIL {
+            self.wild = id;
+            self.len += 1;
+            return;
+        }
+        if ar.get(id).start > ar.get(self.wild).start {
+            // The new highest: the old wilderness joins the AVL tree.
+            let old = core::mem::replace(&mut self.wild, id);
+            self.avl_push_max(ar, old);
+        } else {
+            self.avl_insert(ar, id);
+        }
+    }
+
+    /// Links the detached node `id`, whose range lies above every range of
+    /// the AVL tree, as its new highest: at the end of the right spine, with
+    /// one bottom-up pass (the wilderness's splits and swaps).
+    fn avl_push_max(&mut self, ar: &mut NodeArena, id: NodeId) {
+        let mut path = Path::new();
+        let mut at = self.root;
+        while at != NIL {
+            path.push(at);
+            at = ar.get(at).right;
+        }
+        if ar.summaries {
+            ar.n(id).asum = ar.summarize(id);
+        }
+        self.len += 1;
+        match path.nodes().last() {
+            None => self.root = id,
+            Some(&p) => ar.n(p).right = id,
+        }
+        self.fix_up(ar, path.nodes(), path.len);
+    }
+
+    /// [`insert`](Self::insert) into the AVL tree (below the wilderness).
+    fn avl_insert(&mut self, ar: &mut NodeArena, id: NodeId) {
         let key = ar.get(id).start;
         if ar.summaries {
             // Detached: its subtree is its own range.
@@ -644,6 +743,9 @@ impl RangeTree {
     /// # Complexity
     /// O(log n).
     pub fn remove(&mut self, ar: &mut NodeArena, id: NodeId) {
+        if id == self.wild {
+            return self.remove_wild(ar, id);
+        }
         let key = ar.get(id).start;
         self.root = Self::remove_at(ar, self.root, key);
         let (s, e) = (ar.get(id).start, ar.get(id).end);
@@ -705,6 +807,10 @@ impl RangeTree {
     /// # Complexity
     /// O(log n).
     pub fn insert_at_neighbours(&mut self, ar: &mut NodeArena, id: NodeId, nb: &Neighbours) {
+        if self.wild == NIL || nb.prev == self.wild {
+            // Empty, or above the wilderness: `insert` swaps them.
+            return self.insert(ar, id);
+        }
         if ar.summaries {
             ar.n(id).asum = ar.summarize(id);
         }
@@ -734,6 +840,9 @@ impl RangeTree {
     /// # Complexity
     /// O(log n).
     pub fn remove_at_path(&mut self, ar: &mut NodeArena, ancestors: &[NodeId], id: NodeId) {
+        if id == self.wild {
+            return self.remove_wild(ar, id);
+        }
         let (l, r) = (ar.get(id).left, ar.get(id).right);
         if l == NIL || r == NIL {
             self.relink(ar, ancestors, id, if l == NIL { r } else { l });
@@ -810,6 +919,10 @@ impl RangeTree {
         let n = ar.n(id);
         (n.start, n.end) = (start, end);
         debug_assert!(ar.get(left).end <= start, "left not below the range");
+        if id == self.wild {
+            // The left part is the AVL tree's new highest.
+            return self.avl_push_max(ar, left);
+        }
         if ar.summaries {
             ar.n(left).asum = ar.summarize(left);
         }
@@ -849,6 +962,12 @@ impl RangeTree {
     /// O(log n).
     pub fn merge_at(&mut self, ar: &mut NodeArena, nb: &Neighbours) -> NodeId {
         let (start, end) = (ar.get(nb.prev).start, ar.get(nb.next).end);
+        if nb.next == self.wild {
+            // The wilderness grows down over the gap and the range below.
+            self.remove_at_path(ar, nb.prev_path(), nb.prev);
+            ar.n(self.wild).start = start;
+            return nb.prev;
+        }
         let (keep, gone, keep_depth, gone_depth) = if nb.prev_depth < nb.next_depth {
             (nb.prev, nb.next, nb.prev_depth, nb.next_depth)
         } else {
@@ -878,18 +997,25 @@ impl RangeTree {
     /// pass jump to `changed` (the nodes between saw nothing change).
     fn fix_up(&mut self, ar: &mut NodeArena, path: &[NodeId], changed: usize) {
         let mut i = path.len();
+        // Whether the subtree below `at` changed its root, smax or summary
+        // (not only its height): then `at` needs new maxima and summary.
+        let mut values = true;
         while i > 0 {
             i -= 1;
             let at = path[i];
             let before = ar.shape(at);
-            let new = ar.rebalance(at);
-            if ar.shape(new) == before && i != changed {
+            let new = ar.rebalance_as(at, values || i == changed);
+            let after = ar.shape(new);
+            if after == before && i != changed {
                 if i < changed {
                     return;
                 }
                 i = changed + 1;
                 continue;
             }
+            // `before` of the node at `changed` already shows its new
+            // range, not what its parent saw: the parent must update.
+            values = i == changed || (after.0, after.2, after.3) != (before.0, before.2, before.3);
             match i.checked_sub(1) {
                 None => self.root = new,
                 Some(j) => {
@@ -912,6 +1038,9 @@ impl RangeTree {
     /// # Complexity
     /// O(log n); stops early once an ancestor's values are unchanged.
     pub fn set_range(&mut self, ar: &mut NodeArena, id: NodeId, start: u64, end: u64) {
+        if id == self.wild {
+            return self.set_range_at(ar, &[], id, start, end);
+        }
         let old = ar.get(id).start;
         let mut path = Path::new();
         let mut at = self.root;
@@ -943,6 +1072,10 @@ impl RangeTree {
         ar.lower_floor(start, end);
         let n = ar.n(id);
         (n.start, n.end) = (start, end);
+        if id == self.wild {
+            // Outside the AVL tree: nothing above it to fix.
+            return;
+        }
         let mut summary_changed = false;
         if ar.summaries {
             let old = ar.get(id).asum;
@@ -981,6 +1114,9 @@ impl RangeTree {
     /// # Complexity
     /// O(log n).
     pub fn find(&self, ar: &NodeArena, start: u64) -> Option<NodeId> {
+        if self.wild != NIL && ar.get(self.wild).start <= start {
+            return (ar.get(self.wild).start == start).then_some(self.wild);
+        }
         let mut at = self.root;
         while at != NIL {
             let n = ar.get(at);
@@ -1025,6 +1161,15 @@ impl RangeTree {
         }
         [nb.next, nb.prev] = last;
         [nb.next_depth, nb.prev_depth] = depth;
+        // The wilderness is above every range of the AVL tree, with no
+        // ancestors (an empty path).
+        if self.wild != NIL {
+            if ar.get(self.wild).start < key {
+                (nb.prev, nb.prev_depth) = (self.wild, 0);
+            } else if nb.next == NIL {
+                (nb.next, nb.next_depth) = (self.wild, 0);
+            }
+        }
         nb
     }
 
@@ -1041,6 +1186,9 @@ impl RangeTree {
     /// # Complexity
     /// O(log n).
     pub fn containing(&self, ar: &NodeArena, addr: u64) -> Option<NodeId> {
+        if self.wild != NIL && ar.get(self.wild).start <= addr {
+            return (addr < ar.get(self.wild).end).then_some(self.wild);
+        }
         let mut at = self.root;
         let mut best = NIL;
         while at != NIL {
@@ -1096,19 +1244,45 @@ impl RangeTree {
         path: &mut Path,
     ) -> Option<(NodeId, u64)> {
         path.len = 0;
-        if lo >= hi || hi - lo < size || ar.smax(self.root) < size {
+        if lo >= hi || hi - lo < size {
             return None;
         }
-        let k = align.trailing_zeros();
-        let req = Request {
-            prune: self.summaries,
-            size,
-            align,
-            k,
-            lo,
-            hi,
-        };
-        Self::fit_at(ar, self.root, req, path)
+        if ar.smax(self.root) >= size {
+            let k = align.trailing_zeros();
+            let req = Request {
+                prune: self.summaries,
+                size,
+                align,
+                k,
+                lo,
+                hi,
+            };
+            if let Some(found) = Self::fit_at(ar, self.root, req, path) {
+                return Some(found);
+            }
+        }
+        // Every range of the AVL tree lies below the wilderness.
+        path.len = 0;
+        self.fit_in_wild(ar, size, align, lo, hi, crate::range::fit_in)
+    }
+
+    /// The fit `place(lo, hi, size, align)` finds in the wilderness clipped
+    /// to `[lo, hi)`, if any.
+    #[inline]
+    fn fit_in_wild(
+        &self,
+        ar: &NodeArena,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+        place: fn(u64, u64, u64, u64) -> Option<u64>,
+    ) -> Option<(NodeId, u64)> {
+        if self.wild == NIL {
+            return None;
+        }
+        let w = ar.get(self.wild);
+        place(w.start.max(lo), w.end.min(hi), size, align).map(|a| (self.wild, a))
     }
 
     /// The lowest fit in the subtree at `root`, whose largest range the
@@ -1223,6 +1397,40 @@ impl RangeTree {
         let summaries = self.summaries;
         Self::check_at(ar, self.root, summaries, &mut count, &mut prev_end, lo, hi)?;
         ensure!(
+            (self.wild == NIL) == (self.root == NIL && self.len == 0),
+            Structure,
+            "no wilderness in a non-empty tree, or one in an empty tree"
+        );
+        if self.wild != NIL {
+            let w = *ar.get(self.wild);
+            ensure!(
+                w.left == NIL && w.right == NIL && w.height == 1,
+                Structure @ w.start,
+                "the wilderness at {:#x} has links",
+                w.start
+            );
+            ensure!(w.start < w.end, Layout @ w.start, "empty wilderness at {:#x}", w.start);
+            ensure!(
+                lo <= w.start && w.end <= hi,
+                Bounds @ w.start,
+                "wilderness [{:#x}, {:#x}) outside [{lo:#x}, {hi:#x})",
+                w.start,
+                w.end
+            );
+            ensure!(
+                prev_end.map_or(true, |pe| pe <= w.start),
+                Layout @ w.start,
+                "the wilderness at {:#x} is not above every other range",
+                w.start
+            );
+            ensure!(
+                w.start.trailing_zeros().min(w.end.trailing_zeros()) >= ar.floor,
+                Hint @ w.start,
+                "wilderness finer than the granule floor"
+            );
+            count += 1;
+        }
+        ensure!(
             count == self.len,
             Accounting,
             "tree holds {count} nodes, len says {}",
@@ -1314,6 +1522,8 @@ pub struct Iter<'a> {
     ar: &'a NodeArena,
     stack: [NodeId; MAX_DEPTH],
     len: usize,
+    /// The wilderness, yielded last (NIL once yielded).
+    wild: NodeId,
 }
 
 impl Iter<'_> {
@@ -1331,7 +1541,8 @@ impl Iterator for Iter<'_> {
 
     fn next(&mut self) -> Option<NodeId> {
         if self.len == 0 {
-            return None;
+            let w = core::mem::replace(&mut self.wild, NIL);
+            return (w != NIL).then_some(w);
         }
         self.len -= 1;
         let id = self.stack[self.len];

@@ -60,7 +60,14 @@ impl RangeTree {
         path: &mut Path,
     ) -> Option<(NodeId, u64)> {
         path.len = 0;
-        if lo >= hi || hi - lo < size || ar.smax(self.root) < size {
+        if lo >= hi || hi - lo < size {
+            return None;
+        }
+        // The wilderness lies above every range of the AVL tree.
+        if let Some(found) = self.fit_in_wild(ar, size, align, lo, hi, top_fit) {
+            return Some(found);
+        }
+        if ar.smax(self.root) < size {
             return None;
         }
         let q = Down {

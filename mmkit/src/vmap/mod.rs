@@ -374,11 +374,14 @@ impl RangeAllocator for VmapAllocator {
         let mut areas = core::mem::take(&mut self.lazy.areas);
         // In address order, consecutive merges walk nearby tree paths (warm
         // in cache), and adjacent lazy areas join before touching the tree.
+        // Downwards, so that a batch at the top of the used space grows the
+        // wilderness (no path to fix) instead of a block in the tree whose
+        // every ancestor sees its length change.
         areas.sort_unstable();
         let mut run: Option<(u64, u64)> = None;
-        for &(s, e) in &areas {
+        for &(s, e) in areas.iter().rev() {
             run = match run {
-                Some((rs, re)) if re == s => Some((rs, e)),
+                Some((rs, re)) if e == rs => Some((s, re)),
                 Some((rs, re)) => {
                     self.merge_or_add(rs, re);
                     Some((s, e))
