@@ -22,7 +22,9 @@
 //! one. The time is wall time per pair over all threads (issue 9: 2 threads
 //! at most 1.3x of 1); a thread's own latency per pair is n times that.
 //! `guarded_parking_lot/<n>` and `guarded_spin/<n>` run the same churn
-//! through `lock::Guarded` over parking_lot's and spin's raw mutexes.
+//! through `lock::Guarded` over parking_lot's and spin's raw mutexes, and
+//! `pooled/<n>` through `vmap::pooled::PooledVmap` (inexact: per-CPU
+//! pools of freed areas in front of the one lock), each thread its own CPU.
 
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -31,6 +33,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use mmkit::error::{AllocError, FreeError};
 use mmkit::lock::Guarded;
 use mmkit::range::Locked;
+use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
 use mmkit::vmap::VmapAllocator;
 
 const PAGE: u64 = 4096;
@@ -109,35 +112,64 @@ fn aligned(c: &mut Criterion) {
     g.finish();
 }
 
-/// The calls the churn makes, on any shared wrapper.
+/// The calls the churn makes, on any shared wrapper; `cpu` is the calling
+/// thread's index (only the pooled front end uses it).
 trait Shared: Sync {
-    fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError>;
-    fn free(&self, addr: u64) -> Result<u64, FreeError>;
-    fn free_lazy(&self, addr: u64) -> Result<u64, FreeError>;
+    fn alloc(&self, cpu: usize, size: u64, align: u64) -> Result<u64, AllocError>;
+    fn free(&self, cpu: usize, addr: u64) -> Result<u64, FreeError>;
+    fn free_lazy(&self, cpu: usize, addr: u64) -> Result<u64, FreeError>;
 }
 
 impl Shared for Locked<VmapAllocator> {
-    fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
+    fn alloc(&self, _: usize, size: u64, align: u64) -> Result<u64, AllocError> {
         Locked::alloc(self, size, align)
     }
-    fn free(&self, addr: u64) -> Result<u64, FreeError> {
+    fn free(&self, _: usize, addr: u64) -> Result<u64, FreeError> {
         Locked::free(self, addr)
     }
-    fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
+    fn free_lazy(&self, _: usize, addr: u64) -> Result<u64, FreeError> {
         Locked::free_lazy(self, addr)
     }
 }
 
 impl<M: lock_api::RawMutex + Sync + Send> Shared for Guarded<M, VmapAllocator> {
-    fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
+    fn alloc(&self, _: usize, size: u64, align: u64) -> Result<u64, AllocError> {
         Guarded::alloc(self, size, align)
     }
-    fn free(&self, addr: u64) -> Result<u64, FreeError> {
+    fn free(&self, _: usize, addr: u64) -> Result<u64, FreeError> {
         Guarded::free(self, addr)
     }
-    fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
+    fn free_lazy(&self, _: usize, addr: u64) -> Result<u64, FreeError> {
         Guarded::free_lazy(self, addr)
     }
+}
+
+impl Shared for PooledVmap {
+    fn alloc(&self, cpu: usize, size: u64, align: u64) -> Result<u64, AllocError> {
+        PooledVmap::alloc(self, cpu, size, align)
+    }
+    fn free(&self, cpu: usize, addr: u64) -> Result<u64, FreeError> {
+        PooledVmap::free(self, cpu, addr)
+    }
+    fn free_lazy(&self, cpu: usize, addr: u64) -> Result<u64, FreeError> {
+        PooledVmap::free_lazy(self, cpu, addr)
+    }
+}
+
+/// [`churn_space`]'s live areas behind the pooled front end: the areas are
+/// allocated through it, so its busy shards know them.
+fn pooled_churn_space(n: usize) -> PooledVmap {
+    let cfg = PooledConfig {
+        lazy_max: 32 << 20, // the 64 MiB threshold over 2 CPUs
+        ..PooledConfig::default()
+    };
+    let va = VmapAllocator::new(0xffff_c900_0000_0000, 0xffff_e900_0000_0000).unwrap();
+    let p = PooledVmap::new(va, cfg).unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    for _ in 0..n {
+        p.alloc(0, (2 + next(&mut x) % 100) * PAGE, PAGE).unwrap();
+    }
+    p
 }
 
 /// An allocator with `n` live areas of test_vmalloc's sizes.
@@ -162,18 +194,23 @@ fn locked_pairs(va: &impl Shared, n: usize, iters: u64) -> Duration {
                 let start = &start;
                 s.spawn(move || {
                     let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (t + 1);
+                    let cpu = t as usize;
                     let mut own: std::collections::VecDeque<u64> = (0..64)
-                        .map(|_| va.alloc((2 + next(&mut x) % 100) * PAGE, PAGE).unwrap())
+                        .map(|_| {
+                            va.alloc(cpu, (2 + next(&mut x) % 100) * PAGE, PAGE)
+                                .unwrap()
+                        })
                         .collect();
                     start.wait();
                     let t0 = Instant::now();
                     for _ in 0..per_thread {
-                        va.free_lazy(own.pop_front().unwrap()).unwrap();
-                        own.push_back(va.alloc((2 + next(&mut x) % 100) * PAGE, PAGE).unwrap());
+                        va.free_lazy(cpu, own.pop_front().unwrap()).unwrap();
+                        let size = (2 + next(&mut x) % 100) * PAGE;
+                        own.push_back(va.alloc(cpu, size, PAGE).unwrap());
                     }
                     let took = t0.elapsed();
                     for a in own {
-                        va.free(a).unwrap();
+                        va.free(cpu, a).unwrap();
                     }
                     took
                 })
@@ -202,6 +239,10 @@ fn locked_threads(c: &mut Criterion) {
         });
         let va: Guarded<spin::Mutex<()>, _> = Guarded::new(churn_space(10_000));
         g.bench_function(format!("guarded_spin/{n}"), |b| {
+            b.iter_custom(|iters| locked_pairs(&va, n, iters))
+        });
+        let va = pooled_churn_space(10_000);
+        g.bench_function(format!("pooled/{n}"), |b| {
             b.iter_custom(|iters| locked_pairs(&va, n, iters))
         });
     }

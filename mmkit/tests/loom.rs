@@ -15,7 +15,10 @@
 //!   creates the block, the other finds it or creates another), on two
 //!   queues (two block creations racing for the global lock), and a map
 //!   racing an unmap that releases a whole block (index shard, queue and
-//!   global lock in both orders); `check()` after every schedule.
+//!   global lock in both orders); `check()` after every schedule;
+//! - `vmap::pooled::PooledVmap`: two CPUs pooling and reusing areas while
+//!   a drain returns the pools; an allocation that finds no space until it
+//!   drains another CPU's pool, racing that CPU's own frees.
 //!
 //! Not covered: the slot assignment (`NEXT_SLOT`, a relaxed counter whose
 //! every value is valid). `mmkit-vm`'s purge, over real mappings, has its
@@ -24,8 +27,9 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use mmkit::range::{Locked, RangeAllocator};
+use mmkit::range::Locked;
 use mmkit::vblock::{ConcurrentVblock, Config, Policy};
+use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
 use mmkit::vmap::VmapAllocator;
 
 const CFG: Config = Config {
@@ -134,5 +138,70 @@ fn vblock_map_races_a_block_release() {
         vb.check().unwrap();
         vb.unmap(x, 1).unwrap();
         vb.check().unwrap();
+    });
+}
+
+/// A pooled front end over `pages` pages where every lazy free purges at
+/// once (so areas reach the pools inside the modelled window).
+fn pooled(pages: u64) -> Arc<PooledVmap> {
+    let cfg = PooledConfig {
+        cpus: 2,
+        shards: 2,
+        granule: 4096,
+        classes: 4,
+        pool_max: 2,
+        lazy_max: 0,
+    };
+    Arc::new(PooledVmap::new(VmapAllocator::new(0, pages * 4096).unwrap(), cfg).unwrap())
+}
+
+#[test]
+fn pooled_cpus_reuse_while_a_drain_runs() {
+    loom::model(|| {
+        let p = pooled(4);
+        let a = p.alloc(0, 4096, 4096).unwrap();
+        let t = {
+            let p = p.clone();
+            thread::spawn(move || {
+                let b = p.alloc(1, 4096, 4096).unwrap();
+                p.free_lazy(1, b).unwrap();
+                p.alloc(1, 4096, 4096).unwrap()
+            })
+        };
+        p.free_lazy(0, a).unwrap();
+        p.drain();
+        let b = t.join().unwrap();
+        p.check().unwrap();
+        assert_eq!(
+            p.with_allocator(|va| va.stats().live_areas),
+            1 + p.stats(1).pooled
+        );
+        assert_eq!(p.free(0, b), Ok(4096));
+        p.check().unwrap();
+    });
+}
+
+#[test]
+fn pooled_alloc_drains_another_cpus_pool() {
+    loom::model(|| {
+        // Two pages: CPU 0 pools one, so CPU 1's two-page request fits only
+        // after it drains CPU 0's pool.
+        let p = pooled(2);
+        let a = p.alloc(0, 4096, 4096).unwrap();
+        let t = {
+            let p = p.clone();
+            thread::spawn(move || p.alloc(1, 8192, 4096))
+        };
+        p.free_lazy(0, a).unwrap();
+        let got = t.join().unwrap();
+        // The request raced the free: before it, the page was live and
+        // nothing fits; after it, the drain finds the page.
+        if let Ok(b) = got {
+            assert_eq!(b, 0);
+            assert_eq!(p.free(1, b), Ok(8192));
+        }
+        p.drain();
+        p.check().unwrap();
+        assert_eq!(p.with_allocator(|va| va.stats().free_blocks), 1);
     });
 }

@@ -31,6 +31,8 @@ use crate::tree::{NodeArena, NodeId, Path, RangeTree, NIL};
 
 mod api;
 mod busy;
+#[cfg(feature = "std")]
+pub mod pooled;
 use alloc::vec::Vec;
 use busy::BusyIndex;
 

@@ -1,0 +1,559 @@
+//! [`PooledVmap`]: per-CPU pools of freed areas in front of one shared
+//! [`VmapAllocator`], after Linux 6.9's *vmap nodes* (Uladzislau Rezki,
+//! "mm: vmalloc: Add a per-CPU-zone infrastructure" and the series around
+//! it), so that threads which free and allocate areas of the sizes they
+//! just freed rarely take the allocator's one lock.
+//!
+//! **Not exact.** An allocation served from a pool gets a pooled area of
+//! the right size, not the lowest fit; only a miss goes to the exact
+//! allocator. Use [`VmapAllocator`] behind [`Locked`](crate::range::Locked)
+//! where the lowest fit matters.
+//!
+//! ```text
+//!   cpu 0: lazy [a b c]  pools: 1 granule [..] 2 granules [.. ..] ... (own lock)
+//!   cpu 1: lazy [d]      pools: ...                                   (own lock)
+//!   busy shards: live areas by start address, hashed over `shards` locks
+//!   global: VmapAllocator (one lock): taken on a pool miss, a purge
+//!           that overflows a pool, and drain
+//! ```
+//!
+//! - `alloc(cpu, size, align)`: a size of `k` granules (`1 <= k <=
+//!   classes`) pops `cpu`'s pool of that size if its newest area is
+//!   aligned; otherwise the exact allocator serves it (one global lock).
+//! - `free_lazy(cpu, addr)`: the area leaves its busy shard and waits on
+//!   `cpu`'s lazy list. When the list passes `lazy_max` bytes, one flush
+//!   covers it (the hook, as [`purge`](crate::range::RangeAllocator::purge)'s) and its areas go
+//!   to `cpu`'s pools; what does not fit (other sizes, full pools) goes
+//!   back to the exact allocator under one lock acquisition (the kernel's
+//!   `decay_va_pool_node` returns pool excess the same way).
+//! - `free(cpu, addr)`: as `free_lazy`, but the area is pooled at once
+//!   (the caller vouches that no stale translation of it remains).
+//! - Every area a pool or lazy list holds is still *live* in the exact
+//!   allocator; [`drain`](PooledVmap::drain) returns them all.
+//!
+//! Every operation holds its CPU's lock throughout, so an area moving
+//! between a pool and a busy shard is never seen half-moved by
+//! [`check`](PooledVmap::check), which takes every lock. Lock order: CPU,
+//! then busy shard or flush hook or global; never two CPUs but in index
+//! order (drain and check), never a shard and the global lock together.
+
+use alloc::boxed::Box;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::busy::BusyIndex;
+use super::VmapAllocator;
+use crate::ensure;
+use crate::error::{AllocError, CheckError, FreeError};
+use crate::range::FlushHook;
+use crate::sync::{lock, Mutex, MutexGuard};
+
+/// Sizes of a [`PooledVmap`]'s front end.
+///
+/// ```
+/// use mmkit::vmap::pooled::PooledConfig;
+/// let c = PooledConfig::default();
+/// assert_eq!((c.cpus, c.granule, c.classes, c.pool_max), (2, 4096, 256, 64));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PooledConfig {
+    /// CPUs (sets of pools and lazy lists), 1 to 4096.
+    pub cpus: usize,
+    /// Locks the live areas are spread over (by a hash of the start), 1 to
+    /// 4096.
+    pub shards: usize,
+    /// The pools' size unit in bytes, a power of two (4096: the kernel's
+    /// page).
+    pub granule: u64,
+    /// Pooled sizes: 1 to `classes` granules (the kernel: 256 pages), at
+    /// most 4096.
+    pub classes: usize,
+    /// Areas one CPU pools per size; the rest go back to the exact
+    /// allocator at the next purge.
+    pub pool_max: usize,
+    /// Lazily freed bytes one CPU holds before it purges (the kernel's
+    /// `lazy_max_pages` split over its nodes).
+    pub lazy_max: u64,
+}
+
+impl Default for PooledConfig {
+    fn default() -> Self {
+        PooledConfig {
+            cpus: 2,
+            shards: 64,
+            granule: 4096,
+            classes: 256,
+            pool_max: 64,
+            lazy_max: 32 << 20,
+        }
+    }
+}
+
+impl PooledConfig {
+    fn valid(&self) -> bool {
+        (1..=4096).contains(&self.cpus)
+            && (1..=4096).contains(&self.shards)
+            && self.granule.is_power_of_two()
+            && (1..=4096).contains(&self.classes)
+    }
+}
+
+/// One CPU's counters.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct PoolStats {
+    /// Allocations served from a pool (no global lock).
+    pub hits: u64,
+    /// Allocations that went to the exact allocator.
+    pub misses: u64,
+    /// Purges of this CPU's lazy list (one flush each).
+    pub purges: u64,
+    /// Areas held in this CPU's pools now.
+    pub pooled: u64,
+    /// Areas on this CPU's lazy list now.
+    pub lazy: u64,
+}
+
+/// One CPU's lazy list and pools.
+#[derive(Debug)]
+struct Cpu {
+    lazy: Vec<(u64, u64)>,
+    lazy_bytes: u64,
+    /// `pools[k]`: starts of free areas of `k + 1` granules, newest last.
+    pools: Vec<Vec<u64>>,
+    stats: PoolStats,
+}
+
+/// A lock on its own cache lines: CPUs and shards do not share lines.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// A [`VmapAllocator`] shared by threads, with per-CPU pools of freed
+/// areas in front (Linux 6.9's vmap nodes): see the [module docs](self).
+///
+/// # Examples
+/// ```
+/// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+/// use mmkit::vmap::VmapAllocator;
+/// let va = VmapAllocator::new(0, 1 << 30).unwrap();
+/// let p = PooledVmap::new(va, PooledConfig::default()).unwrap();
+/// let a = p.alloc(0, 8192, 4096).unwrap(); // a miss: the exact allocator
+/// p.free(0, a).unwrap(); // pooled on CPU 0
+/// assert_eq!(p.alloc(0, 8192, 4096), Ok(a)); // a hit: no global lock
+/// assert_eq!(p.stats(0).hits, 1);
+/// p.check().unwrap();
+/// ```
+pub struct PooledVmap {
+    cfg: PooledConfig,
+    cpus: Box<[Padded<Mutex<Cpu>>]>,
+    shards: Box<[Padded<Mutex<BusyIndex>>]>,
+    flush: Mutex<Option<FlushHook>>,
+    global: Mutex<VmapAllocator>,
+}
+
+impl core::fmt::Debug for PooledVmap {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PooledVmap")
+            .field("config", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PooledVmap {
+    /// Puts pools in front of `va`, which must have no live or lazily freed
+    /// area (the pools and shards must know every live area).
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] for a configuration out of its limits or a
+    /// `va` already in use.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::AllocError;
+    /// let va = VmapAllocator::new(0, 1 << 20).unwrap();
+    /// let bad = PooledConfig { cpus: 0, ..PooledConfig::default() };
+    /// assert_eq!(PooledVmap::new(va, bad).unwrap_err(), AllocError::Invalid);
+    /// ```
+    pub fn new(va: VmapAllocator, cfg: PooledConfig) -> Result<Self, AllocError> {
+        let s = va.stats();
+        if !cfg.valid() || s.live_areas != 0 || s.lazy_areas != 0 {
+            return Err(AllocError::Invalid);
+        }
+        let cpu = || {
+            Padded(Mutex::new(Cpu {
+                lazy: Vec::new(),
+                lazy_bytes: 0,
+                pools: vec![Vec::new(); cfg.classes],
+                stats: PoolStats::default(),
+            }))
+        };
+        Ok(PooledVmap {
+            cfg,
+            cpus: (0..cfg.cpus).map(|_| cpu()).collect(),
+            shards: (0..cfg.shards)
+                .map(|_| Padded(Mutex::new(BusyIndex::new())))
+                .collect(),
+            flush: Mutex::new(None),
+            global: Mutex::new(va),
+        })
+    }
+
+    /// The configuration.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
+    /// assert_eq!(p.config(), PooledConfig::default());
+    /// ```
+    pub fn config(&self) -> PooledConfig {
+        self.cfg
+    }
+
+    /// Installs the flush every purge calls once with the range covering
+    /// its areas (as [`set_flush_hook`](crate::range::RangeAllocator::set_flush_hook)).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
+    /// let flushes = Arc::new(AtomicU64::new(0));
+    /// let f = flushes.clone();
+    /// p.set_flush_hook(Some(Box::new(move |_, _| { f.fetch_add(1, Ordering::Relaxed); })));
+    /// let a = p.alloc(1, 4096, 4096).unwrap();
+    /// p.free_lazy(1, a).unwrap();
+    /// p.drain();
+    /// assert_eq!(flushes.load(Ordering::Relaxed), 1);
+    /// ```
+    pub fn set_flush_hook(&self, hook: Option<FlushHook>) {
+        *lock(&self.flush) = hook;
+    }
+
+    /// The pool index of a `size`-byte area, if that size is pooled.
+    fn class_of(&self, size: u64) -> Option<usize> {
+        let g = self.cfg.granule;
+        let k = size / g;
+        (size % g == 0 && k >= 1 && k <= self.cfg.classes as u64).then(|| k as usize - 1)
+    }
+
+    /// The busy shard of the area starting at `addr`.
+    fn shard(&self, addr: u64) -> &Mutex<BusyIndex> {
+        &self.shards[self.shard_index(addr)].0
+    }
+
+    fn shard_index(&self, addr: u64) -> usize {
+        // Fibonacci hashing of the granule number: neighbouring areas, and
+        // the areas of one thread, spread over every shard.
+        let h = (addr / self.cfg.granule).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        ((h >> 32) % self.shards.len() as u64) as usize
+    }
+
+    fn cpu(&self, cpu: usize) -> Option<MutexGuard<'_, Cpu>> {
+        self.cpus.get(cpu).map(|c| lock(&c.0))
+    }
+
+    /// Allocates `size` bytes aligned to `align` for `cpu`: from its pool
+    /// of that size when the newest pooled area is aligned, else the lowest
+    /// fit of the exact allocator (see the [module docs](self)).
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] for an unknown CPU, `size == 0` or an
+    /// alignment that is not a power of two; [`AllocError::NoSpace`] when
+    /// nothing fits, also after [`drain`](Self::drain).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::AllocError;
+    /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
+    /// assert_eq!(p.alloc(0, 4096, 4096), Ok(0));
+    /// assert_eq!(p.alloc(7, 4096, 4096), Err(AllocError::Invalid)); // no CPU 7
+    /// assert_eq!(p.alloc(0, 0, 4096), Err(AllocError::Invalid));
+    /// ```
+    pub fn alloc(&self, cpu: usize, size: u64, align: u64) -> Result<u64, AllocError> {
+        if size == 0 || !align.is_power_of_two() {
+            return Err(AllocError::Invalid);
+        }
+        let mut c = self.cpu(cpu).ok_or(AllocError::Invalid)?;
+        if let Some(k) = self.class_of(size) {
+            if let Some(&a) = c.pools[k].last() {
+                if a % align == 0 {
+                    c.pools[k].pop();
+                    c.stats.hits += 1;
+                    c.stats.pooled -= 1;
+                    lock(self.shard(a)).insert(a, a + size);
+                    return Ok(a);
+                }
+            }
+        }
+        c.stats.misses += 1;
+        let got = lock(&self.global).alloc(size, align);
+        let a = match got {
+            Ok(a) => a,
+            Err(AllocError::NoSpace) => {
+                // Pooled and lazy areas may hold the space: give them all
+                // back (our lock released first: drain takes every CPU's in
+                // order) and ask once more.
+                drop(c);
+                self.drain();
+                c = self.cpu(cpu).ok_or(AllocError::Invalid)?;
+                lock(&self.global).alloc(size, align)?
+            }
+            Err(e) => return Err(e),
+        };
+        lock(self.shard(a)).insert(a, a + size);
+        drop(c);
+        Ok(a)
+    }
+
+    /// Frees the live area at `addr` lazily on `cpu`: it waits on `cpu`'s
+    /// lazy list for a purge (one flush per batch), then goes to `cpu`'s
+    /// pool of its size. Returns its size.
+    ///
+    /// # Errors
+    /// [`FreeError::Invalid`] for an unknown CPU; [`FreeError::NotAllocated`]
+    /// when no live area starts at `addr` (double free included). Nothing
+    /// changes then.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::FreeError;
+    /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
+    /// let a = p.alloc(0, 4096, 4096).unwrap();
+    /// assert_eq!(p.free_lazy(1, a), Ok(4096)); // any CPU may free it
+    /// assert_eq!(p.free_lazy(1, a), Err(FreeError::NotAllocated));
+    /// assert_eq!(p.stats(1).lazy, 1);
+    /// ```
+    pub fn free_lazy(&self, cpu: usize, addr: u64) -> Result<u64, FreeError> {
+        let mut c = self.cpu(cpu).ok_or(FreeError::Invalid)?;
+        let end = lock(self.shard(addr))
+            .remove(addr)
+            .ok_or(FreeError::NotAllocated)?;
+        c.lazy.push((addr, end));
+        c.lazy_bytes += end - addr;
+        if c.lazy_bytes > self.cfg.lazy_max {
+            self.purge(&mut c);
+        }
+        Ok(end - addr)
+    }
+
+    /// Frees the live area at `addr` on `cpu` at once, into `cpu`'s pool
+    /// of its size (or back to the exact allocator when it has no pool or
+    /// the pool is full). Returns its size.
+    ///
+    /// # Errors
+    /// As [`free_lazy`](Self::free_lazy).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
+    /// let a = p.alloc(0, 4096, 4096).unwrap();
+    /// assert_eq!(p.free(0, a), Ok(4096));
+    /// assert_eq!(p.stats(0).pooled, 1);
+    /// ```
+    pub fn free(&self, cpu: usize, addr: u64) -> Result<u64, FreeError> {
+        let mut c = self.cpu(cpu).ok_or(FreeError::Invalid)?;
+        let end = lock(self.shard(addr))
+            .remove(addr)
+            .ok_or(FreeError::NotAllocated)?;
+        let mut back = Vec::new();
+        self.pool(&mut c, addr, end, &mut back);
+        if !back.is_empty() {
+            self.give_back(&back);
+        }
+        Ok(end - addr)
+    }
+
+    /// Puts the free area `[s, e)` in `c`'s pool of its size, or on `back`
+    /// for the exact allocator.
+    fn pool(&self, c: &mut Cpu, s: u64, e: u64, back: &mut Vec<u64>) {
+        match self.class_of(e - s) {
+            Some(k) if c.pools[k].len() < self.cfg.pool_max => {
+                c.pools[k].push(s);
+                c.stats.pooled += 1;
+            }
+            _ => back.push(s),
+        }
+    }
+
+    /// Frees `areas` in the exact allocator under one lock acquisition.
+    fn give_back(&self, areas: &[u64]) {
+        let mut g = lock(&self.global);
+        for &a in areas {
+            // Cannot fail: pooled and lazy areas are live in `g`.
+            let freed = g.free(a);
+            debug_assert!(freed.is_ok(), "a pooled area is live");
+        }
+    }
+
+    /// One flush for `c`'s lazy list, then its areas to the pools.
+    fn purge(&self, c: &mut Cpu) {
+        if c.lazy.is_empty() {
+            return;
+        }
+        let lo = c.lazy.iter().map(|a| a.0).min().unwrap_or(0);
+        let hi = c.lazy.iter().map(|a| a.1).max().unwrap_or(0);
+        if let Some(f) = lock(&self.flush).as_mut() {
+            f(lo, hi);
+        }
+        c.stats.purges += 1;
+        let mut back = Vec::new();
+        let lazy = core::mem::take(&mut c.lazy);
+        for &(s, e) in &lazy {
+            self.pool(c, s, e, &mut back);
+        }
+        c.lazy = lazy;
+        c.lazy.clear();
+        c.lazy_bytes = 0;
+        if !back.is_empty() {
+            self.give_back(&back);
+        }
+    }
+
+    /// Purges every CPU's lazy list and returns every pooled area to the
+    /// exact allocator, so its free space is whole again.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::RangeAllocator;
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
+    /// let a = p.alloc(0, 4096, 4096).unwrap();
+    /// p.free(0, a).unwrap();
+    /// p.drain();
+    /// assert_eq!(p.stats(0).pooled, 0);
+    /// assert_eq!(p.with_allocator(|va| va.stats().free_blocks), 1);
+    /// ```
+    pub fn drain(&self) {
+        for c in self.cpus.iter() {
+            let mut c = lock(&c.0);
+            self.purge(&mut c);
+            let back: Vec<u64> = c.pools.iter_mut().flat_map(|p| p.drain(..)).collect();
+            c.stats.pooled = 0;
+            self.give_back(&back);
+        }
+    }
+
+    /// `cpu`'s counters (zero for an unknown CPU).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
+    /// p.alloc(0, 4096, 4096).unwrap();
+    /// assert_eq!(p.stats(0).misses, 1);
+    /// assert_eq!(p.stats(9).misses, 0);
+    /// ```
+    pub fn stats(&self, cpu: usize) -> PoolStats {
+        self.cpu(cpu).map_or_else(PoolStats::default, |c| {
+            let mut s = c.stats;
+            s.lazy = c.lazy.len() as u64;
+            s
+        })
+    }
+
+    /// Runs `f` on the exact allocator under its lock (its pooled and lazy
+    /// areas count as live there).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::RangeAllocator;
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
+    /// p.alloc(0, 4096, 4096).unwrap();
+    /// assert_eq!(p.with_allocator(|va| va.stats().live_areas), 1);
+    /// ```
+    pub fn with_allocator<T>(&self, f: impl FnOnce(&mut VmapAllocator) -> T) -> T {
+        f(&mut lock(&self.global))
+    }
+
+    /// Verifies the exact allocator's invariants and that the busy shards,
+    /// the lazy lists and the pools hold exactly its live areas, each once,
+    /// each where it belongs. Takes every lock.
+    ///
+    /// # Errors
+    /// A [`CheckError`] naming the first violation.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
+    /// let a = p.alloc(0, 4096, 4096).unwrap();
+    /// p.free_lazy(0, a).unwrap();
+    /// p.check().unwrap();
+    /// ```
+    pub fn check(&self) -> Result<(), CheckError> {
+        let cpus: Vec<_> = self.cpus.iter().map(|c| lock(&c.0)).collect();
+        let shards: Vec<_> = self.shards.iter().map(|s| lock(&s.0)).collect();
+        let g = lock(&self.global);
+        g.check()?;
+        // (start, end) of every area the front end holds, with its owner.
+        let mut held: Vec<(u64, u64)> = Vec::new();
+        for (i, s) in shards.iter().enumerate() {
+            ensure!(s.consistent(), Structure @ i, "busy shard {i}: a key is unreachable");
+            for (a, e) in s.iter() {
+                ensure!(
+                    self.shard_index(a) == i,
+                    Structure @ a,
+                    "area {a:#x} in busy shard {i}, not its own"
+                );
+                held.push((a, e));
+            }
+        }
+        for (i, c) in cpus.iter().enumerate() {
+            let bytes: u64 = c.lazy.iter().map(|&(s, e)| e - s).sum();
+            ensure!(
+                bytes == c.lazy_bytes && bytes <= self.cfg.lazy_max,
+                Accounting @ i,
+                "cpu {i}: lazy bytes {} (counter {}, max {})",
+                bytes,
+                c.lazy_bytes,
+                self.cfg.lazy_max
+            );
+            held.extend(c.lazy.iter().copied());
+            let mut pooled = 0;
+            for (k, p) in c.pools.iter().enumerate() {
+                ensure!(p.len() <= self.cfg.pool_max, Bounds @ i, "cpu {i}: pool {k} over pool_max");
+                let size = (k as u64 + 1) * self.cfg.granule;
+                held.extend(p.iter().map(|&a| (a, a + size)));
+                pooled += p.len() as u64;
+            }
+            ensure!(
+                pooled == c.stats.pooled,
+                Accounting @ i,
+                "cpu {i}: {pooled} pooled areas, counter {}",
+                c.stats.pooled
+            );
+        }
+        held.sort_unstable();
+        let mut live: Vec<(u64, u64)> = g.live_areas().map(|r| (r.start, r.end)).collect();
+        live.sort_unstable();
+        ensure!(
+            held.len() == live.len(),
+            Accounting,
+            "front end holds {} areas, the allocator {} live",
+            held.len(),
+            live.len()
+        );
+        for (h, l) in held.iter().zip(&live) {
+            ensure!(h == l, Layout @ h.0, "area {:#x}..{:#x} held, live {:#x}..{:#x}", h.0, h.1, l.0, l.1);
+        }
+        Ok(())
+    }
+}
