@@ -76,7 +76,10 @@
 //!   [`vblock::VblockAllocator`].
 //! - **Sharing one**: [`lock::Guarded`] puts any allocator behind any
 //!   `lock_api` lock (a spin lock in `no_std`); with `std`, `range::Locked`,
-//!   `vblock::ConcurrentVblock` and `buddy::pcp::ConcurrentZone`.
+//!   `vblock::ConcurrentVblock` and `buddy::pcp::ConcurrentZone`. Where
+//!   many threads churn address space and the lowest fit does not matter,
+//!   `vmap::pooled::PooledVmap` (`std`) keeps freed areas in per-CPU pools
+//!   in front of one `VmapAllocator` (Linux 6.9's vmap nodes; not exact).
 //! - `use mmkit::prelude::*` imports the common names.
 //!
 //! ## Features

@@ -40,6 +40,18 @@
 //! So an alloc+free pair costs two descents (the search and the
 //! neighbours), plus the busy index's two hash operations.
 //!
+//! The highest range, the *wilderness*, is kept out of the AVL tree: a
+//! detached node the tree knows by id, with no ancestors (an empty path).
+//! A range allocator spends most of its life cutting areas from the top of
+//! the used space and giving them back (the kernel's `fix_align` and
+//! `fix_size` patterns, the tail of a lazy purge), and there the longest
+//! block changes at every step: in the tree, its every ancestor would see
+//! a new `smax` and summary. Outside it, such a step touches one node.
+//! Every search looks at the wilderness after the AVL tree (lowest fit) or
+//! before it (highest fit); when it is used up, the highest range of the
+//! AVL tree takes its place, and a range freed above it takes its place
+//! and pushes it down into the tree.
+//!
 //! Nodes live in a [`NodeArena`] shared by several trees, referenced by
 //! [`NodeId`]. Released nodes are kept on a free list and reused, so a
 //! steady state of inserts and removals allocates no heap memory (the
@@ -48,6 +60,8 @@
 //! Invariants (checked by [`RangeTree::check`]):
 //! - in-order traversal is strictly increasing in `start`; ranges do not
 //!   overlap and are non-empty;
+//! - a non-empty tree has a wilderness, with no links, above every range
+//!   of the AVL tree (which the invariants below are about);
 //! - `height(n) = 1 + max(height(l), height(r))`, `|height(l) - height(r)| <= 1`;
 //! - `lmax(n) = smax(l)`, `rmax(n) = smax(r)`, where
 //!   `smax(n) = max(end - start, lmax(n), rmax(n))`;
