@@ -59,6 +59,7 @@ use alloc::vec::Vec;
 use crate::ensure;
 use crate::error::{CheckError, FreeError};
 
+pub mod btree;
 mod summary;
 mod top_down;
 pub use summary::{AlignSummary, Part, CLASSES};
