@@ -41,9 +41,9 @@ pub const LEAF_CAP: usize = 16;
 pub const FANOUT: usize = 16;
 const LEAF_MIN: usize = LEAF_CAP / 2;
 const INNER_MIN: usize = FANOUT / 2;
-/// Inner levels, at most: `FANOUT / 2` children per node make 2^32 leaves
-/// in 11 levels.
-pub const MAX_HEIGHT: usize = 16;
+/// Inner levels, at most: `FANOUT / 2` children per node (2 at the root)
+/// reach 2^32 leaves, every `u32` id, in 11 levels.
+pub const MAX_HEIGHT: usize = 12;
 
 /// "No node" in the free chains.
 const NONE: u32 = u32::MAX;
@@ -125,6 +125,14 @@ impl Pos {
         p.wild = true;
         p
     }
+
+    /// Points at index `i` of `leaf`, not the wilderness.
+    #[inline]
+    fn set_leaf(&mut self, leaf: u32, i: usize) {
+        self.leaf = leaf;
+        self.at = i;
+        self.wild = false;
+    }
 }
 
 /// Where the block after a key is, for [`Neighbours`].
@@ -134,7 +142,7 @@ enum Next {
     /// At `pos.at` in the same leaf.
     Here,
     /// First in the next leaf.
-    Leaf(Pos),
+    Leaf,
     Wild,
 }
 
@@ -180,6 +188,31 @@ enum Scan {
     Stop,
 }
 
+/// In the first `len` (at least 1) of the sorted `keys`, the index of the
+/// last key below `key`, or 0 if none: a binary search of four fixed steps
+/// over the whole array (slots from `len` on count as above every key), with
+/// no branch: the direction at each step is a coin flip for random keys,
+/// and a loop that stops at `len` mispredicts its exit.
+#[inline]
+fn last_below(keys: &[u64; 16], len: usize, key: u64) -> usize {
+    let mut base = 0;
+    for half in [8, 4, 2, 1] {
+        let m = base + half;
+        base += usize::from((keys[m] < key) & (m < len)) * half;
+    }
+    base
+}
+
+/// Bit `i` set for each `i < len` with `x[i] >= min`, without branches.
+#[inline]
+fn at_least(x: &[u64; 16], len: usize, min: u64) -> u32 {
+    let mut mask = 0;
+    for (i, &v) in x.iter().enumerate() {
+        mask |= u32::from(v >= min) << i;
+    }
+    mask & ((1 << len) - 1)
+}
+
 /// The highest `a` with `a % align == 0`, `lo <= a` and `a + size <= hi`.
 #[inline]
 fn top_fit(lo: u64, hi: u64, size: u64, align: u64) -> Option<u64> {
@@ -192,12 +225,13 @@ fn top_fit(lo: u64, hi: u64, size: u64, align: u64) -> Option<u64> {
 ///
 /// # Examples
 /// ```
-/// use mmkit::tree::btree::BTree;
+/// use mmkit::tree::btree::{BTree, Pos};
 /// let mut t = BTree::new();
 /// for (s, e) in [(0, 4), (10, 26), (40, 48)] {
 ///     t.insert(s, e);
 /// }
-/// let (pos, addr) = t.lowest_fit(8, 8, 0, 100).unwrap();
+/// let mut pos = Pos::new();
+/// let addr = t.lowest_fit(8, 8, 0, 100, &mut pos).unwrap();
 /// assert_eq!((t.get(&pos), addr), ((10, 26), 16));
 /// t.check(0, 100).unwrap();
 /// ```
@@ -326,11 +360,7 @@ impl BTree {
             max = max.max(e - s);
         }
         let sum = if self.summaries {
-            let mut parts = [Part::Range(0, 0); LEAF_CAP];
-            for (i, p) in parts[..n].iter_mut().enumerate() {
-                *p = Part::Range(l.start[i], l.end[i]);
-            }
-            AlignSummary::of_subtree(max, &parts[..n])
+            self.leaf_sum(id, max)
         } else {
             AlignSummary::ZERO
         };
@@ -341,21 +371,25 @@ impl BTree {
         }
     }
 
+    fn leaf_sum(&self, id: u32, max: u64) -> AlignSummary {
+        let l = &self.leaves[id as usize];
+        let n = l.len as usize;
+        let mut parts = [Part::Range(0, 0); LEAF_CAP];
+        for (i, p) in parts[..n].iter_mut().enumerate() {
+            *p = Part::Range(l.start[i], l.end[i]);
+        }
+        AlignSummary::of_subtree(max, &parts[..n])
+    }
+
     fn inner_agg(&self, id: u32) -> Agg {
-        let nd = &self.inners[id as usize];
-        let n = nd.len as usize;
-        let max = nd.max[..n].iter().copied().max().unwrap_or(0);
+        let max = self.inner_max(id);
         let sum = if self.summaries {
-            let mut parts = [Part::Range(0, 0); FANOUT];
-            for (i, p) in parts[..n].iter_mut().enumerate() {
-                *p = Part::Subtree(nd.max[i], nd.sum[i]);
-            }
-            AlignSummary::of_subtree(max, &parts[..n])
+            self.inner_sum(id, max)
         } else {
             AlignSummary::ZERO
         };
         Agg {
-            key: nd.key[0],
+            key: self.inners[id as usize].key[0],
             max,
             sum,
         }
@@ -376,7 +410,12 @@ impl BTree {
         Agg {
             key: n.key[c],
             max: n.max[c],
-            sum: n.sum[c],
+            // Off, the summaries are all ZERO: not read (another line).
+            sum: if self.summaries {
+                n.sum[c]
+            } else {
+                AlignSummary::ZERO
+            },
         }
     }
 
@@ -400,16 +439,66 @@ impl BTree {
 
     /// The node at depth `d` of `pos` changed: refreshes its entry in its
     /// parent and so on up, stopping at the first entry left unchanged.
-    fn refresh_from(&mut self, pos: &Pos, mut d: usize) {
-        while d > 0 {
+    fn refresh_from(&mut self, pos: &Pos, d: usize) {
+        if d > 0 {
             let a = self.agg(self.node_at(pos, d), d == self.height);
+            self.propagate(pos, d, a);
+        }
+    }
+
+    /// The node at depth `d` of `pos` now has aggregate `a`, and nothing
+    /// else below its parent changed: stores it in the parent and goes up
+    /// while entries change. Each parent's new aggregate is derived from
+    /// its old one (its entry in the grandparent) and the one child that
+    /// changed, so a node's children are rescanned only when the child
+    /// that held its maximum shrank.
+    fn propagate(&mut self, pos: &Pos, mut d: usize, mut a: Agg) {
+        while d > 0 {
             let (p, c) = (pos.node[d - 1], pos.slot[d - 1] as usize);
-            if self.entry(p, c) == a {
+            let o = self.entry(p, c);
+            if o == a {
                 return;
             }
             self.set_entry(p, c, a);
+            if d == 1 {
+                return; // p is the root
+            }
+            let po = self.entry(pos.node[d - 2], pos.slot[d - 2] as usize);
+            let key = if c == 0 { a.key } else { po.key };
+            let max = if a.max >= po.max {
+                a.max
+            } else if o.max < po.max {
+                po.max
+            } else {
+                self.inner_max(p)
+            };
+            let sum = if !self.summaries || (a.sum == o.sum && a.max == o.max) {
+                po.sum
+            } else {
+                self.inner_sum(p, max)
+            };
+            a = Agg { key, max, sum };
             d -= 1;
         }
+    }
+
+    fn inner_max(&self, id: u32) -> u64 {
+        let nd = &self.inners[id as usize];
+        let mut max = 0;
+        for &m in &nd.max[..nd.len as usize] {
+            max = max.max(m);
+        }
+        max
+    }
+
+    fn inner_sum(&self, id: u32, max: u64) -> AlignSummary {
+        let nd = &self.inners[id as usize];
+        let n = nd.len as usize;
+        let mut parts = [Part::Range(0, 0); FANOUT];
+        for (i, p) in parts[..n].iter_mut().enumerate() {
+            *p = Part::Subtree(nd.max[i], nd.sum[i]);
+        }
+        AlignSummary::of_subtree(max, &parts[..n])
     }
 
     /// Starts maintaining the alignment summaries if `align` could use them
@@ -475,19 +564,20 @@ impl BTree {
         for d in 0..self.height {
             let n = &self.inners[at as usize];
             let len = n.len as usize;
-            // Keys are sorted: the count of keys after the first that lie
-            // below `key` is the child's index, with no branch per key.
-            let c = n.key[1..len].iter().filter(|&&k| k < key).count();
+            let c = last_below(&n.key, len, key);
             pos.node[d] = at;
             pos.slot[d] = c as u8;
             at = n.kid[c];
         }
         pos.leaf = at;
         let l = &self.leaves[at as usize];
-        pos.at = l.start[..l.len as usize]
-            .iter()
-            .filter(|&&s| s < key)
-            .count();
+        let n = l.len as usize;
+        // The count of blocks starting below `key`.
+        pos.at = if n == 0 || l.start[0] >= key {
+            0
+        } else {
+            last_below(&l.start, n, key) + 1
+        };
         pos
     }
 
@@ -557,7 +647,7 @@ impl BTree {
             if self.next_leaf(&mut np) {
                 let nl = &self.leaves[np.leaf as usize];
                 nb.next = Some((nl.start[0], nl.end[0]));
-                nb.next_at = Next::Leaf(np);
+                nb.next_at = Next::Leaf;
             }
         }
         if let Some(w) = self.wild {
@@ -625,7 +715,14 @@ impl BTree {
     ///
     /// # Complexity
     /// O(log n), plus near misses as for [`RangeTree::lowest_fit`](super::RangeTree::lowest_fit).
-    pub fn lowest_fit(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u64)> {
+    pub fn lowest_fit(
+        &self,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+        pos: &mut Pos,
+    ) -> Option<u64> {
         if lo >= hi || hi - lo < size {
             return None;
         }
@@ -637,42 +734,53 @@ impl BTree {
             lo,
             hi,
         };
-        if let Some(found) = self.fit_up(q) {
+        if let Some(found) = self.fit_up(q, pos) {
             return Some(found);
         }
         let (s, e) = self.wild?;
-        crate::range::fit_in(s.max(lo), e.min(hi), size, align).map(|a| (Pos::wild(), a))
+        pos.wild = true;
+        crate::range::fit_in(s.max(lo), e.min(hi), size, align)
     }
 
     /// Scans leaf `id` upwards for the first block holding `q`.
     #[inline]
     fn leaf_up(&self, id: u32, q: Request) -> Scan {
         let l = &self.leaves[id as usize];
-        for i in 0..l.len as usize {
+        // The blocks long enough, found without a branch per block; a
+        // block too high to hold the request ends the whole search, but
+        // is only noticed at a candidate (the next node's key catches it
+        // otherwise).
+        let mut lens = [0u64; LEAF_CAP];
+        for (i, x) in lens.iter_mut().enumerate() {
+            *x = l.end[i].wrapping_sub(l.start[i]);
+        }
+        let mut cand = at_least(&lens, l.len as usize, q.size);
+        while cand != 0 {
+            let i = cand.trailing_zeros() as usize;
+            cand &= cand - 1;
             let (s, e) = (l.start[i], l.end[i]);
             if s >= q.hi || q.hi - s < q.size {
                 return Scan::Stop;
             }
-            if e - s >= q.size {
-                if let Some(a) = crate::range::fit_in(s.max(q.lo), e.min(q.hi), q.size, q.align) {
-                    return Scan::Found(i, a);
-                }
+            if let Some(a) = crate::range::fit_in(s.max(q.lo), e.min(q.hi), q.size, q.align) {
+                return Scan::Found(i, a);
             }
         }
         Scan::Miss
     }
 
-    fn fit_up(&self, q: Request) -> Option<(Pos, u64)> {
-        let mut pos = Pos::new();
+    fn fit_up(&self, q: Request, pos: &mut Pos) -> Option<u64> {
         if self.height == 0 {
-            return match self.leaf_up(self.root, q) {
-                Scan::Found(i, a) => {
-                    pos.leaf = self.root;
-                    pos.at = i;
-                    Some((pos, a))
+            // Only the root leaf may hold few blocks: scanned directly.
+            let l = &self.leaves[self.root as usize];
+            for i in 0..l.len as usize {
+                let (s, e) = (l.start[i], l.end[i]);
+                if let Some(a) = crate::range::fit_in(s.max(q.lo), e.min(q.hi), q.size, q.align) {
+                    pos.set_leaf(self.root, i);
+                    return Some(a);
                 }
-                _ => None,
-            };
+            }
+            return None;
         }
         // Depth-first, children in address order: `pos.slot[d]` is the next
         // child to try at depth `d`, `ub[d]` the end bound of that node's
@@ -686,7 +794,16 @@ impl BTree {
             let len = n.len as usize;
             let mut c = pos.slot[d] as usize;
             let mut go = None;
-            while c < len {
+            // The maxima first, without a branch per child: they rule out
+            // most children, and the keys (another cache line) are read
+            // only for a candidate.
+            let mut cand = at_least(&n.max, len, q.size) >> c << c;
+            while cand != 0 {
+                c = cand.trailing_zeros() as usize;
+                cand &= cand - 1;
+                if !q.may_hold(n.max[c], n.sum[c]) {
+                    continue;
+                }
                 let key = n.key[c];
                 if key >= q.hi || q.hi - key < q.size {
                     // This and every later block start too high.
@@ -694,11 +811,10 @@ impl BTree {
                 }
                 let upper = if c + 1 < len { n.key[c + 1] } else { ub[d] };
                 // Blocks below child c end by `upper`.
-                if upper > q.lo && upper - q.lo >= q.size && q.may_hold(n.max[c], n.sum[c]) {
+                if upper > q.lo && upper - q.lo >= q.size {
                     go = Some((n.kid[c], upper));
                     break;
                 }
-                c += 1;
             }
             let Some((kid, upper)) = go else {
                 // Back up to the parent's next child.
@@ -713,9 +829,8 @@ impl BTree {
             if d + 1 == self.height {
                 match self.leaf_up(kid, q) {
                     Scan::Found(i, a) => {
-                        pos.leaf = kid;
-                        pos.at = i;
-                        return Some((pos, a));
+                        pos.set_leaf(kid, i);
+                        return Some(a);
                     }
                     Scan::Stop => return None,
                     Scan::Miss => pos.slot[d] += 1,
@@ -732,13 +847,21 @@ impl BTree {
     /// The highest `a` in `[lo, hi)`, a multiple of `align`, with
     /// `[a, a + size)` inside one block: the mirror of
     /// [`lowest_fit`](Self::lowest_fit).
-    pub fn highest_fit(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u64)> {
+    pub fn highest_fit(
+        &self,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+        pos: &mut Pos,
+    ) -> Option<u64> {
         if lo >= hi || hi - lo < size {
             return None;
         }
         if let Some((s, e)) = self.wild {
             if let Some(a) = top_fit(s.max(lo), e.min(hi), size, align) {
-                return Some((Pos::wild(), a));
+                pos.wild = true;
+                return Some(a);
             }
         }
         let q = Request {
@@ -749,7 +872,7 @@ impl BTree {
             lo,
             hi,
         };
-        self.fit_down(q)
+        self.fit_down(q, pos)
     }
 
     #[inline]
@@ -769,14 +892,12 @@ impl BTree {
         Scan::Miss
     }
 
-    fn fit_down(&self, q: Request) -> Option<(Pos, u64)> {
-        let mut pos = Pos::new();
+    fn fit_down(&self, q: Request, pos: &mut Pos) -> Option<u64> {
         if self.height == 0 {
             return match self.leaf_down(self.root, q) {
                 Scan::Found(i, a) => {
-                    pos.leaf = self.root;
-                    pos.at = i;
-                    Some((pos, a))
+                    pos.set_leaf(self.root, i);
+                    Some(a)
                 }
                 _ => None,
             };
@@ -819,9 +940,8 @@ impl BTree {
             if d + 1 == self.height {
                 match self.leaf_down(kid, q) {
                     Scan::Found(i, a) => {
-                        pos.leaf = kid;
-                        pos.at = i;
-                        return Some((pos, a));
+                        pos.set_leaf(kid, i);
+                        return Some(a);
                     }
                     Scan::Stop => return None,
                     Scan::Miss => left[d] -= 1,
@@ -864,9 +984,30 @@ impl BTree {
             return;
         }
         let l = &mut self.leaves[pos.leaf as usize];
+        let old = l.end[pos.at] - l.start[pos.at];
         l.start[pos.at] = start;
         l.end[pos.at] = end;
-        self.refresh_from(pos, self.height);
+        if self.height == 0 {
+            return;
+        }
+        // The leaf's old aggregate is its entry in the parent.
+        let h = self.height;
+        let o = self.entry(pos.node[h - 1], pos.slot[h - 1] as usize);
+        let len = end - start;
+        let max = if len >= o.max {
+            len
+        } else if old < o.max {
+            o.max
+        } else {
+            self.leaf_agg(pos.leaf).max
+        };
+        let sum = if self.summaries {
+            self.leaf_sum(pos.leaf, max)
+        } else {
+            AlignSummary::ZERO
+        };
+        let key = if pos.at == 0 { start } else { o.key };
+        self.propagate(pos, h, Agg { key, max, sum });
     }
 
     /// Cuts the block at `pos` in two: it becomes `[start, end)`, and
@@ -912,7 +1053,11 @@ impl BTree {
         let (_, e) = nb.next.expect("a block after the key");
         match nb.next_at {
             Next::Here => self.set_range_at(&nb.pos, start, e),
-            Next::Leaf(p) => self.set_range_at(&p, start, e),
+            Next::Leaf => {
+                let mut p = nb.pos;
+                self.next_leaf(&mut p);
+                self.set_range_at(&p, start, e)
+            }
             Next::Wild => self.set_range_at(&Pos::wild(), start, e),
             Next::None => unreachable!(),
         }
@@ -936,7 +1081,9 @@ impl BTree {
                 self.leaves[prev.leaf as usize].end[prev.at] = ne;
                 self.leaf_remove(&nb.pos);
             }
-            Next::Leaf(p) => {
+            Next::Leaf => {
+                let mut p = nb.pos;
+                self.next_leaf(&mut p);
                 self.set_range_at(&prev, ps, ne);
                 self.leaf_remove(&p);
             }
@@ -1365,6 +1512,16 @@ mod tests {
         ]
     }
 
+    fn lowest(t: &BTree, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u64)> {
+        let mut pos = Pos::new();
+        t.lowest_fit(size, align, lo, hi, &mut pos).map(|a| (pos, a))
+    }
+
+    fn highest(t: &BTree, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u64)> {
+        let mut pos = Pos::new();
+        t.highest_fit(size, align, lo, hi, &mut pos).map(|a| (pos, a))
+    }
+
     fn fail(e: CheckError) -> TestCaseError {
         TestCaseError::fail(format!("{e}"))
     }
@@ -1412,13 +1569,13 @@ mod tests {
                     if a % 3 != 0 {
                         t.enable_summaries(align);
                     }
-                    let got = t.lowest_fit(size, align, lo, hi);
+                    let got = lowest(&t, size, align, lo, hi);
                     prop_assert_eq!(got.map(|g| g.1), want);
                     if let Some((pos, a)) = got {
                         let (s, e) = t.get(&pos);
                         prop_assert!(s <= a && a + size <= e);
                     }
-                    let got = t.highest_fit(size, align, lo, hi);
+                    let got = highest(&t, size, align, lo, hi);
                     prop_assert_eq!(got.map(|g| g.1), want_top);
                     if let Some((pos, a)) = got {
                         let (s, e) = t.get(&pos);
@@ -1495,9 +1652,9 @@ mod tests {
                     model.iter().find_map(|&(s, e)| crate::range::fit_in(s.max(ws), e.min(we), size, align))
                 };
                 let got = if top {
-                    t.highest_fit(size, align, ws, we)
+                    highest(&t, size, align, ws, we)
                 } else {
-                    t.lowest_fit(size, align, ws, we)
+                    lowest(&t, size, align, ws, we)
                 };
                 prop_assert_eq!(got.map(|g| g.1), want);
                 if let Some((pos, a)) = got {
