@@ -203,6 +203,24 @@ fn last_below(keys: &[u64; 16], len: usize, key: u64) -> usize {
     base
 }
 
+/// The granule exponent of a range (as the summaries count it, uncapped).
+#[inline]
+fn granule(s: u64, e: u64) -> u32 {
+    s.trailing_zeros().min(e.trailing_zeros())
+}
+
+/// The longest block of a leaf: all LEAF_CAP slots, those from `len` on
+/// masked, so there is no loop exit to mispredict.
+#[inline]
+fn leaf_max(l: &Leaf) -> u64 {
+    let n = l.len as usize;
+    let mut max = 0;
+    for i in 0..LEAF_CAP {
+        max = max.max(l.end[i].wrapping_sub(l.start[i]) * u64::from(i < n));
+    }
+    max
+}
+
 /// Bit `i` set for each `i < len` with `x[i] >= min`, without branches.
 #[inline]
 fn at_least(x: &[u64; 16], len: usize, min: u64) -> u32 {
@@ -354,11 +372,7 @@ impl BTree {
 
     fn leaf_agg(&self, id: u32) -> Agg {
         let l = &self.leaves[id as usize];
-        let n = l.len as usize;
-        let mut max = 0;
-        for (s, e) in l.start[..n].iter().zip(&l.end[..n]) {
-            max = max.max(e - s);
-        }
+        let max = leaf_max(l);
         let sum = if self.summaries {
             self.leaf_sum(id, max)
         } else {
@@ -442,7 +456,7 @@ impl BTree {
     fn refresh_from(&mut self, pos: &Pos, d: usize) {
         if d > 0 {
             let a = self.agg(self.node_at(pos, d), d == self.height);
-            self.propagate(pos, d, a);
+            self.propagate(pos, d, a, false);
         }
     }
 
@@ -451,8 +465,11 @@ impl BTree {
     /// while entries change. Each parent's new aggregate is derived from
     /// its old one (its entry in the grandparent) and the one child that
     /// changed, so a node's children are rescanned only when the child
-    /// that held its maximum shrank.
-    fn propagate(&mut self, pos: &Pos, mut d: usize, mut a: Agg) {
+    /// that held its maximum shrank. `grew` says the child's blocks only
+    /// grew (a free next to a free block): then every usable length of the
+    /// parent is the larger of its old one and the child's new one, and
+    /// the summary combines two parts, not every child.
+    fn propagate(&mut self, pos: &Pos, mut d: usize, mut a: Agg, grew: bool) {
         while d > 0 {
             let (p, c) = (pos.node[d - 1], pos.slot[d - 1] as usize);
             let o = self.entry(p, c);
@@ -474,6 +491,14 @@ impl BTree {
             };
             let sum = if !self.summaries || (a.sum == o.sum && a.max == o.max) {
                 po.sum
+            } else if grew && a.sum.granule() <= o.sum.granule() {
+                // The granule test keeps the result canonical: the
+                // parent's granule is then the min of its old one and
+                // the child's new one.
+                AlignSummary::of_subtree(
+                    max,
+                    &[Part::Subtree(po.max, po.sum), Part::Subtree(a.max, a.sum)],
+                )
             } else {
                 self.inner_sum(p, max)
             };
@@ -484,9 +509,12 @@ impl BTree {
 
     fn inner_max(&self, id: u32) -> u64 {
         let nd = &self.inners[id as usize];
+        let n = nd.len as usize;
+        // All FANOUT slots, those from `len` on masked: no loop exit to
+        // mispredict.
         let mut max = 0;
-        for &m in &nd.max[..nd.len as usize] {
-            max = max.max(m);
+        for (i, &m) in nd.max.iter().enumerate() {
+            max = max.max(m * u64::from(i < n));
         }
         max
     }
@@ -984,7 +1012,8 @@ impl BTree {
             return;
         }
         let l = &mut self.leaves[pos.leaf as usize];
-        let old = l.end[pos.at] - l.start[pos.at];
+        let (old_start, old_end) = (l.start[pos.at], l.end[pos.at]);
+        let old = old_end - old_start;
         l.start[pos.at] = start;
         l.end[pos.at] = end;
         if self.height == 0 {
@@ -999,15 +1028,19 @@ impl BTree {
         } else if old < o.max {
             o.max
         } else {
-            self.leaf_agg(pos.leaf).max
+            leaf_max(&self.leaves[pos.leaf as usize])
         };
-        let sum = if self.summaries {
-            self.leaf_sum(pos.leaf, max)
-        } else {
+        let grew = start <= old_start && end >= old_end;
+        let sum = if !self.summaries {
             AlignSummary::ZERO
+        } else if grew && granule(start, end) <= granule(old_start, old_end) {
+            // Only grew: see `propagate`.
+            AlignSummary::of_subtree(max, &[Part::Subtree(o.max, o.sum), Part::Range(start, end)])
+        } else {
+            self.leaf_sum(pos.leaf, max)
         };
         let key = if pos.at == 0 { start } else { o.key };
-        self.propagate(pos, h, Agg { key, max, sum });
+        self.propagate(pos, h, Agg { key, max, sum }, grew);
     }
 
     /// Cuts the block at `pos` in two: it becomes `[start, end)`, and
