@@ -311,11 +311,18 @@ impl BTree {
             + self.inners.capacity() * core::mem::size_of::<Inner>()
     }
 
-    /// Makes room for `n` more blocks, so that as many inserts allocate no
-    /// heap memory.
+    /// Makes room for `n` more blocks than the tree holds now: no heap
+    /// allocation while it holds at most that many. Every leaf but the
+    /// root holds `LEAF_MIN` blocks or more and every inner node but the
+    /// root `INNER_MIN` children or more, and released nodes are reused,
+    /// so that bounds the nodes ever in use.
     pub fn reserve(&mut self, n: usize) {
-        self.leaves.reserve(n / LEAF_MIN + 1);
-        self.inners.reserve(n / (LEAF_MIN * INNER_MIN) + MAX_HEIGHT);
+        let leaves = (self.len + n) / LEAF_MIN + 1;
+        let inners = leaves / (INNER_MIN - 1) + MAX_HEIGHT;
+        self.leaves
+            .reserve(leaves.saturating_sub(self.leaves.len()));
+        self.inners
+            .reserve(inners.saturating_sub(self.inners.len()));
     }
 
     /// The granule floor (see [`NodeArena::granule_floor`](super::NodeArena::granule_floor)).
@@ -1048,6 +1055,7 @@ impl BTree {
     /// inserted before it (an allocation inside a free block).
     pub fn split_at(&mut self, pos: &Pos, (ls, le): (u64, u64), start: u64, end: u64) {
         self.lower_floor(start, end);
+        self.lower_floor(ls, le);
         self.len += 1;
         if pos.wild {
             self.wild = Some((start, end));
