@@ -203,6 +203,24 @@ fn last_below(keys: &[u64; 16], len: usize, key: u64) -> usize {
     base
 }
 
+/// Moves `a[i..n]` up one slot (`n < a.len()`). Nothing to move is common
+/// (an insert at the end of a leaf, the root leaf of a near-empty tree):
+/// tested first, it saves a `memmove` call.
+#[inline]
+fn open_gap(a: &mut [u64; LEAF_CAP], i: usize, n: usize) {
+    if i < n {
+        a.copy_within(i..n, i + 1);
+    }
+}
+
+/// Moves `a[i + 1..n]` down one slot, over `a[i]`.
+#[inline]
+fn close_gap(a: &mut [u64; LEAF_CAP], i: usize, n: usize) {
+    if i + 1 < n {
+        a.copy_within(i + 1..n, i);
+    }
+}
+
 /// The granule exponent of a range (as the summaries count it, uncapped).
 #[inline]
 fn granule(s: u64, e: u64) -> u32 {
@@ -460,6 +478,7 @@ impl BTree {
 
     /// The node at depth `d` of `pos` changed: refreshes its entry in its
     /// parent and so on up, stopping at the first entry left unchanged.
+    #[inline]
     fn refresh_from(&mut self, pos: &Pos, d: usize) {
         if d > 0 {
             let a = self.agg(self.node_at(pos, d), d == self.height);
@@ -677,7 +696,7 @@ impl BTree {
         if pos.at < l.len as usize {
             nb.next = Some((l.start[pos.at], l.end[pos.at]));
             nb.next_at = Next::Here;
-        } else {
+        } else if self.height > 0 {
             let mut np = pos;
             if self.next_leaf(&mut np) {
                 let nl = &self.leaves[np.leaf as usize];
@@ -1189,8 +1208,8 @@ impl BTree {
         let l = &mut self.leaves[id as usize];
         let n = l.len as usize;
         if n < LEAF_CAP {
-            l.start.copy_within(i..n, i + 1);
-            l.end.copy_within(i..n, i + 1);
+            open_gap(&mut l.start, i, n);
+            open_gap(&mut l.end, i, n);
             l.start[i] = s;
             l.end[i] = e;
             l.len += 1;
@@ -1208,8 +1227,8 @@ impl BTree {
         let (target, j) = if i <= half { (id, i) } else { (r, i - half) };
         let t = &mut self.leaves[target as usize];
         let n = t.len as usize;
-        t.start.copy_within(j..n, j + 1);
-        t.end.copy_within(j..n, j + 1);
+        open_gap(&mut t.start, j, n);
+        open_gap(&mut t.end, j, n);
         t.start[j] = s;
         t.end[j] = e;
         t.len += 1;
@@ -1291,8 +1310,8 @@ impl BTree {
     fn leaf_remove(&mut self, pos: &Pos) {
         let l = &mut self.leaves[pos.leaf as usize];
         let n = l.len as usize;
-        l.start.copy_within(pos.at + 1..n, pos.at);
-        l.end.copy_within(pos.at + 1..n, pos.at);
+        close_gap(&mut l.start, pos.at, n);
+        close_gap(&mut l.end, pos.at, n);
         l.len -= 1;
         if self.height == 0 || l.len as usize >= LEAF_MIN {
             return self.refresh_from(pos, self.height);
