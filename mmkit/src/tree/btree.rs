@@ -1688,7 +1688,14 @@ mod tests {
     /// A range allocator over the tree, as `VmapAllocator` drives it (fits
     /// cut by position; frees merged through `neighbours`), against a
     /// sorted list of free ranges.
-    fn churn(lo: u64, hi: u64, seed: u64, steps: usize, aligned: bool) -> Result<(), TestCaseError> {
+    fn churn(
+        (lo, hi): (u64, u64),
+        seed: u64,
+        steps: usize,
+        aligned: bool,
+        shift: u32,
+        check_every: usize,
+    ) -> Result<usize, TestCaseError> {
         let mut seed = seed | 1;
         let mut rnd = move || {
             seed ^= seed << 13;
@@ -1701,12 +1708,13 @@ mod tests {
         let mut model: Vec<(u64, u64)> = Vec::from([(lo, hi)]);
         let mut live: Vec<(u64, u64)> = Vec::new();
         let span = hi - lo;
+        let mut max_height = 0;
         for step in 0..steps {
             if rnd() % 5 < 3 || live.is_empty() {
-                let size = (rnd() % 16 + 1) << 4;
-                let align = if aligned { 16u64 << (rnd() % 8) } else { 16 };
+                let size = (rnd() % 16 + 1) << shift;
+                let align = if aligned { 1u64 << (shift + (rnd() % 8) as u32) } else { 1 << shift };
                 let (ws, we) = if rnd() % 4 == 0 {
-                    let ws = lo + (rnd() % span) / 16 * 16;
+                    let ws = lo + (rnd() % span) >> shift << shift;
                     (ws, ws.saturating_add(rnd() % span + 1).min(hi))
                 } else {
                     (lo, hi)
@@ -1764,22 +1772,38 @@ mod tests {
                 }
                 model = merged;
             }
-            if step % 50 == 0 || step + 1 == steps {
+            if step % check_every == 0 || step + 1 == steps {
                 t.check(lo, hi).map_err(fail)?;
                 let got: Vec<(u64, u64)> = t.iter().collect();
                 prop_assert_eq!(&got, &model);
+                max_height = max_height.max(t.height);
             }
         }
-        Ok(())
+        Ok(max_height)
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
         #[test]
-        fn allocator_churn_matches_model(seed in any::<u64>(), aligned in any::<bool>(), top in any::<bool>()) {
-            let (lo, hi) = if top { (u64::MAX - (1 << 24), u64::MAX) } else { (0, 1 << 24) };
-            churn(lo, hi, seed, 4000, aligned)?;
+        fn allocator_churn_matches_model(
+            seed in any::<u64>(),
+            aligned in any::<bool>(),
+            top in any::<bool>(),
+            shift in prop_oneof![Just(0u32), Just(4), Just(12)],
+        ) {
+            let space = 1u64 << (shift + 20);
+            let (lo, hi) = if top { (u64::MAX - space, u64::MAX) } else { (0, space) };
+            churn((lo, hi), seed, 4000, aligned, shift, 50)?;
         }
+    }
+
+    /// Three and more levels, aligned requests (summaries on) and windows.
+    #[test]
+    fn deep_allocator_churn() {
+        let h = churn((0, 1 << 36), 7, 60_000, true, 12, 2_000).unwrap();
+        assert!(h >= 3, "height {h}");
+        let h = churn((u64::MAX - (1 << 30), u64::MAX), 11, 60_000, false, 4, 2_000).unwrap();
+        assert!(h >= 3, "height {h}");
     }
 
     #[test]
