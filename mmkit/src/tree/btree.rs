@@ -180,7 +180,8 @@ impl Request {
     /// the request.
     #[inline]
     fn may_hold(&self, max: u64, sum: AlignSummary) -> bool {
-        max >= self.size && (!self.prune || matches!(sum.usable(max, self.k), Some(u) if u >= self.size))
+        max >= self.size
+            && (!self.prune || matches!(sum.usable(max, self.k), Some(u) if u >= self.size))
     }
 }
 
@@ -1401,11 +1402,12 @@ impl BTree {
         let total = na + nb;
         let keep = if total <= FANOUT { total } else { total / 2 };
         let mut all = [(0u64, 0u64, AlignSummary::ZERO, 0u32); 2 * FANOUT];
-        for i in 0..na {
-            all[i] = (x.key[i], x.max[i], x.sum[i], x.kid[i]);
-        }
-        for i in 0..nb {
-            all[na + i] = (y.key[i], y.max[i], y.sum[i], y.kid[i]);
+        let mut k = 0;
+        for (n, len) in [(&x, na), (&y, nb)] {
+            for i in 0..len {
+                all[k] = (n.key[i], n.max[i], n.sum[i], n.kid[i]);
+                k += 1;
+            }
         }
         for (node, range) in [(a, 0..keep), (b, keep..total)] {
             let n = &mut self.inners[node as usize];
@@ -1581,12 +1583,14 @@ mod tests {
 
     fn lowest(t: &BTree, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u64)> {
         let mut pos = Pos::new();
-        t.lowest_fit(size, align, lo, hi, &mut pos).map(|a| (pos, a))
+        t.lowest_fit(size, align, lo, hi, &mut pos)
+            .map(|a| (pos, a))
     }
 
     fn highest(t: &BTree, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u64)> {
         let mut pos = Pos::new();
-        t.highest_fit(size, align, lo, hi, &mut pos).map(|a| (pos, a))
+        t.highest_fit(size, align, lo, hi, &mut pos)
+            .map(|a| (pos, a))
     }
 
     fn fail(e: CheckError) -> TestCaseError {
@@ -1595,7 +1599,12 @@ mod tests {
 
     /// Runs `ops` against a BTreeMap model with addresses `base + (x <<
     /// shift)`; every fit agrees with the model's scan.
-    fn run_model(shift: u32, base: u64, ops: &[Op], check_every: usize) -> Result<(), TestCaseError> {
+    fn run_model(
+        shift: u32,
+        base: u64,
+        ops: &[Op],
+        check_every: usize,
+    ) -> Result<(), TestCaseError> {
         let mut t = BTree::new();
         let mut model: BTreeMap<u64, u64> = BTreeMap::new();
         let addr = |x: u64| base + (x << shift);
@@ -1630,9 +1639,10 @@ mod tests {
                     let want = model.iter().find_map(|(&s, &e)| {
                         crate::range::fit_in(s.max(lo), e.min(hi), size, align)
                     });
-                    let want_top = model.iter().rev().find_map(|(&s, &e)| {
-                        top_fit(s.max(lo), e.min(hi), size, align)
-                    });
+                    let want_top = model
+                        .iter()
+                        .rev()
+                        .find_map(|(&s, &e)| top_fit(s.max(lo), e.min(hi), size, align));
                     if a % 3 != 0 {
                         t.enable_summaries(align);
                     }
@@ -1657,7 +1667,10 @@ mod tests {
                 let got: Vec<(u64, u64)> = t.iter().collect();
                 let want: Vec<(u64, u64)> = model.iter().map(|(&s, &e)| (s, e)).collect();
                 prop_assert_eq!(got, want);
-                prop_assert_eq!(t.max_len(), model.iter().map(|(s, e)| e - s).max().unwrap_or(0));
+                prop_assert_eq!(
+                    t.max_len(),
+                    model.iter().map(|(s, e)| e - s).max().unwrap_or(0)
+                );
             }
         }
         Ok(())
@@ -1712,9 +1725,13 @@ mod tests {
         for step in 0..steps {
             if rnd() % 5 < 3 || live.is_empty() {
                 let size = (rnd() % 16 + 1) << shift;
-                let align = if aligned { 1u64 << (shift + (rnd() % 8) as u32) } else { 1 << shift };
+                let align = if aligned {
+                    1u64 << (shift + (rnd() % 8) as u32)
+                } else {
+                    1 << shift
+                };
                 let (ws, we) = if rnd() % 4 == 0 {
-                    let ws = lo + (rnd() % span) >> shift << shift;
+                    let ws = (lo + rnd() % span) >> shift << shift;
                     (ws, ws.saturating_add(rnd() % span + 1).min(hi))
                 } else {
                     (lo, hi)
@@ -1722,9 +1739,14 @@ mod tests {
                 let top = rnd() % 8 == 0;
                 t.enable_summaries(align);
                 let want = if top {
-                    model.iter().rev().find_map(|&(s, e)| top_fit(s.max(ws), e.min(we), size, align))
+                    model
+                        .iter()
+                        .rev()
+                        .find_map(|&(s, e)| top_fit(s.max(ws), e.min(we), size, align))
                 } else {
-                    model.iter().find_map(|&(s, e)| crate::range::fit_in(s.max(ws), e.min(we), size, align))
+                    model
+                        .iter()
+                        .find_map(|&(s, e)| crate::range::fit_in(s.max(ws), e.min(we), size, align))
                 };
                 let got = if top {
                     highest(&t, size, align, ws, we)
@@ -1802,7 +1824,15 @@ mod tests {
     fn deep_allocator_churn() {
         let h = churn((0, 1 << 36), 7, 60_000, true, 12, 2_000).unwrap();
         assert!(h >= 3, "height {h}");
-        let h = churn((u64::MAX - (1 << 30), u64::MAX), 11, 60_000, false, 4, 2_000).unwrap();
+        let h = churn(
+            (u64::MAX - (1 << 30), u64::MAX),
+            11,
+            60_000,
+            false,
+            4,
+            2_000,
+        )
+        .unwrap();
         assert!(h >= 3, "height {h}");
     }
 
@@ -1863,7 +1893,11 @@ mod deep {
             for step in 0..120_000u64 {
                 let slot = rnd() % 200_000;
                 let s = slot * 64;
-                let insert = if phase == 0 { rnd() % 4 != 0 } else { rnd() % 4 == 0 };
+                let insert = if phase == 0 {
+                    rnd() % 4 != 0
+                } else {
+                    rnd() % 4 == 0
+                };
                 if insert {
                     if let alloc::collections::btree_map::Entry::Vacant(v) = model.entry(s) {
                         let e = s + 1 + rnd() % 63;
