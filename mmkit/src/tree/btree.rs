@@ -296,6 +296,9 @@ pub struct BTree {
     summaries: bool,
     /// Every start and end ever stored is a multiple of `2^floor`.
     floor: u32,
+    /// Leaves and inner nodes in the tree (the rest are released).
+    leaves_used: usize,
+    inners_used: usize,
 }
 
 impl Default for BTree {
@@ -318,6 +321,8 @@ impl BTree {
             wild: None,
             summaries: false,
             floor: 63,
+            leaves_used: 1,
+            inners_used: 0,
         }
     }
 
@@ -335,6 +340,13 @@ impl BTree {
     pub fn heap_bytes(&self) -> usize {
         self.leaves.capacity() * core::mem::size_of::<Leaf>()
             + self.inners.capacity() * core::mem::size_of::<Inner>()
+    }
+
+    /// Bytes of the nodes in the tree (released ones and `Vec` slack
+    /// excluded): the metadata its blocks need now.
+    pub fn node_bytes(&self) -> usize {
+        self.leaves_used * core::mem::size_of::<Leaf>()
+            + self.inners_used * core::mem::size_of::<Inner>()
     }
 
     /// Makes room for `n` more blocks than the tree holds now: no heap
@@ -364,6 +376,7 @@ impl BTree {
     // ----- node storage -----
 
     fn alloc_leaf(&mut self) -> u32 {
+        self.leaves_used += 1;
         if self.free_leaf != NONE {
             let id = self.free_leaf;
             self.free_leaf = self.leaves[id as usize].start[0] as u32;
@@ -376,6 +389,7 @@ impl BTree {
     }
 
     fn release_leaf(&mut self, id: u32) {
+        self.leaves_used -= 1;
         let l = &mut self.leaves[id as usize];
         l.len = RELEASED;
         l.start[0] = u64::from(self.free_leaf);
@@ -383,6 +397,7 @@ impl BTree {
     }
 
     fn alloc_inner(&mut self) -> u32 {
+        self.inners_used += 1;
         if self.free_inner != NONE {
             let id = self.free_inner;
             self.free_inner = self.inners[id as usize].kid[0];
@@ -395,6 +410,7 @@ impl BTree {
     }
 
     fn release_inner(&mut self, id: u32) {
+        self.inners_used -= 1;
         let n = &mut self.inners[id as usize];
         n.len = RELEASED;
         n.kid[0] = self.free_inner;
@@ -1457,7 +1473,28 @@ impl BTree {
             "{count} blocks, len says {}",
             self.len
         );
+        let (mut leaves, mut inners) = (0, 0);
+        self.count_nodes(self.root, 0, &mut leaves, &mut inners);
+        ensure!(
+            (leaves, inners) == (self.leaves_used, self.inners_used),
+            Accounting,
+            "{leaves} leaves and {inners} inner nodes reachable, counted ({}, {})",
+            self.leaves_used,
+            self.inners_used
+        );
         Ok(())
+    }
+
+    fn count_nodes(&self, id: u32, d: usize, leaves: &mut usize, inners: &mut usize) {
+        if d == self.height {
+            *leaves += 1;
+            return;
+        }
+        *inners += 1;
+        let n = &self.inners[id as usize];
+        for &kid in &n.kid[..n.len as usize] {
+            self.count_nodes(kid, d + 1, leaves, inners);
+        }
     }
 
     fn check_node(
