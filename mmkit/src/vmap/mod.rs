@@ -10,19 +10,23 @@
 //!   space [start, end)
 //!   |--busy--|  free  |-busy-|-lazy-|      free       |--busy--|
 //!            `--------'             `-----------------'
-//!   free tree: maximal free blocks, sorted by start, each node knowing the
-//!              largest free block below it (smax) and, once an aligned
-//!              request needs it, what its subtree holds at each alignment
+//!   free tree: maximal free blocks, sorted by start, in a B+tree whose
+//!              inner nodes know, per child, the lowest start, the largest
+//!              free block below it and, once an aligned request needs it,
+//!              what that child holds at each alignment
 //!   busy index: live areas by start (a hash table of (start, end)), so a
 //!              free finds its area in O(1) and rejects any other address
 //!   lazy list: areas freed lazily; not reusable until the next purge
 //! ```
 //!
-//! Metadata: a free block is one 56-byte tree node (range, child
-//! maxima, alignment summary, two child links, height) from an arena that
-//! reuses released nodes; a live area is one 16-byte slot of the busy index;
-//! a lazy area is 16 bytes in the lazy list. None of these shrink, so
-//! steady-state operation allocates no heap memory.
+//! Metadata: a free block is 16 bytes in a leaf of the
+//! [`BTree`](crate::tree::btree::BTree) (8 to 16 blocks per 264-byte leaf)
+//! plus its share of the inner nodes (8 to 16 children per 456-byte node):
+//! at most about 41 bytes, 24-32 measured in the bench's workloads (the AVL
+//! tree before it took 56); a live area is one 16-byte slot of the busy
+//! index; a lazy area is 16 bytes in the lazy list. Released nodes are
+//! reused and none of these shrink, so steady-state operation allocates no
+//! heap memory.
 
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
