@@ -20,7 +20,7 @@
 //! ```
 //!
 //! Metadata: a free block is 16 bytes in a leaf of the
-//! [`BTree`](crate::tree::btree::BTree) (8 to 16 blocks per 264-byte leaf)
+//! [`BTree`] (8 to 16 blocks per 264-byte leaf)
 //! plus its share of the inner nodes (8 to 16 children per 456-byte node):
 //! at most about 41 bytes, 24-32 measured in the bench's workloads (the AVL
 //! tree before it took 56); a live area is one 16-byte slot of the busy
