@@ -1644,7 +1644,7 @@ mod tests {
     ) -> Result<(), TestCaseError> {
         let mut t = BTree::new();
         let mut model: BTreeMap<u64, u64> = BTreeMap::new();
-        let addr = |x: u64| base + (x << shift);
+        let addr = |x: u64| base.saturating_add(x << shift);
         for (step, op) in ops.iter().enumerate() {
             match *op {
                 Op::Insert(i, len) => {
