@@ -1,4 +1,7 @@
-//! The augmented balanced tree of ranges: the shared core of [`crate::vmap`].
+//! Augmented indexes of free ranges for [`crate::vmap`]: [`btree::BTree`],
+//! the B+tree the range allocator uses, and [`RangeTree`], the AVL tree it
+//! used before (kept as the reference the B+tree is measured against; the
+//! rest of this page describes it).
 //!
 //! A [`RangeTree`] holds non-overlapping half-open ranges `[start, end)`
 //! sorted by `start`, as an AVL tree. Every node is augmented with two
@@ -73,6 +76,7 @@ use alloc::vec::Vec;
 use crate::ensure;
 use crate::error::{CheckError, FreeError};
 
+pub mod btree;
 mod summary;
 mod top_down;
 pub use summary::{AlignSummary, Part, CLASSES};

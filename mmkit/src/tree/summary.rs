@@ -67,6 +67,9 @@ pub enum Part {
 }
 
 impl AlignSummary {
+    /// The summary of nothing (the default).
+    pub const ZERO: AlignSummary = AlignSummary(0);
+
     /// The granule exponent `g`.
     #[inline]
     pub fn granule(self) -> u32 {

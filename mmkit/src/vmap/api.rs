@@ -9,7 +9,7 @@ use super::VmapAllocator;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{FlushHook, RangeAllocator, RangeStats};
 use crate::request::{Policy, Request, RequestError};
-use crate::tree::Path;
+use crate::tree::btree::Pos;
 
 /// The [`RangeAllocator`] methods, callable without importing the trait.
 impl VmapAllocator {
@@ -242,7 +242,7 @@ impl VmapAllocator {
                 size,
                 align,
                 window: if lo < hi { (lo, hi) } else { (lo, lo) },
-                largest_free: self.free.max_len(&self.arena),
+                largest_free: self.free.max_len(),
             },
         })
     }
@@ -306,16 +306,14 @@ impl VmapAllocator {
         if lo >= hi {
             return None;
         }
-        self.free.enable_summaries(&mut self.arena, align);
-        let mut path = Path::new();
-        let (id, a) = if highest {
-            self.free
-                .highest_fit_at(&self.arena, size, align, lo, hi, &mut path)?
+        self.free.enable_summaries(align);
+        let mut pos = Pos::new();
+        let a = if highest {
+            self.free.highest_fit(size, align, lo, hi, &mut pos)?
         } else {
-            self.free
-                .lowest_fit_at(&self.arena, size, align, lo, hi, &mut path)?
+            self.free.lowest_fit(size, align, lo, hi, &mut pos)?
         };
-        self.clip(id, &path, a, size);
+        self.clip(&pos, a, size);
         self.busy.insert(a, a + size);
         self.live_bytes += size;
         Some(a)
@@ -355,11 +353,7 @@ impl VmapAllocator {
     /// assert_eq!(va.free_blocks().collect::<Vec<_>>(), [0..40, 50..100]);
     /// ```
     pub fn free_blocks(&self) -> impl Iterator<Item = Range<u64>> + '_ {
-        let ar = &self.arena;
-        self.free.iter(ar).map(move |id| {
-            let n = ar.get(id);
-            n.start..n.end
-        })
+        self.free.iter().map(|(s, e)| s..e)
     }
 
     /// The lazily freed areas waiting for a purge, in the order they were
@@ -459,20 +453,15 @@ impl VmapAllocator {
 
     /// Whether `[s, e)` lies inside one free block.
     fn is_free(&self, s: u64, e: u64) -> bool {
-        self.free
-            .containing(&self.arena, s)
-            .is_some_and(|id| self.arena.get(id).end >= e)
+        self.free.containing(s).is_some_and(|(_, end)| end >= e)
     }
 
     /// Removes `[s, e)`, which lies in one free block, from free space.
     fn cut_free(&mut self, s: u64, e: u64) {
-        let mut path = Path::new();
-        let found = self
-            .free
-            .lowest_fit_at(&self.arena, e - s, 1, s, e, &mut path);
-        if let Some((id, a)) = found {
+        let mut pos = Pos::new();
+        if let Some(a) = self.free.lowest_fit(e - s, 1, s, e, &mut pos) {
             debug_assert_eq!(a, s);
-            self.clip(id, &path, a, e - s);
+            self.clip(&pos, a, e - s);
         }
     }
 }

@@ -1,0 +1,1964 @@
+//! [`BTree`]: the free blocks of a range allocator in an augmented B+tree,
+//! an alternative index to the AVL [`RangeTree`](super::RangeTree) that
+//! reads a few wide nodes per search instead of one 56-byte node per level.
+//!
+//! ```text
+//!   inner:  key[i]  lowest start below child i
+//!           max[i]  longest block below child i
+//!           sum[i]  AlignSummary below child i (kept once aligned requests need it)
+//!           kid[i]  child index (an inner node or a leaf, by level)
+//!   leaf:   start[i], end[i]: up to LEAF_CAP free blocks sorted by start
+//! ```
+//!
+//! Every leaf is at the same depth. A non-root leaf holds `LEAF_CAP / 2 ..=
+//! LEAF_CAP` blocks and a non-root inner node `FANOUT / 2 ..= FANOUT`
+//! children (a removal that underflows borrows from or merges with a
+//! sibling), so a free block costs at most 264 / 8 bytes of leaf plus
+//! 456 / 8 bytes of inner node per leaf: about 41 bytes, 24-28 at the
+//! usual three-quarters occupancy, against the AVL tree's 56.
+//!
+//! As in the AVL tree, the highest block (the *wilderness*) is kept out of
+//! the tree: allocations from the top of the used space touch no node.
+//!
+//! Searches return a [`Pos`], the path from the root (node and child slot
+//! per level) to the block, and every update works bottom up along it,
+//! recomputing each parent's entry for the child and stopping at the first
+//! entry that comes out unchanged. A `Pos` is valid until the tree's next
+//! change.
+//!
+//! Nodes live in two vectors; released nodes are chained for reuse, so a
+//! steady state of inserts and removals allocates no heap memory.
+
+use alloc::vec::Vec;
+
+use super::summary::{AlignSummary, Part};
+use crate::ensure;
+use crate::error::CheckError;
+
+/// Blocks per leaf, at most. 16 and 16 measured best (cachegrind: 8 or 32
+/// per leaf, 8 or 32 per inner node all cost more instructions, misses or
+/// mispredictions on the bench's workloads). Both powers of two, at most
+/// 32: the searches use fixed-step binary searches and `u64` masks.
+pub const LEAF_CAP: usize = 16;
+/// Children per inner node, at most.
+pub const FANOUT: usize = 16;
+const _: () = assert!(LEAF_CAP.is_power_of_two() && LEAF_CAP <= 32);
+const _: () = assert!(FANOUT.is_power_of_two() && FANOUT <= 32);
+const LEAF_MIN: usize = LEAF_CAP / 2;
+const INNER_MIN: usize = FANOUT / 2;
+/// Inner levels, at most: `FANOUT / 2` children per node (2 at the root)
+/// reach 2^32 leaves, every `u32` id, in 11 levels.
+pub const MAX_HEIGHT: usize = 12;
+
+/// "No node" in the free chains.
+const NONE: u32 = u32::MAX;
+/// The `len` of a released node.
+const RELEASED: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct Leaf {
+    start: [u64; LEAF_CAP],
+    end: [u64; LEAF_CAP],
+    /// Blocks held (`RELEASED` in the free chain, then `start[0]` links).
+    len: u32,
+}
+
+const EMPTY_LEAF: Leaf = Leaf {
+    start: [0; LEAF_CAP],
+    end: [0; LEAF_CAP],
+    len: 0,
+};
+
+#[derive(Debug, Clone, Copy)]
+struct Inner {
+    key: [u64; FANOUT],
+    max: [u64; FANOUT],
+    sum: [AlignSummary; FANOUT],
+    kid: [u32; FANOUT],
+    /// Children held (`RELEASED` in the free chain, then `kid[0]` links).
+    len: u32,
+}
+
+const EMPTY_INNER: Inner = Inner {
+    key: [0; FANOUT],
+    max: [0; FANOUT],
+    sum: [AlignSummary::ZERO; FANOUT],
+    kid: [NONE; FANOUT],
+    len: 0,
+};
+
+/// What a parent keeps about a child: its lowest start, its longest block
+/// and its alignment summary (the default while summaries are off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Agg {
+    key: u64,
+    max: u64,
+    sum: AlignSummary,
+}
+
+/// Where a block is: the path from the root (`node[d]`, `slot[d]` for each
+/// inner level `d`), the leaf and the index in it; or the wilderness.
+#[derive(Debug, Clone, Copy)]
+pub struct Pos {
+    node: [u32; MAX_HEIGHT],
+    slot: [u8; MAX_HEIGHT],
+    leaf: u32,
+    at: usize,
+    wild: bool,
+}
+
+impl Default for Pos {
+    fn default() -> Self {
+        Pos::new()
+    }
+}
+
+impl Pos {
+    /// A position nowhere (filled by a search).
+    pub const fn new() -> Self {
+        Pos {
+            node: [NONE; MAX_HEIGHT],
+            slot: [0; MAX_HEIGHT],
+            leaf: NONE,
+            at: 0,
+            wild: false,
+        }
+    }
+
+    const fn wild() -> Self {
+        let mut p = Pos::new();
+        p.wild = true;
+        p
+    }
+
+    /// Points at index `i` of `leaf`, not the wilderness.
+    #[inline]
+    fn set_leaf(&mut self, leaf: u32, i: usize) {
+        self.leaf = leaf;
+        self.at = i;
+        self.wild = false;
+    }
+}
+
+/// Where the block after a key is, for [`Neighbours`].
+#[derive(Debug, Clone, Copy)]
+enum Next {
+    None,
+    /// At `pos.at` in the same leaf.
+    Here,
+    /// First in the next leaf.
+    Leaf,
+    Wild,
+}
+
+/// The free blocks around a key, as [`BTree::neighbours`] finds them.
+#[derive(Debug, Clone, Copy)]
+pub struct Neighbours {
+    /// The last block starting below the key.
+    pub prev: Option<(u64, u64)>,
+    /// The first block starting at or above the key.
+    pub next: Option<(u64, u64)>,
+    /// The leaf where a block at the key goes, `at` its index there.
+    pos: Pos,
+    prev_wild: bool,
+    next_at: Next,
+}
+
+/// A fit request: `size` bytes aligned to `2^k` in `[lo, hi)`.
+#[derive(Clone, Copy)]
+struct Request {
+    prune: bool,
+    size: u64,
+    align: u64,
+    k: u32,
+    lo: u64,
+    hi: u64,
+}
+
+impl Request {
+    /// Whether a child with longest block `max` and summary `sum` may hold
+    /// the request.
+    #[inline]
+    fn may_hold(&self, max: u64, sum: AlignSummary) -> bool {
+        max >= self.size
+            && (!self.prune || matches!(sum.usable(max, self.k), Some(u) if u >= self.size))
+    }
+}
+
+/// What a leaf scan found.
+enum Scan {
+    Found(usize, u64),
+    /// Nothing here; later (or, searching down, earlier) blocks may fit.
+    Miss,
+    /// Nothing here or anywhere further in the search's direction.
+    Stop,
+}
+
+/// In the first `len` (at least 1) of the sorted `keys`, the index of the
+/// last key below `key`, or 0 if none: a binary search of log2(N) fixed
+/// steps over the whole array (slots from `len` on count as above every key), with
+/// no branch: the direction at each step is a coin flip for random keys,
+/// and a loop that stops at `len` mispredicts its exit.
+#[inline]
+fn last_below<const N: usize>(keys: &[u64; N], len: usize, key: u64) -> usize {
+    let mut base = 0;
+    let mut half = N / 2;
+    while half > 0 {
+        let m = base + half;
+        base += usize::from((keys[m] < key) & (m < len)) * half;
+        half /= 2;
+    }
+    base
+}
+
+/// Moves `a[i..n]` up one slot (`n < a.len()`). Nothing to move is common
+/// (an insert at the end of a leaf, the root leaf of a near-empty tree):
+/// tested first, it saves a `memmove` call.
+#[inline]
+fn open_gap(a: &mut [u64; LEAF_CAP], i: usize, n: usize) {
+    if i < n {
+        a.copy_within(i..n, i + 1);
+    }
+}
+
+/// Moves `a[i + 1..n]` down one slot, over `a[i]`.
+#[inline]
+fn close_gap(a: &mut [u64; LEAF_CAP], i: usize, n: usize) {
+    if i + 1 < n {
+        a.copy_within(i + 1..n, i);
+    }
+}
+
+/// The granule exponent of a range (as the summaries count it, uncapped).
+#[inline]
+fn granule(s: u64, e: u64) -> u32 {
+    s.trailing_zeros().min(e.trailing_zeros())
+}
+
+/// The longest block of a leaf: all LEAF_CAP slots, those from `len` on
+/// masked, so there is no loop exit to mispredict.
+#[inline]
+fn leaf_max(l: &Leaf) -> u64 {
+    let n = l.len as usize;
+    let mut max = 0;
+    for i in 0..LEAF_CAP {
+        max = max.max(l.end[i].wrapping_sub(l.start[i]) * u64::from(i < n));
+    }
+    max
+}
+
+/// Bit `i` set for each `i < len` with `x[i] >= min`, without branches.
+#[inline]
+fn at_least<const N: usize>(x: &[u64; N], len: usize, min: u64) -> u64 {
+    let mut mask = 0;
+    for (i, &v) in x.iter().enumerate() {
+        mask |= u64::from(v >= min) << i;
+    }
+    mask & ((1 << len) - 1)
+}
+
+/// The highest `a` with `a % align == 0`, `lo <= a` and `a + size <= hi`.
+#[inline]
+fn top_fit(lo: u64, hi: u64, size: u64, align: u64) -> Option<u64> {
+    let a = hi.checked_sub(size)? & !(align - 1);
+    (lo < hi && a >= lo).then_some(a)
+}
+
+/// The free blocks of a range allocator, in an augmented B+tree (see the
+/// [module docs](self)).
+///
+/// # Examples
+/// ```
+/// use mmkit::tree::btree::{BTree, Pos};
+/// let mut t = BTree::new();
+/// for (s, e) in [(0, 4), (10, 26), (40, 48)] {
+///     t.insert(s, e);
+/// }
+/// let mut pos = Pos::new();
+/// let addr = t.lowest_fit(8, 8, 0, 100, &mut pos).unwrap();
+/// assert_eq!((t.get(&pos), addr), ((10, 26), 16));
+/// t.check(0, 100).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct BTree {
+    leaves: Vec<Leaf>,
+    inners: Vec<Inner>,
+    free_leaf: u32,
+    free_inner: u32,
+    /// The root: a leaf when `height == 0`.
+    root: u32,
+    /// Inner levels above the leaves.
+    height: usize,
+    /// Blocks in all, the wilderness included.
+    len: usize,
+    /// The highest block (`None` only when the tree is empty).
+    wild: Option<(u64, u64)>,
+    summaries: bool,
+    /// Every start and end ever stored is a multiple of `2^floor`.
+    floor: u32,
+    /// Leaves and inner nodes in the tree (the rest are released).
+    leaves_used: usize,
+    inners_used: usize,
+}
+
+impl Default for BTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BTree {
+    /// An empty tree.
+    pub fn new() -> Self {
+        BTree {
+            leaves: Vec::from([EMPTY_LEAF]),
+            inners: Vec::new(),
+            free_leaf: NONE,
+            free_inner: NONE,
+            root: 0,
+            height: 0,
+            len: 0,
+            wild: None,
+            summaries: false,
+            floor: 63,
+            leaves_used: 1,
+            inners_used: 0,
+        }
+    }
+
+    /// Number of blocks.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the tree holds no block.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Heap bytes held (capacity, used or not).
+    pub fn heap_bytes(&self) -> usize {
+        self.leaves.capacity() * core::mem::size_of::<Leaf>()
+            + self.inners.capacity() * core::mem::size_of::<Inner>()
+    }
+
+    /// Bytes of the nodes in the tree (released ones and `Vec` slack
+    /// excluded): the metadata its blocks need now.
+    pub fn node_bytes(&self) -> usize {
+        self.leaves_used * core::mem::size_of::<Leaf>()
+            + self.inners_used * core::mem::size_of::<Inner>()
+    }
+
+    /// Makes room for `n` more blocks than the tree holds now: no heap
+    /// allocation while it holds at most that many. Every leaf but the
+    /// root holds `LEAF_MIN` blocks or more and every inner node but the
+    /// root `INNER_MIN` children or more, and released nodes are reused,
+    /// so that bounds the nodes ever in use.
+    pub fn reserve(&mut self, n: usize) {
+        let leaves = (self.len + n) / LEAF_MIN + 1;
+        let inners = leaves / (INNER_MIN - 1) + MAX_HEIGHT;
+        self.leaves
+            .reserve(leaves.saturating_sub(self.leaves.len()));
+        self.inners
+            .reserve(inners.saturating_sub(self.inners.len()));
+    }
+
+    /// The granule floor (see [`NodeArena::granule_floor`](super::NodeArena::granule_floor)).
+    pub fn granule_floor(&self) -> u32 {
+        self.floor
+    }
+
+    #[inline]
+    fn lower_floor(&mut self, s: u64, e: u64) {
+        self.floor = self.floor.min(s.trailing_zeros()).min(e.trailing_zeros());
+    }
+
+    // ----- node storage -----
+
+    fn alloc_leaf(&mut self) -> u32 {
+        self.leaves_used += 1;
+        if self.free_leaf != NONE {
+            let id = self.free_leaf;
+            self.free_leaf = self.leaves[id as usize].start[0] as u32;
+            self.leaves[id as usize].len = 0;
+            id
+        } else {
+            self.leaves.push(EMPTY_LEAF);
+            (self.leaves.len() - 1) as u32
+        }
+    }
+
+    fn release_leaf(&mut self, id: u32) {
+        self.leaves_used -= 1;
+        let l = &mut self.leaves[id as usize];
+        l.len = RELEASED;
+        l.start[0] = u64::from(self.free_leaf);
+        self.free_leaf = id;
+    }
+
+    fn alloc_inner(&mut self) -> u32 {
+        self.inners_used += 1;
+        if self.free_inner != NONE {
+            let id = self.free_inner;
+            self.free_inner = self.inners[id as usize].kid[0];
+            self.inners[id as usize].len = 0;
+            id
+        } else {
+            self.inners.push(EMPTY_INNER);
+            (self.inners.len() - 1) as u32
+        }
+    }
+
+    fn release_inner(&mut self, id: u32) {
+        self.inners_used -= 1;
+        let n = &mut self.inners[id as usize];
+        n.len = RELEASED;
+        n.kid[0] = self.free_inner;
+        self.free_inner = id;
+    }
+
+    // ----- aggregates -----
+
+    fn leaf_agg(&self, id: u32) -> Agg {
+        let l = &self.leaves[id as usize];
+        let max = leaf_max(l);
+        let sum = if self.summaries {
+            self.leaf_sum(id, max)
+        } else {
+            AlignSummary::ZERO
+        };
+        Agg {
+            key: l.start[0],
+            max,
+            sum,
+        }
+    }
+
+    fn leaf_sum(&self, id: u32, max: u64) -> AlignSummary {
+        let l = &self.leaves[id as usize];
+        let n = l.len as usize;
+        let mut parts = [Part::Range(0, 0); LEAF_CAP];
+        for (i, p) in parts[..n].iter_mut().enumerate() {
+            *p = Part::Range(l.start[i], l.end[i]);
+        }
+        AlignSummary::of_subtree(max, &parts[..n])
+    }
+
+    fn inner_agg(&self, id: u32) -> Agg {
+        let max = self.inner_max(id);
+        let sum = if self.summaries {
+            self.inner_sum(id, max)
+        } else {
+            AlignSummary::ZERO
+        };
+        Agg {
+            key: self.inners[id as usize].key[0],
+            max,
+            sum,
+        }
+    }
+
+    #[inline]
+    fn agg(&self, id: u32, leaf: bool) -> Agg {
+        if leaf {
+            self.leaf_agg(id)
+        } else {
+            self.inner_agg(id)
+        }
+    }
+
+    #[inline]
+    fn entry(&self, p: u32, c: usize) -> Agg {
+        let n = &self.inners[p as usize];
+        Agg {
+            key: n.key[c],
+            max: n.max[c],
+            // Off, the summaries are all ZERO: not read (another line).
+            sum: if self.summaries {
+                n.sum[c]
+            } else {
+                AlignSummary::ZERO
+            },
+        }
+    }
+
+    #[inline]
+    fn set_entry(&mut self, p: u32, c: usize, a: Agg) {
+        let n = &mut self.inners[p as usize];
+        n.key[c] = a.key;
+        n.max[c] = a.max;
+        n.sum[c] = a.sum;
+    }
+
+    /// The node at depth `d` of `pos` (the leaf at `d == height`).
+    #[inline]
+    fn node_at(&self, pos: &Pos, d: usize) -> u32 {
+        if d == self.height {
+            pos.leaf
+        } else {
+            pos.node[d]
+        }
+    }
+
+    /// The node at depth `d` of `pos` changed: refreshes its entry in its
+    /// parent and so on up, stopping at the first entry left unchanged.
+    #[inline]
+    fn refresh_from(&mut self, pos: &Pos, d: usize) {
+        if d > 0 {
+            let a = self.agg(self.node_at(pos, d), d == self.height);
+            self.propagate(pos, d, a, false);
+        }
+    }
+
+    /// The node at depth `d` of `pos` now has aggregate `a`, and nothing
+    /// else below its parent changed: stores it in the parent and goes up
+    /// while entries change. Each parent's new aggregate is derived from
+    /// its old one (its entry in the grandparent) and the one child that
+    /// changed, so a node's children are rescanned only when the child
+    /// that held its maximum shrank. `grew` says the child's blocks only
+    /// grew (a free next to a free block): then every usable length of the
+    /// parent is the larger of its old one and the child's new one, and
+    /// the summary combines two parts, not every child.
+    fn propagate(&mut self, pos: &Pos, mut d: usize, mut a: Agg, grew: bool) {
+        while d > 0 {
+            let (p, c) = (pos.node[d - 1], pos.slot[d - 1] as usize);
+            let o = self.entry(p, c);
+            if o == a {
+                return;
+            }
+            self.set_entry(p, c, a);
+            if d == 1 {
+                return; // p is the root
+            }
+            let po = self.entry(pos.node[d - 2], pos.slot[d - 2] as usize);
+            let key = if c == 0 { a.key } else { po.key };
+            let max = if a.max >= po.max {
+                a.max
+            } else if o.max < po.max {
+                po.max
+            } else {
+                self.inner_max(p)
+            };
+            let sum = if !self.summaries || (a.sum == o.sum && a.max == o.max) {
+                po.sum
+            } else if grew && a.sum.granule() <= o.sum.granule() {
+                // The granule test keeps the result canonical: the
+                // parent's granule is then the min of its old one and
+                // the child's new one.
+                AlignSummary::of_subtree(
+                    max,
+                    &[Part::Subtree(po.max, po.sum), Part::Subtree(a.max, a.sum)],
+                )
+            } else {
+                self.inner_sum(p, max)
+            };
+            a = Agg { key, max, sum };
+            d -= 1;
+        }
+    }
+
+    fn inner_max(&self, id: u32) -> u64 {
+        let nd = &self.inners[id as usize];
+        let n = nd.len as usize;
+        // All FANOUT slots, those from `len` on masked: no loop exit to
+        // mispredict.
+        let mut max = 0;
+        for (i, &m) in nd.max.iter().enumerate() {
+            max = max.max(m * u64::from(i < n));
+        }
+        max
+    }
+
+    fn inner_sum(&self, id: u32, max: u64) -> AlignSummary {
+        let nd = &self.inners[id as usize];
+        let n = nd.len as usize;
+        let mut parts = [Part::Range(0, 0); FANOUT];
+        for (i, p) in parts[..n].iter_mut().enumerate() {
+            *p = Part::Subtree(nd.max[i], nd.sum[i]);
+        }
+        AlignSummary::of_subtree(max, &parts[..n])
+    }
+
+    /// Starts maintaining the alignment summaries if `align` could use them
+    /// (above `2^granule_floor`), computing them once for the whole tree.
+    ///
+    /// # Complexity
+    /// O(n) the first time, O(1) after.
+    pub fn enable_summaries(&mut self, align: u64) {
+        if self.summaries || align.trailing_zeros() <= self.floor {
+            return;
+        }
+        self.summaries = true;
+        if self.height > 0 {
+            self.rebuild(self.root, 0);
+        }
+    }
+
+    fn rebuild(&mut self, id: u32, d: usize) -> Agg {
+        let n = self.inners[id as usize].len as usize;
+        for c in 0..n {
+            let kid = self.inners[id as usize].kid[c];
+            let a = if d + 1 == self.height {
+                self.leaf_agg(kid)
+            } else {
+                self.rebuild(kid, d + 1)
+            };
+            self.set_entry(id, c, a);
+        }
+        self.inner_agg(id)
+    }
+
+    // ----- reads -----
+
+    /// The block at `pos`.
+    #[inline]
+    pub fn get(&self, pos: &Pos) -> (u64, u64) {
+        if pos.wild {
+            return self.wild.expect("the wilderness");
+        }
+        let l = &self.leaves[pos.leaf as usize];
+        (l.start[pos.at], l.end[pos.at])
+    }
+
+    /// The longest block (0 when empty).
+    pub fn max_len(&self) -> u64 {
+        let w = self.wild.map_or(0, |(s, e)| e - s);
+        let t = if self.height == 0 {
+            self.leaf_agg(self.root).max
+        } else {
+            let n = &self.inners[self.root as usize];
+            n.max[..n.len as usize].iter().copied().max().unwrap_or(0)
+        };
+        w.max(t)
+    }
+
+    /// The path to the leaf holding the last block starting below `key`
+    /// (the leftmost leaf if none), and the count of that leaf's blocks
+    /// starting below `key`.
+    #[inline]
+    fn descend_below(&self, key: u64) -> Pos {
+        let mut pos = Pos::new();
+        let mut at = self.root;
+        for d in 0..self.height {
+            let n = &self.inners[at as usize];
+            let len = n.len as usize;
+            let c = last_below(&n.key, len, key);
+            pos.node[d] = at;
+            pos.slot[d] = c as u8;
+            at = n.kid[c];
+        }
+        pos.leaf = at;
+        let l = &self.leaves[at as usize];
+        let n = l.len as usize;
+        // The count of blocks starting below `key`.
+        pos.at = if n == 0 || l.start[0] >= key {
+            0
+        } else {
+            last_below(&l.start, n, key) + 1
+        };
+        pos
+    }
+
+    /// Moves `pos` to the first block of the next leaf; false at the last.
+    fn next_leaf(&self, pos: &mut Pos) -> bool {
+        let mut d = self.height;
+        loop {
+            if d == 0 {
+                return false;
+            }
+            d -= 1;
+            let n = &self.inners[pos.node[d] as usize];
+            if (pos.slot[d] as usize) + 1 < n.len as usize {
+                pos.slot[d] += 1;
+                break;
+            }
+        }
+        for e in d + 1..=self.height {
+            let kid = self.inners[pos.node[e - 1] as usize].kid[pos.slot[e - 1] as usize];
+            if e == self.height {
+                pos.leaf = kid;
+            } else {
+                pos.node[e] = kid;
+                pos.slot[e] = 0;
+            }
+        }
+        pos.at = 0;
+        true
+    }
+
+    /// The path to the last block of the tree (the wilderness excluded),
+    /// `at` one past it.
+    fn rightmost(&self) -> Pos {
+        let mut pos = Pos::new();
+        let mut at = self.root;
+        for d in 0..self.height {
+            let n = &self.inners[at as usize];
+            pos.node[d] = at;
+            pos.slot[d] = (n.len - 1) as u8;
+            at = n.kid[n.len as usize - 1];
+        }
+        pos.leaf = at;
+        pos.at = self.leaves[at as usize].len as usize;
+        pos
+    }
+
+    /// The last block starting below `key` and the first starting at or
+    /// above it, in one descent.
+    ///
+    /// # Complexity
+    /// O(log n).
+    pub fn neighbours(&self, key: u64) -> Neighbours {
+        let pos = self.descend_below(key);
+        let l = &self.leaves[pos.leaf as usize];
+        let mut nb = Neighbours {
+            prev: (pos.at > 0).then(|| (l.start[pos.at - 1], l.end[pos.at - 1])),
+            next: None,
+            pos,
+            prev_wild: false,
+            next_at: Next::None,
+        };
+        if pos.at < l.len as usize {
+            nb.next = Some((l.start[pos.at], l.end[pos.at]));
+            nb.next_at = Next::Here;
+        } else if self.height > 0 {
+            let mut np = pos;
+            if self.next_leaf(&mut np) {
+                let nl = &self.leaves[np.leaf as usize];
+                nb.next = Some((nl.start[0], nl.end[0]));
+                nb.next_at = Next::Leaf;
+            }
+        }
+        if let Some(w) = self.wild {
+            if w.0 < key {
+                nb.prev = Some(w);
+                nb.prev_wild = true;
+            } else if nb.next.is_none() {
+                nb.next = Some(w);
+                nb.next_at = Next::Wild;
+            }
+        }
+        nb
+    }
+
+    /// The block containing `addr`, if any.
+    ///
+    /// # Complexity
+    /// O(log n).
+    pub fn containing(&self, addr: u64) -> Option<(u64, u64)> {
+        if let Some(w) = self.wild {
+            if w.0 <= addr {
+                return (addr < w.1).then_some(w);
+            }
+        }
+        let pos = self.descend_below(addr.checked_add(1)?);
+        let l = &self.leaves[pos.leaf as usize];
+        let i = pos.at.checked_sub(1)?;
+        (addr < l.end[i]).then(|| (l.start[i], l.end[i]))
+    }
+
+    /// The position of the block starting exactly at `start`.
+    pub fn find(&self, start: u64) -> Option<Pos> {
+        if let Some(w) = self.wild {
+            if w.0 <= start {
+                return (w.0 == start).then(Pos::wild);
+            }
+        }
+        let mut pos = self.descend_below(start.checked_add(1)?);
+        pos.at = pos.at.checked_sub(1)?;
+        (self.leaves[pos.leaf as usize].start[pos.at] == start).then_some(pos)
+    }
+
+    /// The blocks in address order.
+    pub fn iter(&self) -> Iter<'_> {
+        let mut pos = self.descend_below(0);
+        pos.at = 0;
+        Iter {
+            t: self,
+            pos,
+            tree_done: false,
+            wild: self.wild,
+        }
+    }
+
+    // ----- searches -----
+
+    /// The lowest `a` in `[lo, hi)`, a multiple of `align` (a power of two),
+    /// with `[a, a + size)` inside one block; that block's position and `a`.
+    /// `size > 0`.
+    ///
+    /// Each inner node is scanned for the first child whose longest block
+    /// (and, once enabled, alignment summary) can hold the request and whose
+    /// key range meets the window; a child that fails sends the scan on to
+    /// the next.
+    ///
+    /// # Complexity
+    /// O(log n), plus near misses as for [`RangeTree::lowest_fit`](super::RangeTree::lowest_fit).
+    pub fn lowest_fit(
+        &self,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+        pos: &mut Pos,
+    ) -> Option<u64> {
+        if lo >= hi || hi - lo < size {
+            return None;
+        }
+        let q = Request {
+            prune: self.summaries,
+            size,
+            align,
+            k: align.trailing_zeros(),
+            lo,
+            hi,
+        };
+        if let Some(found) = self.fit_up(q, pos) {
+            return Some(found);
+        }
+        let (s, e) = self.wild?;
+        pos.wild = true;
+        crate::range::fit_in(s.max(lo), e.min(hi), size, align)
+    }
+
+    /// Scans leaf `id` upwards for the first block holding `q`.
+    #[inline]
+    fn leaf_up(&self, id: u32, q: Request) -> Scan {
+        let l = &self.leaves[id as usize];
+        // The blocks long enough, found without a branch per block; a
+        // block too high to hold the request ends the whole search, but
+        // is only noticed at a candidate (the next node's key catches it
+        // otherwise).
+        let mut lens = [0u64; LEAF_CAP];
+        for (i, x) in lens.iter_mut().enumerate() {
+            *x = l.end[i].wrapping_sub(l.start[i]);
+        }
+        let mut cand = at_least(&lens, l.len as usize, q.size);
+        while cand != 0 {
+            let i = cand.trailing_zeros() as usize;
+            cand &= cand - 1;
+            let (s, e) = (l.start[i], l.end[i]);
+            if s >= q.hi || q.hi - s < q.size {
+                return Scan::Stop;
+            }
+            if let Some(a) = crate::range::fit_in(s.max(q.lo), e.min(q.hi), q.size, q.align) {
+                return Scan::Found(i, a);
+            }
+        }
+        Scan::Miss
+    }
+
+    fn fit_up(&self, q: Request, pos: &mut Pos) -> Option<u64> {
+        if self.height == 0 {
+            // Only the root leaf may hold few blocks: scanned directly.
+            let l = &self.leaves[self.root as usize];
+            for i in 0..l.len as usize {
+                let (s, e) = (l.start[i], l.end[i]);
+                if let Some(a) = crate::range::fit_in(s.max(q.lo), e.min(q.hi), q.size, q.align) {
+                    pos.set_leaf(self.root, i);
+                    return Some(a);
+                }
+            }
+            return None;
+        }
+        // Depth-first, children in address order: `pos.slot[d]` is the next
+        // child to try at depth `d`, `ub[d]` the end bound of that node's
+        // blocks (its next sibling's key).
+        let mut ub = [u64::MAX; MAX_HEIGHT + 1];
+        let mut d = 0;
+        pos.node[0] = self.root;
+        pos.slot[0] = 0;
+        loop {
+            let n = &self.inners[pos.node[d] as usize];
+            let len = n.len as usize;
+            let mut c = pos.slot[d] as usize;
+            let mut go = None;
+            // The maxima first, without a branch per child: they rule out
+            // most children, and the keys (another cache line) are read
+            // only for a candidate.
+            let mut cand = at_least(&n.max, len, q.size) >> c << c;
+            while cand != 0 {
+                c = cand.trailing_zeros() as usize;
+                cand &= cand - 1;
+                if !q.may_hold(n.max[c], n.sum[c]) {
+                    continue;
+                }
+                let key = n.key[c];
+                if key >= q.hi || q.hi - key < q.size {
+                    // This and every later block start too high.
+                    return None;
+                }
+                let upper = if c + 1 < len { n.key[c + 1] } else { ub[d] };
+                // Blocks below child c end by `upper`.
+                if upper > q.lo && upper - q.lo >= q.size {
+                    go = Some((n.kid[c], upper));
+                    break;
+                }
+            }
+            let Some((kid, upper)) = go else {
+                // Back up to the parent's next child.
+                if d == 0 {
+                    return None;
+                }
+                d -= 1;
+                pos.slot[d] += 1;
+                continue;
+            };
+            pos.slot[d] = c as u8;
+            if d + 1 == self.height {
+                match self.leaf_up(kid, q) {
+                    Scan::Found(i, a) => {
+                        pos.set_leaf(kid, i);
+                        return Some(a);
+                    }
+                    Scan::Stop => return None,
+                    Scan::Miss => pos.slot[d] += 1,
+                }
+            } else {
+                d += 1;
+                pos.node[d] = kid;
+                pos.slot[d] = 0;
+                ub[d] = upper;
+            }
+        }
+    }
+
+    /// The highest `a` in `[lo, hi)`, a multiple of `align`, with
+    /// `[a, a + size)` inside one block: the mirror of
+    /// [`lowest_fit`](Self::lowest_fit).
+    pub fn highest_fit(
+        &self,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+        pos: &mut Pos,
+    ) -> Option<u64> {
+        if lo >= hi || hi - lo < size {
+            return None;
+        }
+        if let Some((s, e)) = self.wild {
+            if let Some(a) = top_fit(s.max(lo), e.min(hi), size, align) {
+                pos.wild = true;
+                return Some(a);
+            }
+        }
+        let q = Request {
+            prune: self.summaries,
+            size,
+            align,
+            k: align.trailing_zeros(),
+            lo,
+            hi,
+        };
+        self.fit_down(q, pos)
+    }
+
+    #[inline]
+    fn leaf_down(&self, id: u32, q: Request) -> Scan {
+        let l = &self.leaves[id as usize];
+        for i in (0..l.len as usize).rev() {
+            let (s, e) = (l.start[i], l.end[i]);
+            if e <= q.lo || e - q.lo < q.size {
+                return Scan::Stop;
+            }
+            if e - s >= q.size {
+                if let Some(a) = top_fit(s.max(q.lo), e.min(q.hi), q.size, q.align) {
+                    return Scan::Found(i, a);
+                }
+            }
+        }
+        Scan::Miss
+    }
+
+    fn fit_down(&self, q: Request, pos: &mut Pos) -> Option<u64> {
+        if self.height == 0 {
+            return match self.leaf_down(self.root, q) {
+                Scan::Found(i, a) => {
+                    pos.set_leaf(self.root, i);
+                    Some(a)
+                }
+                _ => None,
+            };
+        }
+        // As fit_up, children from the last: `left[d]` is one past the next
+        // child to try at depth `d`.
+        let mut ub = [u64::MAX; MAX_HEIGHT + 1];
+        let mut left = [0usize; MAX_HEIGHT];
+        let mut d = 0;
+        pos.node[0] = self.root;
+        left[0] = self.inners[self.root as usize].len as usize;
+        loop {
+            let n = &self.inners[pos.node[d] as usize];
+            let len = n.len as usize;
+            let mut go = None;
+            while left[d] > 0 {
+                let c = left[d] - 1;
+                let upper = if c + 1 < len { n.key[c + 1] } else { ub[d] };
+                if upper <= q.lo || upper - q.lo < q.size {
+                    // This and every earlier block end too low.
+                    return None;
+                }
+                let key = n.key[c];
+                if key < q.hi && q.hi - key >= q.size && q.may_hold(n.max[c], n.sum[c]) {
+                    go = Some((c, upper));
+                    break;
+                }
+                left[d] -= 1;
+            }
+            let Some((c, upper)) = go else {
+                if d == 0 {
+                    return None;
+                }
+                d -= 1;
+                left[d] -= 1;
+                continue;
+            };
+            pos.slot[d] = c as u8;
+            let kid = n.kid[c];
+            if d + 1 == self.height {
+                match self.leaf_down(kid, q) {
+                    Scan::Found(i, a) => {
+                        pos.set_leaf(kid, i);
+                        return Some(a);
+                    }
+                    Scan::Stop => return None,
+                    Scan::Miss => left[d] -= 1,
+                }
+            } else {
+                d += 1;
+                pos.node[d] = kid;
+                left[d] = self.inners[kid as usize].len as usize;
+                ub[d] = upper;
+            }
+        }
+    }
+
+    /// The slow reference for [`lowest_fit`](Self::lowest_fit): the first
+    /// block in address order that holds the request.
+    pub fn lowest_fit_linear(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        self.iter()
+            .find_map(|(s, e)| crate::range::fit_in(s.max(lo), e.min(hi), size, align))
+    }
+
+    /// The slow reference for [`highest_fit`](Self::highest_fit).
+    pub fn highest_fit_linear(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        let all: Vec<(u64, u64)> = self.iter().collect();
+        all.into_iter()
+            .rev()
+            .find_map(|(s, e)| top_fit(s.max(lo), e.min(hi), size, align))
+    }
+
+    // ----- updates -----
+
+    /// Changes the block at `pos` to `[start, end)` in place: it must keep
+    /// its place in address order and overlap no other block.
+    ///
+    /// # Complexity
+    /// O(log n); stops at the first ancestor left unchanged.
+    pub fn set_range_at(&mut self, pos: &Pos, start: u64, end: u64) {
+        self.lower_floor(start, end);
+        if pos.wild {
+            self.wild = Some((start, end));
+            return;
+        }
+        let l = &mut self.leaves[pos.leaf as usize];
+        let (old_start, old_end) = (l.start[pos.at], l.end[pos.at]);
+        let old = old_end - old_start;
+        l.start[pos.at] = start;
+        l.end[pos.at] = end;
+        if self.height == 0 {
+            return;
+        }
+        // The leaf's old aggregate is its entry in the parent.
+        let h = self.height;
+        let o = self.entry(pos.node[h - 1], pos.slot[h - 1] as usize);
+        let len = end - start;
+        let max = if len >= o.max {
+            len
+        } else if old < o.max {
+            o.max
+        } else {
+            leaf_max(&self.leaves[pos.leaf as usize])
+        };
+        let grew = start <= old_start && end >= old_end;
+        let sum = if !self.summaries {
+            AlignSummary::ZERO
+        } else if grew && granule(start, end) <= granule(old_start, old_end) {
+            // Only grew: see `propagate`.
+            AlignSummary::of_subtree(max, &[Part::Subtree(o.max, o.sum), Part::Range(start, end)])
+        } else {
+            self.leaf_sum(pos.leaf, max)
+        };
+        let key = if pos.at == 0 { start } else { o.key };
+        self.propagate(pos, h, Agg { key, max, sum }, grew);
+    }
+
+    /// Cuts the block at `pos` in two: it becomes `[start, end)`, and
+    /// `[ls, le)`, which lies between the block before and `start`, is
+    /// inserted before it (an allocation inside a free block).
+    pub fn split_at(&mut self, pos: &Pos, (ls, le): (u64, u64), start: u64, end: u64) {
+        self.lower_floor(start, end);
+        self.lower_floor(ls, le);
+        self.len += 1;
+        if pos.wild {
+            self.wild = Some((start, end));
+            return self.push_max(ls, le);
+        }
+        let l = &mut self.leaves[pos.leaf as usize];
+        l.start[pos.at] = start;
+        l.end[pos.at] = end;
+        self.leaf_insert(pos, pos.at, ls, le);
+    }
+
+    /// Removes the block at `pos`.
+    pub fn remove_at(&mut self, pos: &Pos) {
+        if pos.wild {
+            self.wild = None;
+            self.len -= 1;
+            return self.refill_wild();
+        }
+        self.len -= 1;
+        self.leaf_remove(pos);
+    }
+
+    /// The block before the key grows to end at `end` (a free next to it).
+    pub fn grow_prev(&mut self, nb: &Neighbours, end: u64) {
+        let (s, _) = nb.prev.expect("a block before the key");
+        if nb.prev_wild {
+            return self.set_range_at(&Pos::wild(), s, end);
+        }
+        let mut pos = nb.pos;
+        pos.at -= 1;
+        self.set_range_at(&pos, s, end);
+    }
+
+    /// The block after the key grows down to start at `start`.
+    pub fn grow_next(&mut self, nb: &Neighbours, start: u64) {
+        let (_, e) = nb.next.expect("a block after the key");
+        match nb.next_at {
+            Next::Here => self.set_range_at(&nb.pos, start, e),
+            Next::Leaf => {
+                let mut p = nb.pos;
+                self.next_leaf(&mut p);
+                self.set_range_at(&p, start, e)
+            }
+            Next::Wild => self.set_range_at(&Pos::wild(), start, e),
+            Next::None => unreachable!(),
+        }
+    }
+
+    /// Joins the two blocks `nb` found, and the gap between, into one.
+    pub fn merge(&mut self, nb: &Neighbours) {
+        let (ps, _) = nb.prev.expect("a block before the key");
+        let (_, ne) = nb.next.expect("a block after the key");
+        self.len -= 1;
+        let mut prev = nb.pos;
+        prev.at = prev.at.wrapping_sub(1);
+        match nb.next_at {
+            Next::Wild => {
+                // The wilderness grows down over the block before.
+                self.leaf_remove(&prev);
+                self.wild = Some((ps, ne));
+            }
+            Next::Here => {
+                // One leaf: both changes go up in one pass.
+                self.leaves[prev.leaf as usize].end[prev.at] = ne;
+                self.leaf_remove(&nb.pos);
+            }
+            Next::Leaf => {
+                let mut p = nb.pos;
+                self.next_leaf(&mut p);
+                self.set_range_at(&prev, ps, ne);
+                self.leaf_remove(&p);
+            }
+            Next::None => unreachable!(),
+        }
+    }
+
+    /// Inserts `[start, end)` at the key `nb` was found for (`start`),
+    /// overlapping no block.
+    pub fn insert_at(&mut self, nb: &Neighbours, start: u64, end: u64) {
+        self.lower_floor(start, end);
+        self.len += 1;
+        match self.wild {
+            None => self.wild = Some((start, end)),
+            Some((ws, we)) if nb.prev_wild => {
+                self.wild = Some((start, end));
+                self.push_max(ws, we);
+            }
+            Some(_) => self.leaf_insert(&nb.pos, nb.pos.at, start, end),
+        }
+    }
+
+    /// Inserts `[start, end)`, overlapping no block.
+    pub fn insert(&mut self, start: u64, end: u64) {
+        let nb = self.neighbours(start);
+        self.insert_at(&nb, start, end);
+    }
+
+    /// Removes the block starting at `start`; false if there is none.
+    pub fn remove(&mut self, start: u64) -> bool {
+        match self.find(start) {
+            Some(pos) => {
+                self.remove_at(&pos);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Appends `[s, e)` above every block of the tree (not the wilderness).
+    fn push_max(&mut self, s: u64, e: u64) {
+        self.lower_floor(s, e);
+        let pos = self.rightmost();
+        self.leaf_insert(&pos, pos.at, s, e);
+    }
+
+    /// The wilderness left: the tree's highest block takes its place.
+    fn refill_wild(&mut self) {
+        let mut pos = self.rightmost();
+        if pos.at == 0 {
+            return; // empty
+        }
+        pos.at -= 1;
+        self.wild = Some(self.get(&pos));
+        self.leaf_remove(&pos);
+    }
+
+    /// Inserts `[s, e)` at index `i` of the leaf at `pos` (the count `len`
+    /// is the caller's), splitting the leaf when full.
+    fn leaf_insert(&mut self, pos: &Pos, i: usize, s: u64, e: u64) {
+        let id = pos.leaf;
+        let l = &mut self.leaves[id as usize];
+        let n = l.len as usize;
+        if n < LEAF_CAP {
+            open_gap(&mut l.start, i, n);
+            open_gap(&mut l.end, i, n);
+            l.start[i] = s;
+            l.end[i] = e;
+            l.len += 1;
+            return self.refresh_from(pos, self.height);
+        }
+        // Full: the upper half moves to a new right sibling.
+        let r = self.alloc_leaf();
+        let half = LEAF_CAP / 2;
+        let left = self.leaves[id as usize];
+        let rl = &mut self.leaves[r as usize];
+        rl.start[..LEAF_CAP - half].copy_from_slice(&left.start[half..]);
+        rl.end[..LEAF_CAP - half].copy_from_slice(&left.end[half..]);
+        rl.len = (LEAF_CAP - half) as u32;
+        self.leaves[id as usize].len = half as u32;
+        let (target, j) = if i <= half { (id, i) } else { (r, i - half) };
+        let t = &mut self.leaves[target as usize];
+        let n = t.len as usize;
+        open_gap(&mut t.start, j, n);
+        open_gap(&mut t.end, j, n);
+        t.start[j] = s;
+        t.end[j] = e;
+        t.len += 1;
+        self.insert_child(pos, self.height, r);
+    }
+
+    /// The node at depth `d` of `pos` split; `right` is its new right
+    /// sibling, to enter the parent after it.
+    fn insert_child(&mut self, pos: &Pos, d: usize, right: u32) {
+        let leafy = d == self.height;
+        let left = self.node_at(pos, d);
+        let (la, ra) = (self.agg(left, leafy), self.agg(right, leafy));
+        if d == 0 {
+            // The root split: a new root above both.
+            let root = self.alloc_inner();
+            let n = &mut self.inners[root as usize];
+            n.len = 2;
+            n.kid[0] = left;
+            n.kid[1] = right;
+            self.set_entry(root, 0, la);
+            self.set_entry(root, 1, ra);
+            self.root = root;
+            self.height += 1;
+            return;
+        }
+        let (p, c) = (pos.node[d - 1], pos.slot[d - 1] as usize);
+        self.set_entry(p, c, la);
+        let n = self.inners[p as usize].len as usize;
+        if n < FANOUT {
+            self.inner_put(p, c + 1, right, ra);
+            return self.refresh_from(pos, d - 1);
+        }
+        let q = self.alloc_inner();
+        let half = FANOUT / 2;
+        let from = self.inners[p as usize];
+        let qn = &mut self.inners[q as usize];
+        let m = FANOUT - half;
+        qn.key[..m].copy_from_slice(&from.key[half..]);
+        qn.max[..m].copy_from_slice(&from.max[half..]);
+        qn.sum[..m].copy_from_slice(&from.sum[half..]);
+        qn.kid[..m].copy_from_slice(&from.kid[half..]);
+        qn.len = m as u32;
+        self.inners[p as usize].len = half as u32;
+        if c < half {
+            self.inner_put(p, c + 1, right, ra);
+        } else {
+            self.inner_put(q, c + 1 - half, right, ra);
+        }
+        self.insert_child(pos, d - 1, q);
+    }
+
+    /// Inserts child `kid` with aggregate `a` at index `i` of inner `p`
+    /// (which has room).
+    fn inner_put(&mut self, p: u32, i: usize, kid: u32, a: Agg) {
+        let n = &mut self.inners[p as usize];
+        let len = n.len as usize;
+        n.key.copy_within(i..len, i + 1);
+        n.max.copy_within(i..len, i + 1);
+        n.sum.copy_within(i..len, i + 1);
+        n.kid.copy_within(i..len, i + 1);
+        n.kid[i] = kid;
+        n.len += 1;
+        self.set_entry(p, i, a);
+    }
+
+    /// Removes index `i` of inner `p`.
+    fn inner_take(&mut self, p: u32, i: usize) {
+        let n = &mut self.inners[p as usize];
+        let len = n.len as usize;
+        n.key.copy_within(i + 1..len, i);
+        n.max.copy_within(i + 1..len, i);
+        n.sum.copy_within(i + 1..len, i);
+        n.kid.copy_within(i + 1..len, i);
+        n.len -= 1;
+    }
+
+    /// Removes the block at `pos` from its leaf (the count `len` is the
+    /// caller's), rebalancing an underflow.
+    fn leaf_remove(&mut self, pos: &Pos) {
+        let l = &mut self.leaves[pos.leaf as usize];
+        let n = l.len as usize;
+        close_gap(&mut l.start, pos.at, n);
+        close_gap(&mut l.end, pos.at, n);
+        l.len -= 1;
+        if self.height == 0 || l.len as usize >= LEAF_MIN {
+            return self.refresh_from(pos, self.height);
+        }
+        self.underflow(pos, self.height);
+    }
+
+    /// The node at depth `d >= 1` of `pos` holds too few entries: it
+    /// borrows from a sibling or merges with one.
+    fn underflow(&mut self, pos: &Pos, d: usize) {
+        let leafy = d == self.height;
+        let (p, c) = (pos.node[d - 1], pos.slot[d - 1] as usize);
+        let (li, ri) = if c > 0 { (c - 1, c) } else { (c, c + 1) };
+        let (a, b) = {
+            let n = &self.inners[p as usize];
+            (n.kid[li], n.kid[ri])
+        };
+        let merged = if leafy {
+            self.leaf_balance(a, b)
+        } else {
+            self.inner_balance(a, b)
+        };
+        let la = self.agg(a, leafy);
+        self.set_entry(p, li, la);
+        if merged {
+            self.inner_take(p, ri);
+            if leafy {
+                self.release_leaf(b);
+            } else {
+                self.release_inner(b);
+            }
+            let plen = self.inners[p as usize].len as usize;
+            if d == 1 {
+                if plen == 1 {
+                    // The root has one child left: it becomes the root.
+                    self.root = a;
+                    self.height -= 1;
+                    self.release_inner(p);
+                }
+                return;
+            }
+            if plen < INNER_MIN {
+                return self.underflow(pos, d - 1);
+            }
+        } else {
+            let rb = self.agg(b, leafy);
+            self.set_entry(p, ri, rb);
+        }
+        self.refresh_from(pos, d - 1);
+    }
+
+    /// Evens out adjacent leaves `a` and `b`, or moves all of `b` into `a`
+    /// when they fit in one (returns true then).
+    fn leaf_balance(&mut self, a: u32, b: u32) -> bool {
+        let (la, lb) = (self.leaves[a as usize], self.leaves[b as usize]);
+        let (na, nb) = (la.len as usize, lb.len as usize);
+        let total = na + nb;
+        let keep = if total <= LEAF_CAP { total } else { total / 2 };
+        let mut start = [0u64; 2 * LEAF_CAP];
+        let mut end = [0u64; 2 * LEAF_CAP];
+        start[..na].copy_from_slice(&la.start[..na]);
+        start[na..total].copy_from_slice(&lb.start[..nb]);
+        end[..na].copy_from_slice(&la.end[..na]);
+        end[na..total].copy_from_slice(&lb.end[..nb]);
+        let x = &mut self.leaves[a as usize];
+        x.start[..keep].copy_from_slice(&start[..keep]);
+        x.end[..keep].copy_from_slice(&end[..keep]);
+        x.len = keep as u32;
+        let y = &mut self.leaves[b as usize];
+        y.start[..total - keep].copy_from_slice(&start[keep..total]);
+        y.end[..total - keep].copy_from_slice(&end[keep..total]);
+        y.len = (total - keep) as u32;
+        keep == total
+    }
+
+    /// [`leaf_balance`](Self::leaf_balance) for inner nodes.
+    fn inner_balance(&mut self, a: u32, b: u32) -> bool {
+        let (x, y) = (self.inners[a as usize], self.inners[b as usize]);
+        let (na, nb) = (x.len as usize, y.len as usize);
+        let total = na + nb;
+        let keep = if total <= FANOUT { total } else { total / 2 };
+        let mut all = [(0u64, 0u64, AlignSummary::ZERO, 0u32); 2 * FANOUT];
+        let mut k = 0;
+        for (n, len) in [(&x, na), (&y, nb)] {
+            for i in 0..len {
+                all[k] = (n.key[i], n.max[i], n.sum[i], n.kid[i]);
+                k += 1;
+            }
+        }
+        for (node, range) in [(a, 0..keep), (b, keep..total)] {
+            let n = &mut self.inners[node as usize];
+            n.len = range.len() as u32;
+            for (j, i) in range.enumerate() {
+                (n.key[j], n.max[j], n.sum[j], n.kid[j]) = all[i];
+            }
+        }
+        keep == total
+    }
+
+    // ----- checks -----
+
+    /// Verifies order, non-overlap, every block inside `[lo, hi)`, the
+    /// occupancy bounds, the uniform depth and every stored key, maximum
+    /// and (when on) summary.
+    ///
+    /// # Errors
+    /// A [`CheckError`] naming the first violation.
+    pub fn check(&self, lo: u64, hi: u64) -> Result<(), CheckError> {
+        let mut count = 0;
+        let mut prev_end = None;
+        self.check_node(self.root, 0, lo, hi, &mut count, &mut prev_end)?;
+        ensure!(
+            self.wild.is_some() || count == 0,
+            Structure,
+            "no wilderness with {count} blocks in the tree"
+        );
+        if let Some((s, e)) = self.wild {
+            ensure!(s < e, Layout @ s, "empty wilderness at {s:#x}");
+            ensure!(lo <= s && e <= hi, Bounds @ s, "wilderness outside the space");
+            ensure!(
+                prev_end.map_or(true, |pe| pe <= s),
+                Layout @ s,
+                "wilderness at {s:#x} not above every block"
+            );
+            ensure!(
+                s.trailing_zeros().min(e.trailing_zeros()) >= self.floor,
+                Hint @ s,
+                "wilderness finer than the granule floor"
+            );
+            count += 1;
+        }
+        ensure!(
+            count == self.len,
+            Accounting,
+            "{count} blocks, len says {}",
+            self.len
+        );
+        let (mut leaves, mut inners) = (0, 0);
+        self.count_nodes(self.root, 0, &mut leaves, &mut inners);
+        ensure!(
+            (leaves, inners) == (self.leaves_used, self.inners_used),
+            Accounting,
+            "{leaves} leaves and {inners} inner nodes reachable, counted ({}, {})",
+            self.leaves_used,
+            self.inners_used
+        );
+        Ok(())
+    }
+
+    fn count_nodes(&self, id: u32, d: usize, leaves: &mut usize, inners: &mut usize) {
+        if d == self.height {
+            *leaves += 1;
+            return;
+        }
+        *inners += 1;
+        let n = &self.inners[id as usize];
+        for &kid in &n.kid[..n.len as usize] {
+            self.count_nodes(kid, d + 1, leaves, inners);
+        }
+    }
+
+    fn check_node(
+        &self,
+        id: u32,
+        d: usize,
+        lo: u64,
+        hi: u64,
+        count: &mut usize,
+        prev_end: &mut Option<u64>,
+    ) -> Result<Agg, CheckError> {
+        let root = d == 0;
+        if d == self.height {
+            let l = &self.leaves[id as usize];
+            let n = l.len as usize;
+            ensure!(
+                n <= LEAF_CAP && (root || n >= LEAF_MIN),
+                Structure,
+                "leaf {id} holds {n} blocks"
+            );
+            for i in 0..n {
+                let (s, e) = (l.start[i], l.end[i]);
+                ensure!(s < e, Layout @ s, "empty block at {s:#x}");
+                ensure!(lo <= s && e <= hi, Bounds @ s, "block [{s:#x}, {e:#x}) outside the space");
+                ensure!(
+                    prev_end.map_or(true, |pe| pe <= s),
+                    Layout @ s,
+                    "blocks overlap or out of order at {s:#x}"
+                );
+                ensure!(
+                    s.trailing_zeros().min(e.trailing_zeros()) >= self.floor,
+                    Hint @ s,
+                    "block at {s:#x} finer than the granule floor"
+                );
+                *prev_end = Some(e);
+            }
+            *count += n;
+            return Ok(self.leaf_agg(id));
+        }
+        let nd = &self.inners[id as usize];
+        let n = nd.len as usize;
+        ensure!(
+            n <= FANOUT && n >= if root { 2 } else { INNER_MIN },
+            Structure,
+            "inner node {id} holds {n} children"
+        );
+        for c in 0..n {
+            let a = self.check_node(nd.kid[c], d + 1, lo, hi, count, prev_end)?;
+            let stored = self.entry(id, c);
+            ensure!(
+                stored.key == a.key && stored.max == a.max,
+                Hint @ a.key,
+                "entry {c} of node {id}: key/max ({:#x}, {:#x}), recomputed ({:#x}, {:#x})",
+                stored.key,
+                stored.max,
+                a.key,
+                a.max
+            );
+            ensure!(
+                !self.summaries || stored.sum == a.sum,
+                Hint @ a.key,
+                "entry {c} of node {id}: summary {:?}, recomputed {:?}",
+                stored.sum,
+                a.sum
+            );
+        }
+        Ok(self.inner_agg(id))
+    }
+}
+
+/// The blocks of a [`BTree`] in address order.
+#[derive(Debug, Clone)]
+pub struct Iter<'a> {
+    t: &'a BTree,
+    pos: Pos,
+    tree_done: bool,
+    wild: Option<(u64, u64)>,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = (u64, u64);
+
+    fn next(&mut self) -> Option<(u64, u64)> {
+        while !self.tree_done {
+            let l = &self.t.leaves[self.pos.leaf as usize];
+            if self.pos.at < l.len as usize {
+                self.pos.at += 1;
+                return Some((l.start[self.pos.at - 1], l.end[self.pos.at - 1]));
+            }
+            self.tree_done = !self.t.next_leaf(&mut self.pos);
+        }
+        self.wild.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::collections::BTreeMap;
+    use alloc::format;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Insert a range at slot `i` of 64-byte slots, length `len`.
+        Insert(u16, u8),
+        Remove(u16),
+        /// Shrink or grow the range in slot `i` within its slot.
+        Resize(u16, u8),
+        /// Lowest and highest fit: size, log2 align, window start, length.
+        Fit(u8, u8, u16, u16),
+    }
+
+    fn op(slots: u16) -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..slots, 1..=64u8).prop_map(|(i, l)| Op::Insert(i, l)),
+            1 => (0..slots).prop_map(Op::Remove),
+            1 => (0..slots, 1..=64u8).prop_map(|(i, l)| Op::Resize(i, l)),
+            2 => (1..=80u8, 0..24u8, any::<u16>(), any::<u16>())
+                .prop_map(|(s, a, lo, len)| Op::Fit(s, a, lo, len)),
+        ]
+    }
+
+    fn lowest(t: &BTree, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u64)> {
+        let mut pos = Pos::new();
+        t.lowest_fit(size, align, lo, hi, &mut pos)
+            .map(|a| (pos, a))
+    }
+
+    fn highest(t: &BTree, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u64)> {
+        let mut pos = Pos::new();
+        t.highest_fit(size, align, lo, hi, &mut pos)
+            .map(|a| (pos, a))
+    }
+
+    fn fail(e: CheckError) -> TestCaseError {
+        TestCaseError::fail(format!("{e}"))
+    }
+
+    /// Runs `ops` against a BTreeMap model with addresses `base + (x <<
+    /// shift)`; every fit agrees with the model's scan.
+    fn run_model(
+        shift: u32,
+        base: u64,
+        ops: &[Op],
+        check_every: usize,
+    ) -> Result<(), TestCaseError> {
+        let mut t = BTree::new();
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let addr = |x: u64| base.saturating_add(x << shift);
+        for (step, op) in ops.iter().enumerate() {
+            match *op {
+                Op::Insert(i, len) => {
+                    let s = addr(u64::from(i) * 64);
+                    let e = s + (u64::from(len) << shift);
+                    if let alloc::collections::btree_map::Entry::Vacant(v) = model.entry(s) {
+                        t.insert(s, e);
+                        v.insert(e);
+                    }
+                }
+                Op::Remove(i) => {
+                    let s = addr(u64::from(i) * 64);
+                    prop_assert_eq!(t.remove(s), model.remove(&s).is_some());
+                }
+                Op::Resize(i, len) => {
+                    let s = addr(u64::from(i) * 64);
+                    let e = s + (u64::from(len) << shift);
+                    if let Some(v) = model.get_mut(&s) {
+                        let pos = t.find(s).expect("in the tree");
+                        prop_assert_eq!(t.get(&pos).0, s);
+                        t.set_range_at(&pos, s, e);
+                        *v = e;
+                    }
+                }
+                Op::Fit(size, a, lo, len) => {
+                    let (size, align) = (u64::from(size) << shift, 1u64 << a);
+                    let lo = addr(u64::from(lo) * 32);
+                    let hi = lo.saturating_add(u64::from(len) << (shift + 5));
+                    let want = model.iter().find_map(|(&s, &e)| {
+                        crate::range::fit_in(s.max(lo), e.min(hi), size, align)
+                    });
+                    let want_top = model
+                        .iter()
+                        .rev()
+                        .find_map(|(&s, &e)| top_fit(s.max(lo), e.min(hi), size, align));
+                    if a % 3 != 0 {
+                        t.enable_summaries(align);
+                    }
+                    let got = lowest(&t, size, align, lo, hi);
+                    prop_assert_eq!(got.map(|g| g.1), want);
+                    if let Some((pos, a)) = got {
+                        let (s, e) = t.get(&pos);
+                        prop_assert!(s <= a && a + size <= e);
+                    }
+                    let got = highest(&t, size, align, lo, hi);
+                    prop_assert_eq!(got.map(|g| g.1), want_top);
+                    if let Some((pos, a)) = got {
+                        let (s, e) = t.get(&pos);
+                        prop_assert!(s <= a && a + size <= e);
+                    }
+                    prop_assert_eq!(t.lowest_fit_linear(size, align, lo, hi), want);
+                }
+            }
+            if step % check_every == 0 || step + 1 == ops.len() {
+                t.check(base, u64::MAX).map_err(fail)?;
+                prop_assert_eq!(t.len(), model.len());
+                let got: Vec<(u64, u64)> = t.iter().collect();
+                let want: Vec<(u64, u64)> = model.iter().map(|(&s, &e)| (s, e)).collect();
+                prop_assert_eq!(got, want);
+                prop_assert_eq!(
+                    t.max_len(),
+                    model.iter().map(|(s, e)| e - s).max().unwrap_or(0)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Small trees (a few leaves), checked after every step.
+        #[test]
+        fn small_tree_matches_model(shift in 0u32..14, ops in proptest::collection::vec(op(300), 1..400)) {
+            run_model(shift, 0, &ops, 1)?;
+        }
+
+        /// Three levels and more: splits, borrows and merges of inner nodes.
+        #[test]
+        fn deep_tree_matches_model(shift in 0u32..12, ops in proptest::collection::vec(op(8000), 1..6000)) {
+            run_model(shift, 0, &ops, 97)?;
+        }
+
+        /// Addresses just below `u64::MAX`: no overflow in any bound.
+        #[test]
+        fn top_of_the_space(shift in 0u32..4, ops in proptest::collection::vec(op(2000), 1..1500)) {
+            let base = u64::MAX - (2000 * 64 + 200) * (1 << shift) - 4096;
+            run_model(shift, base, &ops, 13)?;
+        }
+    }
+
+    /// A range allocator over the tree, as `VmapAllocator` drives it (fits
+    /// cut by position; frees merged through `neighbours`), against a
+    /// sorted list of free ranges.
+    fn churn(
+        (lo, hi): (u64, u64),
+        seed: u64,
+        steps: usize,
+        aligned: bool,
+        shift: u32,
+        check_every: usize,
+    ) -> Result<usize, TestCaseError> {
+        let mut seed = seed | 1;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut t = BTree::new();
+        t.insert(lo, hi);
+        let mut model: Vec<(u64, u64)> = Vec::from([(lo, hi)]);
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let span = hi - lo;
+        let mut max_height = 0;
+        for step in 0..steps {
+            if rnd() % 5 < 3 || live.is_empty() {
+                let size = (rnd() % 16 + 1) << shift;
+                let align = if aligned {
+                    1u64 << (shift + (rnd() % 8) as u32)
+                } else {
+                    1 << shift
+                };
+                let (ws, we) = if rnd() % 4 == 0 {
+                    let ws = (lo + rnd() % span) >> shift << shift;
+                    (ws, ws.saturating_add(rnd() % span + 1).min(hi))
+                } else {
+                    (lo, hi)
+                };
+                let top = rnd() % 8 == 0;
+                t.enable_summaries(align);
+                let want = if top {
+                    model
+                        .iter()
+                        .rev()
+                        .find_map(|&(s, e)| top_fit(s.max(ws), e.min(we), size, align))
+                } else {
+                    model
+                        .iter()
+                        .find_map(|&(s, e)| crate::range::fit_in(s.max(ws), e.min(we), size, align))
+                };
+                let got = if top {
+                    highest(&t, size, align, ws, we)
+                } else {
+                    lowest(&t, size, align, ws, we)
+                };
+                prop_assert_eq!(got.map(|g| g.1), want);
+                if let Some((pos, a)) = got {
+                    let (s, e) = t.get(&pos);
+                    match (a == s, a + size == e) {
+                        (true, true) => t.remove_at(&pos),
+                        (true, false) => t.set_range_at(&pos, a + size, e),
+                        (false, true) => t.set_range_at(&pos, s, a),
+                        (false, false) => t.split_at(&pos, (s, a), a + size, e),
+                    }
+                    let i = model.iter().position(|&(s, e)| s <= a && a < e).unwrap();
+                    let (s, e) = model.remove(i);
+                    if a + size < e {
+                        model.insert(i, (a + size, e));
+                    }
+                    if s < a {
+                        model.insert(i, (s, a));
+                    }
+                    live.push((a, a + size));
+                }
+            } else {
+                let (s, e) = live.swap_remove((rnd() % live.len() as u64) as usize);
+                let nb = t.neighbours(s);
+                let joins_prev = nb.prev.is_some_and(|p| p.1 == s);
+                let joins_next = nb.next.is_some_and(|n| n.0 == e);
+                match (joins_prev, joins_next) {
+                    (true, true) => t.merge(&nb),
+                    (true, false) => t.grow_prev(&nb, e),
+                    (false, true) => t.grow_next(&nb, s),
+                    (false, false) => t.insert_at(&nb, s, e),
+                }
+                let i = model.partition_point(|&(ms, _)| ms < s);
+                model.insert(i, (s, e));
+                let mut merged: Vec<(u64, u64)> = Vec::new();
+                for r in model.drain(..) {
+                    match merged.last_mut() {
+                        Some(last) if last.1 == r.0 => last.1 = r.1,
+                        _ => merged.push(r),
+                    }
+                }
+                model = merged;
+            }
+            if step % check_every == 0 || step + 1 == steps {
+                t.check(lo, hi).map_err(fail)?;
+                let got: Vec<(u64, u64)> = t.iter().collect();
+                prop_assert_eq!(&got, &model);
+                max_height = max_height.max(t.height);
+            }
+        }
+        Ok(max_height)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn allocator_churn_matches_model(
+            seed in any::<u64>(),
+            aligned in any::<bool>(),
+            top in any::<bool>(),
+            shift in prop_oneof![Just(0u32), Just(4), Just(12)],
+        ) {
+            let space = 1u64 << (shift + 20);
+            let (lo, hi) = if top { (u64::MAX - space, u64::MAX) } else { (0, space) };
+            churn((lo, hi), seed, 4000, aligned, shift, 50)?;
+        }
+    }
+
+    /// Three and more levels, aligned requests (summaries on) and windows.
+    #[test]
+    fn deep_allocator_churn() {
+        let h = churn((0, 1 << 36), 7, 60_000, true, 12, 2_000).unwrap();
+        assert!(h >= 3, "height {h}");
+        let h = churn(
+            (u64::MAX - (1 << 30), u64::MAX),
+            11,
+            60_000,
+            false,
+            4,
+            2_000,
+        )
+        .unwrap();
+        assert!(h >= 3, "height {h}");
+    }
+
+    #[test]
+    fn containing_and_neighbours() {
+        let mut t = BTree::new();
+        for i in 0..1000u64 {
+            t.insert(i * 100 + 10, i * 100 + 20);
+        }
+        t.check(0, u64::MAX).unwrap();
+        assert_eq!(t.containing(19), Some((10, 20)));
+        assert_eq!(t.containing(20), None);
+        assert_eq!(t.containing(5), None);
+        assert_eq!(t.containing(99_915), Some((99_910, 99_920)));
+        let nb = t.neighbours(25);
+        assert_eq!((nb.prev, nb.next), (Some((10, 20)), Some((110, 120))));
+        let nb = t.neighbours(5);
+        assert_eq!((nb.prev, nb.next), (None, Some((10, 20))));
+        let nb = t.neighbours(1_000_000);
+        assert_eq!((nb.prev, nb.next), (Some((99_910, 99_920)), None));
+        for k in (0..100_000).step_by(7) {
+            let nb = t.neighbours(k);
+            let prev = t.iter().filter(|r| r.0 < k).last();
+            let next = t.iter().find(|r| r.0 >= k);
+            assert_eq!((nb.prev, nb.next), (prev, next), "key {k}");
+        }
+        for i in 0..1000u64 {
+            assert!(t.remove(i * 100 + 10));
+            if i % 37 == 0 {
+                t.check(0, u64::MAX).unwrap();
+            }
+        }
+        assert!(t.is_empty());
+        t.check(0, u64::MAX).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod deep {
+    use super::*;
+    use alloc::collections::BTreeMap;
+
+    /// Grows to four inner levels and shrinks back to one leaf, through
+    /// every split, borrow, merge and root change, against a model.
+    #[test]
+    fn grow_and_shrink_through_every_level() {
+        let mut seed = 0x2545f4914f6cdd1du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut t = BTree::new();
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut max_height = 0;
+        for phase in 0..2 {
+            for step in 0..120_000u64 {
+                let slot = rnd() % 200_000;
+                let s = slot * 64;
+                let insert = if phase == 0 {
+                    rnd() % 4 != 0
+                } else {
+                    rnd() % 4 == 0
+                };
+                if insert {
+                    if let alloc::collections::btree_map::Entry::Vacant(v) = model.entry(s) {
+                        let e = s + 1 + rnd() % 63;
+                        t.insert(s, e);
+                        v.insert(e);
+                    }
+                } else if let Some((&k, _)) = model.range(s..).next() {
+                    model.remove(&k);
+                    assert!(t.remove(k));
+                }
+                max_height = max_height.max(t.height);
+                if step % 20_000 == 0 {
+                    t.check(0, u64::MAX).unwrap();
+                    assert!(t.iter().eq(model.iter().map(|(&s, &e)| (s, e))));
+                }
+            }
+        }
+        t.check(0, u64::MAX).unwrap();
+        assert!(t.iter().eq(model.iter().map(|(&s, &e)| (s, e))));
+        assert!(max_height >= 4, "height {max_height}");
+        for k in model.keys().copied().collect::<Vec<_>>() {
+            assert!(t.remove(k));
+        }
+        t.check(0, u64::MAX).unwrap();
+        assert_eq!((t.len(), t.height), (0, 0));
+    }
+}
