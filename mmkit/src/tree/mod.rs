@@ -325,6 +325,17 @@ impl NodeArena {
     /// Recomputes height, child maxima and summary of `id` from its children.
     #[inline]
     fn update(&mut self, id: NodeId) {
+        self.update_links(id);
+        if self.summaries {
+            let a = self.summarize(id);
+            self.n(id).asum = a;
+        }
+    }
+
+    /// Recomputes height and child maxima of `id` from its children, not
+    /// its summary.
+    #[inline]
+    fn update_links(&mut self, id: NodeId) {
         let (l, r) = {
             let n = &self.nodes[id as usize];
             (n.left, n.right)
@@ -335,28 +346,44 @@ impl NodeArena {
         n.height = h;
         n.lmax = lm;
         n.rmax = rm;
-        if self.summaries {
-            let a = self.summarize(id);
-            self.n(id).asum = a;
-        }
     }
 
-    fn rotate_right(&mut self, id: NodeId) -> NodeId {
+    /// Rotates `id`'s left child up in its place and returns it. `valid`
+    /// says `id`'s stored maxima and summary hold for its subtree (only
+    /// heights changed below it): the rotation keeps the subtree's set of
+    /// ranges, so the new root takes that summary unchanged and only `id`,
+    /// demoted over a new set, is summarized again.
+    fn rotate_right(&mut self, id: NodeId, valid: bool) -> NodeId {
         let l = self.nodes[id as usize].left;
+        let kept = self.nodes[id as usize].asum;
         self.n(id).left = self.nodes[l as usize].right;
         self.n(l).right = id;
         self.update(id);
-        self.update(l);
+        self.lift(l, kept, valid);
         l
     }
 
-    fn rotate_left(&mut self, id: NodeId) -> NodeId {
+    /// The mirror of [`rotate_right`](Self::rotate_right).
+    fn rotate_left(&mut self, id: NodeId, valid: bool) -> NodeId {
         let r = self.nodes[id as usize].right;
+        let kept = self.nodes[id as usize].asum;
         self.n(id).right = self.nodes[r as usize].left;
         self.n(r).left = id;
         self.update(id);
-        self.update(r);
+        self.lift(r, kept, valid);
         r
+    }
+
+    /// Updates `id`, just rotated up to the root of a subtree whose summary
+    /// was `kept` (if `valid`, that summary still holds).
+    #[inline]
+    fn lift(&mut self, id: NodeId, kept: AlignSummary, valid: bool) {
+        if valid {
+            self.update_links(id);
+            self.n(id).asum = kept;
+        } else {
+            self.update(id);
+        }
     }
 
     /// What a parent's augmented values depend on in a child subtree.
@@ -380,9 +407,10 @@ impl NodeArena {
         if now == before {
             id
         } else {
-            // Same child with the same smax and summary: only its height
-            // changed, so id's maxima and summary still hold.
-            let values = (now.0, now.2, now.3) != (before.0, before.2, before.3);
+            // The same smax and summary (from the same root or a rotated
+            // one): only the child's height or root changed, so id's
+            // maxima and summary still hold.
+            let values = (now.2, now.3) != (before.2, before.3);
             self.rebalance_as(id, values)
         }
     }
@@ -394,9 +422,13 @@ impl NodeArena {
     }
 
     /// [`rebalance`](Self::rebalance); `values` false says that only a
-    /// child's height changed, so `id` needs no new maxima or summary
-    /// unless it rotates. A rotation updates the nodes it moves, so `id`
-    /// is updated first only when it stays (one summary per node).
+    /// child's height (or root) changed, so `id`'s stored maxima and
+    /// summary still hold. A rotation updates the nodes it moves, so `id`
+    /// is updated first only when it stays (one summary per node), and the
+    /// node rotated up inherits the summary of the subtree it now roots
+    /// whenever that summary is known to hold: always for the inner
+    /// rotation of a double one (every node below `id` is up to date when
+    /// this is called), and for the outer one when `values` is false.
     fn rebalance_as(&mut self, id: NodeId, values: bool) -> NodeId {
         let (l, r) = {
             let n = &self.nodes[id as usize];
@@ -406,17 +438,17 @@ impl NodeArena {
         if hl > hr + 1 {
             let (ll, lr) = (self.nodes[l as usize].left, self.nodes[l as usize].right);
             if self.height(lr) > self.height(ll) {
-                let nl = self.rotate_left(l);
+                let nl = self.rotate_left(l, true);
                 self.n(id).left = nl;
             }
-            self.rotate_right(id)
+            self.rotate_right(id, !values)
         } else if hr > hl + 1 {
             let (rl, rr) = (self.nodes[r as usize].left, self.nodes[r as usize].right);
             if self.height(rl) > self.height(rr) {
-                let nr = self.rotate_right(r);
+                let nr = self.rotate_right(r, true);
                 self.n(id).right = nr;
             }
-            self.rotate_left(id)
+            self.rotate_left(id, !values)
         } else {
             if values {
                 self.update(id);
@@ -997,8 +1029,8 @@ impl RangeTree {
     /// pass jump to `changed` (the nodes between saw nothing change).
     fn fix_up(&mut self, ar: &mut NodeArena, path: &[NodeId], changed: usize) {
         let mut i = path.len();
-        // Whether the subtree below `at` changed its root, smax or summary
-        // (not only its height): then `at` needs new maxima and summary.
+        // Whether the subtree below `at` changed its smax or summary (not
+        // only its height or root): then `at` needs new maxima and summary.
         let mut values = true;
         while i > 0 {
             i -= 1;
@@ -1015,7 +1047,9 @@ impl RangeTree {
             }
             // `before` of the node at `changed` already shows its new
             // range, not what its parent saw: the parent must update.
-            values = i == changed || (after.0, after.2, after.3) != (before.0, before.2, before.3);
+            // A new root (a rotation) with the same smax and summary leaves
+            // the parent's maxima and summary as they were: it only relinks.
+            values = i == changed || (after.2, after.3) != (before.2, before.3);
             match i.checked_sub(1) {
                 None => self.root = new,
                 Some(j) => {
