@@ -290,36 +290,17 @@ impl NodeArena {
 
     /// Recomputes the alignment summary of `id` from its range, its
     /// `lmax`/`rmax` and its children's summaries.
+    #[inline]
     fn summarize(&self, id: NodeId) -> AlignSummary {
         let n = &self.nodes[id as usize];
-        let smax = n.smax();
-        // A child holding the longest range whose summary the other parts
-        // leave unchanged: checked cheapest first (every granule is at
-        // least the floor's), the sibling read last.
-        let (big, other, om) = if !summary::far_shorter(smax - n.len(), self.floor) {
-            (NIL, NIL, 0)
-        } else if n.lmax == smax {
-            (n.left, n.right, n.rmax)
-        } else {
-            (n.right, n.left, n.lmax)
-        };
-        if big != NIL {
-            let sum = self.nodes[big as usize].asum;
-            if sum.dominates(smax, Part::Range(n.start, n.end))
-                && (other == NIL || sum.dominates(smax, Part::Subtree(om, self.asum(other))))
-            {
-                return sum;
-            }
-        }
-        let mut parts = [Part::Range(n.start, n.end); 3];
-        let mut k = 1;
-        for (child, m) in [(n.left, n.lmax), (n.right, n.rmax)] {
-            if child != NIL {
-                parts[k] = Part::Subtree(m, self.nodes[child as usize].asum);
-                k += 1;
-            }
-        }
-        AlignSummary::of_subtree(smax, &parts[..k])
+        let kid = |c: NodeId, m: u64| (c != NIL).then(|| (m, self.nodes[c as usize].asum));
+        AlignSummary::combine(
+            n.smax(),
+            n.start,
+            n.end,
+            kid(n.left, n.lmax),
+            kid(n.right, n.rmax),
+        )
     }
 
     /// Recomputes height, child maxima and summary of `id` from its children.
