@@ -248,20 +248,56 @@ impl AlignSummary {
         AlignSummary(acc | u64::from(g))
     }
 
+    /// The summary of one range `[start, end)`: [`combine`](Self::combine)
+    /// with no children, without their code.
+    #[inline]
+    pub fn of_range(start: u64, end: u64) -> AlignSummary {
+        let g = start.trailing_zeros().min(end.trailing_zeros()).min(G_MAX);
+        let t = (start.wrapping_neg() >> g) & u64::from(CAP - 1);
+        AlignSummary(spread_capped(t, units(end - start, g) + 1) | u64::from(g))
+    }
+
+    /// The summary of the union of two sets of ranges, from theirs: `a`
+    /// and `b` are `(smax, summary)` of each, `smax` the larger. Exact
+    /// because a summary is a function of its set of ranges alone (its
+    /// granule, and each stored deficit, is that of the set), so the
+    /// union's is [`of_subtree`](Self::of_subtree) of the two as children.
+    /// What a subtree that only gained a range needs: its old summary
+    /// merged with the new range's.
+    #[inline]
+    pub fn merge(smax: u64, a: (u64, AlignSummary), b: (u64, AlignSummary)) -> AlignSummary {
+        let g = a.1.granule().min(b.1.granule());
+        let none = units(smax, g) + 1;
+        let acc = a.1.part(smax - a.0, g, none).unwrap_or(CLASS_BITS);
+        AlignSummary(b.1.lower(acc, smax - b.0, g, none) | u64::from(g))
+    }
+
     /// `acc` lowered to this child's deficits, in granules of `2^g`, for a
     /// child `shorter` bytes shorter than the longest range, in a subtree
     /// whose "no fit" is `none`.
     #[inline(always)]
     fn lower(self, acc: u64, shorter: u64, g: u32, none: u16) -> u64 {
+        match self.part(shorter, g, none) {
+            Some(w) => min_fields(acc, w),
+            None => acc,
+        }
+    }
+
+    /// What [`lower`](Self::lower) takes the minimum with: this child's
+    /// class fields in the subtree's frame, or `None` when it loses at
+    /// every class.
+    #[inline(always)]
+    fn part(self, shorter: u64, g: u32, none: u16) -> Option<u64> {
         let base = units(shorter, g);
         if base >= none.min(CAP) {
-            return acc;
+            return None;
         }
         let shift = self.granule() - g;
-        if shift == 0 {
-            return min_fields(acc, raise(self.0 & CLASS_BITS, base));
-        }
-        min_fields(acc, self.rescaled(shift, base, none))
+        Some(if shift == 0 {
+            raise(self.0 & CLASS_BITS, base)
+        } else {
+            self.rescaled(shift, base, none)
+        })
     }
 
     /// The contribution of a child whose granule is `shift` above the
@@ -634,6 +670,26 @@ mod tests {
                     prop_assert!(got >= truth, "k {}: bound {:?} < {:?}", k, got, truth);
                 }
             }
+        }
+    }
+
+    proptest! {
+        /// The summary of a union of sets is the merge of theirs, bit for
+        /// bit: what a subtree that gained a range relies on.
+        #[test]
+        fn merge_is_the_union(
+            shifts in (0u32..50, 0u32..50),
+            a in proptest::collection::vec((0u64..1 << 12, 1u64..1 << 10), 1..5),
+            b in proptest::collection::vec((0u64..1 << 12, 1u64..1 << 10), 1..5),
+        ) {
+            let scale = |v: &[(u64, u64)], k: u32| -> Vec<(u64, u64)> {
+                v.iter().map(|&(s, l)| (s << k, (s + l) << k)).collect()
+            };
+            let (a, b) = (scale(&a, shifts.0), scale(&b, shifts.1));
+            let both: Vec<(u64, u64)> = a.iter().chain(&b).copied().collect();
+            let (sa, sb, sab) = (chain(&a), chain(&b), chain(&both));
+            prop_assert_eq!(AlignSummary::merge(sab.0, sa, sb), sab.1);
+            prop_assert_eq!(AlignSummary::merge(sab.0, sb, sa), sab.1);
         }
     }
 
