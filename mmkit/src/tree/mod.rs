@@ -40,6 +40,22 @@
 //! So an alloc+free pair costs two descents (the search and the
 //! neighbours), plus the busy index's two hash operations.
 //!
+//! Once summaries are on, the bottom-up passes spend most of their time on
+//! them, so each node on a path gets the cheapest exact recomputation that
+//! what changed below it allows (see `Change`):
+//! - only heights changed (or a child's root, by a rotation, with the same
+//!   smax and summary): the stored summary holds, nothing to compute;
+//! - the subtree gained one leaf and nothing else (a push onto the top of
+//!   the tree, an insert beside its neighbours): the stored summary merged
+//!   with the leaf's ([`AlignSummary::merge`]); a summary is a function of
+//!   its set of ranges alone, so the union's is the merge of the two;
+//! - a rotation: the demoted node is recomputed from its range and its new
+//!   children, and the node rotated up keeps the old root's summary (the
+//!   set is the same) or, if that one is stale, merges its own old subtree
+//!   with the demoted node's new one, which together cover the subtree;
+//! - anything else: [`AlignSummary::combine`] of the node's range and its
+//!   children, computed on the packed words.
+//!
 //! Nodes live in a [`NodeArena`] shared by several trees, referenced by
 //! [`NodeId`]. Released nodes are kept on a free list and reused, so a
 //! steady state of inserts and removals allocates no heap memory (the

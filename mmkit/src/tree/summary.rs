@@ -69,6 +69,11 @@
 //! - a child whose granule is coarser than the subtree's is rescaled field
 //!   by field and clamped (the only loop; rare once subtrees are large),
 //!   and of two equal children only one counts.
+//!
+//! [`AlignSummary::merge`] is the same combine of two child-like parts and
+//! no range: the summary of a union of two sets of ranges, since a summary
+//! depends on its set alone. [`AlignSummary::of_range`] is the combine of
+//! a lone range.
 
 /// Alignment classes stored above the granule.
 pub const CLASSES: u32 = 10;
