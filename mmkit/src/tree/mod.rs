@@ -55,6 +55,22 @@
 //! AVL tree takes its place, and a range freed above it takes its place
 //! and pushes it down into the tree.
 //!
+//! Once summaries are on, the bottom-up passes spend most of their time on
+//! them, so each node on a path gets the cheapest exact recomputation that
+//! what changed below it allows (see `Change`):
+//! - only heights changed (or a child's root, by a rotation, with the same
+//!   smax and summary): the stored summary holds, nothing to compute;
+//! - the subtree gained one leaf and nothing else (a push onto the top of
+//!   the tree, an insert beside its neighbours): the stored summary merged
+//!   with the leaf's ([`AlignSummary::merge`]); a summary is a function of
+//!   its set of ranges alone, so the union's is the merge of the two;
+//! - a rotation: the demoted node is recomputed from its range and its new
+//!   children, and the node rotated up keeps the old root's summary (the
+//!   set is the same) or, if that one is stale, merges its own old subtree
+//!   with the demoted node's new one, which together cover the subtree;
+//! - anything else: [`AlignSummary::combine`] of the node's range and its
+//!   children, computed on the packed words.
+//!
 //! Nodes live in a [`NodeArena`] shared by several trees, referenced by
 //! [`NodeId`]. Released nodes are kept on a free list and reused, so a
 //! steady state of inserts and removals allocates no heap memory (the
@@ -308,41 +324,71 @@ impl NodeArena {
 
     /// Recomputes the alignment summary of `id` from its range, its
     /// `lmax`/`rmax` and its children's summaries.
+    #[inline]
     fn summarize(&self, id: NodeId) -> AlignSummary {
         let n = &self.nodes[id as usize];
-        let smax = n.smax();
-        // A child holding the longest range whose summary the other parts
-        // leave unchanged: checked cheapest first (every granule is at
-        // least the floor's), the sibling read last.
-        let (big, other, om) = if !summary::far_shorter(smax - n.len(), self.floor) {
-            (NIL, NIL, 0)
-        } else if n.lmax == smax {
-            (n.left, n.right, n.rmax)
-        } else {
-            (n.right, n.left, n.lmax)
-        };
-        if big != NIL {
-            let sum = self.nodes[big as usize].asum;
-            if sum.dominates(smax, Part::Range(n.start, n.end))
-                && (other == NIL || sum.dominates(smax, Part::Subtree(om, self.asum(other))))
-            {
-                return sum;
-            }
+        self.summary_of(n.start, n.end, n.left, n.lmax, n.right, n.rmax)
+    }
+
+    /// The alignment summary of a node with range `[start, end)` and
+    /// children `l` and `r` whose longest ranges are `lm` and `rm`.
+    #[inline]
+    fn summary_of(
+        &self,
+        start: u64,
+        end: u64,
+        l: NodeId,
+        lm: u64,
+        r: NodeId,
+        rm: u64,
+    ) -> AlignSummary {
+        if l == NIL && r == NIL {
+            return AlignSummary::of_range(start, end);
         }
-        let mut parts = [Part::Range(n.start, n.end); 3];
-        let mut k = 1;
-        for (child, m) in [(n.left, n.lmax), (n.right, n.rmax)] {
-            if child != NIL {
-                parts[k] = Part::Subtree(m, self.nodes[child as usize].asum);
-                k += 1;
-            }
-        }
-        AlignSummary::of_subtree(smax, &parts[..k])
+        let kid = |c: NodeId, m: u64| (c != NIL).then(|| (m, self.nodes[c as usize].asum));
+        let smax = (end - start).max(lm).max(rm);
+        AlignSummary::combine(smax, start, end, kid(l, lm), kid(r, rm))
     }
 
     /// Recomputes height, child maxima and summary of `id` from its children.
     #[inline]
     fn update(&mut self, id: NodeId) {
+        let n = &self.nodes[id as usize];
+        let (l, r) = (n.left, n.right);
+        let h = 1 + self.height(l).max(self.height(r));
+        self.refresh(id, l, r, h, Change::Values);
+    }
+
+    /// [`update`](Self::update) of `id`, whose children `l` and `r` and new
+    /// height `h` the caller has just read, after `change` below it (not
+    /// [`Change::Heights`]).
+    #[inline]
+    fn refresh(&mut self, id: NodeId, l: NodeId, r: NodeId, h: u8, change: Change) {
+        let (lm, rm) = (self.smax(l), self.smax(r));
+        let summaries = self.summaries;
+        let n = self.n(id);
+        let old = (n.smax(), n.asum);
+        n.height = h;
+        n.lmax = lm;
+        n.rmax = rm;
+        if summaries {
+            let (s, e) = (n.start, n.end);
+            let a = match change {
+                Change::Gained(len, sum) => {
+                    let smax = (e - s).max(lm).max(rm);
+                    debug_assert_eq!(smax, old.0.max(len), "more than one range gained");
+                    AlignSummary::merge(smax, old, (len, sum))
+                }
+                _ => self.summary_of(s, e, l, lm, r, rm),
+            };
+            self.n(id).asum = a;
+        }
+    }
+
+    /// Recomputes height and child maxima of `id` from its children, not
+    /// its summary.
+    #[inline]
+    fn update_links(&mut self, id: NodeId) {
         let (l, r) = {
             let n = &self.nodes[id as usize];
             (n.left, n.right)
@@ -353,28 +399,52 @@ impl NodeArena {
         n.height = h;
         n.lmax = lm;
         n.rmax = rm;
-        if self.summaries {
-            let a = self.summarize(id);
-            self.n(id).asum = a;
-        }
     }
 
-    fn rotate_right(&mut self, id: NodeId) -> NodeId {
+    /// Rotates `id`'s left child up in its place and returns it, after
+    /// `change` below `id`. Only `id`, demoted over a new set of ranges, is
+    /// summarized again: the rotation keeps the subtree's set, so after
+    /// [`Change::Heights`] the new root takes `id`'s stored summary as it
+    /// is, and otherwise the summary of the union of its own old subtree
+    /// and `id`'s new one, which together cover the subtree
+    /// ([`AlignSummary::merge`]; both are up to date).
+    fn rotate_right(&mut self, id: NodeId, change: Change) -> NodeId {
         let l = self.nodes[id as usize].left;
         self.n(id).left = self.nodes[l as usize].right;
         self.n(l).right = id;
+        let kept = self.nodes[id as usize].asum;
         self.update(id);
-        self.update(l);
+        self.lift(l, id, kept, change);
         l
     }
 
-    fn rotate_left(&mut self, id: NodeId) -> NodeId {
+    /// The mirror of [`rotate_right`](Self::rotate_right).
+    fn rotate_left(&mut self, id: NodeId, change: Change) -> NodeId {
         let r = self.nodes[id as usize].right;
         self.n(id).right = self.nodes[r as usize].left;
         self.n(r).left = id;
+        let kept = self.nodes[id as usize].asum;
         self.update(id);
-        self.update(r);
+        self.lift(r, id, kept, change);
         r
+    }
+
+    /// Updates `id`, just rotated up over the updated `down`, where the
+    /// subtree's stored summary was `kept`.
+    #[inline]
+    fn lift(&mut self, id: NodeId, down: NodeId, kept: AlignSummary, change: Change) {
+        let n = &self.nodes[id as usize];
+        let old = (n.smax(), n.asum);
+        self.update_links(id);
+        if self.summaries {
+            let a = if change == Change::Heights {
+                kept
+            } else {
+                let d = &self.nodes[down as usize];
+                AlignSummary::merge(self.nodes[id as usize].smax(), old, (d.smax(), d.asum))
+            };
+            self.n(id).asum = a;
+        }
     }
 
     /// What a parent's augmented values depend on in a child subtree.
@@ -398,24 +468,37 @@ impl NodeArena {
         if now == before {
             id
         } else {
-            // Same child with the same smax and summary: only its height
-            // changed, so id's maxima and summary still hold.
-            let values = (now.0, now.2, now.3) != (before.0, before.2, before.3);
-            self.rebalance_as(id, values)
+            // The same smax and summary (from the same root or a rotated
+            // one): only the child's height or root changed, so id's
+            // maxima and summary still hold.
+            let values = (now.2, now.3) != (before.2, before.3);
+            self.rebalance_as(
+                id,
+                if values {
+                    Change::Values
+                } else {
+                    Change::Heights
+                },
+            )
         }
     }
 
     /// Updates `id` and restores the AVL balance at it; returns the subtree's
     /// new root.
     fn rebalance(&mut self, id: NodeId) -> NodeId {
-        self.rebalance_as(id, true)
+        self.rebalance_as(id, Change::Values)
     }
 
-    /// [`rebalance`](Self::rebalance); `values` false says that only a
-    /// child's height changed, so `id` needs no new maxima or summary
-    /// unless it rotates. A rotation updates the nodes it moves, so `id`
-    /// is updated first only when it stays (one summary per node).
-    fn rebalance_as(&mut self, id: NodeId, values: bool) -> NodeId {
+    /// [`rebalance`](Self::rebalance) after `change` below `id`: with
+    /// [`Change::Heights`] its stored maxima and summary still hold. A
+    /// rotation updates the nodes it moves, so `id` is updated first only
+    /// when it stays (one summary per node), and the node rotated up
+    /// derives its summary from the one stored for the subtree it now
+    /// roots whenever that one is known: always for the inner rotation of
+    /// a double one (every node below `id` is up to date when this is
+    /// called), and for the outer one unless `change` is
+    /// [`Change::Values`].
+    fn rebalance_as(&mut self, id: NodeId, change: Change) -> NodeId {
         let (l, r) = {
             let n = &self.nodes[id as usize];
             (n.left, n.right)
@@ -424,26 +507,45 @@ impl NodeArena {
         if hl > hr + 1 {
             let (ll, lr) = (self.nodes[l as usize].left, self.nodes[l as usize].right);
             if self.height(lr) > self.height(ll) {
-                let nl = self.rotate_left(l);
+                let nl = self.rotate_left(l, Change::Heights);
                 self.n(id).left = nl;
             }
-            self.rotate_right(id)
+            self.rotate_right(id, change)
         } else if hr > hl + 1 {
             let (rl, rr) = (self.nodes[r as usize].left, self.nodes[r as usize].right);
             if self.height(rl) > self.height(rr) {
-                let nr = self.rotate_right(r);
+                let nr = self.rotate_right(r, Change::Heights);
                 self.n(id).right = nr;
             }
-            self.rotate_left(id)
+            self.rotate_left(id, change)
         } else {
-            if values {
-                self.update(id);
+            let h = 1 + hl.max(hr);
+            if change == Change::Heights {
+                self.n(id).height = h;
             } else {
-                self.n(id).height = 1 + hl.max(hr);
+                self.refresh(id, l, r, h, change);
             }
             id
         }
     }
+}
+
+/// What changed in a node's subtree since its maxima and summary were
+/// stored, as the bottom-up passes tell [`NodeArena::rebalance_as`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Only heights, or a child's root (a rotation): the stored values
+    /// hold.
+    Heights,
+    /// The subtree gained one range, of this length and summary, and
+    /// nothing else changed: the new summary is the stored one merged with
+    /// the range's ([`AlignSummary::merge`]), cheaper than a recomputation
+    /// from the children and the same value (a summary depends on its set
+    /// of ranges alone). Values, not the node: a rotation may lift that
+    /// node and overwrite its summary.
+    Gained(u64, AlignSummary),
+    /// Anything else: recompute from the children.
+    Values,
 }
 
 /// The nodes a search passed through, root first: the ancestors of the
@@ -721,7 +823,7 @@ impl RangeTree {
             None => self.root = id,
             Some(&p) => ar.n(p).right = id,
         }
-        self.fix_up(ar, path.nodes(), path.len);
+        self.fix_up(ar, path.nodes(), path.len, id);
     }
 
     /// [`insert`](Self::insert) into the AVL tree (below the wilderness).
@@ -848,7 +950,7 @@ impl RangeTree {
             debug_assert!(p.right == NIL, "neighbours out of date");
             p.right = id;
         }
-        self.fix_up(ar, path, path.len());
+        self.fix_up(ar, path, path.len(), id);
     }
 
     /// [`remove`](Self::remove) of a node whose ancestors, root first, a
@@ -864,7 +966,7 @@ impl RangeTree {
         let (l, r) = (ar.get(id).left, ar.get(id).right);
         if l == NIL || r == NIL {
             self.relink(ar, ancestors, id, if l == NIL { r } else { l });
-            self.fix_up(ar, ancestors, ancestors.len());
+            self.fix_up(ar, ancestors, ancestors.len(), NIL);
         } else {
             // The successor m (the minimum on the right) takes id's place;
             // m and the nodes between it and id's right child all change.
@@ -889,7 +991,7 @@ impl RangeTree {
             path.nodes[below - 1] = m;
             path.len += 1;
             self.relink(ar, ancestors, id, m);
-            self.fix_up(ar, path.nodes(), ancestors.len());
+            self.fix_up(ar, path.nodes(), ancestors.len(), NIL);
         }
         let (s, e) = (ar.get(id).start, ar.get(id).end);
         *ar.n(id) = Node::detached(s, e);
@@ -965,7 +1067,7 @@ impl RangeTree {
         }
         // id's range changed, so the pass must reach it: its stored values
         // no longer show what its parent saw (only a strict ancestor's do).
-        self.fix_up(ar, path.nodes(), ancestors.len());
+        self.fix_up(ar, path.nodes(), ancestors.len(), NIL);
     }
 
     /// Joins the two ranges [`neighbours`](Self::neighbours) just found
@@ -999,7 +1101,7 @@ impl RangeTree {
         self.relink(ar, ancestors, gone, if l == NIL { r } else { l });
         // `keep` is an ancestor of `gone`, at index keep_depth; its range
         // changed, so only its own ancestors may stop the pass early.
-        self.fix_up(ar, ancestors, keep_depth);
+        self.fix_up(ar, ancestors, keep_depth, NIL);
         let (s, e) = (ar.get(gone).start, ar.get(gone).end);
         *ar.n(gone) = Node::detached(s, e);
         self.len -= 1;
@@ -1013,18 +1115,37 @@ impl RangeTree {
     /// height, smax and summary come out unchanged ends the pass above
     /// `changed` (its ancestors' values still hold) and, below it, lets the
     /// pass jump to `changed` (the nodes between saw nothing change).
-    fn fix_up(&mut self, ar: &mut NodeArena, path: &[NodeId], changed: usize) {
+    /// `gained`, if not `NIL`, says the change below is that node, just
+    /// linked as a leaf, and nothing else (then `changed` is `path.len()`):
+    /// each ancestor's summary is its stored one merged with the leaf's.
+    fn fix_up(&mut self, ar: &mut NodeArena, path: &[NodeId], changed: usize, gained: NodeId) {
+        debug_assert!(gained == NIL || changed == path.len());
+        let grew = if gained == NIL {
+            Change::Values
+        } else {
+            let n = ar.get(gained);
+            Change::Gained(n.len(), n.asum)
+        };
         let mut i = path.len();
-        // Whether the subtree below `at` changed its root, smax or summary
-        // (not only its height): then `at` needs new maxima and summary.
+        // Whether the subtree below `at` changed its smax or summary (not
+        // only its height or root): then `at` needs new maxima and summary.
         let mut values = true;
         while i > 0 {
             i -= 1;
             let at = path[i];
-            let before = ar.shape(at);
-            let new = ar.rebalance_as(at, values || i == changed);
-            let after = ar.shape(new);
-            if after == before && i != changed {
+            let n = ar.get(at);
+            let (h0, m0, a0) = (n.height, n.smax(), n.asum);
+            let change = if i == changed {
+                Change::Values
+            } else if values {
+                grew
+            } else {
+                Change::Heights
+            };
+            let new = ar.rebalance_as(at, change);
+            let n = ar.get(new);
+            let same = n.smax() == m0 && n.asum == a0;
+            if new == at && n.height == h0 && same && i != changed {
                 if i < changed {
                     return;
                 }
@@ -1033,15 +1154,19 @@ impl RangeTree {
             }
             // `before` of the node at `changed` already shows its new
             // range, not what its parent saw: the parent must update.
-            values = i == changed || (after.0, after.2, after.3) != (before.0, before.2, before.3);
-            match i.checked_sub(1) {
-                None => self.root = new,
-                Some(j) => {
-                    let u = ar.n(path[j]);
-                    if u.left == at {
-                        u.left = new;
-                    } else {
-                        u.right = new;
+            // A new root (a rotation) with the same smax and summary leaves
+            // the parent's maxima and summary as they were: it only relinks.
+            values = i == changed || !same;
+            if new != at {
+                match i.checked_sub(1) {
+                    None => self.root = new,
+                    Some(j) => {
+                        let u = ar.n(path[j]);
+                        if u.left == at {
+                            u.left = new;
+                        } else {
+                            u.right = new;
+                        }
                     }
                 }
             }

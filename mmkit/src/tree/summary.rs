@@ -36,6 +36,45 @@
 //! Invariant (checked by `RangeTree::check`): a node's summary is
 //! [`AlignSummary::of_subtree`] of its own range and its children's
 //! summaries.
+//!
+//! # The fast combine
+//!
+//! [`AlignSummary::of_subtree`] is the definition: unpack each part's
+//! deficits into lanes, add its *base* (how many granules it is shorter
+//! than the longest range), take the minimum per lane, clamp at "no fit",
+//! pack. The tree recomputes a summary at every node an update touches,
+//! so it uses [`AlignSummary::combine`] instead, which gives the same word
+//! bit for bit (a proptest compares them on arbitrary words) without
+//! unpacking: the ten class fields are operated on in place, as lanes of
+//! one `u64` of uneven widths (SWAR).
+//! - *minimum*: per field, subtracting the other field's low bits from
+//!   this one's with its top bit forced on never borrows from the next
+//!   field, and leaves `a_low >= b_low` in the top bit; with the top bits
+//!   that decides `a < b` per field. The top bits found are filled down
+//!   their field (four shifts, masked to stay inside it) to select.
+//! - *base*: added to every field, saturating at the field's largest value
+//!   `2^i - 1`. Exact for the minimum, because some part is not shorter
+//!   than the longest range (base 0) and its class-`i` deficit is below
+//!   `2^i` granules, so the minimum of a field never is a saturated sum.
+//!   For the same reason the fields can start all ones.
+//! - *a range*: class `i` loses the low `i` bits of `t`, the granules that
+//!   rounding its start up to `2^(g+CLASSES)` costs: copies of `t`, placed
+//!   by a multiplication, masked to each field.
+//! - *no fit*: a child's fields plus its base never exceed the subtree's
+//!   "no fit" value (they are at most the child's own, and the granules
+//!   add up), so only the range is clamped, in scalar: its fields grow
+//!   with the class, so the clamp takes all of them from the first that
+//!   exceeds it. A part whose base reaches "no fit" loses at every class
+//!   and is skipped.
+//! - a child whose granule is coarser than the subtree's is rescaled field
+//!   by field and clamped (the only loop; rare once subtrees are large),
+//!   and of two equal children only one counts.
+//!
+//! [`AlignSummary::merge`] is the same combine of two child-like parts and
+//! no range: the summary of a union of two sets of ranges, since a summary
+//! depends on its set alone; for two equally long parts of one granule it
+//! is a lone fieldwise minimum. [`AlignSummary::of_range`] is the combine
+//! of a lone range.
 
 /// Alignment classes stored above the granule.
 pub const CLASSES: u32 = 10;
@@ -120,7 +159,8 @@ impl AlignSummary {
     }
 
     /// The summary of a subtree whose longest range is `smax`, made of
-    /// `parts` (its own range and its children).
+    /// `parts` (its own range and its children): the definition, which
+    /// `RangeTree::check` and the tests hold [`combine`](Self::combine) to.
     ///
     /// Deficits are combined in units of the granule, in 16-bit lanes:
     /// every true deficit of class `i` is below `2^i` granules, so a
@@ -173,21 +213,135 @@ impl AlignSummary {
         AlignSummary(word)
     }
 
-    /// Whether `part`, beside a child subtree with this summary that holds
-    /// the longest range `smax`, leaves the summary unchanged: it is at
-    /// least `2^CLASSES` granules shorter (it loses at every class) and no
-    /// finer than this summary's granule. When every other part of a
-    /// subtree does, the subtree's summary is this one (what
-    /// [`of_subtree`](Self::of_subtree) computes, without unpacking and
-    /// packing): the spine above a huge free block, the space's last say.
+    /// [`of_subtree`](Self::of_subtree) of a tree node: its own range
+    /// `[start, end)` and its children `(smax, summary)`, where `smax` is
+    /// the longest of the three. The same value, bit for bit, computed on
+    /// the packed words (see "The fast combine" in the module docs).
+    ///
+    /// # Complexity
+    /// O(1): a few dozen word operations.
     #[inline]
-    pub fn dominates(self, smax: u64, part: Part) -> bool {
-        let g = self.granule();
-        let (len, granule) = match part {
-            Part::Range(s, e) => (e - s, s.trailing_zeros().min(e.trailing_zeros())),
-            Part::Subtree(m, sum) => (m, sum.granule()),
-        };
-        far_shorter(smax - len, g) && granule >= g
+    pub fn combine(
+        smax: u64,
+        start: u64,
+        end: u64,
+        left: Option<(u64, AlignSummary)>,
+        right: Option<(u64, AlignSummary)>,
+    ) -> AlignSummary {
+        let mut g = start.trailing_zeros().min(end.trailing_zeros()).min(G_MAX);
+        if let Some((_, sum)) = left {
+            g = g.min(sum.granule());
+        }
+        if let Some((_, sum)) = right {
+            g = g.min(sum.granule());
+        }
+        // Every field at its largest: at or above every part's deficit.
+        let mut acc = CLASS_BITS;
+        // "No fit": every stored deficit is clamped to it. A child's
+        // fields, plus its base, never exceed it (its own clamp), so only
+        // the range and rescaled children are clamped, and a part whose
+        // base reaches it loses at every class.
+        let none = units(smax, g) + 1;
+        let base = units(smax - (end - start), g);
+        if base < none.min(CAP) {
+            let t = (start.wrapping_neg() >> g) & u64::from(CAP - 1);
+            acc = raise(spread_capped(t, none - base), base);
+        }
+        if let Some((m, sum)) = left {
+            acc = sum.lower(acc, smax - m, g, none);
+        }
+        // Two equal children give the minimum of one.
+        if let Some((m, sum)) = right.filter(|&r| Some(r) != left) {
+            acc = sum.lower(acc, smax - m, g, none);
+        }
+        AlignSummary(acc | u64::from(g))
+    }
+
+    /// The summary of one range `[start, end)`: [`combine`](Self::combine)
+    /// with no children, without their code.
+    #[inline]
+    pub fn of_range(start: u64, end: u64) -> AlignSummary {
+        let g = start.trailing_zeros().min(end.trailing_zeros()).min(G_MAX);
+        let t = (start.wrapping_neg() >> g) & u64::from(CAP - 1);
+        AlignSummary(spread_capped(t, units(end - start, g) + 1) | u64::from(g))
+    }
+
+    /// The summary of the union of two sets of ranges, from theirs: `a`
+    /// and `b` are `(smax, summary)` of each, `smax` the larger. Exact
+    /// because a summary is a function of its set of ranges alone (its
+    /// granule, and each stored deficit, is that of the set), so the
+    /// union's is [`of_subtree`](Self::of_subtree) of the two as children.
+    /// What a subtree that only gained a range needs: its old summary
+    /// merged with the new range's.
+    #[inline]
+    pub fn merge(smax: u64, a: (u64, AlignSummary), b: (u64, AlignSummary)) -> AlignSummary {
+        if a.0 == b.0 && a.1.granule() == b.1.granule() {
+            // Equally long, one granule: no base, no rescaling, so the
+            // fields' minimum is the whole merge (same-sized ranges, as the
+            // padding holes of an aligned workload). The equal granule
+            // bits subtract without a borrow and the select keeps them.
+            return AlignSummary(min_fields(a.1 .0, b.1 .0));
+        }
+        let g = a.1.granule().min(b.1.granule());
+        let none = units(smax, g) + 1;
+        let acc = a.1.part(smax - a.0, g, none).unwrap_or(CLASS_BITS);
+        AlignSummary(b.1.lower(acc, smax - b.0, g, none) | u64::from(g))
+    }
+
+    /// `acc` lowered to this child's deficits, in granules of `2^g`, for a
+    /// child `shorter` bytes shorter than the longest range, in a subtree
+    /// whose "no fit" is `none`.
+    #[inline(always)]
+    fn lower(self, acc: u64, shorter: u64, g: u32, none: u16) -> u64 {
+        match self.part(shorter, g, none) {
+            Some(w) => min_fields(acc, w),
+            None => acc,
+        }
+    }
+
+    /// What [`lower`](Self::lower) takes the minimum with: this child's
+    /// class fields in the subtree's frame, or `None` when it loses at
+    /// every class.
+    #[inline(always)]
+    fn part(self, shorter: u64, g: u32, none: u16) -> Option<u64> {
+        let base = units(shorter, g);
+        if base >= none.min(CAP) {
+            return None;
+        }
+        let shift = self.granule() - g;
+        Some(if shift == 0 {
+            raise(self.0 & CLASS_BITS, base)
+        } else {
+            self.rescaled(shift, base, none)
+        })
+    }
+
+    /// The contribution of a child whose granule is `shift` above the
+    /// subtree's: its fields rescaled (see [`rebase`](Self::rebase)) plus
+    /// `base`, clamped at `none` (its own clamp, rescaled, may exceed it).
+    #[cold]
+    #[inline(never)]
+    fn rescaled(self, shift: u32, base: u16, none: u16) -> u64 {
+        let w = raise(self.rebase(shift), base);
+        if none < CAP - 1 {
+            min_fields(w, broadcast(none))
+        } else {
+            w
+        }
+    }
+
+    /// The class fields of this summary in granules `shift` classes
+    /// finer than its own: the field of class `i` holds the summary's class
+    /// `i - shift` scaled by `2^shift` (below `2^i`, so it fits), and 0
+    /// for `i <= shift` (no loss to rounding at or below its granule).
+    fn rebase(self, shift: u32) -> u64 {
+        let mut w = 0;
+        for i in shift + 1..=CLASSES {
+            let j = i - shift;
+            let d = (self.0 >> offset(j)) & ((1 << j) - 1);
+            w |= d << (shift + offset(i));
+        }
+        w
     }
 
     /// The deficits `D_{g+1} .. D_{g+CLASSES}` in granules of `2^g`, for a
@@ -222,13 +376,6 @@ type Lanes = [u16; LANES];
 /// every class, so larger contributions are clamped to it.
 const CAP: u16 = 1 << CLASSES;
 
-/// Whether a range `shorter` bytes shorter than a subtree's longest loses
-/// to it at every alignment class of granule `2^g`: `2^CLASSES` granules.
-#[inline]
-pub(crate) fn far_shorter(shorter: u64, g: u32) -> bool {
-    shorter >> g >= u64::from(CAP)
-}
-
 /// `x` in granules of `2^g`, clamped at [`CAP`].
 #[inline(always)]
 fn units(x: u64, g: u32) -> u16 {
@@ -245,6 +392,162 @@ fn range_lanes(start: u64, g: u32) -> Lanes {
         *ci = t & ((2 << i) - 1);
     }
     c
+}
+
+/// Field `i`'s bits (`1 <= i <= CLASSES`).
+const fn field(i: u32) -> u64 {
+    ((1 << i) - 1) << offset(i)
+}
+
+/// Every class field (bits `G_BITS..offset(CLASSES + 1)`).
+const CLASS_BITS: u64 = field_sum(1, CLASSES + 1, 0);
+
+/// The top bit of every class field.
+const TOPS: u64 = {
+    let (mut m, mut i) = (0, 1);
+    while i <= CLASSES {
+        m |= 1 << (offset(i) + i - 1);
+        i += 1;
+    }
+    m
+};
+
+/// The fields `lo..hi` and `bit` (1) or all (0) of each.
+const fn field_sum(lo: u32, hi: u32, bit: u32) -> u64 {
+    let (mut m, mut i) = (0, lo);
+    while i < hi {
+        m |= if bit == 1 { 1 << offset(i) } else { field(i) };
+        i += 1;
+    }
+    m
+}
+
+/// The bits `p` of each field such that `p + s` is in the same field.
+const fn within(s: u32) -> u64 {
+    let (mut m, mut i) = (0, s + 1);
+    while i <= CLASSES {
+        m |= ((1 << (i - s)) - 1) << offset(i);
+        i += 1;
+    }
+    m
+}
+
+/// [`broadcast`]'s tables, by the bit length `k` of the value: the low
+/// bit of each field `>= k` (the value fits there) and every bit of each
+/// field `< k` (saturated).
+const BCAST: [(u64, u64); CLASSES as usize + 1] = {
+    let mut t = [(0, 0); CLASSES as usize + 1];
+    let mut k = 1;
+    while k <= CLASSES {
+        t[k as usize] = (field_sum(k, CLASSES + 1, 1), field_sum(1, k, 0));
+        k += 1;
+    }
+    t
+};
+
+/// Fills every field whose top bit is set in `tops`, by doubling spans
+/// kept inside their field.
+#[inline(always)]
+fn fill(tops: u64) -> u64 {
+    let mut f = tops;
+    const SPANS: [u64; 4] = [within(1), within(2), within(4), within(8)];
+    f |= (f >> 1) & SPANS[0];
+    f |= (f >> 2) & SPANS[1];
+    f |= (f >> 4) & SPANS[2];
+    f |= (f >> 8) & SPANS[3];
+    f
+}
+
+/// The fieldwise minimum of two words of class fields. Per field, the
+/// low bits of `a` are compared by subtracting them from `a`'s field
+/// with its top bit forced on, which never borrows from the next field;
+/// the top bits decide the rest.
+#[inline(always)]
+fn min_fields(a: u64, b: u64) -> u64 {
+    let d = (a | TOPS) - (b & !TOPS);
+    let less = ((!a & b) | (!(a ^ b) & !d)) & TOPS;
+    b ^ ((a ^ b) & fill(less))
+}
+
+/// `b` (`1..CAP`) in every class field, saturated at the field's
+/// largest value where it does not fit.
+#[inline(always)]
+fn broadcast(b: u16) -> u64 {
+    let (low, ones) = BCAST[(16 - b.leading_zeros()) as usize];
+    (u64::from(b) * low) | ones
+}
+
+/// `b` (`0..CAP`) added to every class field of `x`, saturating at the
+/// field's largest value. Exact for the minimum: the part holding the
+/// longest range contributes its deficit of class `i`, below `2^i`, to
+/// every subtree, so a field's minimum never is a saturated sum.
+#[inline(always)]
+fn raise(x: u64, b: u16) -> u64 {
+    if b == 0 {
+        return x;
+    }
+    let y = broadcast(b);
+    // The low bits of each field add without leaving it; the top bits
+    // then give the sum and the carry out of the field.
+    let low = (x & !TOPS) + (y & !TOPS);
+    let sum = low ^ ((x ^ y) & TOPS);
+    let carry = ((x & y) | ((x | y) & !sum)) & TOPS;
+    sum | fill(carry)
+}
+
+/// The class fields of a range whose start rounds up by `t` granules
+/// (`t < CAP`) to the alignment `2^(g+CLASSES)`: class `i` loses the low
+/// `i` bits of `t`. A product by a sum of powers of two places copies of
+/// `t` at each of their offsets, exactly when the copies do not overlap:
+/// two such groups of fields 10 bits apart, and two fields by hand.
+#[inline(always)]
+fn spread(t: u64) -> u64 {
+    const A: (u64, u64) = copies(&[1, 5, 7, 9]);
+    const B: (u64, u64) = copies(&[2, 6, 8, 10]);
+    ((t * A.0) & A.1)
+        | ((t * B.0) & B.1)
+        | ((t << offset(3)) & field(3))
+        | ((t << offset(4)) & field(4))
+}
+
+/// [`spread`] with every field clamped at `c` (`>= 1`). A range's fields
+/// grow with the class (each adds a bit of `t`), so the clamp takes every
+/// field from the first that exceeds `c`: the one `c`'s bit length
+/// reaches, or past it the first that adds a set bit of `t`.
+#[inline(always)]
+fn spread_capped(t: u64, c: u16) -> u64 {
+    let w = spread(t);
+    let k = 16 - c.leading_zeros();
+    if k > CLASSES {
+        // c >= 2^CLASSES: above every field.
+        return w;
+    }
+    let c = u64::from(c);
+    let j = if t & ((1 << k) - 1) > c {
+        k
+    } else {
+        k + 1 + (t >> k).trailing_zeros()
+    };
+    if j > CLASSES {
+        return w;
+    }
+    // c < 2^k <= 2^j fits in every field from j on.
+    let (low, ones) = BCAST[j as usize];
+    (w & ones) | (c * low)
+}
+
+/// For [`spread`]: the offsets of `fields`, whose copies of a `t` must not
+/// overlap, and their bits.
+const fn copies(fields: &[u32]) -> (u64, u64) {
+    let (mut at, mut bits, mut k) = (0, 0, 0);
+    while k < fields.len() {
+        let i = fields[k];
+        assert!(k == 0 || offset(fields[k - 1]) + CLASSES <= offset(i));
+        at |= 1 << offset(i);
+        bits |= field(i);
+        k += 1;
+    }
+    (at, bits)
 }
 
 #[cfg(test)]
@@ -300,6 +603,127 @@ mod tests {
                     prop_assert!(got >= truth, "k {}: bound {:?} < {:?}", k, got, truth);
                 }
             }
+        }
+    }
+
+    /// Builds the summary of `ranges` (sorted) as a balanced tree would,
+    /// with the fast [`AlignSummary::combine`]: the middle range is the
+    /// root, each half a child.
+    fn balanced(ranges: &[(u64, u64)]) -> Option<(u64, AlignSummary)> {
+        let (left, rest) = ranges.split_at(ranges.len().checked_sub(1)? / 2);
+        let ((s, e), right) = (rest[0], &rest[1..]);
+        let (left, right) = (balanced(left), balanced(right));
+        let smax = [left, right]
+            .iter()
+            .flatten()
+            .map(|k| k.0)
+            .fold(e - s, u64::max);
+        Some((smax, AlignSummary::combine(smax, s, e, left, right)))
+    }
+
+    /// A child for [`AlignSummary::combine`]: the longest range and the
+    /// summary of a few ranges, any granule, short or long.
+    fn child() -> impl Strategy<Value = Option<(u64, AlignSummary)>> {
+        let ranges = proptest::collection::vec((0u64..1 << 12, 1u64..1 << 10), 1..4);
+        proptest::option::of((0u32..50, ranges).prop_map(|(shift, raw)| {
+            let r: Vec<(u64, u64)> = raw
+                .iter()
+                .map(|&(s, l)| (s << shift, (s + l) << shift))
+                .collect();
+            chain(&r)
+        }))
+    }
+
+    proptest! {
+        /// Bit for bit the reference [`AlignSummary::of_subtree`], for
+        /// children of any granule and ranges of any alignment.
+        #[test]
+        fn combine_matches_of_subtree(
+            shift in 0u32..40,
+            start in any::<u64>(),
+            len in prop_oneof![1u64..64, 1u64..1 << 20, any::<u64>()],
+            left in child(),
+            right in child(),
+            twins in any::<bool>(),
+        ) {
+            let s = start << shift;
+            let e = s.saturating_add(len << shift.min(len.leading_zeros()));
+            prop_assume!(s < e);
+            let right = if twins { left } else { right };
+            let smax = [left, right].iter().flatten().map(|k| k.0).fold(e - s, u64::max);
+            let mut parts = Vec::from([Part::Range(s, e)]);
+            parts.extend([left, right].iter().flatten().map(|&(m, sum)| Part::Subtree(m, sum)));
+            prop_assert_eq!(
+                AlignSummary::combine(smax, s, e, left, right),
+                AlignSummary::of_subtree(smax, &parts)
+            );
+        }
+
+        /// Summaries built by [`AlignSummary::combine`] alone, over a
+        /// balanced tree, give the true `M_k`.
+        #[test]
+        fn combine_matches_brute_force(
+            shift in 0u32..14,
+            raw in proptest::collection::btree_map(0u64..1 << 12, 1u64..1 << 9, 1..40),
+        ) {
+            // Non-overlapping: each range stops before the next start.
+            let starts: Vec<u64> = raw.keys().copied().collect();
+            let ranges: Vec<(u64, u64)> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, (&s, &l))| {
+                    let e = starts.get(i + 1).map_or(s + l, |&n| n.min(s + l));
+                    ((s << 8) << shift, (e << 8) << shift)
+                })
+                .collect();
+            let (smax, sum) = balanced(&ranges).unwrap();
+            for k in 0..64 {
+                let truth = brute(&ranges, k);
+                let got = sum.usable(smax, k);
+                if k <= sum.granule() + CLASSES {
+                    prop_assert_eq!(got, truth, "k {}", k);
+                } else {
+                    prop_assert!(got >= truth, "k {}: bound {:?} < {:?}", k, got, truth);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        /// The summary of a union of sets is the merge of theirs, bit for
+        /// bit: what a subtree that gained a range relies on.
+        #[test]
+        fn merge_is_the_union(
+            shifts in (0u32..50, 0u32..50),
+            a in proptest::collection::vec((0u64..1 << 12, 1u64..1 << 10), 1..5),
+            b in proptest::collection::vec((0u64..1 << 12, 1u64..1 << 10), 1..5),
+        ) {
+            let scale = |v: &[(u64, u64)], k: u32| -> Vec<(u64, u64)> {
+                v.iter().map(|&(s, l)| (s << k, (s + l) << k)).collect()
+            };
+            let (a, b) = (scale(&a, shifts.0), scale(&b, shifts.1));
+            let both: Vec<(u64, u64)> = a.iter().chain(&b).copied().collect();
+            let (sa, sb, sab) = (chain(&a), chain(&b), chain(&both));
+            prop_assert_eq!(AlignSummary::merge(sab.0, sa, sb), sab.1);
+            prop_assert_eq!(AlignSummary::merge(sab.0, sb, sa), sab.1);
+        }
+
+        /// The same for sets of equally long ranges, the merge's shortcut
+        /// when the granules agree too.
+        #[test]
+        fn merge_of_equal_lengths(
+            shift in 0u32..50,
+            len in 1u64..1 << 6,
+            a in proptest::collection::vec(0u64..1 << 12, 1..5),
+            b in proptest::collection::vec(0u64..1 << 12, 1..5),
+        ) {
+            let scale = |v: &[u64]| -> Vec<(u64, u64)> {
+                v.iter().map(|&s| (s << shift, (s + len) << shift)).collect()
+            };
+            let (a, b) = (scale(&a), scale(&b));
+            let both: Vec<(u64, u64)> = a.iter().chain(&b).copied().collect();
+            let (sa, sb, sab) = (chain(&a), chain(&b), chain(&both));
+            prop_assert_eq!(AlignSummary::merge(sab.0, sa, sb), sab.1);
         }
     }
 
