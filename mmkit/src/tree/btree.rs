@@ -545,10 +545,7 @@ impl BTree {
                 // The granule test keeps the result canonical: the
                 // parent's granule is then the min of its old one and
                 // the child's new one.
-                AlignSummary::of_subtree(
-                    max,
-                    &[Part::Subtree(po.max, po.sum), Part::Subtree(a.max, a.sum)],
-                )
+                AlignSummary::merge(max, (po.max, po.sum), (a.max, a.sum))
             } else {
                 self.inner_sum(p, max)
             };
@@ -1085,7 +1082,11 @@ impl BTree {
             AlignSummary::ZERO
         } else if grew && granule(start, end) <= granule(old_start, old_end) {
             // Only grew: see `propagate`.
-            AlignSummary::of_subtree(max, &[Part::Subtree(o.max, o.sum), Part::Range(start, end)])
+            AlignSummary::merge(
+                max,
+                (o.max, o.sum),
+                (len, AlignSummary::of_range(start, end)),
+            )
         } else {
             self.leaf_sum(pos.leaf, max)
         };
@@ -1107,7 +1108,7 @@ impl BTree {
         let l = &mut self.leaves[pos.leaf as usize];
         l.start[pos.at] = start;
         l.end[pos.at] = end;
-        self.leaf_insert(pos, pos.at, ls, le);
+        self.leaf_insert(pos, pos.at, ls, le, false);
     }
 
     /// Removes the block at `pos`.
@@ -1186,7 +1187,7 @@ impl BTree {
                 self.wild = Some((start, end));
                 self.push_max(ws, we);
             }
-            Some(_) => self.leaf_insert(&nb.pos, nb.pos.at, start, end),
+            Some(_) => self.leaf_insert(&nb.pos, nb.pos.at, start, end, true),
         }
     }
 
@@ -1211,7 +1212,7 @@ impl BTree {
     fn push_max(&mut self, s: u64, e: u64) {
         self.lower_floor(s, e);
         let pos = self.rightmost();
-        self.leaf_insert(&pos, pos.at, s, e);
+        self.leaf_insert(&pos, pos.at, s, e, true);
     }
 
     /// The wilderness left: the tree's highest block takes its place.
@@ -1226,8 +1227,10 @@ impl BTree {
     }
 
     /// Inserts `[s, e)` at index `i` of the leaf at `pos` (the count `len`
-    /// is the caller's), splitting the leaf when full.
-    fn leaf_insert(&mut self, pos: &Pos, i: usize, s: u64, e: u64) {
+    /// is the caller's), splitting the leaf when full. `only_gained`: the
+    /// leaf's other blocks are as its parent last saw them (not a split,
+    /// which also shrank one), so the aggregates can be merged upwards.
+    fn leaf_insert(&mut self, pos: &Pos, i: usize, s: u64, e: u64, only_gained: bool) {
         let id = pos.leaf;
         let l = &mut self.leaves[id as usize];
         let n = l.len as usize;
@@ -1237,6 +1240,9 @@ impl BTree {
             l.start[i] = s;
             l.end[i] = e;
             l.len += 1;
+            if only_gained {
+                return self.gained(pos, i, s, e);
+            }
             return self.refresh_from(pos, self.height);
         }
         // Full: the upper half moves to a new right sibling.
@@ -1257,6 +1263,29 @@ impl BTree {
         t.end[j] = e;
         t.len += 1;
         self.insert_child(pos, self.height, r);
+    }
+
+    /// The leaf at `pos` gained `[s, e)` at index `i` and nothing else
+    /// changed: its new aggregate comes from its old one (its entry in its
+    /// parent) and the new block, and so does every ancestor's, since each
+    /// set of blocks only gained one (a summary is a function of its set
+    /// alone, so the union's is the merge: [`AlignSummary::merge`]). No
+    /// rescan of the leaf's blocks or of any node's children: an aligned
+    /// workload's padding holes are all such inserts.
+    fn gained(&mut self, pos: &Pos, i: usize, s: u64, e: u64) {
+        let d = self.height;
+        if d == 0 {
+            return; // the leaf is the root: no entry to refresh
+        }
+        let o = self.entry(pos.node[d - 1], pos.slot[d - 1] as usize);
+        let max = o.max.max(e - s);
+        let sum = if self.summaries {
+            AlignSummary::merge(max, (o.max, o.sum), (e - s, AlignSummary::of_range(s, e)))
+        } else {
+            AlignSummary::ZERO
+        };
+        let key = if i == 0 { s } else { o.key };
+        self.propagate(pos, d, Agg { key, max, sum }, true);
     }
 
     /// The node at depth `d` of `pos` split; `right` is its new right
