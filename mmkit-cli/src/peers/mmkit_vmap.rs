@@ -1,5 +1,5 @@
 //! mmkit's own range allocator, [`VmapAllocator`]: the lowest fit over an
-//! augmented AVL tree of free blocks. It is also the oracle the bench asks
+//! augmented B+tree of free blocks. It is also the oracle the bench asks
 //! for the exact lowest fit of every peer's request.
 
 use mmkit::vmap::VmapAllocator;
@@ -17,7 +17,7 @@ impl PeerRange for Mmkit {
     }
 
     fn about() -> &'static str {
-        "lowest fit, augmented AVL tree, O(log n)"
+        "lowest fit, augmented B+tree, O(log n)"
     }
 
     fn new(space_bytes: u64, max_areas: usize) -> Self {
