@@ -157,7 +157,7 @@ impl Shared for PooledVmap {
 }
 
 /// [`churn_space`]'s live areas behind the pooled front end: the areas are
-/// allocated through it, so its busy shards know them.
+/// allocated through it (on CPU 0), so its busy maps know them.
 fn pooled_churn_space(n: usize) -> PooledVmap {
     let cfg = PooledConfig {
         lazy_max: 32 << 20, // the 64 MiB threshold over 2 CPUs

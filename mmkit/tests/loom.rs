@@ -146,7 +146,6 @@ fn vblock_map_races_a_block_release() {
 fn pooled(pages: u64) -> Arc<PooledVmap> {
     let cfg = PooledConfig {
         cpus: 2,
-        shards: 2,
         granule: 4096,
         classes: 4,
         pool_max: 2,

@@ -18,7 +18,6 @@ const SPACE: u64 = 256 * PAGE;
 fn pooled(cpus: usize, pool_max: usize, lazy_max: u64) -> PooledVmap {
     let cfg = PooledConfig {
         cpus,
-        shards: 4,
         granule: PAGE,
         classes: 8,
         pool_max,
@@ -129,12 +128,16 @@ proptest! {
 #[test]
 fn pooled_areas_are_reused_on_their_cpu() {
     let p = pooled(2, 4, 0); // every lazy free purges at once
-    let a = p.alloc(0, 2 * PAGE, PAGE).unwrap();
+    let a = p.alloc(1, 2 * PAGE, PAGE).unwrap();
     p.free_lazy(1, a).unwrap();
     // CPU 1 pooled it; CPU 0's pool is empty, so it gets fresh space.
     assert_ne!(p.alloc(0, 2 * PAGE, PAGE).unwrap(), a);
     assert_eq!(p.alloc(1, 2 * PAGE, PAGE).unwrap(), a);
     assert_eq!((p.stats(1).hits, p.stats(1).purges), (1, 1));
+    // Freed on another CPU, an area goes back to its owner's lazy list.
+    p.free_lazy(0, a).unwrap();
+    assert_eq!((p.stats(0).purges, p.stats(1).purges), (0, 2));
+    assert_eq!(p.alloc(1, 2 * PAGE, PAGE).unwrap(), a);
     // A pooled area that is not aligned enough is left in its pool.
     let b = p.alloc(1, PAGE, PAGE).unwrap();
     p.free(1, b).unwrap();

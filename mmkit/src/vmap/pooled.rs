@@ -10,9 +10,8 @@
 //! where the lowest fit matters.
 //!
 //! ```text
-//!   cpu 0: lazy [a b c]  pools: 1 granule [..] 2 granules [.. ..] ... (own lock)
-//!   cpu 1: lazy [d]      pools: ...                                   (own lock)
-//!   busy shards: live areas by start address, hashed over `shards` locks
+//!   cpu 0: busy {..}  lazy [a b c]  pools: 1 granule [..] 2 granules [.. ..] ...
+//!   cpu 1: busy {..}  lazy [d]      pools: ...          (each CPU: one lock)
 //!   global: VmapAllocator (one lock): taken on a pool miss, a purge
 //!           that overflows a pool, and drain
 //! ```
@@ -20,10 +19,15 @@
 //! - `alloc(cpu, size, align)`: a size of `k` granules (`1 <= k <=
 //!   classes`) pops `cpu`'s pool of that size if its newest area is
 //!   aligned; otherwise the exact allocator serves it (one global lock).
-//! - `free_lazy(cpu, addr)`: the area leaves its busy shard and waits on
-//!   `cpu`'s lazy list. When the list passes `lazy_max` bytes, one flush
-//!   covers it (the hook, as [`purge`](crate::range::RangeAllocator::purge)'s) and its areas go
-//!   to `cpu`'s pools; what does not fit (other sizes, full pools) goes
+//!   Either way the area enters `cpu`'s busy map: `cpu` owns it.
+//! - `free_lazy(cpu, addr)`: the area leaves its owner's busy map and waits
+//!   on the owner's lazy list. `cpu` is a hint: its own map is looked at
+//!   first, then the other CPUs' one at a time (a free on another CPU than
+//!   the allocation's costs a lock per CPU; the kernel's vmap nodes file an
+//!   area by its address for the same reason). When the list passes
+//!   `lazy_max` bytes, one flush covers it (the hook, as
+//!   [`purge`](crate::range::RangeAllocator::purge)'s) and its areas go to
+//!   the owner's pools; what does not fit (other sizes, full pools) goes
 //!   back to the exact allocator under one lock acquisition (the kernel's
 //!   `decay_va_pool_node` returns pool excess the same way).
 //! - `free(cpu, addr)`: as `free_lazy`, but the area is pooled at once
@@ -31,11 +35,12 @@
 //! - Every area a pool or lazy list holds is still *live* in the exact
 //!   allocator; [`drain`](PooledVmap::drain) returns them all.
 //!
-//! Every operation holds its CPU's lock throughout, so an area moving
-//! between a pool and a busy shard is never seen half-moved by
-//! [`check`](PooledVmap::check), which takes every lock. Lock order: CPU,
-//! then busy shard or flush hook or global; never two CPUs but in index
-//! order (drain and check), never a shard and the global lock together.
+//! A thread that frees what it allocated, on its own CPU, touches no cache
+//! line another CPU writes but on a pool miss. An area moves between a
+//! CPU's busy map, lazy list and pools under that CPU's lock only, so
+//! [`check`](PooledVmap::check), which takes every lock, never sees it
+//! half-moved. Lock order: a CPU, then the flush hook or the global lock;
+//! never two CPUs but in index order (drain and check).
 
 use alloc::boxed::Box;
 use alloc::vec;
@@ -57,11 +62,8 @@ use crate::sync::{lock, Mutex, MutexGuard};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PooledConfig {
-    /// CPUs (sets of pools and lazy lists), 1 to 4096.
+    /// CPUs (sets of busy maps, pools and lazy lists), 1 to 4096.
     pub cpus: usize,
-    /// Locks the live areas are spread over (by a hash of the start), 1 to
-    /// 4096.
-    pub shards: usize,
     /// The pools' size unit in bytes, a power of two (4096: the kernel's
     /// page).
     pub granule: u64,
@@ -80,7 +82,6 @@ impl Default for PooledConfig {
     fn default() -> Self {
         PooledConfig {
             cpus: 2,
-            shards: 64,
             granule: 4096,
             classes: 256,
             pool_max: 64,
@@ -92,7 +93,6 @@ impl Default for PooledConfig {
 impl PooledConfig {
     fn valid(&self) -> bool {
         (1..=4096).contains(&self.cpus)
-            && (1..=4096).contains(&self.shards)
             && self.granule.is_power_of_two()
             && (1..=4096).contains(&self.classes)
     }
@@ -114,9 +114,11 @@ pub struct PoolStats {
     pub lazy: u64,
 }
 
-/// One CPU's lazy list and pools.
+/// One CPU's live areas, lazy list and pools.
 #[derive(Debug)]
 struct Cpu {
+    /// The live areas this CPU allocated, by start.
+    busy: BusyIndex,
     lazy: Vec<(u64, u64)>,
     lazy_bytes: u64,
     /// `pools[k]`: starts of free areas of `k + 1` granules, newest last.
@@ -124,7 +126,7 @@ struct Cpu {
     stats: PoolStats,
 }
 
-/// A lock on its own cache lines: CPUs and shards do not share lines.
+/// A lock on its own cache lines: CPUs do not share lines.
 #[derive(Debug)]
 #[repr(align(128))]
 struct Padded<T>(T);
@@ -147,7 +149,6 @@ struct Padded<T>(T);
 pub struct PooledVmap {
     cfg: PooledConfig,
     cpus: Box<[Padded<Mutex<Cpu>>]>,
-    shards: Box<[Padded<Mutex<BusyIndex>>]>,
     flush: Mutex<Option<FlushHook>>,
     global: Mutex<VmapAllocator>,
 }
@@ -162,7 +163,7 @@ impl core::fmt::Debug for PooledVmap {
 
 impl PooledVmap {
     /// Puts pools in front of `va`, which must have no live or lazily freed
-    /// area (the pools and shards must know every live area).
+    /// area (the busy maps must know every live area).
     ///
     /// # Errors
     /// [`AllocError::Invalid`] for a configuration out of its limits or a
@@ -184,6 +185,7 @@ impl PooledVmap {
         }
         let cpu = || {
             Padded(Mutex::new(Cpu {
+                busy: BusyIndex::new(),
                 lazy: Vec::new(),
                 lazy_bytes: 0,
                 pools: vec![Vec::new(); cfg.classes],
@@ -193,9 +195,6 @@ impl PooledVmap {
         Ok(PooledVmap {
             cfg,
             cpus: (0..cfg.cpus).map(|_| cpu()).collect(),
-            shards: (0..cfg.shards)
-                .map(|_| Padded(Mutex::new(BusyIndex::new())))
-                .collect(),
             flush: Mutex::new(None),
             global: Mutex::new(va),
         })
@@ -243,18 +242,6 @@ impl PooledVmap {
         (size % g == 0 && k >= 1 && k <= self.cfg.classes as u64).then(|| k as usize - 1)
     }
 
-    /// The busy shard of the area starting at `addr`.
-    fn shard(&self, addr: u64) -> &Mutex<BusyIndex> {
-        &self.shards[self.shard_index(addr)].0
-    }
-
-    fn shard_index(&self, addr: u64) -> usize {
-        // Fibonacci hashing of the granule number: neighbouring areas, and
-        // the areas of one thread, spread over every shard.
-        let h = (addr / self.cfg.granule).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        ((h >> 32) % self.shards.len() as u64) as usize
-    }
-
     fn cpu(&self, cpu: usize) -> Option<MutexGuard<'_, Cpu>> {
         self.cpus.get(cpu).map(|c| lock(&c.0))
     }
@@ -289,7 +276,7 @@ impl PooledVmap {
                     c.pools[k].pop();
                     c.stats.hits += 1;
                     c.stats.pooled -= 1;
-                    lock(self.shard(a)).insert(a, a + size);
+                    c.busy.insert(a, a + size);
                     return Ok(a);
                 }
             }
@@ -309,14 +296,14 @@ impl PooledVmap {
             }
             Err(e) => return Err(e),
         };
-        lock(self.shard(a)).insert(a, a + size);
-        drop(c);
+        c.busy.insert(a, a + size);
         Ok(a)
     }
 
-    /// Frees the live area at `addr` lazily on `cpu`: it waits on `cpu`'s
-    /// lazy list for a purge (one flush per batch), then goes to `cpu`'s
-    /// pool of its size. Returns its size.
+    /// Frees the live area at `addr` lazily: it waits on the lazy list of
+    /// the CPU that allocated it for a purge (one flush per batch), then
+    /// goes to that CPU's pool of its size. `cpu`, the caller's, is looked
+    /// at first (see the [module docs](self)). Returns its size.
     ///
     /// # Errors
     /// [`FreeError::Invalid`] for an unknown CPU; [`FreeError::NotAllocated`]
@@ -330,15 +317,12 @@ impl PooledVmap {
     /// use mmkit::FreeError;
     /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
     /// let a = p.alloc(0, 4096, 4096).unwrap();
-    /// assert_eq!(p.free_lazy(1, a), Ok(4096)); // any CPU may free it
+    /// assert_eq!(p.free_lazy(1, a), Ok(4096)); // any CPU may free it...
     /// assert_eq!(p.free_lazy(1, a), Err(FreeError::NotAllocated));
-    /// assert_eq!(p.stats(1).lazy, 1);
+    /// assert_eq!(p.stats(0).lazy, 1); // ...back to its owner, CPU 0
     /// ```
     pub fn free_lazy(&self, cpu: usize, addr: u64) -> Result<u64, FreeError> {
-        let mut c = self.cpu(cpu).ok_or(FreeError::Invalid)?;
-        let end = lock(self.shard(addr))
-            .remove(addr)
-            .ok_or(FreeError::NotAllocated)?;
+        let (mut c, end) = self.owner(cpu, addr)?;
         c.lazy.push((addr, end));
         c.lazy_bytes += end - addr;
         if c.lazy_bytes > self.cfg.lazy_max {
@@ -347,9 +331,10 @@ impl PooledVmap {
         Ok(end - addr)
     }
 
-    /// Frees the live area at `addr` on `cpu` at once, into `cpu`'s pool
-    /// of its size (or back to the exact allocator when it has no pool or
-    /// the pool is full). Returns its size.
+    /// Frees the live area at `addr` at once, into the pool of its size of
+    /// the CPU that allocated it (or back to the exact allocator when it
+    /// has no pool or the pool is full); `cpu` is looked at first. Returns
+    /// its size.
     ///
     /// # Errors
     /// As [`free_lazy`](Self::free_lazy).
@@ -364,16 +349,30 @@ impl PooledVmap {
     /// assert_eq!(p.stats(0).pooled, 1);
     /// ```
     pub fn free(&self, cpu: usize, addr: u64) -> Result<u64, FreeError> {
-        let mut c = self.cpu(cpu).ok_or(FreeError::Invalid)?;
-        let end = lock(self.shard(addr))
-            .remove(addr)
-            .ok_or(FreeError::NotAllocated)?;
+        let (mut c, end) = self.owner(cpu, addr)?;
         let mut back = Vec::new();
         self.pool(&mut c, addr, end, &mut back);
         if !back.is_empty() {
             self.give_back(&back);
         }
         Ok(end - addr)
+    }
+
+    /// The CPU that owns the live area at `addr`, locked, with the area
+    /// taken out of its busy map, and the area's end: `cpu`'s own map is
+    /// looked at first, then the others', one lock at a time.
+    fn owner(&self, cpu: usize, addr: u64) -> Result<(MutexGuard<'_, Cpu>, u64), FreeError> {
+        if cpu >= self.cpus.len() {
+            return Err(FreeError::Invalid);
+        }
+        let n = self.cpus.len();
+        for c in (0..n).map(|k| (cpu + k) % n) {
+            let mut g = lock(&self.cpus[c].0);
+            if let Some(end) = g.busy.remove(addr) {
+                return Ok((g, end));
+            }
+        }
+        Err(FreeError::NotAllocated)
     }
 
     /// Puts the free area `[s, e)` in `c`'s pool of its size, or on `back`
@@ -482,7 +481,7 @@ impl PooledVmap {
         f(&mut lock(&self.global))
     }
 
-    /// Verifies the exact allocator's invariants and that the busy shards,
+    /// Verifies the exact allocator's invariants and that the busy maps,
     /// the lazy lists and the pools hold exactly its live areas, each once,
     /// each where it belongs. Takes every lock.
     ///
@@ -500,23 +499,13 @@ impl PooledVmap {
     /// ```
     pub fn check(&self) -> Result<(), CheckError> {
         let cpus: Vec<_> = self.cpus.iter().map(|c| lock(&c.0)).collect();
-        let shards: Vec<_> = self.shards.iter().map(|s| lock(&s.0)).collect();
         let g = lock(&self.global);
         g.check()?;
-        // (start, end) of every area the front end holds, with its owner.
+        // (start, end) of every area the front end holds.
         let mut held: Vec<(u64, u64)> = Vec::new();
-        for (i, s) in shards.iter().enumerate() {
-            ensure!(s.consistent(), Structure @ i, "busy shard {i}: a key is unreachable");
-            for (a, e) in s.iter() {
-                ensure!(
-                    self.shard_index(a) == i,
-                    Structure @ a,
-                    "area {a:#x} in busy shard {i}, not its own"
-                );
-                held.push((a, e));
-            }
-        }
         for (i, c) in cpus.iter().enumerate() {
+            ensure!(c.busy.consistent(), Structure @ i, "cpu {i}: busy map key unreachable");
+            held.extend(c.busy.iter());
             let bytes: u64 = c.lazy.iter().map(|&(s, e)| e - s).sum();
             ensure!(
                 bytes == c.lazy_bytes && bytes <= self.cfg.lazy_max,
