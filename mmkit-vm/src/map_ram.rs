@@ -48,7 +48,11 @@ struct Shard(Mutex<HashMap<u64, Record>>);
 #[derive(Debug)]
 pub(crate) struct Records {
     shards: Box<[Shard]>,
-    /// The block number (address / block size) of the reservation's start.
+    /// The block number (address / block size) of the first whole block of
+    /// the reservation: blocks are aligned to their size, so the first one
+    /// starts at the reservation's start rounded up. Rounding up makes the
+    /// numbering the same wherever the reservation lands (loom replays a
+    /// model over fresh reservations, and shards must not change with it).
     first_block: u64,
     block_size: u64,
     page: u64,
@@ -60,7 +64,7 @@ impl Records {
     pub(crate) fn new(base: u64, block_size: u64, page: u64) -> Self {
         Records {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            first_block: base / block_size,
+            first_block: base.div_ceil(block_size),
             block_size,
             page,
         }
@@ -69,7 +73,9 @@ impl Records {
     /// The block number of `addr` and the page index inside its block.
     fn locate(&self, addr: u64) -> (u64, usize) {
         let start = addr & !(self.block_size - 1);
-        let block = start / self.block_size - self.first_block;
+        // An address below the first block (not one of ours) wraps to a
+        // number no record has.
+        let block = (start / self.block_size).wrapping_sub(self.first_block);
         (block, ((addr - start) / self.page) as usize)
     }
 
@@ -177,5 +183,26 @@ impl Records {
                     .sum::<u64>()
             })
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first whole block is number 0 wherever the reservation starts,
+    /// so the shard a block's record lives in does not depend on it (loom
+    /// saw a different lock taken when a reservation landed unaligned).
+    #[test]
+    fn block_numbers_do_not_depend_on_where_the_reservation_lands() {
+        let (bs, page) = (1u64 << 22, 4096);
+        let at = 0x7f00_0000_0000u64;
+        for base in [at, at + page, at + bs - page] {
+            let r = Records::new(base, bs, page);
+            let first = base.next_multiple_of(bs);
+            assert_eq!(r.locate(first), (0, 0));
+            assert_eq!(r.locate(first + bs + 3 * page), (1, 3));
+            assert_eq!(r.start_of(1), first + bs);
+        }
     }
 }
