@@ -313,9 +313,7 @@ impl VmapAllocator {
         } else {
             self.free.lowest_fit(size, align, lo, hi, &mut pos)?
         };
-        self.clip(&pos, a, size);
-        self.busy.insert(a, a + size);
-        self.live_bytes += size;
+        self.claim(&pos, a, size);
         Some(a)
     }
 

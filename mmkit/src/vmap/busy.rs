@@ -23,6 +23,13 @@ struct Slot {
 
 const EMPTY: Slot = Slot { key: 0, end: 0 };
 
+/// A key's home slot and what it held when read ([`BusyIndex::probe`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Probe {
+    i: usize,
+    slot: Slot,
+}
+
 /// Start address -> end address of each live area.
 #[derive(Debug, Clone)]
 pub(crate) struct BusyIndex {
@@ -58,12 +65,30 @@ impl BusyIndex {
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
     }
 
+    /// The home slot of `key`, read. A caller that reads it before work
+    /// that does not depend on it (the free-block descent of a free) lets
+    /// the processor wait for both cache misses at once; the lookup goes
+    /// on from it in [`remove_probed`](Self::remove_probed).
+    #[inline]
+    pub(crate) fn probe(&self, key: u64) -> Probe {
+        let i = self.home(key);
+        Probe {
+            i,
+            slot: self.slots[i],
+        }
+    }
+
     /// The slot holding `key`, if present.
     #[inline]
     fn position(&self, key: u64) -> Option<usize> {
-        let mut i = self.home(key);
+        self.position_from(key, self.probe(key))
+    }
+
+    /// [`position`](Self::position), from the home slot already read.
+    #[inline]
+    fn position_from(&self, key: u64, p: Probe) -> Option<usize> {
+        let (mut i, mut s) = (p.i, p.slot);
         loop {
-            let s = self.slots[i];
             if s.end == 0 {
                 return None;
             }
@@ -71,6 +96,7 @@ impl BusyIndex {
                 return Some(i);
             }
             i = (i + 1) & self.mask();
+            s = self.slots[i];
         }
     }
 
@@ -94,7 +120,14 @@ impl BusyIndex {
 
     /// Removes the area starting at `key` and returns its end, if present.
     pub(crate) fn remove(&mut self, key: u64) -> Option<u64> {
-        let mut hole = self.position(key)?;
+        let p = self.probe(key);
+        self.remove_probed(key, p)
+    }
+
+    /// [`remove`](Self::remove), from `p`, [`probe`](Self::probe) of `key`
+    /// taken with no change to the index since.
+    pub(crate) fn remove_probed(&mut self, key: u64, p: Probe) -> Option<u64> {
+        let mut hole = self.position_from(key, p)?;
         let end = self.slots[hole].end;
         // Backward shift: pull later members of the run into the hole when
         // their home does not lie cyclically in (hole, j].
