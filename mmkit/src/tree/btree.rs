@@ -2133,4 +2133,45 @@ mod deep {
         t.check(0, u64::MAX).unwrap();
         assert_eq!((t.len(), t.height), (0, 0));
     }
+
+    /// A shrink that keeps a leaf's longest block keeps its summary (now
+    /// stale: it still promises an aligned fit that is gone), and the
+    /// search it then sends there in vain recomputes it.
+    #[test]
+    fn stale_summary_is_kept_then_tightened_by_the_search() {
+        let mut t = BTree::new();
+        for i in 0..40u64 {
+            let s = i * 0x1000;
+            let e = match i {
+                2 => s + 0xc00,         // aligned to 2^13: 0xc00 usable at 2^11
+                4 => s + 0x100 + 0xc00, // as long, 0x500 usable at 2^11
+                30 => s + 0x1000,       // the fit the search ends at
+                _ => s + 0x100,
+            };
+            let s = if i == 4 { s + 0x100 } else { s };
+            t.insert(s, e);
+        }
+        t.enable_summaries(0x800);
+        assert!(t.height >= 1);
+        let (root, first) = (t.root, t.inners[t.root as usize].kid[0]);
+        let exact = |t: &BTree| t.leaf_sum(first, t.entry(root, 0).max);
+        // Both holders of the leaf's maximum start in the first leaf.
+        assert_eq!(t.entry(root, 0).max, 0xc00);
+        // Block 2 loses its aligned start; block 4 keeps the maximum.
+        let pos = t.find(0x2000).unwrap();
+        t.set_range_at(&pos, 0x2100, 0x2c00);
+        t.check(0, u64::MAX).unwrap();
+        assert_ne!(t.entry(root, 0).sum, exact(&t), "kept, not recomputed");
+        assert_eq!(t.entry(root, 0).sum.usable(0xc00, 11), Some(0xc00));
+        // 0x600 at 2^11: the first leaf's summary lets the search in, no
+        // block there holds it (0x400 and 0x500 usable), block 30 does.
+        let mut pos = Pos::new();
+        assert_eq!(
+            t.lowest_fit(0x600, 0x800, 0, u64::MAX, &mut pos),
+            Some(0x1e000)
+        );
+        assert_eq!(t.entry(root, 0).sum, exact(&t), "tightened by the search");
+        assert_eq!(t.entry(root, 0).sum.usable(0xc00, 11), Some(0x500));
+        t.check(0, u64::MAX).unwrap();
+    }
 }
