@@ -860,7 +860,10 @@ impl BTree {
     /// the next.
     ///
     /// # Complexity
-    /// O(log n), plus near misses as for [`RangeTree::lowest_fit`](super::RangeTree::lowest_fit).
+    /// O(log n), plus near misses as for [`RangeTree::lowest_fit`](super::RangeTree::lowest_fit),
+    /// amortized: a child entered because its summary was stale costs a
+    /// scan and a recomputation once, and each update leaves at most one
+    /// stale summary per level.
     pub fn lowest_fit(
         &mut self,
         size: u64,

@@ -290,7 +290,9 @@ impl RangeAllocator for VmapAllocator {
     }
 
     /// # Complexity
-    /// O(log n) in free blocks and live areas. Alignments above 2^10 times
+    /// O(log n) in free blocks and live areas, amortized (an aligned search
+    /// may enter a subtree whose alignment summary went stale in an earlier
+    /// update, once: see `tree::btree`). Alignments above 2^10 times
     /// the granule of the ranges (4 MiB for 4 KiB pages) add O(log n) per
     /// free block that is long enough but wrongly aligned (a near miss)
     /// below the answer; a failing request purges
