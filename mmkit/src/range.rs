@@ -280,7 +280,7 @@ impl<R: RangeAllocator> Locked<R> {
     /// let a = g.alloc(10, 1).unwrap();
     /// g.free(a).unwrap();
     /// ```
-    pub fn lock(&self) -> crate::sync::MutexGuard<'_, R> {
+    pub fn lock(&self) -> impl core::ops::DerefMut<Target = R> + '_ {
         crate::sync::lock(&self.0)
     }
 
@@ -370,6 +370,6 @@ impl<R: RangeAllocator> Locked<R> {
     /// assert_eq!(va.into_inner().stats().live_areas, 1);
     /// ```
     pub fn into_inner(self) -> R {
-        self.0.into_inner().unwrap_or_else(|p| p.into_inner())
+        crate::sync::into_inner(self.0)
     }
 }
