@@ -6,8 +6,9 @@
 //! parks, and a thread that releases it may take it again at once, so a
 //! shared allocator changes cores less often. With 2 threads churning one
 //! `range::Locked` (`cargo bench -p mmkit --bench vmap -- locked_threads`),
-//! the time per pair over both threads was 1.95-2.4x that of one thread
-//! with std's mutex and 1.35-1.37x with parking_lot's (see the README).
+//! the time per pair over both threads was 1.95-2.70x that of one thread
+//! with std's mutex and 1.67-1.94x with parking_lot's, three runs of each
+//! (see the README).
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};

@@ -497,6 +497,16 @@ impl BTree {
         }
     }
 
+    /// The summary of node `id` (a leaf if `leafy`) whose longest block is
+    /// `max`, recomputed from its blocks or its children's entries.
+    fn node_sum(&self, id: u32, leafy: bool, max: u64) -> AlignSummary {
+        if leafy {
+            self.leaf_sum(id, max)
+        } else {
+            self.inner_sum(id, max)
+        }
+    }
+
     #[inline]
     fn agg(&self, id: u32, leaf: bool) -> Agg {
         if leaf {
@@ -560,10 +570,8 @@ impl BTree {
             };
             let sum = if max == o.max {
                 o.sum
-            } else if leafy {
-                self.leaf_sum(id, max)
             } else {
-                self.inner_sum(id, max)
+                self.node_sum(id, leafy, max)
             };
             Agg { key, max, sum }
         } else {
@@ -1009,12 +1017,7 @@ impl BTree {
             return; // the maximum let it through, and it is exact
         }
         let kid = self.inners[p as usize].kid[c];
-        let sum = if leafy {
-            self.leaf_sum(kid, e.max)
-        } else {
-            self.inner_sum(kid, e.max)
-        };
-        self.inners[p as usize].sum[c] = sum;
+        self.inners[p as usize].sum[c] = self.node_sum(kid, leafy, e.max);
     }
 
     /// The highest `a` in `[lo, hi)`, a multiple of `align`, with

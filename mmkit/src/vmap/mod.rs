@@ -38,7 +38,7 @@ mod busy;
 #[cfg(feature = "std")]
 pub mod pooled;
 use alloc::vec::Vec;
-use busy::BusyIndex;
+use busy::{BusyIndex, Probe};
 
 /// How an allocated `[a, a + size)` sits in the free block `[s, e)` it was
 /// cut from: the kernel's four fit types.
@@ -253,9 +253,13 @@ impl VmapAllocator {
         self.free_bytes += e - s;
     }
 
-    /// Detaches the live area at `addr` from the busy index.
-    fn take_busy(&mut self, addr: u64) -> Result<(u64, u64), FreeError> {
-        let e = self.busy.remove(addr).ok_or(FreeError::NotAllocated)?;
+    /// Detaches the live area at `addr` from the busy index, from `probe`,
+    /// its home slot read with no change to the index since.
+    fn take_busy(&mut self, addr: u64, probe: Probe) -> Result<(u64, u64), FreeError> {
+        let e = self
+            .busy
+            .remove_probed(addr, probe)
+            .ok_or(FreeError::NotAllocated)?;
         let s = addr;
         self.live_bytes -= e - s;
         Ok((s, e))
@@ -323,20 +327,16 @@ impl RangeAllocator for VmapAllocator {
         // (10^5-10^6 live areas: see the README's bench numbers).
         let probe = self.busy.probe(addr);
         let nb = self.free.neighbours(addr);
-        let e = self
-            .busy
-            .remove_probed(addr, probe)
-            .ok_or(FreeError::NotAllocated)?;
-        self.live_bytes -= e - addr;
-        self.join(&nb, addr, e);
-        Ok(e - addr)
+        let (s, e) = self.take_busy(addr, probe)?;
+        self.join(&nb, s, e);
+        Ok(e - s)
     }
 
     /// # Complexity
     /// O(log n), plus a purge when the lazy bytes pass `lazy_max`.
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
-        let (s, e) = self.take_busy(addr)?;
+        let (s, e) = self.take_busy(addr, self.busy.probe(addr))?;
         let lz = &mut self.lazy;
         if lz.areas.is_empty() {
             (lz.lo, lz.hi) = (s, e);
