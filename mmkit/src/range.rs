@@ -250,7 +250,7 @@ pub fn fit_in(lo: u64, hi: u64, size: u64, align: u64) -> Option<u64> {
 /// ```
 #[cfg(feature = "std")]
 #[derive(Debug, Default)]
-pub struct Locked<R>(crate::sync::Mutex<R>);
+pub struct Locked<R>(crate::sync::TurnMutex<R>);
 
 #[cfg(feature = "std")]
 impl<R: RangeAllocator> Locked<R> {
@@ -264,7 +264,7 @@ impl<R: RangeAllocator> Locked<R> {
     /// assert_eq!(va.alloc(10, 1), Ok(0));
     /// ```
     pub fn new(inner: R) -> Self {
-        Locked(crate::sync::Mutex::new(inner))
+        Locked(crate::sync::TurnMutex::new(inner))
     }
 
     /// Takes the lock for a sequence of operations. A panic while the lock
@@ -281,7 +281,7 @@ impl<R: RangeAllocator> Locked<R> {
     /// g.free(a).unwrap();
     /// ```
     pub fn lock(&self) -> impl core::ops::DerefMut<Target = R> + '_ {
-        crate::sync::lock(&self.0)
+        self.0.lock()
     }
 
     /// [`RangeAllocator::alloc`] under the lock.
@@ -370,6 +370,6 @@ impl<R: RangeAllocator> Locked<R> {
     /// assert_eq!(va.into_inner().stats().live_areas, 1);
     /// ```
     pub fn into_inner(self) -> R {
-        crate::sync::into_inner(self.0)
+        self.0.into_inner()
     }
 }

@@ -11,6 +11,8 @@
 //! test happens to hit. Covered:
 //! - `Locked`: two threads allocating at once (distinct, non-overlapping
 //!   results in both orders); alloc racing a lazy free and a threshold purge;
+//!   two threads churning, which passes its lock's turn back and forth
+//!   (`sync::TurnMutex`, whose batch is 2 under loom);
 //! - `ConcurrentVblock`: two threads mapping on the same CPU queue (one
 //!   creates the block, the other finds it or creates another), on two
 //!   queues (two block creations racing for the global lock), and a map
@@ -72,6 +74,34 @@ fn locked_alloc_races_a_lazy_free_and_purge() {
         let g = va.lock();
         g.check().unwrap();
         assert_eq!(g.stats().live_areas, u64::from(r.is_ok()));
+    });
+}
+
+#[test]
+fn locked_hands_the_turn_over_between_churning_threads() {
+    // Under loom the turn passes after 2 acquisitions in a row while the
+    // other thread waits, so two pairs each reach the hand-over, the
+    // out-of-turn take and the queueing on the mutex. The waiting loops
+    // multiply the schedules: preemptions are bounded to 2.
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let va = Arc::new(Locked::new(VmapAllocator::new(0, 1 << 20).unwrap()));
+        let churn = |va: &Locked<VmapAllocator>| {
+            for _ in 0..2 {
+                let a = va.alloc(4096, 4096).unwrap();
+                va.free(a).unwrap();
+            }
+        };
+        let t = {
+            let va = va.clone();
+            thread::spawn(move || churn(&va))
+        };
+        churn(&va);
+        t.join().unwrap();
+        let g = va.lock();
+        g.check().unwrap();
+        assert_eq!(g.stats().live_areas, 0);
     });
 }
 
