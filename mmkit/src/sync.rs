@@ -103,7 +103,7 @@ struct Turn {
 /// pulls those lines from the other core. Taking turns in batches moves
 /// them once per batch. With 2 threads churning one `range::Locked`
 /// (`cargo bench -p mmkit --bench vmap -- locked_threads`), plain
-/// parking_lot took 1.52-1.58x one thread's time per pair and this lock
+/// parking_lot took 1.52-1.66x one thread's time per pair and this lock
 /// 1.17-1.25x, in the same sessions. A thread that holds the turn pays
 /// about 15 instructions more per acquisition than parking_lot alone (a
 /// thread-local read and two relaxed loads; callgrind).
