@@ -105,8 +105,10 @@ struct Turn {
 /// (`cargo bench -p mmkit --bench vmap -- locked_threads`), plain
 /// parking_lot took 1.52-1.66x one thread's time per pair and this lock
 /// 1.17-1.25x, in the same sessions. A thread that holds the turn pays
-/// about 15 instructions more per acquisition than parking_lot alone (a
-/// thread-local read and two relaxed loads; callgrind).
+/// about 17 instructions more per acquisition in the lock's own code (a
+/// thread-local read, two relaxed loads, `try_lock`), 34 in all once the
+/// larger `Locked` methods are no longer inlined into the caller
+/// (callgrind, one thread churning).
 ///
 /// Liveness: a thread that finds the lock free takes it at once, whoever
 /// holds the turn. A waiter that arrived while it was held looks every
