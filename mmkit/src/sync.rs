@@ -143,8 +143,10 @@ impl<T> TurnMutex<T> {
     #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         let me = token();
-        let holder = self.turn.holder.load(Relaxed);
-        if holder == 0 || holder == me {
+        // A free lock is taken whoever holds the turn, except while the
+        // turn is being handed over: the thread that handed it away would
+        // take the lock back before the one it handed it to could.
+        if self.turn.holder.load(Relaxed) & HANDED == 0 {
             if let Some(g) = self.try_lock() {
                 self.took(me);
                 return g;
@@ -154,23 +156,15 @@ impl<T> TurnMutex<T> {
         // lock out of turn holds the turn now, and this one waits for it
         // by spinning, not in the mutex's queue, where it would park and
         // each release would pay a wake-up.
-        let g = self.wait_turn(me, holder & HANDED == 0);
+        let g = self.wait_turn(me);
         self.took(me);
         g
     }
 
     /// Waits until the turn is this thread's or nobody's and the lock is
     /// free, or the lock is free when polled, or patience runs out.
-    /// `eager`: poll at once (not right after this thread handed the turn
-    /// away, or it would take the lock back before the thread it handed it
-    /// to could).
     #[cold]
-    fn wait_turn(&self, me: usize, eager: bool) -> MutexGuard<'_, T> {
-        if eager {
-            if let Some(g) = self.try_lock() {
-                return g;
-            }
-        }
+    fn wait_turn(&self, me: usize) -> MutexGuard<'_, T> {
         let mut seen = self.ticks.load(Relaxed);
         for look in 0..PATIENCE {
             if look >= YIELD_AFTER {
