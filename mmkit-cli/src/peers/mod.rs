@@ -16,6 +16,7 @@
 //! ```
 
 mod measure;
+mod mmkit_pooled;
 mod mmkit_vmap;
 mod offset_allocator;
 mod range_alloc;
@@ -39,6 +40,7 @@ use crate::run::{lookup, ms, progress, ratio, Machine, PAGE};
 use measure::Outcome;
 use workload::{Plan, Workload};
 
+pub use mmkit_pooled::MmkitPooled;
 pub use mmkit_vmap::Mmkit;
 pub use offset_allocator::OffsetAlloc;
 pub use range_alloc::RangeAlloc;
@@ -206,6 +208,7 @@ fn entry<P: PeerRange>() -> Entry {
 pub fn allocators() -> Vec<Entry> {
     vec![
         entry::<Mmkit>(),
+        entry::<MmkitPooled>(),
         entry::<VmAllocator>(),
         entry::<RangeAlloc>(),
         entry::<OffsetAlloc>(),
@@ -482,9 +485,12 @@ struct SummaryRow {
     its_lowest_fit_pct: f64,
     exact_peer: Option<&'static str>,
     exact_peer_vs_mmkit: Option<f64>,
+    /// mmkit's inexact mode (`mmkit-pooled`), when it ran, over the
+    /// fastest peer.
+    pooled_vs_fastest: Option<f64>,
 }
 
-const SUMMARY_COLS: [Col; 9] = [
+const SUMMARY_COLS: [Col; 10] = [
     col("workload", "workload", Fmt::Text),
     col("live", "live", Fmt::Text),
     col("mmkit_ns", "mmkit ns", Fmt::Dec(0)),
@@ -494,7 +500,13 @@ const SUMMARY_COLS: [Col; 9] = [
     col("its_lowest_fit_pct", "its lowest fit", Fmt::Pct(1)),
     col("exact_peer", "exact peer", Fmt::Text),
     col("exact_peer_vs_mmkit", "it/mmkit", Fmt::Ratio),
+    col("pooled_vs_fastest", "pooled/fastest", Fmt::Ratio),
 ];
+
+/// Whether a row is one of mmkit's own allocators, not a peer.
+fn is_mmkit(name: &str) -> bool {
+    name == Mmkit::name() || name == MmkitPooled::name()
+}
 
 /// One summary line per live count: mmkit against the fastest peer.
 fn summarize(w: &Workload, rows: &[BenchRow]) -> Vec<SummaryRow> {
@@ -516,13 +528,19 @@ fn summarize(w: &Workload, rows: &[BenchRow]) -> Vec<SummaryRow> {
                 .iter()
                 .find(|r| r.live == live && r.allocator == Mmkit::name())?
                 .ns_per_pair?;
+            // mmkit's own inexact mode is not a peer: it gets a column of
+            // its own, against the same fastest peer.
             let peers = || {
                 rows.iter()
-                    .filter(move |r| r.live == live && r.allocator != Mmkit::name())
+                    .filter(move |r| r.live == live && !is_mmkit(r.allocator))
             };
             let any = fastest(&mut peers())?;
             let exact = fastest(&mut peers().filter(|r| r.exact_by_design));
             let its = any.ns_per_pair?;
+            let pooled = rows
+                .iter()
+                .find(|r| r.live == live && r.allocator == MmkitPooled::name())
+                .and_then(|r| r.ns_per_pair);
             Some(SummaryRow {
                 workload: w.name,
                 live,
@@ -533,6 +551,7 @@ fn summarize(w: &Workload, rows: &[BenchRow]) -> Vec<SummaryRow> {
                 its_lowest_fit_pct: any.lowest_fit_pct.unwrap_or(f64::NAN),
                 exact_peer: exact.as_ref().map(|e| e.allocator),
                 exact_peer_vs_mmkit: exact.and_then(|e| ratio(e.ns_per_pair?, m)),
+                pooled_vs_fastest: pooled.and_then(|p| ratio(p, its)),
             })
         })
         .collect()

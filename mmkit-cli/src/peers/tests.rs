@@ -103,6 +103,11 @@ fn mmkit_adapter() {
 }
 
 #[test]
+fn mmkit_pooled_adapter() {
+    exercise::<MmkitPooled>();
+}
+
+#[test]
 fn vm_allocator_adapter() {
     exercise::<VmAllocator>();
 }
@@ -146,6 +151,7 @@ fn bad_requests_are_refused_not_panics() {
         );
     }
     refuse::<Mmkit>();
+    refuse::<MmkitPooled>();
     refuse::<VmAllocator>();
     refuse::<RangeAlloc>();
     refuse::<OffsetAlloc>();
@@ -262,16 +268,16 @@ fn names_on_the_command_line() {
         .contains("offset-allocator"));
 }
 
-#[test]
-fn only_mmkit_problems_fail_the_run() {
-    let row = |allocator: &'static str, pct: f64| BenchRow {
+/// A bench row that ran, `ns` a pair, `pct` of its answers the lowest fit.
+fn row_of(allocator: &'static str, ns: f64, pct: f64) -> BenchRow {
+    BenchRow {
         workload: "w",
         live: 1,
         allocator,
-        exact_by_design: true,
+        exact_by_design: allocator == Mmkit::name(),
         skipped: false,
-        ns_per_pair: Some(1.0),
-        mean_ns_per_pair: Some(1.0),
+        ns_per_pair: Some(ns),
+        mean_ns_per_pair: Some(ns),
         vs_mmkit: None,
         timed_pairs: Some(1),
         warm_pairs: Some(1),
@@ -282,7 +288,33 @@ fn only_mmkit_problems_fail_the_run() {
         violation: None,
         wall_ms: Some(1.0),
         notes: String::new(),
-    };
+    }
+}
+
+#[test]
+fn the_pooled_mode_is_not_a_peer() {
+    let rows = [
+        row_of("mmkit", 100.0, 100.0),
+        row_of("mmkit-pooled", 10.0, 1.0),
+        row_of("xalloc-tlsf", 50.0, 1.0),
+    ];
+    let s = summarize(&workload::ALL[0], &rows);
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].fastest_peer, "xalloc-tlsf");
+    assert_eq!(s[0].mmkit_vs_fastest, Some(2.0));
+    assert_eq!(s[0].pooled_vs_fastest, Some(0.2));
+    // Without it, no column.
+    let s = summarize(&workload::ALL[0], &[rows[0].clone(), rows[2].clone()]);
+    assert_eq!(s[0].pooled_vs_fastest, None);
+    assert!(
+        !rows[1].mmkit_broke_contract(),
+        "the pooled mode is inexact by design"
+    );
+}
+
+#[test]
+fn only_mmkit_problems_fail_the_run() {
+    let row = |allocator: &'static str, pct: f64| row_of(allocator, 1.0, pct);
     assert!(!row("mmkit", 100.0).mmkit_broke_contract());
     assert!(!row("xalloc-tlsf", 3.0).mmkit_broke_contract());
     assert!(row("mmkit", 99.9).mmkit_broke_contract());
