@@ -203,6 +203,25 @@ pub struct Neighbours {
     next_at: Next,
 }
 
+impl Neighbours {
+    /// Nothing found yet (filled by [`BTree::neighbours_into`]).
+    pub const fn new() -> Self {
+        Neighbours {
+            prev: None,
+            next: None,
+            pos: Pos::new(),
+            prev_wild: false,
+            next_at: Next::None,
+        }
+    }
+}
+
+impl Default for Neighbours {
+    fn default() -> Self {
+        Neighbours::new()
+    }
+}
+
 /// A fit request: `size` bytes aligned to `2^k` in `[lo, hi)`.
 #[derive(Clone, Copy)]
 struct Request {
@@ -714,6 +733,19 @@ impl BTree {
     #[inline]
     fn descend_below(&self, key: u64) -> Pos {
         let mut pos = Pos::new();
+        self.descend_below_into(key, &mut pos);
+        pos
+    }
+
+    /// [`descend_below`](Self::descend_below), written into `pos` where
+    /// the caller keeps it. A `Pos` filled field by field and then copied
+    /// whole is read back with wide loads from narrow stores still in
+    /// flight, which the processor cannot forward: on a free (the
+    /// neighbours' descent) that stall was most of `neighbours`' time
+    /// (perf, steady-page).
+    #[inline]
+    fn descend_below_into(&self, key: u64, pos: &mut Pos) {
+        pos.wild = false;
         let mut at = self.root;
         for d in 0..self.height {
             let n = &self.inners[at as usize];
@@ -732,7 +764,6 @@ impl BTree {
         } else {
             last_below(&l.start, n, key) + 1
         };
-        pos
     }
 
     /// Moves `pos` to the first block of the next leaf; false at the last.
@@ -762,6 +793,27 @@ impl BTree {
         true
     }
 
+    /// The leaf after the one at `pos`, if any: [`next_leaf`](Self::next_leaf)
+    /// without moving `pos` (no copy of it either).
+    fn leaf_after(&self, pos: &Pos) -> Option<u32> {
+        let mut d = self.height;
+        let mut kid = loop {
+            if d == 0 {
+                return None;
+            }
+            d -= 1;
+            let n = &self.inners[pos.node[d] as usize];
+            let c = pos.slot[d] as usize + 1;
+            if c < n.len as usize {
+                break n.kid[c];
+            }
+        };
+        for _ in d + 1..self.height {
+            kid = self.inners[kid as usize].kid[0];
+        }
+        Some(kid)
+    }
+
     /// The path to the last block of the tree (the wilderness excluded),
     /// `at` one past it.
     fn rightmost(&self) -> Pos {
@@ -784,25 +836,31 @@ impl BTree {
     /// # Complexity
     /// O(log n).
     pub fn neighbours(&self, key: u64) -> Neighbours {
-        let pos = self.descend_below(key);
-        let l = &self.leaves[pos.leaf as usize];
-        let mut nb = Neighbours {
-            prev: (pos.at > 0).then(|| (l.start[pos.at - 1], l.end[pos.at - 1])),
-            next: None,
-            pos,
-            prev_wild: false,
-            next_at: Next::None,
-        };
-        if pos.at < l.len as usize {
-            nb.next = Some((l.start[pos.at], l.end[pos.at]));
+        let mut nb = Neighbours::new();
+        self.neighbours_into(key, &mut nb);
+        nb
+    }
+
+    /// [`neighbours`](Self::neighbours), written into `nb` (whatever it
+    /// held is replaced): returned by value, the result is built aside and
+    /// copied, and the copy reads the path just written field by field
+    /// (see [`descend_below_into`](Self::descend_below_into)).
+    #[inline]
+    pub fn neighbours_into(&self, key: u64, nb: &mut Neighbours) {
+        (nb.prev, nb.next, nb.prev_wild, nb.next_at) = (None, None, false, Next::None);
+        self.descend_below_into(key, &mut nb.pos);
+        let at = nb.pos.at;
+        let l = &self.leaves[nb.pos.leaf as usize];
+        if at > 0 {
+            nb.prev = Some((l.start[at - 1], l.end[at - 1]));
+        }
+        if at < l.len as usize {
+            nb.next = Some((l.start[at], l.end[at]));
             nb.next_at = Next::Here;
-        } else if self.height > 0 {
-            let mut np = pos;
-            if self.next_leaf(&mut np) {
-                let nl = &self.leaves[np.leaf as usize];
-                nb.next = Some((nl.start[0], nl.end[0]));
-                nb.next_at = Next::Leaf;
-            }
+        } else if let Some(next) = self.leaf_after(&nb.pos) {
+            let nl = &self.leaves[next as usize];
+            nb.next = Some((nl.start[0], nl.end[0]));
+            nb.next_at = Next::Leaf;
         }
         if let Some(w) = self.wild {
             if w.0 < key {
@@ -813,7 +871,6 @@ impl BTree {
                 nb.next_at = Next::Wild;
             }
         }
-        nb
     }
 
     /// The block containing `addr`, if any.
@@ -2068,11 +2125,15 @@ mod tests {
         assert_eq!((nb.prev, nb.next), (None, Some((10, 20))));
         let nb = t.neighbours(1_000_000);
         assert_eq!((nb.prev, nb.next), (Some((99_910, 99_920)), None));
+        // One `Neighbours` reused for every key: each lookup replaces all of it.
+        let mut into = t.neighbours(1_000_000);
         for k in (0..100_000).step_by(7) {
             let nb = t.neighbours(k);
             let prev = t.iter().filter(|r| r.0 < k).last();
             let next = t.iter().find(|r| r.0 >= k);
             assert_eq!((nb.prev, nb.next), (prev, next), "key {k}");
+            t.neighbours_into(k, &mut into);
+            assert_eq!(format!("{into:?}"), format!("{nb:?}"), "key {k}");
         }
         for i in 0..1000u64 {
             assert!(t.remove(i * 100 + 10));

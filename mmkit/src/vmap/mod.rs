@@ -234,7 +234,8 @@ impl VmapAllocator {
     /// one descent finds both and the path to each, so a merge fixes the
     /// augmented values without a second descent.
     fn merge_or_add(&mut self, s: u64, e: u64) {
-        let nb = self.free.neighbours(s);
+        let mut nb = Neighbours::new();
+        self.free.neighbours_into(s, &mut nb);
         self.join(&nb, s, e);
     }
 
@@ -326,7 +327,8 @@ impl RangeAllocator for VmapAllocator {
         // allocator both miss the cache, and the misses then overlap
         // (10^5-10^6 live areas: see the README's bench numbers).
         let probe = self.busy.probe(addr);
-        let nb = self.free.neighbours(addr);
+        let mut nb = Neighbours::new();
+        self.free.neighbours_into(addr, &mut nb);
         let (s, e) = self.take_busy(addr, probe)?;
         self.join(&nb, s, e);
         Ok(e - s)
