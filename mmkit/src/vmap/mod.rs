@@ -325,7 +325,7 @@ impl RangeAllocator for VmapAllocator {
         // The busy index's slot is read first and used only after the
         // free-block descent, which needs the address alone: in a large
         // allocator both miss the cache, and the misses then overlap
-        // (10^5-10^6 live areas: see the README's bench numbers).
+        // (10^5-10^6 live areas: see docs/bench-history.md).
         let probe = self.busy.probe(addr);
         let mut nb = Neighbours::new();
         self.free.neighbours_into(addr, &mut nb);
