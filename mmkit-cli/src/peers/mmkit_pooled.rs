@@ -1,6 +1,6 @@
 //! mmkit's inexact mode, [`PooledVmap`] with one CPU: pools of freed
 //! areas by size (1 to 256 pages, 64 areas each) in front of the exact
-//! [`VmapAllocator`], after Linux 6.9's vmap nodes. An allocation of a
+//! `VmapAllocator`, after Linux 6.9's vmap nodes. An allocation of a
 //! pooled size takes the newest freed area of that size when it is
 //! aligned; anything else goes to the exact allocator. Fast where frees
 //! and allocations repeat sizes, but not the lowest fit: the issue-9
@@ -8,7 +8,6 @@
 //! toward them.
 
 use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
-use mmkit::vmap::VmapAllocator;
 
 use super::{PeerRange, PAGE};
 
@@ -27,9 +26,7 @@ impl PeerRange for MmkitPooled {
     }
 
     fn new(space_bytes: u64, max_areas: usize) -> Self {
-        let mut va = VmapAllocator::new(0, space_bytes.max(PAGE))
-            .expect("a non-empty space is always valid");
-        va.reserve(max_areas.saturating_mul(2).saturating_add(2));
+        let va = super::mmkit_vmap::reserved(space_bytes, max_areas);
         let cfg = PooledConfig {
             cpus: 1,
             granule: PAGE,

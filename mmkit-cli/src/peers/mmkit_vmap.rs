@@ -6,6 +6,16 @@ use mmkit::vmap::VmapAllocator;
 
 use super::{PeerRange, PAGE};
 
+/// A [`VmapAllocator`] over `[0, space_bytes)` (at least a page) with the
+/// nodes of `max_areas` live areas preloaded: free blocks never outnumber
+/// live areas by more than one, so a run allocates no node while timed.
+pub(super) fn reserved(space_bytes: u64, max_areas: usize) -> VmapAllocator {
+    let mut va =
+        VmapAllocator::new(0, space_bytes.max(PAGE)).expect("a non-empty space is always valid");
+    va.reserve(max_areas.saturating_mul(2).saturating_add(2));
+    va
+}
+
 /// [`VmapAllocator`] over `[0, space)`; the handle is the start address.
 pub struct Mmkit(VmapAllocator);
 
@@ -21,12 +31,7 @@ impl PeerRange for Mmkit {
     }
 
     fn new(space_bytes: u64, max_areas: usize) -> Self {
-        let mut va = VmapAllocator::new(0, space_bytes.max(PAGE))
-            .expect("a non-empty space is always valid");
-        // Free blocks never outnumber live areas by more than one, so this
-        // preloads every node the run will need.
-        va.reserve(max_areas.saturating_mul(2).saturating_add(2));
-        Mmkit(va)
+        Mmkit(reserved(space_bytes, max_areas))
     }
 
     fn alloc(&mut self, size: u64, align: u64) -> Option<(u64, u64)> {

@@ -766,20 +766,29 @@ impl BTree {
         };
     }
 
-    /// Moves `pos` to the first block of the next leaf; false at the last.
-    fn next_leaf(&self, pos: &mut Pos) -> bool {
+    /// The deepest inner level `d` of `pos` whose node has a child after
+    /// `slot[d]`, and that child: where the path to the next leaf branches
+    /// off. `None` at the last leaf.
+    #[inline]
+    fn branch_to_next(&self, pos: &Pos) -> Option<(usize, u32)> {
         let mut d = self.height;
-        loop {
-            if d == 0 {
-                return false;
-            }
+        while d > 0 {
             d -= 1;
             let n = &self.inners[pos.node[d] as usize];
-            if (pos.slot[d] as usize) + 1 < n.len as usize {
-                pos.slot[d] += 1;
-                break;
+            let c = pos.slot[d] as usize + 1;
+            if c < n.len as usize {
+                return Some((d, n.kid[c]));
             }
         }
+        None
+    }
+
+    /// Moves `pos` to the first block of the next leaf; false at the last.
+    fn next_leaf(&self, pos: &mut Pos) -> bool {
+        let Some((d, _)) = self.branch_to_next(pos) else {
+            return false;
+        };
+        pos.slot[d] += 1;
         for e in d + 1..=self.height {
             let kid = self.inners[pos.node[e - 1] as usize].kid[pos.slot[e - 1] as usize];
             if e == self.height {
@@ -795,19 +804,9 @@ impl BTree {
 
     /// The leaf after the one at `pos`, if any: [`next_leaf`](Self::next_leaf)
     /// without moving `pos` (no copy of it either).
+    #[inline]
     fn leaf_after(&self, pos: &Pos) -> Option<u32> {
-        let mut d = self.height;
-        let mut kid = loop {
-            if d == 0 {
-                return None;
-            }
-            d -= 1;
-            let n = &self.inners[pos.node[d] as usize];
-            let c = pos.slot[d] as usize + 1;
-            if c < n.len as usize {
-                break n.kid[c];
-            }
-        };
+        let (d, mut kid) = self.branch_to_next(pos)?;
         for _ in d + 1..self.height {
             kid = self.inners[kid as usize].kid[0];
         }
