@@ -56,7 +56,7 @@
 
 use alloc::vec::Vec;
 
-use super::summary::{AlignSummary, Part};
+use super::summary::AlignSummary;
 use crate::ensure;
 use crate::error::CheckError;
 
@@ -495,11 +495,7 @@ impl BTree {
     fn leaf_sum(&self, id: u32, max: u64) -> AlignSummary {
         let l = &self.leaves[id as usize];
         let n = l.len as usize;
-        let mut parts = [Part::Range(0, 0); LEAF_CAP];
-        for (i, p) in parts[..n].iter_mut().enumerate() {
-            *p = Part::Range(l.start[i], l.end[i]);
-        }
-        AlignSummary::of_subtree(max, &parts[..n])
+        AlignSummary::of_ranges(max, &l.start[..n], &l.end[..n])
     }
 
     fn inner_agg(&self, id: u32) -> Agg {
@@ -667,11 +663,7 @@ impl BTree {
     fn inner_sum(&self, id: u32, max: u64) -> AlignSummary {
         let nd = &self.inners[id as usize];
         let n = nd.len as usize;
-        let mut parts = [Part::Range(0, 0); FANOUT];
-        for (i, p) in parts[..n].iter_mut().enumerate() {
-            *p = Part::Subtree(nd.max[i], nd.sum[i]);
-        }
-        AlignSummary::of_subtree(max, &parts[..n])
+        AlignSummary::of_children(max, &nd.max[..n], &nd.sum[..n])
     }
 
     /// Starts maintaining the alignment summaries if `align` could use them
@@ -1331,8 +1323,21 @@ impl BTree {
                 // One leaf: both changes go up in one pass. Both blocks
                 // lie inside the joined one, so the leaf's usable lengths
                 // only grew (to the joined block's).
-                self.leaves[prev.leaf as usize].end[prev.at] = ne;
-                self.leaf_remove(&nb.pos, Change::Grew);
+                let l = &mut self.leaves[prev.leaf as usize];
+                l.end[prev.at] = ne;
+                let n = l.len as usize;
+                if self.height == 0 || n <= LEAF_MIN {
+                    return self.leaf_remove(&nb.pos, Change::Grew);
+                }
+                // No underflow: the leaf's set is its old one with two
+                // blocks replaced by one holding both, so its aggregate is
+                // the old one merged with the joined block's, as for a
+                // block gained (the two dropped are dominated by it at
+                // every alignment), and its blocks need no rescan.
+                close_gap(&mut l.start, nb.pos.at, n);
+                close_gap(&mut l.end, nb.pos.at, n);
+                l.len -= 1;
+                self.gained(&prev, prev.at, ps, ne);
             }
             Next::Leaf => {
                 let mut p = nb.pos;
