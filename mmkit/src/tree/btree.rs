@@ -1240,11 +1240,7 @@ impl BTree {
             o.sum
         } else if how == Change::Grew && granule(start, end) <= granule(old_start, old_end) {
             // Only grew: see `propagate`.
-            AlignSummary::merge(
-                max,
-                (o.max, o.sum),
-                (len, AlignSummary::of_range(start, end)),
-            )
+            AlignSummary::combine(max, start, end, Some((o.max, o.sum)), None)
         } else {
             self.leaf_sum(pos.leaf, max)
         };
@@ -1454,7 +1450,7 @@ impl BTree {
         let o = self.entry(pos.node[d - 1], pos.slot[d - 1] as usize);
         let max = o.max.max(e - s);
         let sum = if self.summaries {
-            AlignSummary::merge(max, (o.max, o.sum), (e - s, AlignSummary::of_range(s, e)))
+            AlignSummary::combine(max, s, e, Some((o.max, o.sum)), None)
         } else {
             AlignSummary::ZERO
         };
