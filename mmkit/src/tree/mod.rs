@@ -1694,6 +1694,21 @@ impl Iterator for Iter<'_> {
     }
 }
 
+/// Sorted, non-overlapping ranges from `(gap, len)` pairs laid out left to
+/// right, both scaled by `2^shift`: the tests' way to build a set of free
+/// blocks of any granule.
+#[cfg(test)]
+pub(crate) fn layout(raw: &[(u64, u64)], shift: u32) -> Vec<(u64, u64)> {
+    let mut at = 0u64;
+    raw.iter()
+        .map(|&(gap, len)| {
+            let s = at + (gap << shift);
+            at = s + (len << shift);
+            (s, at)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

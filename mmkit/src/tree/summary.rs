@@ -221,11 +221,11 @@ impl AlignSummary {
     /// [`of_subtree`](Self::of_subtree) of ranges alone (a B+tree leaf's
     /// blocks, `starts[i]..ends[i]`, the longest `smax`): the same word,
     /// bit for bit, without building parts. The granule is the trailing
-    /// zeros of all bounds OR-ed together (the minimum of theirs), and each
-    /// range goes into every lane at once with no branch: a range too short
-    /// to count adds at least [`CAP`] to every lane, which the minimum
-    /// ignores. Lanes are `i16` (every value stays below `2^11`), whose
-    /// minimum is one SSE2 instruction.
+    /// zeros of all bounds OR-ed together (the minimum of theirs); each
+    /// range goes into every lane at once, and one [`CAP`] granules shorter
+    /// than the longest is skipped (it loses at every class). Lanes are
+    /// `i16` (every value stays below `2^11`), whose minimum is one SSE2
+    /// instruction.
     ///
     /// # Complexity
     /// O(ranges), about twenty instructions each.
@@ -818,18 +818,6 @@ mod tests {
         }
     }
 
-    /// Non-overlapping sorted ranges of any granule from `raw` pairs.
-    fn ranges_of(raw: &[(u64, u64)], shift: u32) -> Vec<(u64, u64)> {
-        let mut at = 0u64;
-        raw.iter()
-            .map(|&(gap, len)| {
-                let s = at + (gap << shift);
-                at = s + (len << shift);
-                (s, at)
-            })
-            .collect()
-    }
-
     proptest! {
         /// Bit for bit the reference, for a leaf's ranges of any granule
         /// (long ones that lose at every class included).
@@ -838,7 +826,7 @@ mod tests {
             shift in 0u32..44,
             raw in proptest::collection::vec((0u64..1 << 12, 1u64..1 << 12), 0..17),
         ) {
-            let r = ranges_of(&raw, shift);
+            let r = crate::tree::layout(&raw, shift);
             let starts: Vec<u64> = r.iter().map(|x| x.0).collect();
             let ends: Vec<u64> = r.iter().map(|x| x.1).collect();
             let smax = r.iter().map(|x| x.1 - x.0).max().unwrap_or(0);

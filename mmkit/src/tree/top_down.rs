@@ -145,20 +145,9 @@ fn fit_down(ar: &NodeArena, at: NodeId, q: Down, path: &mut Path) -> Option<(Nod
 mod tests {
     use super::*;
     use alloc::format;
-    use alloc::vec::Vec;
     use proptest::prelude::*;
 
-    /// Ranges from (gap, len) pairs, laid out left to right.
-    fn layout(raw: &[(u64, u64)], shift: u32) -> Vec<(u64, u64)> {
-        let mut at = 0u64;
-        raw.iter()
-            .map(|&(gap, len)| {
-                let s = at + (gap << shift);
-                at = s + (len << shift);
-                (s, at)
-            })
-            .collect()
-    }
+    use crate::tree::layout;
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
