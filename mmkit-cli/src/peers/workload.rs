@@ -6,6 +6,7 @@
 //!  set-up                      churn (timed after a warm-up)
 //!  alloc slot 0..S             free slot s, alloc slot s, free slot t, ...
 //!  [free every other slot]     s, t: random live slots, sizes from the recipe
+//!  [holes: the working areas]  (holes: s, t among the working areas only)
 //! ```
 //!
 //! Sizes are whole pages, so every allocator, also one counting in pages,
@@ -27,13 +28,40 @@ pub struct Workload {
     pages: (u64, u64),
     /// Alignment is `PAGE << k` for `k` in this inclusive range.
     align_shift: (u32, u32),
-    /// Set-up allocates twice the live areas and frees every other one.
-    fragmented: bool,
+    /// How the set-up lays out the space.
+    layout: Layout,
     /// The largest live count of the default run (`--live` overrides it).
     pub max_live: usize,
 }
 
+/// A workload's set-up, for `N` (the `--live` count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// `N` live areas of the recipe's sizes, one after another.
+    Packed,
+    /// `2N` areas of the recipe's sizes, every other one freed: `N` live
+    /// areas and `N` holes, all churned.
+    Fragmented,
+    /// Issue 9's near-miss set-up: `N` one-page holes between `N` pinned
+    /// one-page areas, below [`WORKING`] areas of the recipe's sizes, which
+    /// alone are churned. A request larger than a page fits no hole, so
+    /// the `N` holes are blocks every search must rule out.
+    Holes,
+}
+
+/// Working areas above the holes of a [`Layout::Holes`] workload.
+pub const WORKING: usize = 64;
+
 impl Workload {
+    /// Live areas after the set-up of `live` (the `--live` count).
+    #[cfg(test)]
+    pub fn live_after_setup(&self, live: usize) -> usize {
+        match self.layout {
+            Layout::Packed | Layout::Fragmented => live,
+            Layout::Holes => live + WORKING,
+        }
+    }
+
     /// Whether some request asks for more than page alignment.
     pub fn aligned(&self) -> bool {
         self.align_shift.1 > 0
@@ -47,7 +75,7 @@ pub const ALL: &[Workload] = &[
         about: "N live 1-page areas, free+alloc pairs: the fast path, one size",
         pages: (1, 1),
         align_shift: (0, 0),
-        fragmented: false,
+        layout: Layout::Packed,
         max_live: usize::MAX,
     },
     Workload {
@@ -55,7 +83,7 @@ pub const ALL: &[Workload] = &[
         about: "N live areas of 1..100 pages (test_vmalloc random_size_alloc_test)",
         pages: (1, 100),
         align_shift: (0, 0),
-        fragmented: false,
+        layout: Layout::Packed,
         max_live: usize::MAX,
     },
     Workload {
@@ -63,7 +91,7 @@ pub const ALL: &[Workload] = &[
         about: "1..10 pages aligned 4 KiB..4 MiB (test_vmalloc random_size_align_alloc_test)",
         pages: (1, 10),
         align_shift: (0, 10),
-        fragmented: false,
+        layout: Layout::Packed,
         // Each large-alignment request leaves a padding hole; the tree's
         // alignment summaries prune those near misses, so the exact search
         // stays O(log n) and every live count runs.
@@ -74,7 +102,15 @@ pub const ALL: &[Workload] = &[
         about: "2N areas of 1..16 pages, every other freed, then churn among the holes",
         pages: (1, 16),
         align_shift: (0, 0),
-        fragmented: true,
+        layout: Layout::Fragmented,
+        max_live: usize::MAX,
+    },
+    Workload {
+        name: "fix-size-holes",
+        about: "3-page areas above N one-page holes (test_vmalloc fix_size_alloc_test; issue 9's near misses)",
+        pages: (3, 3),
+        align_shift: (0, 0),
+        layout: Layout::Holes,
         max_live: usize::MAX,
     },
 ];
@@ -100,7 +136,7 @@ pub enum Op {
 
 /// The operation sequence of one workload at one live count.
 pub struct Plan {
-    /// Slots the sequence uses (live areas plus, if fragmented, holes).
+    /// Slots the sequence uses (live areas plus the holes' slots).
     pub slots: usize,
     /// Set-up operations (not timed).
     pub setup: Vec<Op>,
@@ -118,13 +154,31 @@ impl Plan {
     /// then `pairs` timed ones, all drawn from `seed`.
     pub fn new(w: &Workload, live: usize, warmup: usize, pairs: usize, seed: u64) -> Plan {
         let mut rng = Mt64::new(seed ^ name_hash(w.name) ^ live as u64);
-        let slots = if w.fragmented { 2 * live } else { live };
-        let mut setup: Vec<Op> = (0..slots).map(|s| request(w, &mut rng, s)).collect();
-        let mut live_slots: Vec<u32> = (0..slots as u32).collect();
-        if w.fragmented {
-            setup.extend((1..slots).step_by(2).map(|s| Op::Free { slot: s as u32 }));
-            live_slots.retain(|s| s % 2 == 0);
-        }
+        let (slots, setup, live_slots): (usize, Vec<Op>, Vec<u32>) = match w.layout {
+            Layout::Packed => {
+                let setup = (0..live).map(|s| request(w, &mut rng, s)).collect();
+                (live, setup, (0..live as u32).collect())
+            }
+            Layout::Fragmented => {
+                let slots = 2 * live;
+                let mut setup: Vec<Op> = (0..slots).map(|s| request(w, &mut rng, s)).collect();
+                setup.extend((1..slots).step_by(2).map(|s| Op::Free { slot: s as u32 }));
+                (slots, setup, (0..slots as u32).step_by(2).collect())
+            }
+            Layout::Holes => {
+                let pins = 2 * live;
+                let page = |s: usize| Op::Alloc {
+                    slot: s as u32,
+                    size: PAGE,
+                    align: PAGE,
+                };
+                let mut setup: Vec<Op> = (0..pins).map(page).collect();
+                setup.extend((1..pins).step_by(2).map(|s| Op::Free { slot: s as u32 }));
+                let slots = pins + WORKING;
+                setup.extend((pins..slots).map(|s| request(w, &mut rng, s)));
+                (slots, setup, (pins as u32..slots as u32).collect())
+            }
+        };
         let mut churn = Vec::with_capacity(2 * (warmup + pairs));
         for _ in 0..warmup + pairs {
             let slot = live_slots[below(&mut rng, live_slots.len() as u64) as usize];
