@@ -1330,21 +1330,17 @@ impl BTree {
                 // One leaf: both changes go up in one pass. Both blocks
                 // lie inside the joined one, so the leaf's usable lengths
                 // only grew (to the joined block's).
-                let l = &mut self.leaves[prev.leaf as usize];
-                l.end[prev.at] = ne;
-                let n = l.len as usize;
-                if self.height == 0 || n <= LEAF_MIN {
-                    return self.leaf_remove(&nb.pos, Change::Grew);
+                self.leaves[prev.leaf as usize].end[prev.at] = ne;
+                if self.leaf_cut(&nb.pos) {
+                    // No underflow: the leaf's set is its old one with two
+                    // blocks replaced by one holding both, so its aggregate
+                    // is the old one merged with the joined block's, as
+                    // for a block gained (the two dropped are dominated by
+                    // it at every alignment), and its blocks need no rescan.
+                    self.gained(&prev, prev.at, ps, ne);
+                } else {
+                    self.underflow(&nb.pos, self.height, Change::Grew);
                 }
-                // No underflow: the leaf's set is its old one with two
-                // blocks replaced by one holding both, so its aggregate is
-                // the old one merged with the joined block's, as for a
-                // block gained (the two dropped are dominated by it at
-                // every alignment), and its blocks need no rescan.
-                close_gap(&mut l.start, nb.pos.at, n);
-                close_gap(&mut l.end, nb.pos.at, n);
-                l.len -= 1;
-                self.gained(&prev, prev.at, ps, ne);
             }
             Next::Leaf => {
                 let mut p = nb.pos;
@@ -1543,15 +1539,24 @@ impl BTree {
     /// caller's), rebalancing an underflow; `how` is what the whole update
     /// did to the leaf's blocks.
     fn leaf_remove(&mut self, pos: &Pos, how: Change) {
+        if self.leaf_cut(pos) {
+            self.refresh_from(pos, self.height, how);
+        } else {
+            self.underflow(pos, self.height, how);
+        }
+    }
+
+    /// Takes the block at `pos` out of its leaf, nothing above it updated;
+    /// false if the leaf now underflows (too few blocks for a non-root
+    /// leaf).
+    #[inline]
+    fn leaf_cut(&mut self, pos: &Pos) -> bool {
         let l = &mut self.leaves[pos.leaf as usize];
         let n = l.len as usize;
         close_gap(&mut l.start, pos.at, n);
         close_gap(&mut l.end, pos.at, n);
         l.len -= 1;
-        if self.height == 0 || l.len as usize >= LEAF_MIN {
-            return self.refresh_from(pos, self.height, how);
-        }
-        self.underflow(pos, self.height, how);
+        self.height == 0 || l.len as usize >= LEAF_MIN
     }
 
     /// The node at depth `d >= 1` of `pos` holds too few entries: it
