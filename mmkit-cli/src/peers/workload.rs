@@ -162,7 +162,7 @@ impl Plan {
             Layout::Fragmented => {
                 let slots = 2 * live;
                 let mut setup: Vec<Op> = (0..slots).map(|s| request(w, &mut rng, s)).collect();
-                setup.extend((1..slots).step_by(2).map(|s| Op::Free { slot: s as u32 }));
+                setup.extend(free_odd_slots(slots));
                 (slots, setup, (0..slots as u32).step_by(2).collect())
             }
             Layout::Holes => {
@@ -173,7 +173,7 @@ impl Plan {
                     align: PAGE,
                 };
                 let mut setup: Vec<Op> = (0..pins).map(page).collect();
-                setup.extend((1..pins).step_by(2).map(|s| Op::Free { slot: s as u32 }));
+                setup.extend(free_odd_slots(pins));
                 let slots = pins + WORKING;
                 setup.extend((pins..slots).map(|s| request(w, &mut rng, s)));
                 (slots, setup, (pins as u32..slots as u32).collect())
@@ -194,6 +194,12 @@ impl Plan {
             warmup,
         }
     }
+}
+
+/// Frees every other slot of `0..n` (the odd ones): the holes of the
+/// fragmented and holes layouts.
+fn free_odd_slots(n: usize) -> impl Iterator<Item = Op> {
+    (1..n).step_by(2).map(|s| Op::Free { slot: s as u32 })
 }
 
 /// One `Alloc` of the recipe into `slot`.
