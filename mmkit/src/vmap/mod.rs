@@ -256,7 +256,7 @@ impl VmapAllocator {
     }
 
     /// Detaches the live area at `addr` from the busy index, from `probe`,
-    /// its home slot read with no change to the index since.
+    /// its home bucket read with no change to the index since.
     fn take_busy(&mut self, addr: u64, probe: Probe) -> Result<(u64, u64), FreeError> {
         let e = self
             .busy
@@ -281,7 +281,7 @@ impl VmapAllocator {
     }
 
     /// Makes `[a, a + size)`, found at `pos`, a live area. (Reading the
-    /// busy slot before `clip`, as `free` does before its descent, measured
+    /// busy index's home bucket before `clip`, as `free` does before its descent, measured
     /// no better: faster at 10^5 steady-page, slower at 10^6 fragmented.)
     fn claim(&mut self, pos: &Pos, a: u64, size: u64) {
         self.clip(pos, a, size);
@@ -323,7 +323,7 @@ impl RangeAllocator for VmapAllocator {
     /// O(log n).
     fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
-        // The busy index's slot is read first and used only after the
+        // The busy index's home bucket is read first and used only after the
         // free-block descent, which needs the address alone: in a large
         // allocator both miss the cache, and the misses then overlap
         // (10^5-10^6 live areas: see docs/bench-history.md).
