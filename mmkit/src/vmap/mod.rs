@@ -281,8 +281,9 @@ impl VmapAllocator {
     }
 
     /// Makes `[a, a + size)`, found at `pos`, a live area. (Reading the
-    /// busy index's home bucket before `clip`, as `free` does before its descent, measured
-    /// no better: faster at 10^5 steady-page, slower at 10^6 fragmented.)
+    /// busy index's home bucket before `clip`, as `free` does before its
+    /// descent, measured no better twice: slower at 10^5-10^6 on
+    /// random-size and fragmented, see docs/bench-history.md.)
     fn claim(&mut self, pos: &Pos, a: u64, size: u64) {
         self.clip(pos, a, size);
         self.busy.insert(a, a + size);
