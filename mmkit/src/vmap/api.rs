@@ -242,7 +242,7 @@ impl VmapAllocator {
                 size,
                 align,
                 window: if lo < hi { (lo, hi) } else { (lo, lo) },
-                largest_free: self.free.max_len(),
+                largest_free: self.largest_free(),
             },
         })
     }
@@ -306,13 +306,14 @@ impl VmapAllocator {
         if lo >= hi {
             return None;
         }
+        if !highest {
+            return self.try_alloc(size, align, lo, hi);
+        }
+        // The highest fit searches the tree alone.
+        self.settle_isolated();
         self.free.enable_summaries(align);
         let mut pos = Pos::new();
-        let a = if highest {
-            self.free.highest_fit(size, align, lo, hi, &mut pos)?
-        } else {
-            self.free.lowest_fit(size, align, lo, hi, &mut pos)?
-        };
+        let a = self.free.highest_fit(size, align, lo, hi, &mut pos)?;
         self.claim(&pos, a, size);
         Some(a)
     }
@@ -351,7 +352,17 @@ impl VmapAllocator {
     /// assert_eq!(va.free_blocks().collect::<Vec<_>>(), [0..40, 50..100]);
     /// ```
     pub fn free_blocks(&self) -> impl Iterator<Item = Range<u64>> + '_ {
-        self.free.iter().map(|(s, e)| s..e)
+        // The tree's blocks and the isolated ones, merged in address order.
+        let mut tree = self.free.iter().peekable();
+        let mut iso = self.isolated.iter().peekable();
+        core::iter::from_fn(move || {
+            let (s, e) = match (tree.peek(), iso.peek()) {
+                (Some(t), Some(i)) if i.0 < t.0 => iso.next(),
+                (Some(_), _) => tree.next(),
+                (None, _) => iso.next(),
+            }?;
+            Some(s..e)
+        })
     }
 
     /// The lazily freed areas waiting for a purge, in the order they were
@@ -433,8 +444,10 @@ impl VmapAllocator {
                 asked: (new.start, new.end),
             });
         }
-        // Both dropped parts must lie in free blocks: check both first, so
-        // a refusal changes nothing.
+        // Both dropped parts must lie in free blocks of the tree: check
+        // both first, so a refusal changes nothing (the isolated blocks
+        // moving into the tree changes no free block).
+        self.settle_isolated();
         for (s, e) in [(self.start, new.start), (new.end, self.end)] {
             if s < e && !self.is_free(s, e) {
                 return Err(RequestError::InUse { start: s, end: e });

@@ -36,10 +36,12 @@ use crate::tree::btree::{BTree, Neighbours, Pos};
 
 mod api;
 mod busy;
+mod isolated;
 #[cfg(feature = "std")]
 pub mod pooled;
 use alloc::vec::Vec;
 use busy::{BusyIndex, Probe};
+use isolated::Isolated;
 
 /// How an allocated `[a, a + size)` sits in the free block `[s, e)` it was
 /// cut from: the kernel's four fit types.
@@ -122,6 +124,9 @@ pub struct VmapAllocator {
     free: BTree,
     /// Live areas by start address.
     busy: BusyIndex,
+    /// The last few freed areas that merged with nothing, kept out of
+    /// `free` until reused, joined or pushed out (see `isolated`).
+    isolated: Isolated,
     /// Lazily freed areas, waiting for a purge.
     lazy: LazyList,
     lazy_max: u64,
@@ -174,6 +179,7 @@ impl VmapAllocator {
             end,
             free,
             busy: BusyIndex::new(),
+            isolated: Isolated::new(),
             lazy: LazyList::default(),
             lazy_max: DEFAULT_LAZY_MAX,
             flush_hook: None,
@@ -237,22 +243,45 @@ impl VmapAllocator {
     fn merge_or_add(&mut self, s: u64, e: u64) {
         let mut nb = Neighbours::new();
         self.free.neighbours_into(s, &mut nb);
-        self.join(&nb, s, e);
+        self.release(&nb, s, e);
     }
 
-    /// [`merge_or_add`](Self::merge_or_add) with the neighbours of `s`
-    /// already found.
-    fn join(&mut self, nb: &Neighbours, s: u64, e: u64) {
+    /// [`merge_or_add`](Self::merge_or_add) with the tree's neighbours of
+    /// `s` already found. The isolated blocks beside `[s, e)` join it
+    /// first; a result that touches no block of the tree is isolated in
+    /// turn and waits out of the tree.
+    #[inline]
+    fn release(&mut self, nb: &Neighbours, s: u64, e: u64) {
+        self.free_bytes += e - s;
+        // An isolated block joined here is no neighbour of the tree's
+        // blocks, and none of them starts inside it: `nb`, found for `s`,
+        // is as valid for the joined range.
+        let (s, e) = self.isolated.take_adjacent(s, e);
         let joins_prev = nb.prev.is_some_and(|p| p.1 == s);
         let joins_next = nb.next.is_some_and(|n| n.0 == e);
         match (joins_prev, joins_next) {
             (true, true) => self.free.merge(nb),
             (true, false) => self.free.grow_prev(nb, e),
             (false, true) => self.free.grow_next(nb, s),
-            // A new free block.
-            (false, false) => self.free.insert_at(nb, s, e),
+            (false, false) => {
+                if !self.isolated.push(s, e) {
+                    self.free.insert_at(nb, s, e);
+                }
+            }
         }
-        self.free_bytes += e - s;
+    }
+
+    /// Moves every isolated block into the tree (before an operation that
+    /// only looks there).
+    fn settle_isolated(&mut self) {
+        for (s, e) in self.isolated.take_all() {
+            self.free.insert(s, e);
+        }
+    }
+
+    /// The longest free block, in the tree or isolated.
+    fn largest_free(&self) -> u64 {
+        self.free.max_len().max(self.isolated.largest())
     }
 
     /// Detaches the live area at `addr` from the busy index, from `probe`,
@@ -272,11 +301,44 @@ impl VmapAllocator {
         crate::range::purge_through_hook(self, |a| &mut a.flush_hook)
     }
 
+    /// The exact lowest fit in `[lo, hi)`, in the tree or an isolated
+    /// block, made a live area.
     fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
         self.free.enable_summaries(align);
         let mut pos = Pos::new();
-        let a = self.free.lowest_fit(size, align, lo, hi, &mut pos)?;
-        self.claim(&pos, a, size);
+        let (missed, at) = self.isolated.lowest_fit(size, align, lo, hi);
+        let found = match at {
+            // A fit in the tree below `b` starts by `b - 1`, so it ends by
+            // `b - 1 + size` (at most `hi`, as `b + size` is).
+            Some(b) if b > lo => self
+                .free
+                .lowest_fit(size, align, lo, b - 1 + size, &mut pos),
+            Some(_) => None,
+            None => self.free.lowest_fit(size, align, lo, hi, &mut pos),
+        };
+        let a = match (found, at) {
+            (Some(a), _) => {
+                self.claim(&pos, a, size);
+                a
+            }
+            (None, Some(b)) => {
+                if let Some((s, e)) = self.isolated.cut(missed, b, size) {
+                    self.free.insert(s, e);
+                }
+                self.free_bytes -= size;
+                self.busy.insert(b, b + size);
+                self.live_bytes += size;
+                b
+            }
+            (None, None) => return None,
+        };
+        // The blocks this request looked at in vain go into the tree,
+        // where the maxima rule them out without a look.
+        if missed > 0 {
+            for (s, e) in self.isolated.push_out(missed) {
+                self.free.insert(s, e);
+            }
+        }
         Some(a)
     }
 
@@ -332,7 +394,7 @@ impl RangeAllocator for VmapAllocator {
         let mut nb = Neighbours::new();
         self.free.neighbours_into(addr, &mut nb);
         let (s, e) = self.take_busy(addr, probe)?;
-        self.join(&nb, s, e);
+        self.release(&nb, s, e);
         Ok(e - s)
     }
 
@@ -413,9 +475,9 @@ impl RangeAllocator for VmapAllocator {
             + self.lazy.areas.capacity() * core::mem::size_of::<(u64, u64)>()
             + core::mem::size_of::<Self>();
         RangeStats {
-            free_blocks: self.free.len() as u64,
+            free_blocks: (self.free.len() + self.isolated.len()) as u64,
             free_bytes: self.free_bytes,
-            largest_free: self.free.max_len(),
+            largest_free: self.largest_free(),
             live_areas: self.busy.len() as u64,
             live_bytes: self.live_bytes,
             lazy_areas: self.lazy.areas.len() as u64,
@@ -436,18 +498,26 @@ impl RangeAllocator for VmapAllocator {
             Structure,
             "busy index: a key is unreachable"
         );
-        // Free blocks are maximal.
         let mut prev_end = None;
-        for (s, e) in self.free.iter() {
+        for (s, e) in self.isolated.iter() {
+            ensure!(s < e, Layout @ s, "empty isolated block at {s:#x}");
             if let Some(end) = prev_end {
-                ensure!(end < s, Layout @ end, "adjacent free blocks at {end:#x}");
+                ensure!(end < s, Layout @ s, "isolated blocks out of order at {s:#x}");
             }
             prev_end = Some(e);
         }
+        // Free blocks, in the tree or isolated, are maximal.
+        let mut prev_end = None;
+        for r in self.free_blocks() {
+            if let Some(end) = prev_end {
+                ensure!(end < r.start, Layout @ end, "adjacent free blocks at {end:#x}");
+            }
+            prev_end = Some(r.end);
+        }
         // Free, busy and lazy ranges partition the space exactly.
         let mut all = Vec::with_capacity(self.free.len() + self.busy.len());
-        for (s, e) in self.free.iter() {
-            all.push((s, e, "free"));
+        for r in self.free_blocks() {
+            all.push((r.start, r.end, "free"));
         }
         for (s, e) in self.busy.iter() {
             ensure!(s < e, Layout @ s, "empty busy area at {s:#x}");
@@ -518,7 +588,7 @@ mod tests {
     }
 
     fn free_blocks(v: &VmapAllocator) -> Vec<(u64, u64)> {
-        v.free.iter().collect()
+        v.free_blocks().map(|r| (r.start, r.end)).collect()
     }
 
     #[test]
@@ -721,6 +791,64 @@ mod tests {
     }
 
     /// A brute-force model: a sorted list of free ranges, linear lowest fit.
+    /// The model's lowest fit in `[ws, we)`, taken out of its free blocks.
+    fn model_alloc(
+        model: &mut Vec<(u64, u64)>,
+        size: u64,
+        align: u64,
+        ws: u64,
+        we: u64,
+    ) -> Option<u64> {
+        let a = model
+            .iter()
+            .find_map(|&(s, e)| crate::range::fit_in(s.max(ws), e.min(we), size, align))?;
+        let i = model.iter().position(|&(s, e)| s <= a && a < e).unwrap();
+        let (s, e) = model.remove(i);
+        if a + size < e {
+            model.insert(i, (a + size, e));
+        }
+        if s < a {
+            model.insert(i, (s, a));
+        }
+        Some(a)
+    }
+
+    /// [`model_alloc`], with the allocator's purge and retry when it finds
+    /// nothing and areas wait in `lazy`.
+    fn model_alloc_purging(
+        model: &mut Vec<(u64, u64)>,
+        lazy: &mut Vec<(u64, u64)>,
+        size: u64,
+        align: u64,
+        ws: u64,
+        we: u64,
+    ) -> Option<u64> {
+        if let Some(a) = model_alloc(model, size, align, ws, we) {
+            return Some(a);
+        }
+        if lazy.is_empty() {
+            return None;
+        }
+        for (s, e) in lazy.drain(..) {
+            model_free(model, s, e);
+        }
+        model_alloc(model, size, align, ws, we)
+    }
+
+    /// `[s, e)` back into the model's free blocks, merged with neighbours.
+    fn model_free(model: &mut Vec<(u64, u64)>, s: u64, e: u64) {
+        model.push((s, e));
+        model.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = vec![];
+        for r in model.drain(..) {
+            match merged.last_mut() {
+                Some(last) if last.1 == r.0 => last.1 = r.1,
+                _ => merged.push(r),
+            }
+        }
+        *model = merged;
+    }
+
     #[test]
     fn random_ops_match_linear_scan() {
         let mut seed = 0x9e3779b97f4a7c15u64;
@@ -745,39 +873,137 @@ mod tests {
                     let align = 1u64 << (rnd() % 8);
                     let ws = lo + rnd() % 4096;
                     let we = ws.saturating_add(rnd() % 4096 + 1);
-                    let want = model.iter().find_map(|&(s, e)| {
-                        crate::range::fit_in(s.max(ws), e.min(we), size, align)
-                    });
-                    let got = v.alloc_in(size, align, ws, we).ok();
-                    assert_eq!(got, want);
+                    let want = model_alloc(&mut model, size, align, ws, we);
+                    assert_eq!(v.alloc_in(size, align, ws, we).ok(), want);
                     if let Some(a) = want {
-                        let i = model.iter().position(|&(s, e)| s <= a && a < e).unwrap();
-                        let (s, e) = model.remove(i);
-                        if a + size < e {
-                            model.insert(i, (a + size, e));
-                        }
-                        if s < a {
-                            model.insert(i, (s, a));
-                        }
                         live.push((a, a + size));
                     }
                 } else {
                     let (s, e) = live.swap_remove((rnd() % live.len() as u64) as usize);
                     assert_eq!(v.free(s), Ok(e - s));
-                    model.push((s, e));
-                    model.sort_unstable();
-                    let mut merged: Vec<(u64, u64)> = vec![];
-                    for r in model.drain(..) {
-                        match merged.last_mut() {
-                            Some(last) if last.1 == r.0 => last.1 = r.1,
-                            _ => merged.push(r),
-                        }
-                    }
-                    model = merged;
+                    model_free(&mut model, s, e);
                 }
                 v.check().unwrap();
                 assert_eq!(free_blocks(&v), model);
             }
         }
+    }
+
+    /// Churn that keeps isolated blocks in use (areas freed between live
+    /// ones and taken back), mixed with everything that must see them:
+    /// frees beside them, lazy frees and purges, windows, alignments,
+    /// growing, shrinking and the highest fit. Every answer and every
+    /// free block is checked against the model.
+    #[test]
+    fn isolated_blocks_stay_exact_through_every_operation() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (lo, hi) = (0x1000, 0x1000 + 64 * 256);
+        let mut v = va(lo, hi);
+        let mut model = vec![(lo, hi)];
+        let mut live: Vec<(u64, u64)> = vec![];
+        let mut lazy: Vec<(u64, u64)> = vec![];
+        let (mut kept, mut taken_back) = (0, 0);
+        // Packed areas of 1..4 units of 64.
+        for _ in 0..48 {
+            let size = 64 * (1 + rnd() % 4);
+            let a = model_alloc(&mut model, size, 64, lo, hi).unwrap();
+            assert_eq!(v.alloc(size, 64), Ok(a));
+            live.push((a, a + size));
+        }
+        for step in 0..4000 {
+            let kept_before = v.isolated.len();
+            match rnd() % 16 {
+                // Free an area and ask for its size back: the common case.
+                0..=9 if !live.is_empty() => {
+                    let (s, e) = live.swap_remove((rnd() % live.len() as u64) as usize);
+                    assert_eq!(v.free(s), Ok(e - s));
+                    model_free(&mut model, s, e);
+                    kept += usize::from(v.isolated.len() > kept_before);
+                    let size = if rnd() % 4 == 0 {
+                        64 * (1 + rnd() % 4)
+                    } else {
+                        e - s
+                    };
+                    let align = 64 << (rnd() % 3);
+                    let want = model_alloc_purging(&mut model, &mut lazy, size, align, lo, hi);
+                    let before = v.isolated.len();
+                    assert_eq!(v.alloc(size, align).ok(), want, "step {step}");
+                    taken_back += usize::from(v.isolated.len() < before);
+                    if let Some(a) = want {
+                        live.push((a, a + size));
+                    }
+                }
+                10 if !live.is_empty() => {
+                    let (s, e) = live.swap_remove((rnd() % live.len() as u64) as usize);
+                    assert_eq!(v.free_lazy(s), Ok(e - s));
+                    lazy.push((s, e));
+                }
+                11 => {
+                    if v.purge(&mut |_, _| {}) {
+                        for (s, e) in lazy.drain(..) {
+                            model_free(&mut model, s, e);
+                        }
+                    }
+                    assert!(lazy.is_empty());
+                }
+                12 => {
+                    let (size, ws) = (64 * (1 + rnd() % 3), lo + 64 * (rnd() % 256));
+                    let want = model_alloc_purging(&mut model, &mut lazy, size, 64, ws, ws + 1024);
+                    assert_eq!(v.alloc_in(size, 64, ws, ws + 1024).ok(), want);
+                    if let Some(a) = want {
+                        live.push((a, a + size));
+                    }
+                }
+                13 => {
+                    // The highest fit, from the model's last block that holds it.
+                    let size = 64;
+                    let highest = |m: &[(u64, u64)]| {
+                        m.iter()
+                            .rev()
+                            .find(|&&(s, e)| e - s >= size)
+                            .map(|&(_, e)| e - size)
+                    };
+                    let mut want = highest(&model);
+                    if want.is_none() && !lazy.is_empty() {
+                        // A failing request purges once and retries.
+                        for (s, e) in lazy.drain(..) {
+                            model_free(&mut model, s, e);
+                        }
+                        want = highest(&model);
+                    }
+                    let req = crate::request::Request::bytes(size)
+                        .unwrap()
+                        .policy(crate::request::Policy::Highest);
+                    assert_eq!(v.allocate(req).ok(), want);
+                    if let Some(a) = want {
+                        model_alloc(&mut model, size, 1, a, a + size).unwrap();
+                        live.push((a, a + size));
+                    }
+                }
+                14 => {
+                    // Grow by a unit at the top, then shrink it away if free.
+                    let (s, e) = v.space();
+                    v.grow(s..e + 64).unwrap();
+                    model_free(&mut model, e, e + 64);
+                    if v.shrink(s..e).is_ok() {
+                        model_alloc(&mut model, 64, 1, e, e + 64).unwrap();
+                    }
+                }
+                _ => {}
+            }
+            v.check().unwrap();
+            assert_eq!(free_blocks(&v), model, "step {step}");
+        }
+        // The churn used the array: blocks went in and came back out.
+        assert!(
+            kept > 100 && taken_back > 100,
+            "kept {kept}, taken back {taken_back}"
+        );
     }
 }
