@@ -196,10 +196,14 @@ impl Isolated {
         self.take_first(self.len)
     }
 
+    // The shifts are tested for nothing to move first: the usual case (an
+    // array of one block), where a `memmove` call would cost more.
     fn insert(&mut self, i: usize, s: u64, e: u64) {
         let n = self.len;
-        self.start.copy_within(i..n, i + 1);
-        self.end.copy_within(i..n, i + 1);
+        if i < n {
+            self.start.copy_within(i..n, i + 1);
+            self.end.copy_within(i..n, i + 1);
+        }
         self.start[i] = s;
         self.end[i] = e;
         self.len += 1;
@@ -207,8 +211,10 @@ impl Isolated {
 
     fn remove(&mut self, i: usize) {
         let n = self.len;
-        self.start.copy_within(i + 1..n, i);
-        self.end.copy_within(i + 1..n, i);
+        if i + 1 < n {
+            self.start.copy_within(i + 1..n, i);
+            self.end.copy_within(i + 1..n, i);
+        }
         self.len -= 1;
     }
 }
