@@ -718,6 +718,26 @@ impl BTree {
         (l.start[pos.at], l.end[pos.at])
     }
 
+    /// The lowest start of any block, the wilderness included (`u64::MAX`
+    /// when there is none), read at the root.
+    ///
+    /// # Complexity
+    /// O(1).
+    #[inline]
+    pub fn lowest_start(&self) -> u64 {
+        let tree = if self.height == 0 {
+            let l = &self.leaves[self.root as usize];
+            if l.len == 0 {
+                u64::MAX
+            } else {
+                l.start[0]
+            }
+        } else {
+            self.inners[self.root as usize].key[0]
+        };
+        tree.min(self.wild.map_or(u64::MAX, |w| w.0))
+    }
+
     /// The longest block (0 when empty).
     pub fn max_len(&self) -> u64 {
         let w = self.wild.map_or(0, |(s, e)| e - s);
@@ -1951,6 +1971,8 @@ mod tests {
             }
             if step % check_every == 0 || step + 1 == ops.len() {
                 t.check(base, u64::MAX).map_err(fail)?;
+                let first = t.iter().next().map_or(u64::MAX, |b| b.0);
+                prop_assert_eq!(t.lowest_start(), first);
                 prop_assert_eq!(t.len(), model.len());
                 let got: Vec<(u64, u64)> = t.iter().collect();
                 let want: Vec<(u64, u64)> = model.iter().map(|(&s, &e)| (s, e)).collect();

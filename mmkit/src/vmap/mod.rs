@@ -313,10 +313,12 @@ impl VmapAllocator {
         let (missed, at) = self.isolated.lowest_fit(size, align, lo, hi);
         let found = match at {
             // A fit in the tree below `b` starts by `b - 1`, so it ends by
-            // `b - 1 + size` (at most `hi`, as `b + size` is).
-            Some(b) if b > lo => self
-                .free
-                .lowest_fit(size, align, lo, b - 1 + size, &mut pos),
+            // `b - 1 + size` (at most `hi`, as `b + size` is), in a block
+            // starting below `b`: none when every block starts above.
+            Some(b) if b > lo && self.free.lowest_start() < b => {
+                self.free
+                    .lowest_fit(size, align, lo, b - 1 + size, &mut pos)
+            }
             Some(_) => None,
             None => self.free.lowest_fit(size, align, lo, hi, &mut pos),
         };
