@@ -2019,13 +2019,7 @@ mod tests {
         shift: u32,
         check_every: usize,
     ) -> Result<usize, TestCaseError> {
-        let mut seed = seed | 1;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rnd = crate::xorshift(seed | 1);
         let mut t = BTree::new();
         t.insert(lo, hi);
         let mut model: Vec<(u64, u64)> = Vec::from([(lo, hi)]);
@@ -2193,13 +2187,7 @@ mod deep {
     /// every split, borrow, merge and root change, against a model.
     #[test]
     fn grow_and_shrink_through_every_level() {
-        let mut seed = 0x2545f4914f6cdd1du64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rnd = crate::xorshift(0x2545f4914f6cdd1du64);
         let mut t = BTree::new();
         let mut model: BTreeMap<u64, u64> = BTreeMap::new();
         let mut max_height = 0;

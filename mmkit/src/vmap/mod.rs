@@ -857,13 +857,7 @@ mod tests {
 
     #[test]
     fn random_ops_match_linear_scan() {
-        let mut seed = 0x9e3779b97f4a7c15u64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rnd = crate::xorshift(0x9e3779b97f4a7c15u64);
         for round in 0..20 {
             let (lo, hi) = if round % 2 == 0 {
                 (0, 4096)
@@ -902,13 +896,7 @@ mod tests {
     /// free block is checked against the model.
     #[test]
     fn isolated_blocks_stay_exact_through_every_operation() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rnd = crate::xorshift(0x2545_f491_4f6c_dd1du64);
         let (lo, hi) = (0x1000, 0x1000 + 64 * 256);
         let mut v = va(lo, hi);
         let mut model = vec![(lo, hi)];
