@@ -314,7 +314,7 @@ impl VmapAllocator {
         let found = match at {
             // A fit in the tree below `b` starts by `b - 1`, so it ends by
             // `b - 1 + size` (at most `hi`, as `b + size` is), in a block
-            // starting below `b`: none when every block starts above.
+            // starting below `b`: none when every block starts at or above.
             Some(b) if b > lo && self.free.lowest_start() < b => {
                 self.free
                     .lowest_fit(size, align, lo, b - 1 + size, &mut pos)
@@ -796,7 +796,9 @@ mod tests {
         );
     }
 
-    /// A brute-force model: a sorted list of free ranges, linear lowest fit.
+    // The brute-force model of the tests below: a sorted list of free
+    // ranges, linear lowest fit.
+
     /// The model's lowest fit in `[ws, we)`, taken out of its free blocks.
     fn model_alloc(
         model: &mut Vec<(u64, u64)>,
