@@ -122,17 +122,8 @@ pub mod vmap;
 
 pub use error::{AllocError, CheckError, FreeError};
 
-/// The unit tests' random numbers: a xorshift64 generator from `seed`
-/// (non-zero), cheap and the same on every platform.
 #[cfg(test)]
-pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
-    move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    }
-}
+mod testkit;
 
 // Every allocator is `Send` with and without `std`, so a kernel's `static`
 // spin lock (`lock::Guarded`) can hold one: checked at compile time in every

@@ -2019,7 +2019,7 @@ mod tests {
         shift: u32,
         check_every: usize,
     ) -> Result<usize, TestCaseError> {
-        let mut rnd = crate::xorshift(seed | 1);
+        let mut rnd = crate::testkit::xorshift(seed | 1);
         let mut t = BTree::new();
         t.insert(lo, hi);
         let mut model: Vec<(u64, u64)> = Vec::from([(lo, hi)]);
@@ -2066,14 +2066,7 @@ mod tests {
                         (false, true) => t.set_range_at(&pos, s, a),
                         (false, false) => t.split_at(&pos, (s, a), a + size, e),
                     }
-                    let i = model.iter().position(|&(s, e)| s <= a && a < e).unwrap();
-                    let (s, e) = model.remove(i);
-                    if a + size < e {
-                        model.insert(i, (a + size, e));
-                    }
-                    if s < a {
-                        model.insert(i, (s, a));
-                    }
+                    crate::testkit::model_take(&mut model, a, size);
                     live.push((a, a + size));
                 }
             } else {
@@ -2087,16 +2080,7 @@ mod tests {
                     (false, true) => t.grow_next(&nb, s),
                     (false, false) => t.insert_at(&nb, s, e),
                 }
-                let i = model.partition_point(|&(ms, _)| ms < s);
-                model.insert(i, (s, e));
-                let mut merged: Vec<(u64, u64)> = Vec::new();
-                for r in model.drain(..) {
-                    match merged.last_mut() {
-                        Some(last) if last.1 == r.0 => last.1 = r.1,
-                        _ => merged.push(r),
-                    }
-                }
-                model = merged;
+                crate::testkit::model_free(&mut model, s, e);
             }
             if step % check_every == 0 || step + 1 == steps {
                 t.check(lo, hi).map_err(fail)?;
@@ -2187,7 +2171,7 @@ mod deep {
     /// every split, borrow, merge and root change, against a model.
     #[test]
     fn grow_and_shrink_through_every_level() {
-        let mut rnd = crate::xorshift(0x2545f4914f6cdd1du64);
+        let mut rnd = crate::testkit::xorshift(0x2545f4914f6cdd1du64);
         let mut t = BTree::new();
         let mut model: BTreeMap<u64, u64> = BTreeMap::new();
         let mut max_height = 0;

@@ -797,7 +797,8 @@ mod tests {
     }
 
     // The brute-force model of the tests below: a sorted list of free
-    // ranges, linear lowest fit.
+    // ranges, linear lowest fit (`crate::testkit`).
+    use crate::testkit::{model_free, model_take};
 
     /// The model's lowest fit in `[ws, we)`, taken out of its free blocks.
     fn model_alloc(
@@ -810,14 +811,7 @@ mod tests {
         let a = model
             .iter()
             .find_map(|&(s, e)| crate::range::fit_in(s.max(ws), e.min(we), size, align))?;
-        let i = model.iter().position(|&(s, e)| s <= a && a < e).unwrap();
-        let (s, e) = model.remove(i);
-        if a + size < e {
-            model.insert(i, (a + size, e));
-        }
-        if s < a {
-            model.insert(i, (s, a));
-        }
+        model_take(model, a, size);
         Some(a)
     }
 
@@ -843,23 +837,9 @@ mod tests {
         model_alloc(model, size, align, ws, we)
     }
 
-    /// `[s, e)` back into the model's free blocks, merged with neighbours.
-    fn model_free(model: &mut Vec<(u64, u64)>, s: u64, e: u64) {
-        model.push((s, e));
-        model.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = vec![];
-        for r in model.drain(..) {
-            match merged.last_mut() {
-                Some(last) if last.1 == r.0 => last.1 = r.1,
-                _ => merged.push(r),
-            }
-        }
-        *model = merged;
-    }
-
     #[test]
     fn random_ops_match_linear_scan() {
-        let mut rnd = crate::xorshift(0x9e3779b97f4a7c15u64);
+        let mut rnd = crate::testkit::xorshift(0x9e3779b97f4a7c15u64);
         for round in 0..20 {
             let (lo, hi) = if round % 2 == 0 {
                 (0, 4096)
@@ -898,7 +878,7 @@ mod tests {
     /// free block is checked against the model.
     #[test]
     fn isolated_blocks_stay_exact_through_every_operation() {
-        let mut rnd = crate::xorshift(0x2545_f491_4f6c_dd1du64);
+        let mut rnd = crate::testkit::xorshift(0x2545_f491_4f6c_dd1du64);
         let (lo, hi) = (0x1000, 0x1000 + 64 * 256);
         let mut v = va(lo, hi);
         let mut model = vec![(lo, hi)];
