@@ -79,6 +79,8 @@ pub const MAX_HEIGHT: usize = 12;
 const NONE: u32 = u32::MAX;
 /// The `len` of a released node.
 const RELEASED: u32 = u32::MAX;
+/// A [`Neighbours`] version no tree reaches.
+const NO_VERSION: u64 = u64::MAX;
 
 #[derive(Debug, Clone, Copy)]
 struct Leaf {
@@ -201,6 +203,9 @@ pub struct Neighbours {
     pos: Pos,
     prev_wild: bool,
     next_at: Next,
+    /// The tree's [`version`](BTree::version) when `pos` was found: while
+    /// it holds, `pos`'s path is still the way to its leaf (a finger).
+    version: u64,
 }
 
 impl Neighbours {
@@ -212,6 +217,7 @@ impl Neighbours {
             pos: Pos::new(),
             prev_wild: false,
             next_at: Next::None,
+            version: NO_VERSION,
         }
     }
 }
@@ -368,6 +374,8 @@ pub struct BTree {
     /// Leaves and inner nodes in the tree (the rest are released).
     leaves_used: usize,
     inners_used: usize,
+    /// Counts the changes to the blocks (see [`neighbours_near`](Self::neighbours_near)).
+    version: u64,
 }
 
 impl Default for BTree {
@@ -392,6 +400,7 @@ impl BTree {
             floor: 63,
             leaves_used: 1,
             inners_used: 0,
+            version: 0,
         }
     }
 
@@ -779,9 +788,15 @@ impl BTree {
             at = n.kid[c];
         }
         pos.leaf = at;
-        let l = &self.leaves[at as usize];
+        self.place_in_leaf(key, pos);
+    }
+
+    /// Sets `pos.at` to the count of blocks of `pos.leaf` starting below
+    /// `key`.
+    #[inline]
+    fn place_in_leaf(&self, key: u64, pos: &mut Pos) {
+        let l = &self.leaves[pos.leaf as usize];
         let n = l.len as usize;
-        // The count of blocks starting below `key`.
         pos.at = if n == 0 || l.start[0] >= key {
             0
         } else {
@@ -869,8 +884,37 @@ impl BTree {
     /// (see [`descend_below_into`](Self::descend_below_into)).
     #[inline]
     pub fn neighbours_into(&self, key: u64, nb: &mut Neighbours) {
+        nb.version = NO_VERSION;
+        self.neighbours_near(key, nb);
+    }
+
+    /// [`neighbours_into`](Self::neighbours_into), starting from the leaf
+    /// `nb` last found in this tree if no block changed since and `key`
+    /// belongs there too: a free beside one found before (the working set
+    /// above `mmkit bench fix-size-holes`' holes, whose frees leave the
+    /// tree alone) reads one leaf instead of descending. `nb` must be one
+    /// filled by this tree (or new): the version says whether the path is
+    /// current, not whose it is. Crate-private for that reason.
+    ///
+    /// # Complexity
+    /// O(1) from a current finger, O(log n) otherwise.
+    #[inline]
+    pub(crate) fn neighbours_near(&self, key: u64, nb: &mut Neighbours) {
         (nb.prev, nb.next, nb.prev_wild, nb.next_at) = (None, None, false, Next::None);
-        self.descend_below_into(key, &mut nb.pos);
+        if nb.version == self.version && self.finger_holds(nb, key) {
+            self.place_in_leaf(key, &mut nb.pos);
+            #[cfg(debug_assertions)]
+            {
+                let mut full = Pos::new();
+                self.descend_below_into(key, &mut full);
+                debug_assert_eq!((full.leaf, full.at), (nb.pos.leaf, nb.pos.at));
+                debug_assert_eq!(full.node[..self.height], nb.pos.node[..self.height]);
+                debug_assert_eq!(full.slot[..self.height], nb.pos.slot[..self.height]);
+            }
+        } else {
+            self.descend_below_into(key, &mut nb.pos);
+            nb.version = self.version;
+        }
         let at = nb.pos.at;
         let l = &self.leaves[nb.pos.leaf as usize];
         if at > 0 {
@@ -893,6 +937,26 @@ impl BTree {
                 nb.next_at = Next::Wild;
             }
         }
+    }
+
+    /// Whether a descent for `key` would reach the leaf of `nb`'s path, a
+    /// path that is current: past the leaf's first start (or the leaf is
+    /// the first) and not past its last (or the leaf is the last). Every
+    /// key of an inner node is its child's lowest start, so the first
+    /// bounds the keys that the descent takes at each level from above and
+    /// the last those it leaves from below. (First and last are read off
+    /// the path here, not noted by every descent: the finger is seldom
+    /// current in random workloads, and descents are their hot path.)
+    #[inline]
+    fn finger_holds(&self, nb: &Neighbours, key: u64) -> bool {
+        let l = &self.leaves[nb.pos.leaf as usize];
+        let n = l.len as usize;
+        let p = &nb.pos;
+        let path =
+            || (0..self.height).map(|d| (p.slot[d] as usize, &self.inners[p.node[d] as usize]));
+        let first = || path().all(|(c, _)| c == 0);
+        let last = || path().all(|(c, nd)| c + 1 == nd.len as usize);
+        ((n > 0 && l.start[0] < key) || first()) && ((n > 0 && key <= l.start[n - 1]) || last())
     }
 
     /// The block containing `addr`, if any.
@@ -1233,6 +1297,7 @@ impl BTree {
     /// # Complexity
     /// O(log n); stops at the first ancestor left unchanged.
     pub fn set_range_at(&mut self, pos: &Pos, start: u64, end: u64) {
+        self.version += 1;
         self.lower_floor(start, end);
         if pos.wild {
             self.wild = Some((start, end));
@@ -1283,6 +1348,7 @@ impl BTree {
     /// `[ls, le)`, which lies between the block before and `start`, is
     /// inserted before it (an allocation inside a free block).
     pub fn split_at(&mut self, pos: &Pos, (ls, le): (u64, u64), start: u64, end: u64) {
+        self.version += 1;
         self.lower_floor(start, end);
         self.lower_floor(ls, le);
         self.len += 1;
@@ -1298,6 +1364,7 @@ impl BTree {
 
     /// Removes the block at `pos`.
     pub fn remove_at(&mut self, pos: &Pos) {
+        self.version += 1;
         if pos.wild {
             self.wild = None;
             self.len -= 1;
@@ -1335,6 +1402,7 @@ impl BTree {
 
     /// Joins the two blocks `nb` found, and the gap between, into one.
     pub fn merge(&mut self, nb: &Neighbours) {
+        self.version += 1;
         let (ps, _) = nb.prev.expect("a block before the key");
         let (_, ne) = nb.next.expect("a block after the key");
         self.len -= 1;
@@ -1375,6 +1443,7 @@ impl BTree {
     /// Inserts `[start, end)` at the key `nb` was found for (`start`),
     /// overlapping no block.
     pub fn insert_at(&mut self, nb: &Neighbours, start: u64, end: u64) {
+        self.version += 1;
         self.lower_floor(start, end);
         self.len += 1;
         match self.wild {
@@ -2159,6 +2228,52 @@ mod tests {
         }
         assert!(t.is_empty());
         t.check(0, u64::MAX).unwrap();
+    }
+
+    /// A kept `Neighbours` (the finger) answers as a fresh descent does:
+    /// runs of lookups near the last one, with no change between (read
+    /// from the leaf), and after inserts and removals through splits and
+    /// merges (the version sends them down from the root). Debug builds
+    /// also compare every answer from a finger with a full descent.
+    #[test]
+    fn finger_answers_as_a_descent_does() {
+        let mut rnd = crate::testkit::xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut t = BTree::new();
+        let mut nb = Neighbours::new();
+        let mut key = 0;
+        let (mut hits, mut max_height) = (0, 0);
+        for step in 0..60_000u64 {
+            let r = rnd();
+            if step % 4 == 0 {
+                // Changes: a block at a random free slot of 64, or one gone.
+                let s = (r >> 8) % 20_000 * 64;
+                if t.find(s).is_some() {
+                    t.remove(s);
+                } else if t.containing(s).is_none() {
+                    t.insert(s, s + 32);
+                }
+            }
+            // Near the last key mostly (the same leaf), anywhere at times;
+            // keys on, between and beyond the blocks, down to 0.
+            key = if r % 8 == 0 {
+                r >> 44
+            } else {
+                (key + (r >> 60) * 20).saturating_sub(150)
+            };
+            let current = nb.version == t.version && t.finger_holds(&nb, key);
+            hits += usize::from(current);
+            t.neighbours_near(key, &mut nb);
+            let fresh = t.neighbours(key);
+            assert_eq!(
+                format!("{nb:?}"),
+                format!("{fresh:?}"),
+                "key {key} step {step}"
+            );
+            max_height = max_height.max(t.height);
+        }
+        t.check(0, u64::MAX).unwrap();
+        assert!(max_height >= 2, "height {max_height}");
+        assert!(hits > 10_000, "{hits} lookups from a current finger");
     }
 }
 

@@ -126,6 +126,10 @@ pub struct VmapAllocator {
     end: u64,
     /// Maximal free blocks, augmented with the largest block per subtree.
     free: BTree,
+    /// The tree's blocks around the last area freed, and the path to them:
+    /// kept, so that the next free starts from that leaf while the tree is
+    /// unchanged (see `BTree::neighbours_near`).
+    nb: Neighbours,
     /// Live areas by start address.
     busy: BusyIndex,
     /// The last few freed areas that merged with nothing, kept out of
@@ -182,6 +186,7 @@ impl VmapAllocator {
             start,
             end,
             free,
+            nb: Neighbours::new(),
             busy: BusyIndex::new(),
             isolated: Isolated::new(),
             lazy: LazyList::default(),
@@ -245,17 +250,17 @@ impl VmapAllocator {
     /// one descent finds both and the path to each, so a merge fixes the
     /// augmented values without a second descent.
     fn merge_or_add(&mut self, s: u64, e: u64) {
-        let mut nb = Neighbours::new();
-        self.free.neighbours_into(s, &mut nb);
-        self.release(&nb, s, e);
+        self.free.neighbours_near(s, &mut self.nb);
+        self.release(s, e);
     }
 
     /// [`merge_or_add`](Self::merge_or_add) with the tree's neighbours of
-    /// `s` already found. The isolated blocks beside `[s, e)` join it
-    /// first; a result that touches no block of the tree is isolated in
-    /// turn and waits out of the tree.
+    /// `s` already found, in `self.nb`. The isolated blocks beside `[s, e)`
+    /// join it first; a result that touches no block of the tree is
+    /// isolated in turn and waits out of the tree.
     #[inline]
-    fn release(&mut self, nb: &Neighbours, s: u64, e: u64) {
+    fn release(&mut self, s: u64, e: u64) {
+        let nb = &self.nb;
         self.free_bytes += e - s;
         // An isolated block joined here is no neighbour of the tree's
         // blocks, and none of them starts inside it: `nb`, found for `s`,
@@ -397,10 +402,9 @@ impl RangeAllocator for VmapAllocator {
         // allocator both miss the cache, and the misses then overlap
         // (10^5-10^6 live areas: see docs/bench-history.md).
         let probe = self.busy.probe(addr);
-        let mut nb = Neighbours::new();
-        self.free.neighbours_into(addr, &mut nb);
+        self.free.neighbours_near(addr, &mut self.nb);
         let (s, e) = self.take_busy(addr, probe)?;
-        self.release(&nb, s, e);
+        self.release(s, e);
         Ok(e - s)
     }
 
