@@ -229,7 +229,7 @@ impl Default for Neighbours {
 }
 
 /// A fit request: `size` bytes aligned to `2^k` in `[lo, hi)`.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct Request {
     prune: bool,
     size: u64,
@@ -240,6 +240,22 @@ struct Request {
 }
 
 impl Request {
+    const NONE: Request = Request {
+        prune: false,
+        size: 0,
+        align: 0,
+        k: 0,
+        lo: 0,
+        hi: 0,
+    };
+
+    /// Whether every fit for `q` would also be one for `self`: the same
+    /// size and alignment in a window inside this one.
+    #[inline]
+    fn covers(&self, q: &Request) -> bool {
+        self.size == q.size && self.align == q.align && self.lo <= q.lo && q.hi <= self.hi
+    }
+
     /// Whether a child with longest block `max` and summary `sum` may hold
     /// the request.
     #[inline]
@@ -376,6 +392,9 @@ pub struct BTree {
     inners_used: usize,
     /// Counts the changes to the blocks (see [`neighbours_near`](Self::neighbours_near)).
     version: u64,
+    /// The last lowest-fit search that found nothing, and the version it
+    /// searched (see [`lowest_fit`](Self::lowest_fit)).
+    missed: (u64, Request),
 }
 
 impl Default for BTree {
@@ -401,6 +420,7 @@ impl BTree {
             leaves_used: 1,
             inners_used: 0,
             version: 0,
+            missed: (NO_VERSION, Request::NONE),
         }
     }
 
@@ -1010,11 +1030,17 @@ impl BTree {
     /// key range meets the window; a child that fails sends the scan on to
     /// the next.
     ///
+    /// A search that finds nothing is remembered until the blocks next
+    /// change: the same request in the same or a narrower window then
+    /// fails at once. (`VmapAllocator`'s search below an isolated block
+    /// asks that again and again while the blocks below it are all too
+    /// short: the holes under `mmkit bench fix-size-holes`' working set.)
+    ///
     /// # Complexity
     /// O(log n), plus near misses as for [`RangeTree::lowest_fit`](super::RangeTree::lowest_fit),
     /// amortized: a child entered because its summary was stale costs a
     /// scan and a recomputation once, and each update leaves at most one
-    /// stale summary per level.
+    /// stale summary per level. O(1) for a request a failed one covers.
     pub fn lowest_fit(
         &mut self,
         size: u64,
@@ -1034,12 +1060,19 @@ impl BTree {
             lo,
             hi,
         };
-        if let Some(found) = self.fit_up(q, pos) {
-            return Some(found);
+        if self.missed.0 == self.version && self.missed.1.covers(&q) {
+            debug_assert!(self.len > 4096 || self.lowest_fit_linear(size, align, lo, hi).is_none());
+            return None;
         }
-        let (s, e) = self.wild?;
-        pos.wild = true;
-        crate::range::fit_in(s.max(lo), e.min(hi), size, align)
+        let found = self.fit_up(q, pos).or_else(|| {
+            let (s, e) = self.wild?;
+            pos.wild = true;
+            crate::range::fit_in(s.max(lo), e.min(hi), size, align)
+        });
+        if found.is_none() {
+            self.missed = (self.version, q);
+        }
+        found
     }
 
     /// Scans leaf `id` upwards for the first block holding `q`.
@@ -2227,6 +2260,38 @@ mod tests {
             }
         }
         assert!(t.is_empty());
+        t.check(0, u64::MAX).unwrap();
+    }
+
+    /// A failed search is remembered only for requests it covers (same
+    /// size and alignment, a window inside its own) and only until the
+    /// blocks change.
+    #[test]
+    fn a_failed_search_answers_only_what_it_covers() {
+        let mut t = BTree::new();
+        // One-unit blocks at every 4th unit below 4000, a 3-unit one at
+        // 5000, the wilderness from 10_000.
+        for i in 0..1000u64 {
+            t.insert(i * 4, i * 4 + 1);
+        }
+        t.insert(5000, 5003);
+        t.insert(10_000, 20_000);
+        let mut pos = Pos::new();
+        let mut fit =
+            |t: &mut BTree, size, align, lo, hi| t.lowest_fit(size, align, lo, hi, &mut pos);
+        assert_eq!(fit(&mut t, 3, 1, 0, 4000), None);
+        assert_eq!(fit(&mut t, 3, 1, 0, 4000), None);
+        assert_eq!(fit(&mut t, 3, 1, 100, 3000), None); // covered
+        assert_eq!(fit(&mut t, 3, 1, 0, 6000), Some(5000)); // a wider window
+        assert_eq!(fit(&mut t, 3, 1, 0, 4000), None);
+        assert_eq!(fit(&mut t, 1, 1, 0, 4000), Some(0)); // another size
+        assert_eq!(fit(&mut t, 3, 1, 0, 4000), None);
+        assert_eq!(fit(&mut t, 1, 2, 1, 4000), Some(4)); // another alignment
+        assert_eq!(fit(&mut t, 3, 1, 0, 4000), None);
+        // A change: the block at 2000 grows to three units.
+        let p = t.find(2000).unwrap();
+        t.set_range_at(&p, 2000, 2003);
+        assert_eq!(fit(&mut t, 3, 1, 0, 4000), Some(2000));
         t.check(0, u64::MAX).unwrap();
     }
 
