@@ -206,6 +206,8 @@ pub struct Neighbours {
     /// The tree's [`version`](BTree::version) when `pos` was found: while
     /// it holds, `pos`'s path is still the way to its leaf (a finger).
     version: u64,
+    /// Whether that leaf was found to be the last (while `version` holds).
+    last_leaf: bool,
 }
 
 impl Neighbours {
@@ -218,6 +220,7 @@ impl Neighbours {
             prev_wild: false,
             next_at: Next::None,
             version: NO_VERSION,
+            last_leaf: false,
         }
     }
 }
@@ -921,7 +924,10 @@ impl BTree {
     #[inline]
     pub(crate) fn neighbours_near(&self, key: u64, nb: &mut Neighbours) {
         (nb.prev, nb.next, nb.prev_wild, nb.next_at) = (None, None, false, Next::None);
-        if nb.version == self.version && self.finger_holds(nb, key) {
+        // From a finger, a key past the leaf's last block found the leaf to
+        // be the last: no next leaf to look for.
+        let from_finger = nb.version == self.version && self.finger_holds(nb, key);
+        if from_finger {
             self.place_in_leaf(key, &mut nb.pos);
             #[cfg(debug_assertions)]
             {
@@ -933,7 +939,7 @@ impl BTree {
             }
         } else {
             self.descend_below_into(key, &mut nb.pos);
-            nb.version = self.version;
+            (nb.version, nb.last_leaf) = (self.version, false);
         }
         let at = nb.pos.at;
         let l = &self.leaves[nb.pos.leaf as usize];
@@ -943,6 +949,8 @@ impl BTree {
         if at < l.len as usize {
             nb.next = Some((l.start[at], l.end[at]));
             nb.next_at = Next::Here;
+        } else if from_finger {
+            debug_assert!(self.leaf_after(&nb.pos).is_none());
         } else if let Some(next) = self.leaf_after(&nb.pos) {
             let nl = &self.leaves[next as usize];
             nb.next = Some((nl.start[0], nl.end[0]));
@@ -966,9 +974,10 @@ impl BTree {
     /// bounds the keys that the descent takes at each level from above and
     /// the last those it leaves from below. (First and last are read off
     /// the path here, not noted by every descent: the finger is seldom
-    /// current in random workloads, and descents are their hot path.)
+    /// current in random workloads, and descents are their hot path. The
+    /// last is noted once found: frees above every block ask again.)
     #[inline]
-    fn finger_holds(&self, nb: &Neighbours, key: u64) -> bool {
+    fn finger_holds(&self, nb: &mut Neighbours, key: u64) -> bool {
         let l = &self.leaves[nb.pos.leaf as usize];
         let n = l.len as usize;
         let p = &nb.pos;
@@ -976,7 +985,14 @@ impl BTree {
             || (0..self.height).map(|d| (p.slot[d] as usize, &self.inners[p.node[d] as usize]));
         let first = || path().all(|(c, _)| c == 0);
         let last = || path().all(|(c, nd)| c + 1 == nd.len as usize);
-        ((n > 0 && l.start[0] < key) || first()) && ((n > 0 && key <= l.start[n - 1]) || last())
+        if !((n > 0 && l.start[0] < key) || first()) {
+            return false;
+        }
+        if (n > 0 && key <= l.start[n - 1]) || nb.last_leaf {
+            return true;
+        }
+        nb.last_leaf = last();
+        nb.last_leaf
     }
 
     /// The block containing `addr`, if any.
@@ -2318,22 +2334,22 @@ mod tests {
                     t.insert(s, s + 32);
                 }
             }
-            // Near the last key mostly (the same leaf), anywhere at times;
-            // keys on, between and beyond the blocks, down to 0.
-            key = if r % 8 == 0 {
-                r >> 44
-            } else {
-                (key + (r >> 60) * 20).saturating_sub(150)
+            // Near the last key mostly (the same leaf), anywhere or above
+            // every block at times; keys on, between and beyond the
+            // blocks, down to 0.
+            key = match r % 8 {
+                0 => r >> 44,
+                // Above every block (frees above holes): the last leaf.
+                1 | 2 => 1_300_000 + (r >> 50),
+                _ => (key + (r >> 60) * 20).saturating_sub(150),
             };
-            let current = nb.version == t.version && t.finger_holds(&nb, key);
+            let current = nb.version == t.version && t.finger_holds(&mut nb.clone(), key);
             hits += usize::from(current);
             t.neighbours_near(key, &mut nb);
             let fresh = t.neighbours(key);
-            assert_eq!(
-                format!("{nb:?}"),
-                format!("{fresh:?}"),
-                "key {key} step {step}"
-            );
+            let found =
+                |n: &Neighbours| format!("{:?}", (n.prev, n.next, n.pos, n.prev_wild, n.next_at));
+            assert_eq!(found(&nb), found(&fresh), "key {key} step {step}");
             max_height = max_height.max(t.height);
         }
         t.check(0, u64::MAX).unwrap();
