@@ -199,6 +199,50 @@ fn plans_are_deterministic_and_keep_the_live_count() {
     }
 }
 
+/// The holes workloads' holes are near misses: long enough for no request
+/// (fix-size-holes) or for its size but not its alignment (align-holes),
+/// so the lowest fit never lands in one and every search must rule them
+/// all out.
+#[test]
+fn holes_are_near_misses_never_fits() {
+    use mmkit::vmap::VmapAllocator;
+    for (name, hole_pages) in [("fix-size-holes", 1), ("align-holes", 3)] {
+        let w = workload::ALL.iter().find(|w| w.name == name).unwrap();
+        let live = 300;
+        let plan = Plan::new(w, live, 0, 2000, SEED);
+        // The last hole borders the working areas and merges with the
+        // ones freed next to it: the others are the near misses.
+        let holes_end = (2 * live as u64 - 1) * hole_pages * PAGE;
+        let mut va = VmapAllocator::new(0, SPACE).unwrap();
+        let mut at = vec![None; plan.slots];
+        let mut holes = 0;
+        for (i, op) in plan.setup.iter().chain(&plan.churn).enumerate() {
+            match *op {
+                Op::Alloc { slot, size, align } => {
+                    let a = va.alloc(size, align).unwrap();
+                    if i >= plan.setup.len() {
+                        assert!(a >= holes_end, "{name}: churn alloc at {a:#x} in the holes");
+                        // The near miss: the size would fit a hole; the
+                        // alignment is what rules it out.
+                        assert_eq!(w.aligned(), size <= hole_pages * PAGE, "{name}");
+                    }
+                    at[slot as usize] = Some(a);
+                }
+                Op::Free { slot } => {
+                    let a = at[slot as usize].take().unwrap();
+                    if a < holes_end {
+                        holes += 1;
+                    }
+                    va.free(a).unwrap();
+                }
+            }
+        }
+        assert_eq!(holes, live - 1, "{name}: one hole per pinned area");
+        let below = va.free_blocks().filter(|b| b.end <= holes_end).count();
+        assert_eq!(below, live - 1, "{name}: the holes stay");
+    }
+}
+
 #[test]
 fn the_bench_judges_exact_and_inexact_answers() {
     let w = &workload::ALL[1]; // random-size

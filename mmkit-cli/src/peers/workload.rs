@@ -42,11 +42,16 @@ enum Layout {
     /// `2N` areas of the recipe's sizes, every other one freed: `N` live
     /// areas and `N` holes, all churned.
     Fragmented,
-    /// Issue 9's near-miss set-up: `N` one-page holes between `N` pinned
-    /// one-page areas, below [`WORKING`] areas of the recipe's sizes, which
-    /// alone are churned. A request larger than a page fits no hole, so
-    /// the `N` holes are blocks every search must rule out.
-    Holes,
+    /// Issue 9's near-miss set-up: `N` holes of `pages` pages between `N`
+    /// pinned areas of the same size, below [`WORKING`] areas of the
+    /// recipe's sizes, which alone are churned. The recipe's requests fit
+    /// no hole (too large for one-page holes, or, for three-page holes at
+    /// odd pages, never aligned to two pages with room left), so the `N`
+    /// holes are blocks every search must rule out.
+    Holes {
+        /// Pages per hole (and per pinned area).
+        pages: u64,
+    },
 }
 
 /// Working areas above the holes of a [`Layout::Holes`] workload.
@@ -58,7 +63,7 @@ impl Workload {
     pub fn live_after_setup(&self, live: usize) -> usize {
         match self.layout {
             Layout::Packed | Layout::Fragmented => live,
-            Layout::Holes => live + WORKING,
+            Layout::Holes { .. } => live + WORKING,
         }
     }
 
@@ -110,7 +115,15 @@ pub const ALL: &[Workload] = &[
         about: "3-page areas above N one-page holes (test_vmalloc fix_size_alloc_test; issue 9's near misses)",
         pages: (3, 3),
         align_shift: (0, 0),
-        layout: Layout::Holes,
+        layout: Layout::Holes { pages: 1 },
+        max_live: usize::MAX,
+    },
+    Workload {
+        name: "align-holes",
+        about: "3-page areas aligned 8 KiB above N 3-page holes at odd pages: each fits the size, none the alignment (issue 9's near misses)",
+        pages: (3, 3),
+        align_shift: (1, 1),
+        layout: Layout::Holes { pages: 3 },
         max_live: usize::MAX,
     },
 ];
@@ -165,14 +178,14 @@ impl Plan {
                 setup.extend(free_odd_slots(slots));
                 (slots, setup, (0..slots as u32).step_by(2).collect())
             }
-            Layout::Holes => {
+            Layout::Holes { pages } => {
                 let pins = 2 * live;
-                let page = |s: usize| Op::Alloc {
+                let pin = |s: usize| Op::Alloc {
                     slot: s as u32,
-                    size: PAGE,
+                    size: pages * PAGE,
                     align: PAGE,
                 };
-                let mut setup: Vec<Op> = (0..pins).map(page).collect();
+                let mut setup: Vec<Op> = (0..pins).map(pin).collect();
                 setup.extend(free_odd_slots(pins));
                 let slots = pins + WORKING;
                 setup.extend((pins..slots).map(|s| request(w, &mut rng, s)));
