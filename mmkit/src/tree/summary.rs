@@ -319,6 +319,28 @@ impl AlignSummary {
         AlignSummary(acc | u64::from(g))
     }
 
+    /// This summary of a subtree whose longest range was `old_max`, made
+    /// an upper bound for the same subtree after its ranges only shrank
+    /// (each new one inside an old one) and its longest became `new_max`:
+    /// every usable length capped at `new_max`, `M'_k = min(M_k, new_max)`.
+    /// The drop is counted in granules rounded up, so that the bound holds
+    /// also when the new ranges are finer than the summary's granule.
+    ///
+    /// # Complexity
+    /// O(CLASSES).
+    #[inline]
+    pub fn capped(self, old_max: u64, new_max: u64) -> AlignSummary {
+        let g = self.granule();
+        let drop = old_max.saturating_sub(new_max);
+        let cut = if drop == 0 { 0 } else { ((drop - 1) >> g) + 1 };
+        let mut w = self.0 & !CLASS_BITS;
+        for i in 1..=CLASSES {
+            let d = (self.0 >> offset(i)) & ((1 << i) - 1);
+            w |= d.saturating_sub(cut) << offset(i);
+        }
+        AlignSummary(w)
+    }
+
     /// The summary of one range `[start, end)`: [`combine`](Self::combine)
     /// with no children, without their code.
     #[inline]
@@ -776,6 +798,40 @@ mod tests {
                 } else {
                     prop_assert!(got >= truth, "k {}: bound {:?} < {:?}", k, got, truth);
                 }
+            }
+        }
+    }
+
+    proptest! {
+        /// A capped summary bounds every usable length of the shrunk set:
+        /// ranges cut down to any part of themselves, finer than the
+        /// summary's granule too.
+        #[test]
+        fn capped_bounds_the_shrunk_set(
+            shift in 0u32..40,
+            raw in proptest::collection::vec((0u64..1 << 12, 1u64..1 << 10, any::<u64>()), 1..8),
+        ) {
+            let mut old: Vec<(u64, u64)> = Vec::new();
+            let mut new: Vec<(u64, u64)> = Vec::new();
+            let mut at = 0;
+            for &(gap, len, cut) in &raw {
+                let (s, e) = ((at + gap) << shift, (at + gap + len) << shift);
+                at += gap + len + 1;
+                old.push((s, e));
+                // A part of it, at any byte (or none: the range went).
+                let a = s + (cut % (e - s));
+                let b = a + ((cut >> 32) % (e - a)) + 1;
+                if cut & 1 == 0 {
+                    new.push((a, b));
+                }
+            }
+            let (old_max, sum) = chain(&old);
+            let new_max = new.iter().map(|r| r.1 - r.0).max().unwrap_or(0);
+            let capped = sum.capped(old_max, new_max);
+            for k in 0..64 {
+                let truth = brute(&new, k);
+                let got = capped.usable(new_max, k);
+                prop_assert!(got >= truth, "k {}: bound {:?} < {:?}", k, got, truth);
             }
         }
     }
