@@ -64,7 +64,7 @@
 
 use alloc::vec::Vec;
 
-use super::summary::AlignSummary;
+use super::summary::{AlignSummary, Probe};
 use crate::ensure;
 use crate::error::CheckError;
 
@@ -253,6 +253,8 @@ struct Request {
     k: u32,
     lo: u64,
     hi: u64,
+    /// Reads `M_k` from the summaries of the tree's finest granule.
+    probe: Probe,
 }
 
 impl Request {
@@ -263,6 +265,7 @@ impl Request {
         k: 0,
         lo: 0,
         hi: 0,
+        probe: Probe::NONE,
     };
 
     /// Whether every fit for `q` would also be one for `self`: the same
@@ -277,7 +280,8 @@ impl Request {
     #[inline]
     fn may_hold(&self, max: u64, sum: AlignSummary) -> bool {
         max >= self.size
-            && (!self.prune || matches!(sum.usable(max, self.k), Some(u) if u >= self.size))
+            && (!self.prune
+                || matches!(sum.usable_by(&self.probe, max, self.k), Some(u) if u >= self.size))
     }
 }
 
@@ -1111,6 +1115,7 @@ impl BTree {
             k: align.trailing_zeros(),
             lo,
             hi,
+            probe: Probe::new(self.floor, align.trailing_zeros()),
         };
         if self.missed.0 == self.version && self.missed.1.covers(&q) {
             debug_assert!(self.len > 4096 || self.lowest_fit_linear(size, align, lo, hi).is_none());
@@ -1275,6 +1280,7 @@ impl BTree {
             k: align.trailing_zeros(),
             lo,
             hi,
+            probe: Probe::new(self.floor, align.trailing_zeros()),
         };
         self.fit_down(q, pos)
     }

@@ -107,6 +107,42 @@ const fn offset(i: u32) -> u32 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AlignSummary(u64);
 
+/// Where `M_k` lies in summaries of granule `g`, for
+/// [`AlignSummary::usable_by`].
+#[derive(Debug, Clone, Copy)]
+pub struct Probe {
+    g: u32,
+    shift: u32,
+    mask: u64,
+}
+
+impl Probe {
+    /// A probe no summary's granule matches (every read goes the long way).
+    pub const NONE: Probe = Probe {
+        g: u32::MAX,
+        shift: 0,
+        mask: 0,
+    };
+
+    /// The probe for alignment `2^k` in summaries of granule `g`.
+    pub fn new(g: u32, k: u32) -> Probe {
+        if k <= g {
+            // No loss to rounding: the mask reads a deficit of 0.
+            return Probe {
+                g,
+                shift: 0,
+                mask: 0,
+            };
+        }
+        let i = (k - g).min(CLASSES);
+        Probe {
+            g,
+            shift: offset(i),
+            mask: (1 << i) - 1,
+        }
+    }
+}
+
 /// One part of a subtree, as [`AlignSummary::of_subtree`] combines them.
 #[derive(Debug, Clone, Copy)]
 pub enum Part {
@@ -144,6 +180,18 @@ impl AlignSummary {
             return Some(smax);
         }
         smax.checked_sub(self.deficit((k - g).min(CLASSES)))
+    }
+
+    /// [`usable`](Self::usable) read through `p`, made once for a search
+    /// that reads many summaries at one alignment: for a summary of the
+    /// probe's granule (the usual case) a shift and a mask.
+    #[inline]
+    pub fn usable_by(self, p: &Probe, smax: u64, k: u32) -> Option<u64> {
+        if self.granule() == p.g {
+            smax.checked_sub(((self.0 >> p.shift) & p.mask) << p.g)
+        } else {
+            self.usable(smax, k)
+        }
     }
 
     /// The deficits `D_{g+1} .. D_{g+CLASSES}` in units of `2^g`.
@@ -332,13 +380,19 @@ impl AlignSummary {
     pub fn capped(self, old_max: u64, new_max: u64) -> AlignSummary {
         let g = self.granule();
         let drop = old_max.saturating_sub(new_max);
-        let cut = if drop == 0 { 0 } else { ((drop - 1) >> g) + 1 };
-        let mut w = self.0 & !CLASS_BITS;
-        for i in 1..=CLASSES {
-            let d = (self.0 >> offset(i)) & ((1 << i) - 1);
-            w |= d.saturating_sub(cut) << offset(i);
+        if drop == 0 {
+            return self;
         }
-        AlignSummary(w)
+        let cut = ((drop - 1) >> g) + 1;
+        let fields = self.0 & CLASS_BITS;
+        let rest = self.0 & !CLASS_BITS;
+        if cut >= u64::from(CAP) {
+            return AlignSummary(rest); // above every field: all to 0
+        }
+        // Each field less its minimum with the cut (saturating at 0):
+        // no field borrows from the next.
+        let y = broadcast(cut as u16);
+        AlignSummary(rest | (fields - min_fields(fields, y)))
     }
 
     /// The summary of one range `[start, end)`: [`combine`](Self::combine)
@@ -798,6 +852,36 @@ mod tests {
                 } else {
                     prop_assert!(got >= truth, "k {}: bound {:?} < {:?}", k, got, truth);
                 }
+            }
+        }
+    }
+
+    proptest! {
+        /// Through a probe of any granule, the same usable lengths.
+        #[test]
+        fn usable_by_is_usable(kid in child(), g in 0u32..64, k in 0u32..64) {
+            if let Some((smax, sum)) = kid {
+                let p = Probe::new(g, k);
+                prop_assert_eq!(sum.usable_by(&p, smax, k), sum.usable(smax, k));
+                let own = Probe::new(sum.granule(), k);
+                prop_assert_eq!(sum.usable_by(&own, smax, k), sum.usable(smax, k));
+            }
+        }
+
+        /// The fast capping is the field-by-field one.
+        #[test]
+        fn capped_saturates_each_field(kid in child(), drop in prop_oneof![0u64..1 << 16, any::<u64>()]) {
+            if let Some((smax, sum)) = kid {
+                let new = smax.saturating_sub(drop);
+                let g = sum.granule();
+                let d = smax - new;
+                let cut = if d == 0 { 0 } else { ((d - 1) >> g) + 1 };
+                let mut w = sum.0 & !CLASS_BITS;
+                for i in 1..=CLASSES {
+                    let f = (sum.0 >> offset(i)) & ((1 << i) - 1);
+                    w |= f.saturating_sub(cut) << offset(i);
+                }
+                prop_assert_eq!(sum.capped(smax, new), AlignSummary(w));
             }
         }
     }
