@@ -87,9 +87,11 @@ pub const MAX_HEIGHT: usize = 12;
 const NONE: u32 = u32::MAX;
 /// The `len` of a released node.
 const RELEASED: u32 = u32::MAX;
-/// The largest drop of a node's longest block, in granules, after which
-/// the node's summary is capped at the new longest block rather than
-/// recomputed (see [`BTree::shrunk_sum`] and the module docs).
+/// The largest drop of a node's longest block, in granules of its summary,
+/// for which the summary is capped at the new longest block rather than
+/// recomputed (see [`BTree::shrunk_sum`] and the module docs). Two: an
+/// area taken back out of the block it had merged into with a one-granule
+/// padding on each side (alignment to two granules).
 const CAPPED_DROP: u64 = 2;
 
 /// A [`Neighbours`] version no tree reaches.

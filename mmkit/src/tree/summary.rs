@@ -375,7 +375,7 @@ impl AlignSummary {
     /// also when the new ranges are finer than the summary's granule.
     ///
     /// # Complexity
-    /// O(CLASSES).
+    /// O(1): a saturating subtraction from every field at once (SWAR).
     #[inline]
     pub fn capped(self, old_max: u64, new_max: u64) -> AlignSummary {
         let g = self.granule();
