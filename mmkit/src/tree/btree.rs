@@ -1110,15 +1110,7 @@ impl BTree {
         if lo >= hi || hi - lo < size {
             return None;
         }
-        let q = Request {
-            prune: self.summaries,
-            size,
-            align,
-            k: align.trailing_zeros(),
-            lo,
-            hi,
-            probe: Probe::new(self.floor, align.trailing_zeros()),
-        };
+        let q = self.request(size, align, lo, hi);
         if self.missed.0 == self.version && self.missed.1.covers(&q) {
             debug_assert!(self.len > 4096 || self.lowest_fit_linear(size, align, lo, hi).is_none());
             return None;
@@ -1132,6 +1124,22 @@ impl BTree {
             self.missed = (self.version, q);
         }
         found
+    }
+
+    /// The request both searches make: pruned by the summaries while they
+    /// are kept, read through a probe for the tree's finest granule.
+    #[inline]
+    fn request(&self, size: u64, align: u64, lo: u64, hi: u64) -> Request {
+        let k = align.trailing_zeros();
+        Request {
+            prune: self.summaries,
+            size,
+            align,
+            k,
+            lo,
+            hi,
+            probe: Probe::new(self.floor, k),
+        }
     }
 
     /// Scans leaf `id` upwards for the first block holding `q`.
@@ -1275,15 +1283,7 @@ impl BTree {
                 return Some(a);
             }
         }
-        let q = Request {
-            prune: self.summaries,
-            size,
-            align,
-            k: align.trailing_zeros(),
-            lo,
-            hi,
-            probe: Probe::new(self.floor, align.trailing_zeros()),
-        };
+        let q = self.request(size, align, lo, hi);
         self.fit_down(q, pos)
     }
 

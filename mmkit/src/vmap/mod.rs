@@ -339,8 +339,7 @@ impl VmapAllocator {
                     self.free.insert(s, e);
                 }
                 self.free_bytes -= size;
-                self.busy.insert(b, b + size);
-                self.live_bytes += size;
+                self.mark_live(b, size);
                 b
             }
             (None, None) => return None,
@@ -361,6 +360,11 @@ impl VmapAllocator {
     /// random-size and fragmented, see docs/bench-history.md.)
     fn claim(&mut self, pos: &Pos, a: u64, size: u64) {
         self.clip(pos, a, size);
+        self.mark_live(a, size);
+    }
+
+    /// Records `[a, a + size)`, already out of the free space, as live.
+    fn mark_live(&mut self, a: u64, size: u64) {
         self.busy.insert(a, a + size);
         self.live_bytes += size;
     }
@@ -837,10 +841,15 @@ mod tests {
         if lazy.is_empty() {
             return None;
         }
+        model_purge(model, lazy);
+        model_alloc(model, size, align, ws, we)
+    }
+
+    /// The model's purge: every lazily freed area returns to free space.
+    fn model_purge(model: &mut Vec<(u64, u64)>, lazy: &mut Vec<(u64, u64)>) {
         for (s, e) in lazy.drain(..) {
             model_free(model, s, e);
         }
-        model_alloc(model, size, align, ws, we)
     }
 
     #[test]
@@ -928,9 +937,7 @@ mod tests {
                 }
                 11 => {
                     if v.purge(&mut |_, _| {}) {
-                        for (s, e) in lazy.drain(..) {
-                            model_free(&mut model, s, e);
-                        }
+                        model_purge(&mut model, &mut lazy);
                     }
                     assert!(lazy.is_empty());
                 }
@@ -954,9 +961,7 @@ mod tests {
                     let mut want = highest(&model);
                     if want.is_none() && !lazy.is_empty() {
                         // A failing request purges once and retries.
-                        for (s, e) in lazy.drain(..) {
-                            model_free(&mut model, s, e);
-                        }
+                        model_purge(&mut model, &mut lazy);
                         want = highest(&model);
                     }
                     let req = crate::request::Request::bytes(size)
