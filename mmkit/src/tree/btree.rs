@@ -1996,6 +1996,19 @@ impl BTree {
             self.leaves_used,
             self.inners_used
         );
+        let c = &self.cleared;
+        if c.size > 0 {
+            let first = self.lowest_fit_linear(c.size, c.align, c.lo, c.hi);
+            ensure!(
+                first.map_or(true, |a| a >= c.bound),
+                Hint @ c.bound,
+                "a fit for {:#x} aligned to {:#x} at {:#x}, below the cleared bound {:#x}",
+                c.size,
+                c.align,
+                first.unwrap_or(0),
+                c.bound
+            );
+        }
         Ok(())
     }
 
@@ -2430,18 +2443,27 @@ mod tests {
         let pos = t.find(1000).unwrap();
         t.set_range_at(&pos, 1000, 1003);
         expect(&mut t, 1000);
-        // Two blocks of one leaf joined, and across leaves (a leaf holds at
-        // most 16 blocks, so one of 10..3990 is the first of its leaf).
-        for k in (20..3990).step_by(10 * 7) {
+        // Two blocks joined, in one leaf and across leaves: every pair.
+        let (mut here, mut across) = (0, 0);
+        for k in (10..3990).step_by(10) {
             let mut t = fresh();
             let nb = t.neighbours(k + 1);
             assert_eq!(
                 (nb.prev, nb.next),
                 (Some((k, k + 1)), Some((k + 10, k + 11)))
             );
+            match nb.next_at {
+                Next::Here => here += 1,
+                Next::Leaf => across += 1,
+                _ => unreachable!(),
+            }
             t.merge(&nb);
             expect(&mut t, k);
         }
+        assert!(
+            here > 0 && across > 0,
+            "{here} joins in a leaf, {across} across"
+        );
         // A block joined with the wilderness.
         let mut t = fresh();
         let nb = t.neighbours(3991);
