@@ -271,23 +271,6 @@ struct Request {
 }
 
 impl Request {
-    const NONE: Request = Request {
-        prune: false,
-        size: 0,
-        align: 0,
-        k: 0,
-        lo: 0,
-        hi: 0,
-        probe: Probe::NONE,
-    };
-
-    /// Whether every fit for `q` would also be one for `self`: the same
-    /// size and alignment in a window inside this one.
-    #[inline]
-    fn covers(&self, q: &Request) -> bool {
-        self.size == q.size && self.align == q.align && self.lo <= q.lo && q.hi <= self.hi
-    }
-
     /// Whether a child with longest block `max` and summary `sum` may hold
     /// the request.
     #[inline]
@@ -298,9 +281,45 @@ impl Request {
     }
 }
 
+/// A past search's request, as the tree remembers it: `size` aligned to
+/// `align` in `[lo, hi)`.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    size: u64,
+    align: u64,
+    lo: u64,
+    hi: u64,
+}
+
+impl Shape {
+    /// Matches no request (none is `size` 0 with `hi` 0).
+    const NONE: Shape = Shape {
+        size: 0,
+        align: 0,
+        lo: 0,
+        hi: 0,
+    };
+
+    #[inline]
+    fn of(q: &Request) -> Shape {
+        Shape {
+            size: q.size,
+            align: q.align,
+            lo: q.lo,
+            hi: q.hi,
+        }
+    }
+
+    /// Whether every fit for `q` would also be one for this request: the
+    /// same size and alignment in a window inside this one.
+    #[inline]
+    fn covers(&self, q: &Request) -> bool {
+        self.size == q.size && self.align == q.align && self.lo <= q.lo && q.hi <= self.hi
+    }
+}
+
 /// What the last successful aligned search proved: no block holds a fit
-/// for `size` aligned to `align` in `[lo, hi)` that starts below `bound`.
-/// The search's answer at first; every block gained since (added, grown
+/// for `asked` that starts below `bound`. The search's answer at first; every block gained since (added, grown
 /// or joined) that is long enough for the request and starts below lowers
 /// `bound` to its start, since a fit in it starts there or above and every
 /// other block is as it was or shrunk. A later search for the same size
@@ -309,27 +328,16 @@ impl Request {
 /// requests): an unaligned search finds its way by the maxima alone.
 #[derive(Debug, Clone, Copy)]
 struct Cleared {
-    size: u64,
-    align: u64,
-    lo: u64,
-    hi: u64,
+    asked: Shape,
     bound: u64,
 }
 
 impl Cleared {
-    /// Proves nothing (no request is `size` 0 and `hi` 0).
+    /// Proves nothing.
     const NONE: Cleared = Cleared {
-        size: 0,
-        align: 0,
-        lo: 0,
-        hi: 0,
+        asked: Shape::NONE,
         bound: 0,
     };
-
-    #[inline]
-    fn covers(&self, q: &Request) -> bool {
-        self.size == q.size && self.align == q.align && self.lo <= q.lo && q.hi <= self.hi
-    }
 }
 
 /// What a leaf scan found.
@@ -461,7 +469,7 @@ pub struct BTree {
     version: u64,
     /// The last lowest-fit search that found nothing, and the version it
     /// searched (see [`lowest_fit`](Self::lowest_fit)).
-    missed: (u64, Request),
+    missed: (u64, Shape),
     /// While summaries are kept: the last lowest-fit search that found
     /// one, and a bound below which no block holds a fit for it (see
     /// [`lowest_fit`](Self::lowest_fit)).
@@ -491,7 +499,7 @@ impl BTree {
             leaves_used: 1,
             inners_used: 0,
             version: 0,
-            missed: (NO_VERSION, Request::NONE),
+            missed: (NO_VERSION, Shape::NONE),
             cleared: Cleared::NONE,
         }
     }
@@ -543,7 +551,7 @@ impl BTree {
     #[inline]
     fn gained_block(&mut self, s: u64, e: u64) {
         let c = &mut self.cleared;
-        if s < c.bound && e - s >= c.size {
+        if s < c.bound && e - s >= c.asked.size {
             c.bound = s;
         }
     }
@@ -1189,7 +1197,7 @@ impl BTree {
         // No fit starts below the bound a search covering this one left:
         // the search starts there (each level at the child holding it).
         let mut from = q;
-        if self.summaries && self.cleared.covers(&q) && self.cleared.bound > lo {
+        if self.summaries && self.cleared.asked.covers(&q) && self.cleared.bound > lo {
             from.lo = self.cleared.bound;
             if from.lo >= hi || hi - from.lo < size {
                 return None;
@@ -1209,15 +1217,12 @@ impl BTree {
         match found {
             Some(a) if self.summaries => {
                 self.cleared = Cleared {
-                    size,
-                    align,
-                    lo,
-                    hi,
+                    asked: Shape::of(&q),
                     bound: a,
                 }
             }
             Some(_) => {}
-            None => self.missed = (self.version, q),
+            None => self.missed = (self.version, Shape::of(&q)),
         }
         found
     }
@@ -1996,15 +2001,15 @@ impl BTree {
             self.leaves_used,
             self.inners_used
         );
-        let c = &self.cleared;
-        if c.size > 0 {
-            let first = self.lowest_fit_linear(c.size, c.align, c.lo, c.hi);
+        let (c, q) = (&self.cleared, &self.cleared.asked);
+        if q.size > 0 {
+            let first = self.lowest_fit_linear(q.size, q.align, q.lo, q.hi);
             ensure!(
                 first.map_or(true, |a| a >= c.bound),
                 Hint @ c.bound,
                 "a fit for {:#x} aligned to {:#x} at {:#x}, below the cleared bound {:#x}",
-                c.size,
-                c.align,
+                q.size,
+                q.align,
                 first.unwrap_or(0),
                 c.bound
             );

@@ -117,13 +117,6 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// A probe no summary's granule matches (every read goes the long way).
-    pub const NONE: Probe = Probe {
-        g: u32::MAX,
-        shift: 0,
-        mask: 0,
-    };
-
     /// The probe for alignment `2^k` in summaries of granule `g`.
     pub fn new(g: u32, k: u32) -> Probe {
         if k <= g {

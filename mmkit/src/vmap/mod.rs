@@ -30,8 +30,9 @@
 //! index (17.9 to 35.9 bytes with the table's empty slots and counts); a
 //! lazy area is 16 bytes in the lazy list; the isolated blocks are a fixed
 //! 144 bytes inside the allocator, and the last free's neighbours with
-//! their path (the finger) and the tree's last failed search another 200
-//! (648 bytes in all). Released nodes are
+//! their path (the finger), the tree's last failed search and the bound
+//! its last aligned search left another 232 (680 bytes in all). Released
+//! nodes are
 //! reused and none of these shrink, so steady-state operation allocates no
 //! heap memory.
 
