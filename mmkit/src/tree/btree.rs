@@ -108,6 +108,10 @@ const CAPPED_DROP: u64 = 2;
 /// A [`Neighbours`] version no tree reaches.
 const NO_VERSION: u64 = u64::MAX;
 
+/// A leaf: its blocks in `start[..len]`, `end[..len]`. The slots past
+/// `len` are empty (`end == start`), and so are an inner node's maxima
+/// past its `len` (0): the maxima are then read over whole arrays, with no
+/// mask per slot and no loop exit to mispredict.
 #[derive(Debug, Clone, Copy)]
 struct Leaf {
     start: [u64; LEAF_CAP],
@@ -401,26 +405,42 @@ fn granule(s: u64, e: u64) -> u32 {
     s.trailing_zeros().min(e.trailing_zeros())
 }
 
-/// The longest block of a leaf: all LEAF_CAP slots, those from `len` on
-/// masked, so there is no loop exit to mispredict.
+/// The longest block of a leaf: all LEAF_CAP slots, so there is no loop
+/// exit to mispredict (those from `len` on are empty: see `Leaf`).
 #[inline]
 fn leaf_max(l: &Leaf) -> u64 {
-    let n = l.len as usize;
-    let mut max = 0;
-    for i in 0..LEAF_CAP {
-        max = max.max(l.end[i].wrapping_sub(l.start[i]) * u64::from(i < n));
+    let mut lens = [0u64; LEAF_CAP];
+    for (i, x) in lens.iter_mut().enumerate() {
+        *x = l.end[i].wrapping_sub(l.start[i]);
     }
-    max
+    max_of(&lens)
 }
 
-/// Bit `i` set for each `i < len` with `x[i] >= min`, without branches.
+/// The largest of `x`, in four independent chains of comparisons (in one
+/// chain each waits for the last).
 #[inline]
-fn at_least<const N: usize>(x: &[u64; N], len: usize, min: u64) -> u64 {
+fn max_of<const N: usize>(x: &[u64; N]) -> u64 {
+    let mut m = [0u64; 4];
+    for c in x.chunks_exact(4) {
+        for j in 0..4 {
+            m[j] = m[j].max(c[j]);
+        }
+    }
+    m[0].max(m[1]).max(m[2].max(m[3]))
+}
+
+/// Bit `i` set for each `x[i] >= min`, without branches: over whole
+/// arrays, whose slots past their node's `len` hold 0 (see `Leaf`), which
+/// no `min` of at least 1 counts. (Every block and every subtree is at
+/// least 1 long, so raising `min` to 1 changes no other bit.)
+#[inline]
+fn at_least<const N: usize>(x: &[u64; N], min: u64) -> u64 {
+    let min = min.max(1);
     let mut mask = 0;
     for (i, &v) in x.iter().enumerate() {
         mask |= u64::from(v >= min) << i;
     }
-    mask & ((1 << len) - 1)
+    mask
 }
 
 /// The highest `a` with `a % align == 0`, `lo <= a` and `a + size <= hi`.
@@ -568,7 +588,7 @@ impl BTree {
         if self.free_leaf != NONE {
             let id = self.free_leaf;
             self.free_leaf = self.leaves[id as usize].start[0] as u32;
-            self.leaves[id as usize].len = 0;
+            self.leaves[id as usize] = EMPTY_LEAF;
             id
         } else {
             self.leaves.push(EMPTY_LEAF);
@@ -589,7 +609,7 @@ impl BTree {
         if self.free_inner != NONE {
             let id = self.free_inner;
             self.free_inner = self.inners[id as usize].kid[0];
-            self.inners[id as usize].len = 0;
+            self.inners[id as usize] = EMPTY_INNER;
             id
         } else {
             self.inners.push(EMPTY_INNER);
@@ -802,15 +822,9 @@ impl BTree {
     }
 
     fn inner_max(&self, id: u32) -> u64 {
-        let nd = &self.inners[id as usize];
-        let n = nd.len as usize;
-        // All FANOUT slots, those from `len` on masked: no loop exit to
-        // mispredict.
-        let mut max = 0;
-        for (i, &m) in nd.max.iter().enumerate() {
-            max = max.max(m * u64::from(i < n));
-        }
-        max
+        // All FANOUT slots, those from `len` on 0 (see `Leaf`): no loop
+        // exit to mispredict.
+        max_of(&self.inners[id as usize].max)
     }
 
     fn inner_sum(&self, id: u32, max: u64) -> AlignSummary {
@@ -1268,7 +1282,7 @@ impl BTree {
         for (i, x) in lens.iter_mut().enumerate() {
             *x = l.end[i].wrapping_sub(l.start[i]);
         }
-        let mut cand = at_least(&lens, l.len as usize, q.size);
+        let mut cand = at_least(&lens, q.size);
         while cand != 0 {
             let i = cand.trailing_zeros() as usize;
             cand &= cand - 1;
@@ -1311,7 +1325,7 @@ impl BTree {
             // The maxima first, without a branch per child: they rule out
             // most children, and the keys (another cache line) are read
             // only for a candidate.
-            let mut cand = at_least(&n.max, len, q.size) >> c << c;
+            let mut cand = at_least(&n.max, q.size) >> c << c;
             while cand != 0 {
                 c = cand.trailing_zeros() as usize;
                 cand &= cand - 1;
@@ -1730,7 +1744,9 @@ impl BTree {
         rl.start[..LEAF_CAP - half].copy_from_slice(&left.start[half..]);
         rl.end[..LEAF_CAP - half].copy_from_slice(&left.end[half..]);
         rl.len = (LEAF_CAP - half) as u32;
-        self.leaves[id as usize].len = half as u32;
+        let ll = &mut self.leaves[id as usize];
+        ll.len = half as u32;
+        ll.end[half..].copy_from_slice(&ll.start[half..]);
         let (target, j) = if i <= half { (id, i) } else { (r, i - half) };
         let t = &mut self.leaves[target as usize];
         let n = t.len as usize;
@@ -1801,7 +1817,9 @@ impl BTree {
         qn.sum[..m].copy_from_slice(&from.sum[half..]);
         qn.kid[..m].copy_from_slice(&from.kid[half..]);
         qn.len = m as u32;
-        self.inners[p as usize].len = half as u32;
+        let pn = &mut self.inners[p as usize];
+        pn.len = half as u32;
+        pn.max[half..].fill(0);
         if c < half {
             self.inner_put(p, c + 1, right, ra);
         } else {
@@ -1832,6 +1850,7 @@ impl BTree {
         n.max.copy_within(i + 1..len, i);
         n.sum.copy_within(i + 1..len, i);
         n.kid.copy_within(i + 1..len, i);
+        n.max[len - 1] = 0;
         n.len -= 1;
     }
 
@@ -1855,6 +1874,7 @@ impl BTree {
         let n = l.len as usize;
         close_gap(&mut l.start, pos.at, n);
         close_gap(&mut l.end, pos.at, n);
+        l.end[n - 1] = l.start[n - 1];
         l.len -= 1;
         self.height == 0 || l.len as usize >= LEAF_MIN
     }
@@ -1918,14 +1938,13 @@ impl BTree {
         start[na..total].copy_from_slice(&lb.start[..nb]);
         end[..na].copy_from_slice(&la.end[..na]);
         end[na..total].copy_from_slice(&lb.end[..nb]);
-        let x = &mut self.leaves[a as usize];
-        x.start[..keep].copy_from_slice(&start[..keep]);
-        x.end[..keep].copy_from_slice(&end[..keep]);
-        x.len = keep as u32;
-        let y = &mut self.leaves[b as usize];
-        y.start[..total - keep].copy_from_slice(&start[keep..total]);
-        y.end[..total - keep].copy_from_slice(&end[keep..total]);
-        y.len = (total - keep) as u32;
+        for (id, from, to) in [(a, 0, keep), (b, keep, total)] {
+            let l = &mut self.leaves[id as usize];
+            *l = EMPTY_LEAF;
+            l.start[..to - from].copy_from_slice(&start[from..to]);
+            l.end[..to - from].copy_from_slice(&end[from..to]);
+            l.len = (to - from) as u32;
+        }
         keep == total
     }
 
@@ -1945,6 +1964,7 @@ impl BTree {
         }
         for (node, range) in [(a, 0..keep), (b, keep..total)] {
             let n = &mut self.inners[node as usize];
+            n.max = [0; FANOUT];
             n.len = range.len() as u32;
             for (j, i) in range.enumerate() {
                 (n.key[j], n.max[j], n.sum[j], n.kid[j]) = all[i];
@@ -2049,6 +2069,11 @@ impl BTree {
                 Structure,
                 "leaf {id} holds {n} blocks"
             );
+            ensure!(
+                (n..LEAF_CAP).all(|i| l.start[i] == l.end[i]),
+                Structure,
+                "leaf {id} has a slot past its {n} blocks that is not empty"
+            );
             let mut truth = [0; 64];
             for i in 0..n {
                 let (s, e) = (l.start[i], l.end[i]);
@@ -2078,6 +2103,11 @@ impl BTree {
             n <= FANOUT && n >= if root { 2 } else { INNER_MIN },
             Structure,
             "inner node {id} holds {n} children"
+        );
+        ensure!(
+            nd.max[n..].iter().all(|&m| m == 0),
+            Structure,
+            "inner node {id} has a maximum past its {n} children"
         );
         let mut truth = [0; 64];
         for c in 0..n {
