@@ -109,9 +109,9 @@ const CAPPED_DROP: u64 = 2;
 const NO_VERSION: u64 = u64::MAX;
 
 /// A leaf: its blocks in `start[..len]`, `end[..len]`. The slots past
-/// `len` are empty (`end == start`), and so are an inner node's maxima
-/// past its `len` (0): the maxima are then read over whole arrays, with no
-/// mask per slot and no loop exit to mispredict.
+/// `len` are empty (`end == start`), as an inner node's maxima past its
+/// `len` are 0: lengths and maxima are then read over whole arrays, with
+/// no mask per slot and no loop exit to mispredict.
 #[derive(Debug, Clone, Copy)]
 struct Leaf {
     start: [u64; LEAF_CAP],
@@ -126,6 +126,8 @@ const EMPTY_LEAF: Leaf = Leaf {
     len: 0,
 };
 
+/// An inner node: entry `i < len` is child `kid[i]`'s lowest start, longest
+/// block and summary; `max` past `len` is 0 (see `Leaf`).
 #[derive(Debug, Clone, Copy)]
 struct Inner {
     key: [u64; FANOUT],
