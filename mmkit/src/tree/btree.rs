@@ -65,15 +65,17 @@
 //! shape starts there, at each level at the child holding the bound, so
 //! it no longer checks the summaries of the near misses below one by one.
 //! On `mmkit bench align-holes` at 10^5 holes that took a pair from 6,975
-//! to 6,181 instructions. The bound keeps the path to the leaf of its
-//! block (the search's answer, or the block that lowered it): while no node
-//! has split, borrowed or merged since (the tree's `shape` count) and that
-//! leaf's first block starts at or below the bound, the next search starts
-//! in that leaf and skips the descent (align-holes at 10^5: 5,963 -> 5,145
-//! instructions a pair; 96 bytes more per tree). It is kept only while summaries are, but its
+//! to 6,181 instructions. It is kept only while summaries are, but its
 //! upkeep (a test per block gained, the scan's start found by key) costs
 //! every search a little: random-size +1.4% at 10^3, random-align +1.0%
 //! at 10^4 (instructions a pair).
+//!
+//! The bound also keeps the path to the leaf of its block (the search's
+//! answer, or the block that lowered it). While no node has split,
+//! borrowed or merged since (the tree's `shape` count) and that leaf's
+//! first block starts at or below the bound, the next search starts in
+//! that leaf and skips the descent: align-holes at 10^5, 5,963 -> 5,145
+//! instructions a pair, for 96 bytes more per tree.
 //!
 //! Nodes live in two vectors; released nodes are chained for reuse, so a
 //! steady state of inserts and removals allocates no heap memory.
