@@ -332,13 +332,14 @@ impl Shape {
 }
 
 /// What the last successful aligned search proved: no block holds a fit
-/// for `asked` that starts below `bound`. The search's answer at first; every block gained since (added, grown
-/// or joined) that is long enough for the request and starts below lowers
-/// `bound` to its start, since a fit in it starts there or above and every
-/// other block is as it was or shrunk. A later search for the same size
-/// and alignment in a window inside `[lo, hi)` starts at `bound`, past
-/// the near misses below. Kept only while summaries are (aligned
-/// requests): an unaligned search finds its way by the maxima alone.
+/// for `asked` that starts below `bound`. The search's answer at first;
+/// every block gained since (added, grown or joined) that is long enough
+/// for the request and starts below lowers `bound` to its start, since a
+/// fit in it starts there or above and every other block is as it was or
+/// shrunk. A later search for the same size and alignment in a window
+/// inside `[lo, hi)` starts at `bound`, past the near misses below. Kept
+/// only while summaries are (aligned requests): an unaligned search finds
+/// its way by the maxima alone.
 #[derive(Debug, Clone, Copy)]
 struct Cleared {
     asked: Shape,
@@ -426,11 +427,28 @@ fn granule(s: u64, e: u64) -> u32 {
 /// exit to mispredict (those from `len` on are empty: see `Leaf`).
 #[inline]
 fn leaf_max(l: &Leaf) -> u64 {
+    max_of(&leaf_lens(l))
+}
+
+/// The lengths of a leaf's blocks, over all LEAF_CAP slots (0 past `len`).
+#[inline]
+fn leaf_lens(l: &Leaf) -> [u64; LEAF_CAP] {
     let mut lens = [0u64; LEAF_CAP];
     for (i, x) in lens.iter_mut().enumerate() {
         *x = l.end[i].wrapping_sub(l.start[i]);
     }
-    max_of(&lens)
+    lens
+}
+
+/// Where the blocks below child `c` of `n` end, at most: the next child's
+/// key, or for the last child `end`, the bound of the node's own blocks.
+#[inline]
+fn child_end(n: &Inner, c: usize, end: u64) -> u64 {
+    if c + 1 < n.len as usize {
+        n.key[c + 1]
+    } else {
+        end
+    }
 }
 
 /// The largest of `x`, in four independent chains of comparisons (in one
@@ -1326,11 +1344,7 @@ impl BTree {
         // block too high to hold the request ends the whole search, but
         // is only noticed at a candidate (the next node's key catches it
         // otherwise).
-        let mut lens = [0u64; LEAF_CAP];
-        for (i, x) in lens.iter_mut().enumerate() {
-            *x = l.end[i].wrapping_sub(l.start[i]);
-        }
-        let mut cand = at_least(&lens, q.size);
+        let mut cand = at_least(&leaf_lens(l), q.size);
         while cand != 0 {
             let i = cand.trailing_zeros() as usize;
             cand &= cand - 1;
@@ -1371,12 +1385,7 @@ impl BTree {
             pos.slot[..h].copy_from_slice(&at.slot[..h]);
             for k in 0..h - 1 {
                 let n = &self.inners[at.node[k] as usize];
-                let c = at.slot[k] as usize;
-                ub[k + 1] = if c + 1 < n.len as usize {
-                    n.key[c + 1]
-                } else {
-                    ub[k]
-                };
+                ub[k + 1] = child_end(n, at.slot[k] as usize, ub[k]);
             }
             d = h - 1;
             debug_assert_eq!(
@@ -1397,7 +1406,6 @@ impl BTree {
         }
         loop {
             let n = &self.inners[pos.node[d] as usize];
-            let len = n.len as usize;
             let mut c = pos.slot[d] as usize;
             let mut go = None;
             // The maxima first, without a branch per child: they rule out
@@ -1415,7 +1423,7 @@ impl BTree {
                     // This and every later block start too high.
                     return None;
                 }
-                let upper = if c + 1 < len { n.key[c + 1] } else { ub[d] };
+                let upper = child_end(n, c, ub[d]);
                 // Blocks below child c end by `upper`.
                 if upper > q.lo && upper - q.lo >= q.size {
                     go = Some((n.kid[c], upper));
@@ -1529,11 +1537,10 @@ impl BTree {
         left[0] = self.inners[self.root as usize].len as usize;
         loop {
             let n = &self.inners[pos.node[d] as usize];
-            let len = n.len as usize;
             let mut go = None;
             while left[d] > 0 {
                 let c = left[d] - 1;
-                let upper = if c + 1 < len { n.key[c + 1] } else { ub[d] };
+                let upper = child_end(n, c, ub[d]);
                 if upper <= q.lo || upper - q.lo < q.size {
                     // This and every earlier block end too low.
                     return None;

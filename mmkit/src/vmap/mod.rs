@@ -32,10 +32,8 @@
 //! 144 bytes inside the allocator, and the last free's neighbours with
 //! their path (the finger), the tree's last failed search and the bound
 //! its last aligned search left, with the path to its leaf, another 328
-//! (776 bytes in all). Released
-//! nodes are
-//! reused and none of these shrink, so steady-state operation allocates no
-//! heap memory.
+//! (776 bytes in all). Released nodes are reused and none of these shrink,
+//! so steady-state operation allocates no heap memory.
 
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
