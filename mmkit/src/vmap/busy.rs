@@ -49,6 +49,20 @@ struct Bucket([Slot; WAYS]);
 
 const EMPTY_BUCKET: Bucket = Bucket([EMPTY; WAYS]);
 
+impl Bucket {
+    /// A bit per slot that satisfies `f`, lowest slot lowest. Without a
+    /// branch per slot: which slot holds a key is random, and a branch on
+    /// each was mispredicted about once a lookup.
+    #[inline(always)]
+    fn slots_where(&self, f: impl Fn(&Slot) -> bool) -> u32 {
+        let mut m = 0;
+        for (i, s) in self.0.iter().enumerate() {
+            m |= u32::from(f(s)) << i;
+        }
+        m
+    }
+}
+
 /// A count of [`BusyIndex::passed`] that no longer changes.
 const STUCK: u8 = u8::MAX;
 
@@ -118,21 +132,20 @@ impl BusyIndex {
     /// The bucket and slot holding `key`, if present, from its probe.
     #[inline]
     fn position_from(&self, key: u64, p: Probe) -> Option<(usize, usize)> {
-        if p.first.key == key && p.first.end != 0 {
-            return Some((p.b, 0));
-        }
+        let holds = |s: &Slot| (s.key == key) & (s.end != 0);
+        // The home bucket's first slot as the probe read it: read early,
+        // so it must be used (or the early read is compiled away).
         let mut b = p.b;
+        let mut hits = self.buckets[b].slots_where(holds) & !1 | u32::from(holds(&p.first));
         for _ in 0..self.buckets.len() {
-            let bucket = &self.buckets[b].0;
-            for (i, s) in bucket.iter().enumerate() {
-                if s.key == key && s.end != 0 {
-                    return Some((b, i));
-                }
+            if hits != 0 {
+                return Some((b, hits.trailing_zeros() as usize));
             }
             if self.passed[b] == 0 {
                 return None;
             }
             b = self.next(b);
+            hits = self.buckets[b].slots_where(holds);
         }
         None
     }
@@ -150,8 +163,9 @@ impl BusyIndex {
         }
         let mut b = self.home(key);
         loop {
-            if let Some(s) = self.buckets[b].0.iter_mut().find(|s| s.end == 0) {
-                *s = Slot { key, end };
+            let empty = self.buckets[b].slots_where(|s| s.end == 0);
+            if empty != 0 {
+                self.buckets[b].0[empty.trailing_zeros() as usize] = Slot { key, end };
                 self.len += 1;
                 return;
             }
