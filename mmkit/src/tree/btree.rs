@@ -116,9 +116,10 @@ const CAPPED_DROP: u64 = 2;
 const NO_VERSION: u64 = u64::MAX;
 
 /// A leaf: its blocks in `start[..len]`, `end[..len]`. The slots past
-/// `len` are empty (`end == start`), as an inner node's maxima past its
-/// `len` are 0: lengths and maxima are then read over whole arrays, with
-/// no mask per slot and no loop exit to mispredict.
+/// `len` are empty (`start == end == u64::MAX`), as an inner node's keys
+/// past its `len` are `u64::MAX` and its maxima 0: lengths, maxima and
+/// key searches then read whole arrays, with no mask per slot and no loop
+/// exit to mispredict.
 #[derive(Debug, Clone, Copy)]
 struct Leaf {
     start: [u64; LEAF_CAP],
@@ -128,13 +129,14 @@ struct Leaf {
 }
 
 const EMPTY_LEAF: Leaf = Leaf {
-    start: [0; LEAF_CAP],
-    end: [0; LEAF_CAP],
+    start: [u64::MAX; LEAF_CAP],
+    end: [u64::MAX; LEAF_CAP],
     len: 0,
 };
 
 /// An inner node: entry `i < len` is child `kid[i]`'s lowest start, longest
-/// block and summary; `max` past `len` is 0 (see `Leaf`).
+/// block and summary; past `len`, `key` is `u64::MAX` and `max` 0 (see
+/// `Leaf`).
 #[derive(Debug, Clone, Copy)]
 struct Inner {
     key: [u64; FANOUT],
@@ -146,7 +148,7 @@ struct Inner {
 }
 
 const EMPTY_INNER: Inner = Inner {
-    key: [0; FANOUT],
+    key: [u64::MAX; FANOUT],
     max: [0; FANOUT],
     sum: [AlignSummary::ZERO; FANOUT],
     kid: [NONE; FANOUT],
@@ -371,15 +373,16 @@ enum Scan {
     Stop,
 }
 
-/// In the first `len` (at least 1) of the sorted `keys`, the index of the
-/// last key below `key`, or 0 if none, without a branch (slots from `len`
-/// on count as above every key): a direction that is a coin flip for random
-/// keys, and a loop that stops at `len` mispredicts its exit. Four-way
+/// In the sorted `keys` of a node (at least one; the empty slots after
+/// them hold `u64::MAX`, below no key), the index of the last key below
+/// `key`, or 0 if none, without a branch: a direction that is a coin flip
+/// for random keys, and a loop that stops at the node's length
+/// mispredicts its exit. Four-way
 /// steps: three independent comparisons narrow the range to a quarter, so
 /// 16 keys take two dependent steps instead of a binary search's four
 /// (each waits for the load the last one chose).
 #[inline]
-fn last_below<const N: usize>(keys: &[u64; N], len: usize, key: u64) -> usize {
+fn last_below<const N: usize>(keys: &[u64; N], key: u64) -> usize {
     let mut base = 0;
     let mut span = N;
     while span >= 4 {
@@ -387,14 +390,14 @@ fn last_below<const N: usize>(keys: &[u64; N], len: usize, key: u64) -> usize {
         let mut below = 0;
         for j in 1..4 {
             let m = base + j * step;
-            below += usize::from((keys[m] < key) & (m < len));
+            below += usize::from(keys[m] < key);
         }
         base += below * step;
         span = step;
     }
     if span == 2 {
         let m = base + 1;
-        base += usize::from((keys[m] < key) & (m < len));
+        base += usize::from(keys[m] < key);
     }
     base
 }
@@ -971,8 +974,7 @@ impl BTree {
         let mut at = self.root;
         for d in 0..self.height {
             let n = &self.inners[at as usize];
-            let len = n.len as usize;
-            let c = last_below(&n.key, len, key);
+            let c = last_below(&n.key, key);
             pos.node[d] = at;
             pos.slot[d] = c as u8;
             at = n.kid[c];
@@ -990,7 +992,7 @@ impl BTree {
         pos.at = if n == 0 || l.start[0] >= key {
             0
         } else {
-            last_below(&l.start, n, key) + 1
+            last_below(&l.start, key) + 1
         };
     }
 
@@ -1331,7 +1333,7 @@ impl BTree {
             return 0;
         }
         // `lo < hi`, so `lo + 1` does not wrap.
-        last_below(&n.key, n.len as usize, lo + 1) as u8
+        last_below(&n.key, lo + 1) as u8
     }
 
     /// Scans leaf `id` upwards for the first block holding `q`. (Inlined
@@ -1834,7 +1836,8 @@ impl BTree {
         rl.len = (LEAF_CAP - half) as u32;
         let ll = &mut self.leaves[id as usize];
         ll.len = half as u32;
-        ll.end[half..].copy_from_slice(&ll.start[half..]);
+        ll.start[half..].fill(u64::MAX);
+        ll.end[half..].fill(u64::MAX);
         let (target, j) = if i <= half { (id, i) } else { (r, i - half) };
         let t = &mut self.leaves[target as usize];
         let n = t.len as usize;
@@ -1908,6 +1911,7 @@ impl BTree {
         qn.len = m as u32;
         let pn = &mut self.inners[p as usize];
         pn.len = half as u32;
+        pn.key[half..].fill(u64::MAX);
         pn.max[half..].fill(0);
         if c < half {
             self.inner_put(p, c + 1, right, ra);
@@ -1939,6 +1943,7 @@ impl BTree {
         n.max.copy_within(i + 1..len, i);
         n.sum.copy_within(i + 1..len, i);
         n.kid.copy_within(i + 1..len, i);
+        n.key[len - 1] = u64::MAX;
         n.max[len - 1] = 0;
         n.len -= 1;
     }
@@ -1963,7 +1968,7 @@ impl BTree {
         let n = l.len as usize;
         close_gap(&mut l.start, pos.at, n);
         close_gap(&mut l.end, pos.at, n);
-        l.end[n - 1] = l.start[n - 1];
+        (l.start[n - 1], l.end[n - 1]) = (u64::MAX, u64::MAX);
         l.len -= 1;
         self.height == 0 || l.len as usize >= LEAF_MIN
     }
@@ -2054,6 +2059,7 @@ impl BTree {
         }
         for (node, range) in [(a, 0..keep), (b, keep..total)] {
             let n = &mut self.inners[node as usize];
+            n.key = [u64::MAX; FANOUT];
             n.max = [0; FANOUT];
             n.len = range.len() as u32;
             for (j, i) in range.enumerate() {
@@ -2160,7 +2166,7 @@ impl BTree {
                 "leaf {id} holds {n} blocks"
             );
             ensure!(
-                (n..LEAF_CAP).all(|i| l.start[i] == l.end[i]),
+                (n..LEAF_CAP).all(|i| l.start[i] == u64::MAX && l.end[i] == u64::MAX),
                 Structure,
                 "leaf {id} has a slot past its {n} blocks that is not empty"
             );
@@ -2195,9 +2201,9 @@ impl BTree {
             "inner node {id} holds {n} children"
         );
         ensure!(
-            nd.max[n..].iter().all(|&m| m == 0),
+            (n..FANOUT).all(|i| nd.key[i] == u64::MAX && nd.max[i] == 0),
             Structure,
-            "inner node {id} has a maximum past its {n} children"
+            "inner node {id} has a key or a maximum past its {n} children"
         );
         let mut truth = [0; 64];
         for c in 0..n {
