@@ -121,11 +121,13 @@ const NO_VERSION: u64 = u64::MAX;
 /// key searches then read whole arrays, with no mask per slot and no loop
 /// exit to mispredict.
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 struct Leaf {
+    /// Blocks held (`RELEASED` in the free chain, then `start[0]` links).
+    /// First, in the cache line of the first starts.
+    len: u32,
     start: [u64; LEAF_CAP],
     end: [u64; LEAF_CAP],
-    /// Blocks held (`RELEASED` in the free chain, then `start[0]` links).
-    len: u32,
 }
 
 const EMPTY_LEAF: Leaf = Leaf {
@@ -138,13 +140,15 @@ const EMPTY_LEAF: Leaf = Leaf {
 /// block and summary; past `len`, `key` is `u64::MAX` and `max` 0 (see
 /// `Leaf`).
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 struct Inner {
+    /// Children held (`RELEASED` in the free chain, then `kid[0]` links).
+    /// First, in the cache line of the first keys.
+    len: u32,
     key: [u64; FANOUT],
     max: [u64; FANOUT],
     sum: [AlignSummary; FANOUT],
     kid: [u32; FANOUT],
-    /// Children held (`RELEASED` in the free chain, then `kid[0]` links).
-    len: u32,
 }
 
 const EMPTY_INNER: Inner = Inner {
@@ -445,13 +449,11 @@ fn leaf_lens(l: &Leaf) -> [u64; LEAF_CAP] {
 
 /// Where the blocks below child `c` of `n` end, at most: the next child's
 /// key, or for the last child `end`, the bound of the node's own blocks.
+/// Every key is below `end` and every empty slot's is `u64::MAX`, so the
+/// smaller of the two is the answer, without reading the node's length.
 #[inline]
 fn child_end(n: &Inner, c: usize, end: u64) -> u64 {
-    if c + 1 < n.len as usize {
-        n.key[c + 1]
-    } else {
-        end
-    }
+    n.key.get(c + 1).map_or(end, |&k| k.min(end))
 }
 
 /// The largest of `x`, in four independent chains of comparisons (in one
