@@ -7,7 +7,8 @@
 //!           max[i]  longest block below child i
 //!           sum[i]  AlignSummary below child i (kept once aligned requests need it)
 //!           kid[i]  child index (an inner node or a leaf, by level)
-//!   leaf:   start[i], end[i]: up to LEAF_CAP free blocks sorted by start
+//!   leaf:   start[i], size[i]: up to LEAF_CAP free blocks sorted by start
+//!   (past a node's length: starts and keys u64::MAX, sizes and maxima 0)
 //! ```
 //!
 //! Every leaf is at the same depth. A non-root leaf holds `LEAF_CAP / 2 ..=
@@ -115,11 +116,13 @@ const CAPPED_DROP: u64 = 2;
 /// A [`Neighbours`] version no tree reaches.
 const NO_VERSION: u64 = u64::MAX;
 
-/// A leaf: its blocks in `start[..len]`, `end[..len]`. The slots past
-/// `len` are empty (`start == end == u64::MAX`), as an inner node's keys
-/// past its `len` are `u64::MAX` and its maxima 0: lengths, maxima and
-/// key searches then read whole arrays, with no mask per slot and no loop
-/// exit to mispredict.
+/// A leaf: its blocks' starts in `start[..len]` and lengths in
+/// `size[..len]` (lengths, not ends: a search and a leaf's longest block
+/// read only the lengths, half the leaf). The slots past `len` are empty
+/// (`start == u64::MAX`, `size == 0`), as an inner node's keys past its
+/// `len` are `u64::MAX` and its maxima 0: lengths, maxima and key
+/// searches then read whole arrays, with no mask per slot and no loop exit
+/// to mispredict.
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 struct Leaf {
@@ -127,14 +130,36 @@ struct Leaf {
     /// First, in the cache line of the first starts.
     len: u32,
     start: [u64; LEAF_CAP],
-    end: [u64; LEAF_CAP],
+    size: [u64; LEAF_CAP],
 }
 
 const EMPTY_LEAF: Leaf = Leaf {
     start: [u64::MAX; LEAF_CAP],
-    end: [u64::MAX; LEAF_CAP],
+    size: [0; LEAF_CAP],
     len: 0,
 };
+
+impl Leaf {
+    /// Block `i` as `(start, end)`.
+    #[inline]
+    fn block(&self, i: usize) -> (u64, u64) {
+        (self.start[i], self.start[i] + self.size[i])
+    }
+
+    /// Makes block `i` `[s, e)`.
+    #[inline]
+    fn set(&mut self, i: usize, s: u64, e: u64) {
+        self.start[i] = s;
+        self.size[i] = e - s;
+    }
+
+    /// Empties slot `i`.
+    #[inline]
+    fn clear(&mut self, i: usize) {
+        self.start[i] = u64::MAX;
+        self.size[i] = 0;
+    }
+}
 
 /// An inner node: entry `i < len` is child `kid[i]`'s lowest start, longest
 /// block and summary; past `len`, `key` is `u64::MAX` and `max` 0 (see
@@ -434,17 +459,7 @@ fn granule(s: u64, e: u64) -> u32 {
 /// exit to mispredict (those from `len` on are empty: see `Leaf`).
 #[inline]
 fn leaf_max(l: &Leaf) -> u64 {
-    max_of(&leaf_lens(l))
-}
-
-/// The lengths of a leaf's blocks, over all LEAF_CAP slots (0 past `len`).
-#[inline]
-fn leaf_lens(l: &Leaf) -> [u64; LEAF_CAP] {
-    let mut lens = [0u64; LEAF_CAP];
-    for (i, x) in lens.iter_mut().enumerate() {
-        *x = l.end[i].wrapping_sub(l.start[i]);
-    }
-    lens
+    max_of(&l.size)
 }
 
 /// Where the blocks below child `c` of `n` end, at most: the next child's
@@ -693,7 +708,8 @@ impl BTree {
     fn leaf_sum(&self, id: u32, max: u64) -> AlignSummary {
         let l = &self.leaves[id as usize];
         let n = l.len as usize;
-        AlignSummary::of_ranges(max, &l.start[..n], &l.end[..n])
+        let end: [u64; LEAF_CAP] = core::array::from_fn(|i| l.start[i].wrapping_add(l.size[i]));
+        AlignSummary::of_ranges(max, &l.start[..n], &end[..n])
     }
 
     fn inner_agg(&self, id: u32) -> Agg {
@@ -919,7 +935,7 @@ impl BTree {
             return self.wild.expect("the wilderness");
         }
         let l = &self.leaves[pos.leaf as usize];
-        (l.start[pos.at], l.end[pos.at])
+        l.block(pos.at)
     }
 
     /// The lowest start of any block, the wilderness included (`u64::MAX`
@@ -1115,16 +1131,16 @@ impl BTree {
         let at = nb.pos.at;
         let l = &self.leaves[nb.pos.leaf as usize];
         if at > 0 {
-            nb.prev = Some((l.start[at - 1], l.end[at - 1]));
+            nb.prev = Some(l.block(at - 1));
         }
         if at < l.len as usize {
-            nb.next = Some((l.start[at], l.end[at]));
+            nb.next = Some(l.block(at));
             nb.next_at = Next::Here;
         } else if from_finger {
             debug_assert!(self.leaf_after(&nb.pos).is_none());
         } else if let Some(next) = self.leaf_after(&nb.pos) {
             let nl = &self.leaves[next as usize];
-            nb.next = Some((nl.start[0], nl.end[0]));
+            nb.next = Some(nl.block(0));
             nb.next_at = Next::Leaf;
         }
         if let Some(w) = self.wild {
@@ -1179,7 +1195,8 @@ impl BTree {
         let pos = self.descend_below(addr.checked_add(1)?);
         let l = &self.leaves[pos.leaf as usize];
         let i = pos.at.checked_sub(1)?;
-        (addr < l.end[i]).then(|| (l.start[i], l.end[i]))
+        let (s, e) = l.block(i);
+        (addr < e).then_some((s, e))
     }
 
     /// The position of the block starting exactly at `start`.
@@ -1348,11 +1365,11 @@ impl BTree {
         // block too high to hold the request ends the whole search, but
         // is only noticed at a candidate (the next node's key catches it
         // otherwise).
-        let mut cand = at_least(&leaf_lens(l), q.size);
+        let mut cand = at_least(&l.size, q.size);
         while cand != 0 {
             let i = cand.trailing_zeros() as usize;
             cand &= cand - 1;
-            let (s, e) = (l.start[i], l.end[i]);
+            let (s, e) = l.block(i);
             if s >= q.hi || q.hi - s < q.size {
                 return Scan::Stop;
             }
@@ -1368,7 +1385,7 @@ impl BTree {
             // Only the root leaf may hold few blocks: scanned directly.
             let l = &self.leaves[self.root as usize];
             for i in 0..l.len as usize {
-                let (s, e) = (l.start[i], l.end[i]);
+                let (s, e) = l.block(i);
                 if let Some(a) = crate::range::fit_in(s.max(q.lo), e.min(q.hi), q.size, q.align) {
                     pos.set_leaf(self.root, i);
                     return Some(a);
@@ -1509,7 +1526,7 @@ impl BTree {
     fn leaf_down(&self, id: u32, q: Request) -> Scan {
         let l = &self.leaves[id as usize];
         for i in (0..l.len as usize).rev() {
-            let (s, e) = (l.start[i], l.end[i]);
+            let (s, e) = l.block(i);
             if e <= q.lo || e - q.lo < q.size {
                 return Scan::Stop;
             }
@@ -1615,10 +1632,9 @@ impl BTree {
             return;
         }
         let l = &mut self.leaves[pos.leaf as usize];
-        let (old_start, old_end) = (l.start[pos.at], l.end[pos.at]);
+        let (old_start, old_end) = l.block(pos.at);
         let old = old_end - old_start;
-        l.start[pos.at] = start;
-        l.end[pos.at] = end;
+        l.set(pos.at, start, end);
         if self.height == 0 {
             return;
         }
@@ -1667,9 +1683,7 @@ impl BTree {
             self.wild = Some((start, end));
             return self.push_max(ls, le);
         }
-        let l = &mut self.leaves[pos.leaf as usize];
-        l.start[pos.at] = start;
-        l.end[pos.at] = end;
+        self.leaves[pos.leaf as usize].set(pos.at, start, end);
         self.leaf_insert(pos, pos.at, ls, le, false);
     }
 
@@ -1730,7 +1744,7 @@ impl BTree {
                 // One leaf: both changes go up in one pass. Both blocks
                 // lie inside the joined one, so the leaf's usable lengths
                 // only grew (to the joined block's).
-                self.leaves[prev.leaf as usize].end[prev.at] = ne;
+                self.leaves[prev.leaf as usize].set(prev.at, ps, ne);
                 self.gained_block(ps, ne, Some(&prev));
                 if self.leaf_cut(&nb.pos) {
                     // No underflow: the leaf's set is its old one with two
@@ -1818,9 +1832,8 @@ impl BTree {
         let n = l.len as usize;
         if n < LEAF_CAP {
             open_gap(&mut l.start, i, n);
-            open_gap(&mut l.end, i, n);
-            l.start[i] = s;
-            l.end[i] = e;
+            open_gap(&mut l.size, i, n);
+            l.set(i, s, e);
             l.len += 1;
             if only_gained {
                 return self.gained(pos, i, s, e);
@@ -1834,19 +1847,18 @@ impl BTree {
         let left = self.leaves[id as usize];
         let rl = &mut self.leaves[r as usize];
         rl.start[..LEAF_CAP - half].copy_from_slice(&left.start[half..]);
-        rl.end[..LEAF_CAP - half].copy_from_slice(&left.end[half..]);
+        rl.size[..LEAF_CAP - half].copy_from_slice(&left.size[half..]);
         rl.len = (LEAF_CAP - half) as u32;
         let ll = &mut self.leaves[id as usize];
         ll.len = half as u32;
         ll.start[half..].fill(u64::MAX);
-        ll.end[half..].fill(u64::MAX);
+        ll.size[half..].fill(0);
         let (target, j) = if i <= half { (id, i) } else { (r, i - half) };
         let t = &mut self.leaves[target as usize];
         let n = t.len as usize;
         open_gap(&mut t.start, j, n);
-        open_gap(&mut t.end, j, n);
-        t.start[j] = s;
-        t.end[j] = e;
+        open_gap(&mut t.size, j, n);
+        t.set(j, s, e);
         t.len += 1;
         self.insert_child(pos, self.height, r);
     }
@@ -1969,8 +1981,8 @@ impl BTree {
         let l = &mut self.leaves[pos.leaf as usize];
         let n = l.len as usize;
         close_gap(&mut l.start, pos.at, n);
-        close_gap(&mut l.end, pos.at, n);
-        (l.start[n - 1], l.end[n - 1]) = (u64::MAX, u64::MAX);
+        close_gap(&mut l.size, pos.at, n);
+        l.clear(n - 1);
         l.len -= 1;
         self.height == 0 || l.len as usize >= LEAF_MIN
     }
@@ -2030,16 +2042,16 @@ impl BTree {
         let total = na + nb;
         let keep = if total <= LEAF_CAP { total } else { total / 2 };
         let mut start = [0u64; 2 * LEAF_CAP];
-        let mut end = [0u64; 2 * LEAF_CAP];
+        let mut size = [0u64; 2 * LEAF_CAP];
         start[..na].copy_from_slice(&la.start[..na]);
         start[na..total].copy_from_slice(&lb.start[..nb]);
-        end[..na].copy_from_slice(&la.end[..na]);
-        end[na..total].copy_from_slice(&lb.end[..nb]);
+        size[..na].copy_from_slice(&la.size[..na]);
+        size[na..total].copy_from_slice(&lb.size[..nb]);
         for (id, from, to) in [(a, 0, keep), (b, keep, total)] {
             let l = &mut self.leaves[id as usize];
             *l = EMPTY_LEAF;
             l.start[..to - from].copy_from_slice(&start[from..to]);
-            l.end[..to - from].copy_from_slice(&end[from..to]);
+            l.size[..to - from].copy_from_slice(&size[from..to]);
             l.len = (to - from) as u32;
         }
         keep == total
@@ -2168,14 +2180,17 @@ impl BTree {
                 "leaf {id} holds {n} blocks"
             );
             ensure!(
-                (n..LEAF_CAP).all(|i| l.start[i] == u64::MAX && l.end[i] == u64::MAX),
+                (n..LEAF_CAP).all(|i| l.start[i] == u64::MAX && l.size[i] == 0),
                 Structure,
                 "leaf {id} has a slot past its {n} blocks that is not empty"
             );
             let mut truth = [0; 64];
             for i in 0..n {
-                let (s, e) = (l.start[i], l.end[i]);
-                ensure!(s < e, Layout @ s, "empty block at {s:#x}");
+                let (s, size) = (l.start[i], l.size[i]);
+                ensure!(size > 0, Layout @ s, "empty block at {s:#x}");
+                let e = s.checked_add(size);
+                ensure!(e.is_some(), Bounds @ s, "block at {s:#x} ends past u64::MAX");
+                let e = e.unwrap_or(u64::MAX);
                 ensure!(lo <= s && e <= hi, Bounds @ s, "block [{s:#x}, {e:#x}) outside the space");
                 ensure!(
                     prev_end.map_or(true, |pe| pe <= s),
@@ -2274,7 +2289,7 @@ impl Iterator for Iter<'_> {
             let l = &self.t.leaves[self.pos.leaf as usize];
             if self.pos.at < l.len as usize {
                 self.pos.at += 1;
-                return Some((l.start[self.pos.at - 1], l.end[self.pos.at - 1]));
+                return Some(l.block(self.pos.at - 1));
             }
             self.tree_done = !self.t.next_leaf(&mut self.pos);
         }
