@@ -29,15 +29,19 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-/// A live area `[key, end)`; `end == 0` marks an empty slot (a live area
-/// always ends above its start, so never at 0).
+/// A live area `[key, end)`; `key == u64::MAX` marks an empty slot (a live
+/// area ends above its start, so never starts at `u64::MAX`): a lookup
+/// compares the keys alone.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     key: u64,
     end: u64,
 }
 
-const EMPTY: Slot = Slot { key: 0, end: 0 };
+const EMPTY: Slot = Slot {
+    key: u64::MAX,
+    end: 0,
+};
 
 /// Slots per bucket: four of 16 bytes fill a 64-byte line.
 const WAYS: usize = 4;
@@ -132,7 +136,10 @@ impl BusyIndex {
     /// The bucket and slot holding `key`, if present, from its probe.
     #[inline]
     fn position_from(&self, key: u64, p: Probe) -> Option<(usize, usize)> {
-        let holds = |s: &Slot| (s.key == key) & (s.end != 0);
+        if key == u64::MAX {
+            return None; // the empty slots' key: no live area's
+        }
+        let holds = |s: &Slot| s.key == key;
         // The home bucket's first slot as the probe read it: read early,
         // so it must be used (or the early read is compiled away).
         let mut b = p.b;
@@ -163,7 +170,7 @@ impl BusyIndex {
         }
         let mut b = self.home(key);
         loop {
-            let empty = self.buckets[b].slots_where(|s| s.end == 0);
+            let empty = self.buckets[b].slots_where(|s| s.key == u64::MAX);
             if empty != 0 {
                 self.buckets[b].0[empty.trailing_zeros() as usize] = Slot { key, end };
                 self.len += 1;
@@ -216,7 +223,7 @@ impl BusyIndex {
         self.buckets
             .iter()
             .flat_map(|b| b.0.iter())
-            .filter(|s| s.end != 0)
+            .filter(|s| s.key != u64::MAX)
             .map(|s| (s.key, s.end))
     }
 
@@ -226,7 +233,7 @@ impl BusyIndex {
         let mut passed = vec![0usize; self.buckets.len()];
         let mut count = 0;
         for (b, bucket) in self.buckets.iter().enumerate() {
-            for s in bucket.0.iter().filter(|s| s.end != 0) {
+            for s in bucket.0.iter().filter(|s| s.key != u64::MAX) {
                 count += 1;
                 if self.get(s.key) != Some(s.end) {
                     return false;
@@ -330,5 +337,21 @@ mod tests {
         assert!(ix.consistent());
         assert_eq!((ix.len(), ix.iter().count()), (0, 0));
         assert_eq!(ix.remove(keys[0]), None);
+    }
+
+    /// `u64::MAX` marks the empty slots: looked up, it finds none of them,
+    /// in an empty index or a full one, and keys next to it still work.
+    #[test]
+    fn the_empty_slots_key_is_never_found() {
+        let mut ix = BusyIndex::new();
+        assert_eq!((ix.get(u64::MAX), ix.remove(u64::MAX)), (None, None));
+        for k in 0..100u64 {
+            ix.insert(k << 12, (k << 12) + 1);
+        }
+        ix.insert(u64::MAX - 1, u64::MAX);
+        assert_eq!((ix.get(u64::MAX), ix.remove(u64::MAX)), (None, None));
+        assert_eq!(ix.remove(u64::MAX - 1), Some(u64::MAX));
+        assert_eq!(ix.len(), 100);
+        assert!(ix.consistent());
     }
 }

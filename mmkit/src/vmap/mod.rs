@@ -688,6 +688,10 @@ mod tests {
         assert_eq!(w.alloc((1 << 63) - 1, 1), Err(AllocError::NoSpace));
         assert_eq!(w.alloc((1 << 63) - 2, 1), Ok((1 << 63) + 1));
         w.check().unwrap();
+        // No area starts at u64::MAX (the busy index's empty-slot key).
+        assert_eq!(w.free(u64::MAX), Err(FreeError::NotAllocated));
+        assert_eq!(w.free_lazy(u64::MAX), Err(FreeError::NotAllocated));
+        w.check().unwrap();
     }
 
     #[test]
