@@ -945,17 +945,35 @@ impl BTree {
     /// O(1).
     #[inline]
     pub fn lowest_start(&self) -> u64 {
-        let tree = if self.height == 0 {
-            let l = &self.leaves[self.root as usize];
-            if l.len == 0 {
-                u64::MAX
-            } else {
-                l.start[0]
-            }
+        self.nodes_lowest_start()
+            .min(self.wild.map_or(u64::MAX, |w| w.0))
+    }
+
+    /// The lowest start in the nodes (`u64::MAX` when they hold none: an
+    /// empty root leaf's first slot is empty).
+    #[inline]
+    fn nodes_lowest_start(&self) -> u64 {
+        if self.height == 0 {
+            self.leaves[self.root as usize].start[0]
         } else {
             self.inners[self.root as usize].key[0]
+        }
+    }
+
+    /// Whether a block starting below `b` may hold `size` bytes: read at
+    /// the root and the wilderness, so false only when every block starts
+    /// at or above `b` or every one that starts below is shorter.
+    #[inline]
+    pub(crate) fn may_hold_below(&self, b: u64, size: u64) -> bool {
+        let longest = || {
+            if self.height == 0 {
+                leaf_max(&self.leaves[self.root as usize])
+            } else {
+                self.inner_max(self.root)
+            }
         };
-        tree.min(self.wild.map_or(u64::MAX, |w| w.0))
+        self.lowest_start() < b
+            && (self.wild.is_some_and(|(s, e)| s < b && e - s >= size) || longest() >= size)
     }
 
     /// The longest block (0 when empty).

@@ -321,8 +321,9 @@ impl VmapAllocator {
         let found = match at {
             // A fit in the tree below `b` starts by `b - 1`, so it ends by
             // `b - 1 + size` (at most `hi`, as `b + size` is), in a block
-            // starting below `b`: none when every block starts at or above.
-            Some(b) if b > lo && self.free.lowest_start() < b => {
+            // starting below `b`: none when every block starts at or above,
+            // or every one that does is too short (read at the root).
+            Some(b) if b > lo && self.free.may_hold_below(b, size) => {
                 self.free
                     .lowest_fit(size, align, lo, b - 1 + size, &mut pos)
             }
@@ -895,6 +896,28 @@ mod tests {
     /// frees beside them, lazy frees and purges, windows, alignments,
     /// growing, shrinking and the highest fit. Every answer and every
     /// free block is checked against the model.
+    /// The wilderness can lie below an isolated block: a lower fit in it
+    /// is found before the isolated block is taken.
+    #[test]
+    fn a_wilderness_below_an_isolated_block_is_searched_first() {
+        let p = 0x1000;
+        let mut v = va(0, 100 * p);
+        for (a, size) in [(0, 1), (1, 1), (2, 2), (4, 1), (5, 95)] {
+            assert_eq!(v.alloc(size * p, p), Ok(a * p));
+        }
+        v.free(0).unwrap(); // isolated [0, 1)
+        v.free(2 * p).unwrap(); // isolated [2, 4)
+                                // Two pages: [0, 1) is looked at in vain and pushed into the
+                                // tree, where, the only block, it is the wilderness.
+        assert_eq!(v.alloc(2 * p, p), Ok(2 * p));
+        assert_eq!(v.isolated.len(), 0);
+        v.free(2 * p).unwrap(); // isolated [2, 4) again
+        assert_eq!(v.isolated.len(), 1);
+        assert_eq!(v.alloc(p, p), Ok(0));
+        assert_eq!(v.alloc(p, p), Ok(2 * p));
+        v.check().unwrap();
+    }
+
     #[test]
     fn isolated_blocks_stay_exact_through_every_operation() {
         let mut rnd = crate::testkit::xorshift(0x2545_f491_4f6c_dd1du64);
