@@ -17,6 +17,13 @@
 //! at 10^5 live areas, where the table is 76% full, spent 13-18% of its
 //! time there.
 //!
+//! Within a bucket the slot is picked without a branch per slot (a mask of
+//! the slots that match, and its lowest bit), and an empty slot is the key
+//! `u64::MAX`, which no live area starts at, so a lookup compares keys
+//! alone: which slot holds a key is random, and a loop that stopped at it
+//! was mispredicted about once a lookup (steady-page pairs 34 -> 27 ns at
+//! 10^3 with both).
+//!
 //! The table doubles when it passes 29/32 full and never shrinks, so steady
 //! state allocates nothing; between 29/64 and 29/32 full, with a one-byte
 //! count per bucket, it holds 17.9 to 35.9 bytes per live area.
