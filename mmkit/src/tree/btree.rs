@@ -406,10 +406,11 @@ enum Scan {
 /// them hold `u64::MAX`, below no key), the index of the last key below
 /// `key`, or 0 if none, without a branch: a direction that is a coin flip
 /// for random keys, and a loop that stops at the node's length
-/// mispredicts its exit. Four-way
-/// steps: three independent comparisons narrow the range to a quarter, so
-/// 16 keys take two dependent steps instead of a binary search's four
-/// (each waits for the load the last one chose).
+/// mispredicts its exit. Four-way steps: three independent comparisons
+/// narrow the range to a quarter, so 16 keys take two dependent steps
+/// instead of a binary search's four (each waits for the load the last
+/// one chose). No mask by the node's length either: it lies in another
+/// cache line than the keys it would mask.
 #[inline]
 fn last_below<const N: usize>(keys: &[u64; N], key: u64) -> usize {
     let mut base = 0;
