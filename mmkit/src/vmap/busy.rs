@@ -61,9 +61,8 @@ struct Bucket([Slot; WAYS]);
 const EMPTY_BUCKET: Bucket = Bucket([EMPTY; WAYS]);
 
 impl Bucket {
-    /// A bit per slot that satisfies `f`, lowest slot lowest. Without a
-    /// branch per slot: which slot holds a key is random, and a branch on
-    /// each was mispredicted about once a lookup.
+    /// A bit per slot that satisfies `f`, lowest slot lowest, without a
+    /// branch per slot (see the module docs).
     #[inline(always)]
     fn slots_where(&self, f: impl Fn(&Slot) -> bool) -> u32 {
         let mut m = 0;
