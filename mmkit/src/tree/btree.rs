@@ -966,27 +966,26 @@ impl BTree {
     /// at or above `b` or every one that starts below is shorter.
     #[inline]
     pub(crate) fn may_hold_below(&self, b: u64, size: u64) -> bool {
-        let longest = || {
-            if self.height == 0 {
-                leaf_max(&self.leaves[self.root as usize])
-            } else {
-                self.inner_max(self.root)
-            }
-        };
         self.lowest_start() < b
-            && (self.wild.is_some_and(|(s, e)| s < b && e - s >= size) || longest() >= size)
+            && (self.wild.is_some_and(|(s, e)| s < b && e - s >= size)
+                || self.nodes_max_len() >= size)
     }
 
     /// The longest block (0 when empty).
     pub fn max_len(&self) -> u64 {
         let w = self.wild.map_or(0, |(s, e)| e - s);
-        let t = if self.height == 0 {
-            self.leaf_agg(self.root).max
+        w.max(self.nodes_max_len())
+    }
+
+    /// The longest block in the nodes, the wilderness left out (0 when
+    /// they hold none), read at the root.
+    #[inline]
+    fn nodes_max_len(&self) -> u64 {
+        if self.height == 0 {
+            leaf_max(&self.leaves[self.root as usize])
         } else {
-            let n = &self.inners[self.root as usize];
-            n.max[..n.len as usize].iter().copied().max().unwrap_or(0)
-        };
-        w.max(t)
+            self.inner_max(self.root)
+        }
     }
 
     /// The path to the leaf holding the last block starting below `key`
@@ -1024,9 +1023,9 @@ impl BTree {
     /// `key`.
     #[inline]
     fn place_in_leaf(&self, key: u64, pos: &mut Pos) {
+        // An empty leaf's first start is `u64::MAX`: no key is above it.
         let l = &self.leaves[pos.leaf as usize];
-        let n = l.len as usize;
-        pos.at = if n == 0 || l.start[0] >= key {
+        pos.at = if l.start[0] >= key {
             0
         } else {
             last_below(&l.start, key) + 1
@@ -1191,7 +1190,7 @@ impl BTree {
             || (0..self.height).map(|d| (p.slot[d] as usize, &self.inners[p.node[d] as usize]));
         let first = || path().all(|(c, _)| c == 0);
         let last = || path().all(|(c, nd)| c + 1 == nd.len as usize);
-        if !((n > 0 && l.start[0] < key) || first()) {
+        if !(l.start[0] < key || first()) {
             return false;
         }
         if (n > 0 && key <= l.start[n - 1]) || nb.last_leaf {
