@@ -252,7 +252,7 @@ impl Pos {
 }
 
 /// Where the block after a key is, for [`Neighbours`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
     None,
     /// At `pos.at` in the same leaf.
@@ -292,6 +292,16 @@ impl Neighbours {
             version: NO_VERSION,
             last_leaf: false,
         }
+    }
+}
+
+impl Neighbours {
+    /// Whether `key` lies in the gap this answer was found for: above
+    /// `prev`'s start and not above `next`'s. Every key there has the same
+    /// neighbours, and the same place for a block at it, in the same tree.
+    #[inline]
+    fn holds_gap(&self, key: u64) -> bool {
+        self.prev.map_or(true, |p| p.0 < key) && self.next.map_or(true, |n| key <= n.0)
     }
 }
 
@@ -1128,6 +1138,18 @@ impl BTree {
     /// O(1) from a current finger, O(log n) otherwise.
     #[inline]
     pub(crate) fn neighbours_near(&self, key: u64, nb: &mut Neighbours) {
+        if nb.version == self.version && nb.holds_gap(key) {
+            // Same tree, same gap between blocks: the same answer.
+            #[cfg(debug_assertions)]
+            {
+                let mut fresh = Neighbours::new();
+                self.neighbours_near(key, &mut fresh);
+                debug_assert_eq!((fresh.prev, fresh.next), (nb.prev, nb.next));
+                debug_assert_eq!((fresh.prev_wild, fresh.next_at), (nb.prev_wild, nb.next_at));
+                debug_assert_eq!((fresh.pos.leaf, fresh.pos.at), (nb.pos.leaf, nb.pos.at));
+            }
+            return;
+        }
         (nb.prev, nb.next, nb.prev_wild, nb.next_at) = (None, None, false, Next::None);
         // From a finger, a key past the leaf's last block found the leaf to
         // be the last: no next leaf to look for.
