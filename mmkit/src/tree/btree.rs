@@ -719,8 +719,7 @@ impl BTree {
     fn leaf_sum(&self, id: u32, max: u64) -> AlignSummary {
         let l = &self.leaves[id as usize];
         let n = l.len as usize;
-        let end: [u64; LEAF_CAP] = core::array::from_fn(|i| l.start[i].wrapping_add(l.size[i]));
-        AlignSummary::of_ranges(max, &l.start[..n], &end[..n])
+        AlignSummary::of_ranges(max, &l.start[..n], &l.size[..n])
     }
 
     fn inner_agg(&self, id: u32) -> Agg {

@@ -260,25 +260,27 @@ impl AlignSummary {
     }
 
     /// [`of_subtree`](Self::of_subtree) of ranges alone (a B+tree leaf's
-    /// blocks, `starts[i]..ends[i]`, the longest `smax`): the same word,
-    /// bit for bit, without building parts. The granule is the trailing
-    /// zeros of all bounds OR-ed together (the minimum of theirs); each
-    /// range goes into every lane at once, and one [`CAP`] granules shorter
-    /// than the longest is skipped (it loses at every class). Lanes are
-    /// `i16` (every value stays below `2^11`), whose minimum is one SSE2
-    /// instruction.
+    /// blocks, `starts[i]..starts[i] + lens[i]`, the longest `smax`): the
+    /// same word, bit for bit, without building parts. The granule is the
+    /// trailing zeros of all starts and lengths OR-ed together (a start
+    /// and its end are multiples of `2^g` iff the start and the length
+    /// are, so that is the minimum of the bounds'), and no end is formed;
+    /// each range goes into every lane at once, and one [`CAP`] granules
+    /// shorter than the longest is skipped (it loses at every class).
+    /// Lanes are `i16` (every value stays below `2^11`), whose minimum is
+    /// one SSE2 instruction.
     ///
     /// # Complexity
     /// O(ranges), about twenty instructions each.
     #[inline]
-    pub fn of_ranges(smax: u64, starts: &[u64], ends: &[u64]) -> AlignSummary {
-        let n = starts.len().min(ends.len());
-        let (starts, ends) = (&starts[..n], &ends[..n]);
-        let bounds = starts.iter().chain(ends).fold(0, |a, &x| a | x);
+    pub fn of_ranges(smax: u64, starts: &[u64], lens: &[u64]) -> AlignSummary {
+        let n = starts.len().min(lens.len());
+        let (starts, lens) = (&starts[..n], &lens[..n]);
+        let bounds = starts.iter().chain(lens).fold(0, |a, &x| a | x);
         let g = bounds.trailing_zeros().min(G_MAX);
         let mut d = [CAP as i16; LANES];
-        for (&s, &e) in starts.iter().zip(ends) {
-            let base = units(smax - (e - s), g);
+        for (&s, &len) in starts.iter().zip(lens) {
+            let base = units(smax - len, g);
             if base == CAP {
                 continue; // loses at every class
             }
@@ -961,11 +963,11 @@ mod tests {
         ) {
             let r = crate::tree::layout(&raw, shift);
             let starts: Vec<u64> = r.iter().map(|x| x.0).collect();
-            let ends: Vec<u64> = r.iter().map(|x| x.1).collect();
-            let smax = r.iter().map(|x| x.1 - x.0).max().unwrap_or(0);
+            let lens: Vec<u64> = r.iter().map(|x| x.1 - x.0).collect();
+            let smax = lens.iter().copied().max().unwrap_or(0);
             let parts: Vec<Part> = r.iter().map(|&(s, e)| Part::Range(s, e)).collect();
             prop_assert_eq!(
-                AlignSummary::of_ranges(smax, &starts, &ends),
+                AlignSummary::of_ranges(smax, &starts, &lens),
                 AlignSummary::of_subtree(smax, &parts)
             );
         }
