@@ -90,6 +90,10 @@ pub(crate) struct BusyIndex {
     /// Per bucket, the keys stored past it whose probe passed it.
     passed: Vec<u8>,
     len: usize,
+    /// `64 - log2(buckets)`: a hash's top bits pick the home bucket.
+    shift: u32,
+    /// The count at which the table doubles (29/32 of its slots).
+    grow_at: usize,
 }
 
 impl BusyIndex {
@@ -103,6 +107,8 @@ impl BusyIndex {
             buckets: vec![EMPTY_BUCKET; n],
             passed: vec![0; n],
             len: 0,
+            shift: 64 - n.trailing_zeros(),
+            grow_at: n * WAYS * 29 / 32,
         }
     }
 
@@ -122,8 +128,7 @@ impl BusyIndex {
     /// Fibonacci hashing: page-aligned keys still spread over every bucket.
     #[inline]
     fn home(&self, key: u64) -> usize {
-        let bits = self.buckets.len().trailing_zeros();
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
     }
 
     /// The home bucket of `key`, its first slot read. A caller that reads
@@ -171,7 +176,7 @@ impl BusyIndex {
     /// Inserts the live area `[key, end)`; the key must not be present.
     pub(crate) fn insert(&mut self, key: u64, end: u64) {
         debug_assert!(end > key);
-        if (self.len + 1) * 32 > self.buckets.len() * WAYS * 29 {
+        if self.len >= self.grow_at {
             self.grow();
         }
         let mut b = self.home(key);
