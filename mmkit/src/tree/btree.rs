@@ -1129,12 +1129,15 @@ impl BTree {
     /// `nb` last found in this tree if no block changed since and `key`
     /// belongs there too: a free beside one found before (the working set
     /// above `mmkit bench fix-size-holes`' holes, whose frees leave the
-    /// tree alone) reads one leaf instead of descending. `nb` must be one
-    /// filled by this tree (or new): the version says whether the path is
-    /// current, not whose it is. Crate-private for that reason.
+    /// tree alone) reads one leaf instead of descending; and a key in the
+    /// very gap between blocks that `nb` was found for keeps `nb` as it is,
+    /// reading no node at all (those frees all fall between the highest
+    /// hole and the wilderness). `nb` must be one filled by this tree (or
+    /// new): the version says whether the path is current, not whose it
+    /// is. Crate-private for that reason.
     ///
     /// # Complexity
-    /// O(1) from a current finger, O(log n) otherwise.
+    /// O(1) in the same gap or from a current finger, O(log n) otherwise.
     #[inline]
     pub(crate) fn neighbours_near(&self, key: u64, nb: &mut Neighbours) {
         if nb.version == self.version && nb.holds_gap(key) {
