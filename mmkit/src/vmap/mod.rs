@@ -891,11 +891,6 @@ mod tests {
         }
     }
 
-    /// Churn that keeps isolated blocks in use (areas freed between live
-    /// ones and taken back), mixed with everything that must see them:
-    /// frees beside them, lazy frees and purges, windows, alignments,
-    /// growing, shrinking and the highest fit. Every answer and every
-    /// free block is checked against the model.
     /// The wilderness can lie below an isolated block: a lower fit in it
     /// is found before the isolated block is taken.
     #[test]
@@ -905,10 +900,11 @@ mod tests {
         for (a, size) in [(0, 1), (1, 1), (2, 2), (4, 1), (5, 95)] {
             assert_eq!(v.alloc(size * p, p), Ok(a * p));
         }
-        v.free(0).unwrap(); // isolated [0, 1)
-        v.free(2 * p).unwrap(); // isolated [2, 4)
-                                // Two pages: [0, 1) is looked at in vain and pushed into the
-                                // tree, where, the only block, it is the wilderness.
+        // Both freed areas merge with nothing: isolated [0, 1) and [2, 4).
+        v.free(0).unwrap();
+        v.free(2 * p).unwrap();
+        // Two pages: [0, 1) is looked at in vain and pushed into the tree,
+        // where, the only block, it is the wilderness.
         assert_eq!(v.alloc(2 * p, p), Ok(2 * p));
         assert_eq!(v.isolated.len(), 0);
         v.free(2 * p).unwrap(); // isolated [2, 4) again
@@ -918,6 +914,11 @@ mod tests {
         v.check().unwrap();
     }
 
+    /// Churn that keeps isolated blocks in use (areas freed between live
+    /// ones and taken back), mixed with everything that must see them:
+    /// frees beside them, lazy frees and purges, windows, alignments,
+    /// growing, shrinking and the highest fit. Every answer and every
+    /// free block is checked against the model.
     #[test]
     fn isolated_blocks_stay_exact_through_every_operation() {
         let mut rnd = crate::testkit::xorshift(0x2545_f491_4f6c_dd1du64);
