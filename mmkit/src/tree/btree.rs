@@ -293,9 +293,7 @@ impl Neighbours {
             last_leaf: false,
         }
     }
-}
 
-impl Neighbours {
     /// Whether `key` lies in the gap this answer was found for: above
     /// `prev`'s start and not above `next`'s. Every key there has the same
     /// neighbours, and the same place for a block at it, in the same tree.
@@ -1122,7 +1120,7 @@ impl BTree {
     #[inline]
     pub fn neighbours_into(&self, key: u64, nb: &mut Neighbours) {
         nb.version = NO_VERSION;
-        self.neighbours_near(key, nb);
+        self.find_neighbours(key, nb);
     }
 
     /// [`neighbours_into`](Self::neighbours_into), starting from the leaf
