@@ -562,6 +562,9 @@ pub struct BTree {
     /// merge of siblings): while it holds, every path found is still the
     /// way to its leaf, whatever blocks changed inside the leaves.
     shape: u64,
+    /// The longest block in the nodes and the version it was read at
+    /// (see [`may_hold_below`](Self::may_hold_below)).
+    nodes_max: (u64, u64),
 }
 
 impl Default for BTree {
@@ -590,6 +593,7 @@ impl BTree {
             missed: (NO_VERSION, Shape::NONE),
             cleared: Cleared::NONE,
             shape: 0,
+            nodes_max: (NO_VERSION, 0),
         }
     }
 
@@ -971,11 +975,24 @@ impl BTree {
     /// Whether a block starting below `b` may hold `size` bytes: read at
     /// the root and the wilderness, so false only when every block starts
     /// at or above `b` or every one that starts below is shorter.
+    ///
+    /// The root's longest block is kept from one call to the next while
+    /// the tree is unchanged: an allocator whose allocations take back
+    /// isolated blocks asks this of the same tree every time, and reading
+    /// it is a scan of all the root's children.
     #[inline]
-    pub(crate) fn may_hold_below(&self, b: u64, size: u64) -> bool {
-        self.lowest_start() < b
-            && (self.wild.is_some_and(|(s, e)| s < b && e - s >= size)
-                || self.nodes_max_len() >= size)
+    pub(crate) fn may_hold_below(&mut self, b: u64, size: u64) -> bool {
+        if self.lowest_start() >= b {
+            return false;
+        }
+        if self.wild.is_some_and(|(s, e)| s < b && e - s >= size) {
+            return true;
+        }
+        if self.nodes_max.0 != self.version {
+            self.nodes_max = (self.version, self.nodes_max_len());
+        }
+        debug_assert_eq!(self.nodes_max.1, self.nodes_max_len());
+        self.nodes_max.1 >= size
     }
 
     /// The longest block (0 when empty).
@@ -2802,6 +2819,42 @@ mod tests {
         let p = t.find(2000).unwrap();
         t.set_range_at(&p, 2000, 2003);
         assert_eq!(fit(&mut t, 3, 1, 0, 4000), Some(2000));
+        t.check(0, u64::MAX).unwrap();
+    }
+
+    /// The root's longest block, kept between calls of `may_hold_below`,
+    /// is read again after every kind of change: a block grown, split,
+    /// removed, merged or inserted, the longest one included.
+    #[test]
+    fn may_hold_below_sees_every_change_to_the_longest_block() {
+        let mut t = BTree::new();
+        // One-unit blocks at every 4th unit below 4000 (several levels),
+        // the wilderness from 10_000, above every bound asked.
+        for i in 0..1000u64 {
+            t.insert(i * 4, i * 4 + 1);
+        }
+        t.insert(10_000, 20_000);
+        assert!(t.may_hold_below(5000, 1));
+        assert!(!t.may_hold_below(5000, 2));
+        assert!(!t.may_hold_below(5000, 2)); // from the kept value
+                                             // Grown in place: three units at 2000.
+        let p = t.find(2000).unwrap();
+        t.set_range_at(&p, 2000, 2003);
+        assert!(t.may_hold_below(5000, 3));
+        assert!(!t.may_hold_below(5000, 4));
+        // Split by an allocation of its middle unit: none of two.
+        let p = t.find(2000).unwrap();
+        t.split_at(&p, (2000, 2001), 2002, 2003);
+        assert!(!t.may_hold_below(5000, 2));
+        // That unit freed: merged with both sides into three units again.
+        let nb = t.neighbours(2001);
+        t.merge(&nb);
+        assert!(t.may_hold_below(5000, 3));
+        // Removed: none of two again; a new long block below the bound.
+        assert!(t.remove(2000));
+        assert!(!t.may_hold_below(5000, 2));
+        t.insert(4500, 4600);
+        assert!(t.may_hold_below(5000, 100));
         t.check(0, u64::MAX).unwrap();
     }
 
