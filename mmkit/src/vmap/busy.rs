@@ -94,7 +94,25 @@ pub(crate) struct BusyIndex {
     shift: u32,
     /// The count at which the table doubles (29/32 of its slots).
     grow_at: usize,
+    /// The slot the last removal emptied in its key's home bucket, with
+    /// that key: the same key inserted again goes straight back there
+    /// while the slot is empty (see [`insert`](Self::insert)).
+    vacated: Vacated,
 }
+
+/// A slot emptied by removing `key` from its home bucket: bucket `at / WAYS`,
+/// slot `at % WAYS`.
+#[derive(Debug, Clone, Copy)]
+struct Vacated {
+    key: u64,
+    at: usize,
+}
+
+/// No vacated slot: `u64::MAX` is no live area's key.
+const NOT_VACATED: Vacated = Vacated {
+    key: u64::MAX,
+    at: 0,
+};
 
 impl BusyIndex {
     pub(crate) fn new() -> Self {
@@ -109,6 +127,7 @@ impl BusyIndex {
             len: 0,
             shift: 64 - n.trailing_zeros(),
             grow_at: n * WAYS * 29 / 32,
+            vacated: NOT_VACATED,
         }
     }
 
@@ -174,8 +193,23 @@ impl BusyIndex {
     }
 
     /// Inserts the live area `[key, end)`; the key must not be present.
+    ///
+    /// A key removed last and inserted again while the slot it left in
+    /// its home bucket is empty (an area freed and taken straight back,
+    /// the usual pair of a churn over isolated blocks) returns to that
+    /// slot: no hash, and no search of the bucket for a free slot, which
+    /// sat on the allocation's critical path.
     pub(crate) fn insert(&mut self, key: u64, end: u64) {
         debug_assert!(end > key);
+        // The slot is still empty unless another key took it since.
+        let v = self.vacated;
+        let (b, i) = (v.at / WAYS, v.at % WAYS);
+        if key == v.key && self.buckets[b].0[i].key == u64::MAX {
+            debug_assert_eq!(self.home(key), b);
+            self.buckets[b].0[i] = Slot { key, end };
+            self.len += 1;
+            return;
+        }
         if self.len >= self.grow_at {
             self.grow();
         }
@@ -209,6 +243,16 @@ impl BusyIndex {
         let (at, i) = self.position_from(key, p)?;
         let end = self.buckets[at].0[i].end;
         self.buckets[at].0[i] = EMPTY;
+        // Only a slot in the home bucket: a key put back there passes no
+        // bucket, so no count needs restoring.
+        self.vacated = if at == p.b {
+            Vacated {
+                key,
+                at: at * WAYS + i,
+            }
+        } else {
+            NOT_VACATED
+        };
         // The key no longer passes the buckets between its home and its own.
         let mut b = p.b;
         while b != at {
@@ -348,6 +392,47 @@ mod tests {
         assert!(ix.consistent());
         assert_eq!((ix.len(), ix.iter().count()), (0, 0));
         assert_eq!(ix.remove(keys[0]), None);
+    }
+
+    /// A key removed and inserted straight back returns to the slot it
+    /// left. An insertion between, which may take that slot, sends it
+    /// through the table as usual; so does a key that was stored past its
+    /// home bucket, whose way back must count the buckets it passes.
+    #[test]
+    fn a_key_goes_straight_back_only_to_its_home_slot_and_only_next() {
+        let table = BusyIndex::with_buckets(4);
+        let keys: Vec<u64> = (1u64..)
+            .map(|i| i << 12)
+            .filter(|&k| table.home(k) == 0)
+            .take(6)
+            .collect();
+        let mut ix = BusyIndex::new();
+        for &k in &keys[..5] {
+            ix.insert(k, k + 1); // four at home, the fifth one bucket on
+        }
+        assert_eq!((ix.buckets.len(), ix.passed[0]), (4, 1));
+        let slot = |ix: &BusyIndex, b: usize, i: usize| ix.buckets[b].0[i].key;
+        // Straight back to slot 1 of bucket 0.
+        assert_eq!(ix.remove(keys[1]), Some(keys[1] + 1));
+        ix.insert(keys[1], keys[1] + 2);
+        assert_eq!(slot(&ix, 0, 1), keys[1]);
+        assert_eq!(ix.get(keys[1]), Some(keys[1] + 2));
+        // Another key takes the slot first: the removed one goes on.
+        assert_eq!(ix.remove(keys[1]), Some(keys[1] + 2));
+        ix.insert(keys[5], keys[5] + 1);
+        assert_eq!(slot(&ix, 0, 1), keys[5]);
+        ix.insert(keys[1], keys[1] + 1);
+        assert_eq!(ix.get(keys[5]), Some(keys[5] + 1));
+        assert_eq!(ix.get(keys[1]), Some(keys[1] + 1));
+        assert_eq!(ix.passed[0], 2);
+        assert!(ix.consistent());
+        // The key stored past its home goes back the long way, counted.
+        assert_eq!(ix.remove(keys[4]), Some(keys[4] + 1));
+        assert_eq!(ix.passed[0], 1);
+        ix.insert(keys[4], keys[4] + 1);
+        assert_eq!(ix.passed[0], 2);
+        assert!(ix.consistent());
+        assert_eq!(ix.len(), 6);
     }
 
     /// `u64::MAX` marks the empty slots: looked up, it finds none of them,
