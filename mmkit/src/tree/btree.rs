@@ -301,6 +301,12 @@ impl Neighbours {
     fn holds_gap(&self, key: u64) -> bool {
         self.prev.map_or(true, |p| p.0 < key) && self.next.map_or(true, |n| key <= n.0)
     }
+
+    /// Whether either block found is the wilderness.
+    #[inline]
+    pub(crate) fn wild_beside(&self) -> bool {
+        self.prev_wild || self.next_at == Next::Wild
+    }
 }
 
 impl Default for Neighbours {

@@ -352,17 +352,23 @@ impl VmapAllocator {
     /// assert_eq!(va.free_blocks().collect::<Vec<_>>(), [0..40, 50..100]);
     /// ```
     pub fn free_blocks(&self) -> impl Iterator<Item = Range<u64>> + '_ {
-        // The tree's blocks and the isolated ones, merged in address order.
-        let mut tree = self.free.iter().peekable();
-        let mut iso = self.isolated.iter().peekable();
+        // Only the pending area and its pads touch: joined here.
+        let mut held = self.held_free_blocks().peekable();
         core::iter::from_fn(move || {
-            let (s, e) = match (tree.peek(), iso.peek()) {
-                (Some(t), Some(i)) if i.0 < t.0 => iso.next(),
-                (Some(_), _) => tree.next(),
-                (None, _) => iso.next(),
-            }?;
+            let (s, mut e) = held.next()?;
+            while let Some((_, ne)) = held.next_if(|&(ns, _)| ns == e) {
+                e = ne;
+            }
             Some(s..e)
         })
+    }
+
+    /// The free blocks as they are held, in address order: the tree's,
+    /// the isolated ones and the pending area (beside its pads).
+    pub(super) fn held_free_blocks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let pending = self.pending.held().map(|h| h.area);
+        let aside = by_start(self.isolated.iter(), pending.into_iter());
+        by_start(self.free.iter(), aside)
     }
 
     /// The lazily freed areas waiting for a purge, in the order they were
@@ -475,6 +481,19 @@ impl VmapAllocator {
             self.clip(&pos, a, e - s);
         }
     }
+}
+
+/// Two iterators of disjoint ranges sorted by start, merged in order.
+fn by_start(
+    a: impl Iterator<Item = (u64, u64)>,
+    b: impl Iterator<Item = (u64, u64)>,
+) -> impl Iterator<Item = (u64, u64)> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    core::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if y.0 < x.0 => b.next(),
+        (Some(_), _) => a.next(),
+        (None, _) => b.next(),
+    })
 }
 
 #[cfg(test)]

@@ -45,11 +45,13 @@ use crate::tree::btree::{BTree, Neighbours, Pos};
 mod api;
 mod busy;
 mod isolated;
+mod pending;
 #[cfg(feature = "std")]
 pub mod pooled;
 use alloc::vec::Vec;
 use busy::{BusyIndex, Probe};
 use isolated::Isolated;
+use pending::Pending;
 
 /// How an allocated `[a, a + size)` sits in the free block `[s, e)` it was
 /// cut from: the kernel's four fit types.
@@ -139,6 +141,9 @@ pub struct VmapAllocator {
     /// The last few freed areas that merged with nothing, kept out of
     /// `free` until reused, joined or pushed out (see `isolated`).
     isolated: Isolated,
+    /// The last freed area that had free neighbours, kept out of `free`
+    /// beside them until taken back or merged (see `pending`).
+    pending: Pending,
     /// Lazily freed areas, waiting for a purge.
     lazy: LazyList,
     lazy_max: u64,
@@ -193,6 +198,7 @@ impl VmapAllocator {
             nb: Neighbours::new(),
             busy: BusyIndex::new(),
             isolated: Isolated::new(),
+            pending: Pending::new(),
             lazy: LazyList::default(),
             lazy_max: DEFAULT_LAZY_MAX,
             flush_hook: None,
@@ -252,49 +258,122 @@ impl VmapAllocator {
 
     /// Returns `[s, e)` to free space, merging with both neighbours at once:
     /// one descent finds both and the path to each, so a merge fixes the
-    /// augmented values without a second descent.
+    /// augmented values without a second descent. (Space returned by a
+    /// purge or a grow; it is never held pending.)
     fn merge_or_add(&mut self, s: u64, e: u64) {
+        self.settle_pending();
         self.free.neighbours_near(s, &mut self.nb);
-        self.release(s, e);
+        self.release(s, e, false);
     }
 
     /// [`merge_or_add`](Self::merge_or_add) with the tree's neighbours of
-    /// `s` already found, in `self.nb`. The isolated blocks beside `[s, e)`
-    /// join it first; a result that touches no block of the tree is
-    /// isolated in turn and waits out of the tree.
+    /// `s` already found, in `self.nb`, and no area pending. The isolated
+    /// blocks beside `[s, e)` join it first; a result that touches no
+    /// block of the tree is isolated in turn and waits out of the tree.
+    /// One that does, if nothing joined it and `may_hold`, waits as the
+    /// pending area, its neighbours left in the tree as its pads.
     #[inline]
-    fn release(&mut self, s: u64, e: u64) {
+    fn release(&mut self, s: u64, e: u64, may_hold: bool) {
+        debug_assert!(self.pending.held().is_none());
         let nb = &self.nb;
         self.free_bytes += e - s;
         // An isolated block joined here is no neighbour of the tree's
         // blocks, and none of them starts inside it: `nb`, found for `s`,
         // is as valid for the joined range.
-        let (s, e) = self.isolated.take_adjacent(s, e);
-        let joins_prev = nb.prev.is_some_and(|p| p.1 == s);
-        let joins_next = nb.next.is_some_and(|n| n.0 == e);
+        let (js, je) = self.isolated.take_adjacent(s, e);
+        let joins_prev = nb.prev.is_some_and(|p| p.1 == js);
+        let joins_next = nb.next.is_some_and(|n| n.0 == je);
+        if !joins_prev && !joins_next {
+            if !self.isolated.push(js, je) {
+                self.free.insert_at(nb, js, je);
+            }
+        } else if !(may_hold && (js, je) == (s, e) && self.hold_pending(s, e)) {
+            self.join_tree(js, je, joins_prev, joins_next);
+        }
+    }
+
+    /// Keeps `[s, e)`, which touches a block found beside it (`self.nb`)
+    /// and joined no isolated block, as the pending area, if it may be
+    /// kept. Not when a block it touches is the wilderness, which changes
+    /// with every allocation at the top.
+    fn hold_pending(&mut self, s: u64, e: u64) -> bool {
+        let nb = &self.nb;
+        if nb.wild_beside() {
+            return false;
+        }
+        let js = nb.prev.filter(|p| p.1 == s).map_or(s, |p| p.0);
+        let je = nb.next.filter(|n| n.0 == e).map_or(e, |n| n.1);
+        self.pending.hold((s, e), (js, je))
+    }
+
+    /// Adds `[s, e)` to the tree, merged with the blocks found beside it
+    /// (`self.nb`) that it touches.
+    #[inline]
+    fn join_tree(&mut self, s: u64, e: u64, joins_prev: bool, joins_next: bool) {
+        let nb = &self.nb;
         match (joins_prev, joins_next) {
             (true, true) => self.free.merge(nb),
             (true, false) => self.free.grow_prev(nb, e),
             (false, true) => self.free.grow_next(nb, s),
-            (false, false) => {
-                if !self.isolated.push(s, e) {
-                    self.free.insert_at(nb, s, e);
-                }
-            }
+            (false, false) => self.free.insert_at(nb, s, e),
         }
     }
 
-    /// Moves every isolated block into the tree (before an operation that
-    /// only looks there).
+    /// Merges the pending area, if any, into the tree with its pads, as
+    /// its free would have (before an operation that could change a pad,
+    /// or that takes part of the extent).
+    #[inline]
+    fn settle_pending(&mut self) {
+        if self.pending.held().is_some() {
+            self.settle_held();
+        }
+    }
+
+    /// [`settle_pending`](Self::settle_pending) with an area pending: out
+    /// of line, so a free with none pending reads one word for it.
+    #[inline(never)]
+    fn settle_held(&mut self) {
+        if let Some(h) = self.pending.release() {
+            let ((s, e), (js, je)) = (h.area, h.extent);
+            self.free.neighbours_near(s, &mut self.nb);
+            debug_assert_eq!(
+                self.nb.prev.filter(|p| p.1 == s),
+                (js < s).then_some((js, s))
+            );
+            debug_assert_eq!(
+                self.nb.next.filter(|n| n.0 == e),
+                (e < je).then_some((e, je))
+            );
+            self.join_tree(s, e, js < s, e < je);
+        }
+    }
+
+    /// Moves every isolated block, and the pending area, into the tree
+    /// (before an operation that only looks there).
     fn settle_isolated(&mut self) {
+        self.settle_pending();
         for (s, e) in self.isolated.take_all() {
             self.free.insert(s, e);
         }
     }
 
-    /// The longest free block, in the tree or isolated.
+    /// The longest free block, in the tree, isolated or pending.
     fn largest_free(&self) -> u64 {
-        self.free.max_len().max(self.isolated.largest())
+        let pending = self.pending.held().map_or(0, |h| h.extent.1 - h.extent.0);
+        self.free
+            .max_len()
+            .max(self.isolated.largest())
+            .max(pending)
+    }
+
+    /// The count of maximal free blocks: the pending area's extent is one,
+    /// which its pads in the tree are part of.
+    fn free_block_count(&self) -> usize {
+        let (held, pads) = self
+            .pending
+            .held()
+            .map_or((0, 0), |h| (1, h.pads().count()));
+        self.free.len() + self.isolated.len() + held - pads
     }
 
     /// Detaches the live area at `addr` from the busy index, from `probe`,
@@ -314,17 +393,25 @@ impl VmapAllocator {
         crate::range::purge_through_hook(self, |a| &mut a.flush_hook)
     }
 
-    /// The exact lowest fit in `[lo, hi)`, in the tree or an isolated
-    /// block, made a live area.
+    /// The exact lowest fit in `[lo, hi)`, in the tree, an isolated block
+    /// or the pending extent, made a live area.
     fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
         self.free.enable_summaries(align);
         let mut pos = Pos::new();
         let (missed, at) = self.isolated.lowest_fit(size, align, lo, hi);
-        let found = match at {
+        let held = self.pending.lowest_fit(size, align, lo, hi);
+        // The lower of the two: they lie in disjoint blocks.
+        let below = match (at, held) {
+            (Some(b), Some(p)) => Some(b.min(p)),
+            (b, p) => b.or(p),
+        };
+        let found = match below {
             // A fit in the tree below `b` starts by `b - 1`, so it ends by
             // `b - 1 + size` (at most `hi`, as `b + size` is), in a block
             // starting below `b`: none when every block starts at or above,
-            // or every one that does is too short (read at the root).
+            // or every one that does is too short (read at the root). A fit
+            // inside a pad of the pending extent is no lower than the
+            // extent's own, so none is found here.
             Some(b) if b > lo && self.free.may_hold_below(b, size) => {
                 self.free
                     .lowest_fit(size, align, lo, b - 1 + size, &mut pos)
@@ -332,10 +419,23 @@ impl VmapAllocator {
             Some(_) => None,
             None => self.free.lowest_fit(size, align, lo, hi, &mut pos),
         };
-        let a = match (found, at) {
+        let a = match (found, below) {
             (Some(a), _) => {
+                debug_assert!(self
+                    .pending
+                    .held()
+                    .map_or(true, |h| h.pads().all(|pad| pad != self.free.get(&pos))));
                 self.claim(&pos, a, size);
                 a
+            }
+            (None, Some(p)) if held == Some(p) => {
+                if self.pending.held().is_some_and(|h| h.area != (p, p + size)) {
+                    return self.alloc_settled(size, align, lo, hi);
+                }
+                self.pending.taken_back();
+                self.free_bytes -= size;
+                self.mark_live(p, size);
+                p
             }
             (None, Some(b)) => {
                 if let Some((s, e)) = self.isolated.cut(missed, b, size) {
@@ -355,6 +455,14 @@ impl VmapAllocator {
             }
         }
         Some(a)
+    }
+
+    /// An allocation that takes part of the pending extent: the area is
+    /// merged first, and the fit found again, in the tree.
+    #[cold]
+    fn alloc_settled(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        self.settle_pending();
+        self.try_alloc(size, align, lo, hi)
     }
 
     /// Makes `[a, a + size)`, found at `pos`, a live area. (Reading the
@@ -411,9 +519,11 @@ impl RangeAllocator for VmapAllocator {
         // allocator both miss the cache, and the misses then overlap
         // (10^5-10^6 live areas: see docs/bench-history.md).
         let probe = self.busy.probe(addr);
+        // The area freed may be next to a pad of the pending one.
+        self.settle_pending();
         self.free.neighbours_near(addr, &mut self.nb);
         let (s, e) = self.take_busy(addr, probe)?;
-        self.release(s, e);
+        self.release(s, e, true);
         Ok(e - s)
     }
 
@@ -494,7 +604,7 @@ impl RangeAllocator for VmapAllocator {
             + self.lazy.areas.capacity() * core::mem::size_of::<(u64, u64)>()
             + core::mem::size_of::<Self>();
         RangeStats {
-            free_blocks: (self.free.len() + self.isolated.len()) as u64,
+            free_blocks: self.free_block_count() as u64,
             free_bytes: self.free_bytes,
             largest_free: self.largest_free(),
             live_areas: self.busy.len() as u64,
@@ -525,13 +635,35 @@ impl RangeAllocator for VmapAllocator {
             }
             prev_end = Some(e);
         }
-        // Free blocks, in the tree or isolated, are maximal.
-        let mut prev_end = None;
-        for r in self.free_blocks() {
-            if let Some(end) = prev_end {
-                ensure!(end < r.start, Layout @ end, "adjacent free blocks at {end:#x}");
+        // The pending area's pads are the tree's blocks beside it.
+        if let Some(h) = self.pending.held() {
+            let ((s, e), (js, je)) = (h.area, h.extent);
+            ensure!(s < e && js <= s && e <= je, Layout @ s, "pending area {s:#x} outside its extent");
+            ensure!(h.pads().count() > 0, Layout @ s, "pending area {s:#x} with no pad");
+            for (ps, pe) in h.pads() {
+                ensure!(
+                    self.free.containing(ps) == Some((ps, pe)),
+                    Layout @ ps,
+                    "pad {ps:#x}..{pe:#x} of the pending area is not a free block"
+                );
             }
-            prev_end = Some(r.end);
+        }
+        // Free blocks, in the tree, isolated or pending, are maximal: the
+        // only ones that touch are the pending area and its pads.
+        let mut prev_end = None;
+        for (s, e) in self.held_free_blocks() {
+            if let Some(end) = prev_end {
+                let pad_edge = self
+                    .pending
+                    .held()
+                    .is_some_and(|h| end == s && (s == h.area.0 || s == h.area.1));
+                ensure!(
+                    end < s || pad_edge,
+                    Layout @ end,
+                    "adjacent free blocks at {end:#x}"
+                );
+            }
+            prev_end = Some(e);
         }
         // Free, busy and lazy ranges partition the space exactly.
         let mut all = Vec::with_capacity(self.free.len() + self.busy.len());
@@ -614,7 +746,7 @@ mod tests {
     #[cfg(target_pointer_width = "64")]
     #[test]
     fn the_allocator_is_the_size_its_docs_say() {
-        assert_eq!(core::mem::size_of::<VmapAllocator>(), 824);
+        assert_eq!(core::mem::size_of::<VmapAllocator>(), 872);
     }
 
     #[test]
@@ -923,13 +1055,84 @@ mod tests {
         v.check().unwrap();
     }
 
-    /// Churn that keeps isolated blocks in use (areas freed between live
-    /// ones and taken back), mixed with everything that must see them:
+    /// A freed area between two free blocks waits as the pending area,
+    /// the blocks left in the tree as its pads: taken back whole without a
+    /// change to the tree, found exactly when a request takes part of the
+    /// extent or a pad, and merged before a free beside a pad.
+    #[test]
+    fn a_pending_area_is_exact_in_every_use() {
+        let p = 0x1000;
+        let blocks = |v: &VmapAllocator| -> Vec<(u64, u64)> {
+            free_blocks(v)
+                .iter()
+                .map(|&(s, e)| (s / p, e / p))
+                .collect()
+        };
+        // One-page areas at pages 0..5, pages 5..95 live, the wilderness
+        // [95, 100) above; pages 1 and 3 freed and moved into the tree (the
+        // pads to be: a pad is never the wilderness).
+        let mut v = va(0, 100 * p);
+        for a in 0..5 {
+            assert_eq!(v.alloc(p, p), Ok(a * p));
+        }
+        assert_eq!(v.alloc(90 * p, p), Ok(5 * p));
+        v.free(p).unwrap();
+        v.free(3 * p).unwrap();
+        v.settle_isolated();
+        assert_eq!((v.free.len(), v.isolated.len()), (3, 0));
+        // Page 2 freed: pending, [1, 4) one free block, the tree as it was.
+        v.free(2 * p).unwrap();
+        let h = v.pending.held().unwrap();
+        assert_eq!((h.area, h.extent), ((2 * p, 3 * p), (p, 4 * p)));
+        assert_eq!(v.free.len(), 3);
+        assert_eq!(blocks(&v), [(1, 4), (95, 100)]);
+        assert_eq!(v.stats().free_blocks, 2);
+        assert_eq!(v.stats().largest_free, 5 * p);
+        v.check().unwrap();
+        // Two-page aligned: exactly the area, taken back.
+        assert_eq!(v.alloc(p, 2 * p), Ok(2 * p));
+        assert!(v.pending.held().is_none());
+        assert_eq!(
+            (v.free.len(), blocks(&v)),
+            (3, vec![(1, 2), (3, 4), (95, 100)])
+        );
+        // Again pending; one page: the lowest is the pad at 1, in the tree.
+        v.free(2 * p).unwrap();
+        assert!(v.pending.held().is_some());
+        assert_eq!(v.alloc(p, p), Ok(p));
+        assert!(v.pending.held().is_none());
+        assert_eq!(blocks(&v), [(2, 4), (95, 100)]);
+        v.check().unwrap();
+        // Pending with one pad, [2, 3) beside [3, 4); two pages: the extent.
+        v.free(p).unwrap();
+        v.alloc(p, p).unwrap(); // back to [2, 4) in the tree
+        assert_eq!(v.alloc(p, 2 * p), Ok(2 * p));
+        v.free(2 * p).unwrap();
+        assert_eq!(v.pending.held().unwrap().extent, (2 * p, 4 * p));
+        assert_eq!(v.alloc(2 * p, p), Ok(2 * p));
+        assert_eq!(blocks(&v), [(95, 100)]);
+        v.check().unwrap();
+        // Pending again, then a free beside its pad: merged into one.
+        v.free(2 * p).unwrap(); // nothing beside: isolated
+        v.settle_isolated();
+        assert_eq!(v.alloc(p, p), Ok(2 * p)); // [3, 4) stays in the tree
+        v.free(2 * p).unwrap();
+        assert_eq!(v.pending.held().unwrap().extent, (2 * p, 4 * p));
+        v.free(4 * p).unwrap();
+        assert!(v.pending.held().is_none());
+        assert_eq!(blocks(&v), [(2, 5), (95, 100)]);
+        assert_eq!(v.stats().free_blocks, 2);
+        v.check().unwrap();
+    }
+
+    /// Churn that keeps isolated blocks and the pending area in use (areas
+    /// freed between live ones or beside free blocks, and taken back),
+    /// mixed with everything that must see them:
     /// frees beside them, lazy frees and purges, windows, alignments,
     /// growing, shrinking and the highest fit. Every answer and every
     /// free block is checked against the model.
     #[test]
-    fn isolated_blocks_stay_exact_through_every_operation() {
+    fn isolated_and_pending_blocks_stay_exact_through_every_operation() {
         let mut rnd = crate::testkit::xorshift(0x2545_f491_4f6c_dd1du64);
         let (lo, hi) = (0x1000, 0x1000 + 64 * 256);
         let mut v = va(lo, hi);
@@ -937,6 +1140,7 @@ mod tests {
         let mut live: Vec<(u64, u64)> = vec![];
         let mut lazy: Vec<(u64, u64)> = vec![];
         let (mut kept, mut taken_back) = (0, 0);
+        let (mut held, mut held_back) = (0, 0);
         // Packed areas of 1..4 units of 64.
         for _ in 0..48 {
             let size = 64 * (1 + rnd() % 4);
@@ -953,6 +1157,8 @@ mod tests {
                     assert_eq!(v.free(s), Ok(e - s));
                     model_free(&mut model, s, e);
                     kept += usize::from(v.isolated.len() > kept_before);
+                    let pending = v.pending.held().map(|h| h.area);
+                    held += usize::from(pending.is_some());
                     let size = if rnd() % 4 == 0 {
                         64 * (1 + rnd() % 4)
                     } else {
@@ -963,6 +1169,8 @@ mod tests {
                     let before = v.isolated.len();
                     assert_eq!(v.alloc(size, align).ok(), want, "step {step}");
                     taken_back += usize::from(v.isolated.len() < before);
+                    held_back +=
+                        usize::from(pending.is_some() && pending == want.map(|a| (a, a + size)));
                     if let Some(a) = want {
                         live.push((a, a + size));
                     }
@@ -1024,10 +1232,11 @@ mod tests {
             v.check().unwrap();
             assert_eq!(free_blocks(&v), model, "step {step}");
         }
-        // The churn used the array: blocks went in and came back out.
+        // The churn used the array and the pending area: blocks went in
+        // and came back out.
         assert!(
-            kept > 100 && taken_back > 100,
-            "kept {kept}, taken back {taken_back}"
+            kept > 100 && taken_back > 100 && held > 300 && held_back > 100,
+            "kept {kept}, taken back {taken_back}, held {held}, held back {held_back}"
         );
     }
 }
