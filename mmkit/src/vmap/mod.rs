@@ -19,6 +19,9 @@
 //!   isolated:  up to 8 free blocks kept out of the tree: freed areas that
 //!              merged with nothing, taken back by the next requests that
 //!              fit them lowest (see `isolated`)
+//!   pending:   the last freed area that touched free blocks, kept out of
+//!              the tree beside them (its pads, left as they were) until
+//!              taken back whole or merged (see `pending`)
 //!   lazy list: areas freed lazily; not reusable until the next purge
 //! ```
 //!
@@ -29,11 +32,12 @@
 //! tree before it took 56); a live area is one 16-byte slot of the busy
 //! index (17.9 to 35.9 bytes with the table's empty slots and counts); a
 //! lazy area is 16 bytes in the lazy list; the isolated blocks are a fixed
-//! 144 bytes inside the allocator; with the last free's neighbours and
-//! their path (the finger), the tree's last failed search, the bound its
-//! last aligned search left with the path to its leaf, the root's longest
-//! block and the busy slot last emptied, the allocator itself is 824
-//! bytes (`size_of::<VmapAllocator>()` on 64-bit targets). Released nodes
+//! 144 bytes inside the allocator and the pending area 48; with the last
+//! free's neighbours and their path (the finger), the tree's last failed
+//! search, the bound its last aligned search left with the path to its
+//! leaf, the root's longest block and the busy slot last emptied, the
+//! allocator itself is 872 bytes (`size_of::<VmapAllocator>()` on 64-bit
+//! targets). Released nodes
 //! are reused and none of these shrink, so steady-state operation
 //! allocates no heap memory.
 
@@ -747,6 +751,7 @@ mod tests {
     #[test]
     fn the_allocator_is_the_size_its_docs_say() {
         assert_eq!(core::mem::size_of::<VmapAllocator>(), 872);
+        assert_eq!(core::mem::size_of::<Pending>(), 48);
     }
 
     #[test]
