@@ -37,9 +37,8 @@
 //! search, the bound its last aligned search left with the path to its
 //! leaf, the root's longest block and the busy slot last emptied, the
 //! allocator itself is 872 bytes (`size_of::<VmapAllocator>()` on 64-bit
-//! targets). Released nodes
-//! are reused and none of these shrink, so steady-state operation
-//! allocates no heap memory.
+//! targets). Released nodes are reused and none of these shrink, so
+//! steady-state operation allocates no heap memory.
 
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
