@@ -2796,19 +2796,26 @@ mod tests {
         t.check(0, u64::MAX).unwrap();
     }
 
+    /// One-unit blocks at every 4th unit below 4000 (a tree of several
+    /// levels) and the wilderness `[10_000, 20_000)`.
+    fn units_below_4000_and_a_wilderness() -> BTree {
+        let mut t = BTree::new();
+        for i in 0..1000u64 {
+            t.insert(i * 4, i * 4 + 1);
+        }
+        t.insert(10_000, 20_000);
+        t
+    }
+
     /// A failed search is remembered only for requests it covers (same
     /// size and alignment, a window inside its own) and only until the
     /// blocks change.
     #[test]
     fn a_failed_search_answers_only_what_it_covers() {
-        let mut t = BTree::new();
         // One-unit blocks at every 4th unit below 4000, a 3-unit one at
         // 5000, the wilderness from 10_000.
-        for i in 0..1000u64 {
-            t.insert(i * 4, i * 4 + 1);
-        }
+        let mut t = units_below_4000_and_a_wilderness();
         t.insert(5000, 5003);
-        t.insert(10_000, 20_000);
         let mut pos = Pos::new();
         let mut fit =
             |t: &mut BTree, size, align, lo, hi| t.lowest_fit(size, align, lo, hi, &mut pos);
@@ -2833,13 +2840,8 @@ mod tests {
     /// removed, merged or inserted, the longest one included.
     #[test]
     fn may_hold_below_sees_every_change_to_the_longest_block() {
-        let mut t = BTree::new();
-        // One-unit blocks at every 4th unit below 4000 (several levels),
-        // the wilderness from 10_000, above every bound asked.
-        for i in 0..1000u64 {
-            t.insert(i * 4, i * 4 + 1);
-        }
-        t.insert(10_000, 20_000);
+        // Several levels; the wilderness above every bound asked.
+        let mut t = units_below_4000_and_a_wilderness();
         assert!(t.may_hold_below(5000, 1));
         assert!(!t.may_hold_below(5000, 2));
         assert!(!t.may_hold_below(5000, 2)); // from the kept value

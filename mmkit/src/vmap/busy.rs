@@ -366,17 +366,23 @@ mod tests {
         }
     }
 
+    /// The first `n` page-aligned keys whose home is bucket 0 in a table of
+    /// `buckets` buckets.
+    fn keys_homed_at_0(buckets: usize, n: usize) -> Vec<u64> {
+        let table = BusyIndex::with_buckets(buckets);
+        (1u64..)
+            .map(|i| i << 12)
+            .filter(|&k| table.home(k) == 0)
+            .take(n)
+            .collect()
+    }
+
     /// Hundreds of keys with one home bucket: its count of keys passing it
     /// saturates and stays, lookups stay right, and removing them all
     /// leaves an index that finds nothing.
     #[test]
     fn a_saturated_count_is_only_slower() {
-        let table = BusyIndex::with_buckets(128);
-        let keys: Vec<u64> = (1u64..)
-            .map(|i| i << 12)
-            .filter(|&k| table.home(k) == 0)
-            .take(300)
-            .collect();
+        let keys = keys_homed_at_0(128, 300);
         let mut ix = BusyIndex::new();
         for &k in &keys {
             ix.insert(k, k + 1);
@@ -399,13 +405,8 @@ mod tests {
     /// through the table as usual; so does a key that was stored past its
     /// home bucket, whose way back must count the buckets it passes.
     #[test]
-    fn a_key_goes_straight_back_only_to_its_home_slot_and_only_next() {
-        let table = BusyIndex::with_buckets(4);
-        let keys: Vec<u64> = (1u64..)
-            .map(|i| i << 12)
-            .filter(|&k| table.home(k) == 0)
-            .take(6)
-            .collect();
+    fn a_removed_key_goes_straight_back_only_to_its_empty_home_slot() {
+        let keys = keys_homed_at_0(4, 6);
         let mut ix = BusyIndex::new();
         for &k in &keys[..5] {
             ix.insert(k, k + 1); // four at home, the fifth one bucket on
