@@ -30,7 +30,7 @@
 //! fit), merges it into the tree first, as it would have been (`settle`).
 //!
 //! Like the isolated blocks, it is used only while it pays: a take-back
-//! saves a merge and a split of tree blocks (about 4,000 instructions on
+//! saves a merge and a split of tree blocks (about 3,700 instructions on
 //! align-holes at 10^5), a settle that nothing took back costs a few
 //! hundred more than merging at once (the lookup of the area's neighbours
 //! again). This is mmkit's own; the kernel merges on every free.
