@@ -21,15 +21,16 @@
 //! first and merges them in, so the invariant holds after it. This is
 //! mmkit's own; the kernel keeps every free block in its tree.
 
-/// What a block taken back from the array earns, what one pushed out
-/// unused costs, and the cap of the balance: a block taken back saves an
+use super::balance::Balance;
+
+/// What a block taken back from the array earns and what one pushed out
+/// unused costs (see [`Balance`]): a block taken back saves an
 /// insertion into the tree and a removal from it (about 2,000
 /// instructions on fix-size-holes at 10^5), one pushed out costs the
 /// descent that finds its place in the tree (a few hundred), so the array
 /// pays while more than one block in four comes back.
 const EARNED: i32 = 192;
 const WASTED: i32 = 64;
-const BALANCE_CAP: i32 = 4096;
 
 /// Isolated blocks kept, at most. Each allocation scans them in address
 /// order, so a few: more only hold blocks at high addresses, which the
@@ -48,7 +49,7 @@ pub(crate) struct Isolated {
     /// refused block adds 1, so a workload that changes is noticed: on
     /// random sizes most blocks are pushed out unused (random-size at
     /// 10^3: 15% taken back) and the array stays nearly idle.
-    balance: i32,
+    balance: Balance,
 }
 
 impl Isolated {
@@ -57,7 +58,7 @@ impl Isolated {
             start: [0; CAP],
             end: [0; CAP],
             len: 0,
-            balance: 0,
+            balance: Balance::new(),
         }
     }
 
@@ -134,8 +135,7 @@ impl Isolated {
     /// already known.
     #[inline]
     pub(crate) fn push(&mut self, s: u64, e: u64) -> bool {
-        if self.balance < 0 {
-            self.balance += 1;
+        if !self.balance.admits() {
             return false;
         }
         if self.len == CAP {
@@ -151,7 +151,7 @@ impl Isolated {
     /// be looked at again (in the tree, the maxima rule them out).
     pub(crate) fn push_out(&mut self, n: usize) -> impl Iterator<Item = (u64, u64)> {
         // n <= CAP: no overflow.
-        self.balance = (self.balance - WASTED * n as i32).max(-BALANCE_CAP);
+        self.balance.lose(WASTED * n as i32);
         self.take_first(n)
     }
 
@@ -168,7 +168,7 @@ impl Isolated {
     /// returned instead of kept.
     #[inline]
     pub(crate) fn cut(&mut self, i: usize, a: u64, size: u64) -> Option<(u64, u64)> {
-        self.balance = (self.balance + EARNED).min(BALANCE_CAP);
+        self.balance.earn(EARNED);
         let (s, e) = (self.start[i], self.end[i]);
         let top = a + size;
         match (a == s, top == e) {

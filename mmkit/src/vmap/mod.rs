@@ -46,6 +46,7 @@ use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::tree::btree::{BTree, Neighbours, Pos};
 
 mod api;
+mod balance;
 mod busy;
 mod isolated;
 mod pending;

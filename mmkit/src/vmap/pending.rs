@@ -35,11 +35,12 @@
 //! hundred more than merging at once (the lookup of the area's neighbours
 //! again). This is mmkit's own; the kernel merges on every free.
 
-/// What an area taken back earns, what one merged unused costs, and the
-/// cap of the balance (see [`Pending::balance`]).
+use super::balance::Balance;
+
+/// What an area taken back earns and what one merged unused costs (see
+/// [`Balance`]).
 const EARNED: i32 = 256;
 const WASTED: i32 = 64;
-const BALANCE_CAP: i32 = 4096;
 
 /// At most one freed area with its extent, and whether keeping one has
 /// paid lately.
@@ -50,7 +51,7 @@ pub(crate) struct Pending {
     /// [`EARNED`] per area taken back, less [`WASTED`] per area merged
     /// unused; an area is kept only while it is not negative, and one
     /// refused adds 1, so a workload that changes is noticed.
-    balance: i32,
+    balance: Balance,
 }
 
 /// A pending area and its extent.
@@ -74,7 +75,7 @@ impl Pending {
     pub(crate) const fn new() -> Self {
         Pending {
             held: None,
-            balance: 0,
+            balance: Balance::new(),
         }
     }
 
@@ -101,8 +102,7 @@ impl Pending {
         if self.held.is_some() {
             return false;
         }
-        if self.balance < 0 {
-            self.balance += 1;
+        if !self.balance.admits() {
             return false;
         }
         self.held = Some(Held { area, extent });
@@ -113,7 +113,7 @@ impl Pending {
     #[inline]
     pub(crate) fn taken_back(&mut self) {
         self.held = None;
-        self.balance = (self.balance + EARNED).min(BALANCE_CAP);
+        self.balance.earn(EARNED);
     }
 
     /// Gives up the held area, to be merged into the tree: it saved
@@ -122,7 +122,7 @@ impl Pending {
     #[inline]
     pub(crate) fn release(&mut self) -> Option<Held> {
         let h = self.held.take()?;
-        self.balance = (self.balance - WASTED).max(-BALANCE_CAP);
+        self.balance.lose(WASTED);
         Some(h)
     }
 }
