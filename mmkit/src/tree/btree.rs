@@ -2844,8 +2844,9 @@ mod tests {
         let mut t = units_below_4000_and_a_wilderness();
         assert!(t.may_hold_below(5000, 1));
         assert!(!t.may_hold_below(5000, 2));
-        assert!(!t.may_hold_below(5000, 2)); // from the kept value
-                                             // Grown in place: three units at 2000.
+        // Asked again of the same tree: from the kept value.
+        assert!(!t.may_hold_below(5000, 2));
+        // Grown in place: three units at 2000.
         let p = t.find(2000).unwrap();
         t.set_range_at(&p, 2000, 2003);
         assert!(t.may_hold_below(5000, 3));
