@@ -101,6 +101,7 @@ extern crate std;
 #[doc(hidden)]
 pub use alloc::format as __format;
 
+mod balance;
 pub mod baseline;
 pub mod buddy;
 pub mod debug;

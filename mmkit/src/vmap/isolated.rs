@@ -21,7 +21,7 @@
 //! first and merges them in, so the invariant holds after it. This is
 //! mmkit's own; the kernel keeps every free block in its tree.
 
-use super::balance::Balance;
+use crate::balance::Balance;
 
 /// What a block taken back from the array earns and what one pushed out
 /// unused costs (see [`Balance`]): a block taken back saves an

@@ -33,11 +33,12 @@
 //! index (17.9 to 35.9 bytes with the table's empty slots and counts); a
 //! lazy area is 16 bytes in the lazy list; the isolated blocks are a fixed
 //! 144 bytes inside the allocator and the pending area 48; with the last
-//! free's neighbours and their path (the finger), the tree's last failed
-//! search, the bound its last aligned search left with the path to its
-//! leaf, the root's longest block and the busy slot last emptied, the
-//! allocator itself is 872 bytes (`size_of::<VmapAllocator>()` on 64-bit
-//! targets). Released nodes are reused and none of these shrink, so
+//! free's neighbours and their path (the finger, with the tree's shape
+//! count it was found at and whether descending from it has paid), the
+//! tree's last failed search, the bound its last aligned search left with
+//! the path to its leaf, the root's longest block and the busy slot last
+//! emptied, the allocator itself is 880 bytes
+//! (`size_of::<VmapAllocator>()` on 64-bit targets). Released nodes are reused and none of these shrink, so
 //! steady-state operation allocates no heap memory.
 
 use crate::ensure;
@@ -46,7 +47,6 @@ use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::tree::btree::{BTree, Neighbours, Pos};
 
 mod api;
-mod balance;
 mod busy;
 mod isolated;
 mod pending;
@@ -750,7 +750,7 @@ mod tests {
     #[cfg(target_pointer_width = "64")]
     #[test]
     fn the_allocator_is_the_size_its_docs_say() {
-        assert_eq!(core::mem::size_of::<VmapAllocator>(), 872);
+        assert_eq!(core::mem::size_of::<VmapAllocator>(), 880);
         assert_eq!(core::mem::size_of::<Pending>(), 48);
     }
 

@@ -35,7 +35,7 @@
 //! hundred more than merging at once (the lookup of the area's neighbours
 //! again). This is mmkit's own; the kernel merges on every free.
 
-use super::balance::Balance;
+use crate::balance::Balance;
 
 /// What an area taken back earns and what one merged unused costs (see
 /// [`Balance`]).

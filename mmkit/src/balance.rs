@@ -1,13 +1,13 @@
-//! Whether keeping freed areas out of the tree has paid lately: the
-//! ledger that the isolated blocks and the pending area each keep. An area
-//! taken back earns what it saved; one given up unused costs what waiting
-//! cost; new areas are kept only while the balance is not negative.
+//! Whether a shortcut has paid lately: the ledger that the isolated blocks
+//! and the pending area of `vmap` each keep, and the tree's finger. A use
+//! that pays earns what it saved; one that does not costs what trying cost;
+//! the shortcut is tried only while the balance is not negative.
 
 /// The balance's bound either way: a long run of either kind is forgotten
 /// after at most this much of the other.
 const CAP: i32 = 4096;
 
-/// What keeping areas out of the tree has saved, less what it has cost.
+/// What a shortcut has saved, less what it has cost.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Balance(i32);
 
@@ -16,8 +16,9 @@ impl Balance {
         Balance(0)
     }
 
-    /// Whether a new area may be kept: while the balance is not negative.
-    /// A refusal adds 1, so a workload that changes is noticed.
+    /// Whether the shortcut may be tried (a new area kept out of the tree,
+    /// say): while the balance is not negative. A refusal adds 1, so a
+    /// workload that changes is noticed.
     #[inline]
     pub(crate) fn admits(&mut self) -> bool {
         if self.0 < 0 {
@@ -27,13 +28,13 @@ impl Balance {
         true
     }
 
-    /// An area was taken back, saving `x`.
+    /// The shortcut paid (an area was taken back), saving `x`.
     #[inline]
     pub(crate) fn earn(&mut self, x: i32) {
         self.0 = (self.0 + x).min(CAP);
     }
 
-    /// Areas were given up unused, costing `x`.
+    /// The shortcut did not pay (areas were given up unused), costing `x`.
     #[inline]
     pub(crate) fn lose(&mut self, x: i32) {
         self.0 = (self.0 - x).max(-CAP);
