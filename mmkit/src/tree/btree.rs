@@ -1051,17 +1051,33 @@ impl BTree {
     /// steady-page pairs 2-3% faster.
     #[inline]
     fn descend_below_into(&self, key: u64, pos: &mut Pos) {
+        self.descend_from(self.root, 0, key, pos);
+    }
+
+    /// The rest of [`descend_below_into`](Self::descend_below_into) from
+    /// node `at` at depth `d`, where `pos` already holds the path above.
+    #[inline(always)]
+    fn descend_from(&self, mut at: u32, d: usize, key: u64, pos: &mut Pos) {
         pos.wild = false;
-        let mut at = self.root;
-        for d in 0..self.height {
+        for e in d..self.height {
             let n = &self.inners[at as usize];
             let c = last_below(&n.key, key);
-            pos.node[d] = at;
-            pos.slot[d] = c as u8;
+            pos.node[e] = at;
+            pos.slot[e] = c as u8;
             at = n.kid[c];
         }
         pos.leaf = at;
         self.place_in_leaf(key, pos);
+    }
+
+    /// Debug builds: `pos` is where a descent for `key` from the root goes.
+    #[cfg(debug_assertions)]
+    fn assert_descends_to(&self, key: u64, pos: &Pos) {
+        let mut full = Pos::new();
+        self.descend_below_into(key, &mut full);
+        assert_eq!((full.leaf, full.at), (pos.leaf, pos.at));
+        assert_eq!(full.node[..self.height], pos.node[..self.height]);
+        assert_eq!(full.slot[..self.height], pos.slot[..self.height]);
     }
 
     /// [`descend_below_into`](Self::descend_below_into) for a `pos` that is
@@ -1093,25 +1109,9 @@ impl BTree {
                 (c == 0 || n.key[c] < key) && n.key.get(c + 1).map_or(true, |&k| k >= key)
             })
             .count();
-        let mut at = self.node_at(pos, d);
-        for e in d..self.height {
-            let n = &self.inners[at as usize];
-            let c = last_below(&n.key, key);
-            pos.node[e] = at;
-            pos.slot[e] = c as u8;
-            at = n.kid[c];
-        }
-        pos.leaf = at;
-        pos.wild = false;
-        self.place_in_leaf(key, pos);
+        self.descend_from(self.node_at(pos, d), d, key, pos);
         #[cfg(debug_assertions)]
-        {
-            let mut full = Pos::new();
-            self.descend_below_into(key, &mut full);
-            debug_assert_eq!((full.leaf, full.at), (pos.leaf, pos.at));
-            debug_assert_eq!(full.node[..self.height], pos.node[..self.height]);
-            debug_assert_eq!(full.slot[..self.height], pos.slot[..self.height]);
-        }
+        self.assert_descends_to(key, pos);
         d
     }
 
@@ -1257,13 +1257,7 @@ impl BTree {
         if from_finger {
             self.place_in_leaf(key, &mut nb.pos);
             #[cfg(debug_assertions)]
-            {
-                let mut full = Pos::new();
-                self.descend_below_into(key, &mut full);
-                debug_assert_eq!((full.leaf, full.at), (nb.pos.leaf, nb.pos.at));
-                debug_assert_eq!(full.node[..self.height], nb.pos.node[..self.height]);
-                debug_assert_eq!(full.slot[..self.height], nb.pos.slot[..self.height]);
-            }
+            self.assert_descends_to(key, &nb.pos);
         } else {
             if nb.shape == self.shape && nb.route.admits() {
                 let kept = self.redescend_below(key, &mut nb.pos);
