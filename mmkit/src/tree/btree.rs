@@ -78,6 +78,14 @@
 //! that leaf and skips the descent: align-holes at 10^5, 5,963 -> 5,145
 //! instructions a pair, for 96 bytes more per tree.
 //!
+//! A free's lookup of its neighbours keeps a path the same way
+//! (`Neighbours`, the finger): while the shape count holds, the next
+//! lookup keeps that path from the root as far as its own key would go,
+//! checking two keys per level without waiting on a search, and descends
+//! only below (`BTree::redescend_below`): align-holes at 10^5, 74 -> 52 ns a
+//! pair, the working set sharing its lower levels; a balance turns it off
+//! for random keys.
+//!
 //! Nodes live in two vectors; released nodes are chained for reuse, so a
 //! steady state of inserts and removals allocates no heap memory.
 
@@ -1247,7 +1255,8 @@ impl BTree {
     }
 
     /// [`neighbours_near`](Self::neighbours_near) without the shortcut for
-    /// a key in the gap found last: from the finger or by a descent.
+    /// a key in the gap found last: from the finger's leaf, down from as
+    /// much of its path as still leads to the key, or by a descent.
     #[inline]
     fn find_neighbours(&self, key: u64, nb: &mut Neighbours) {
         (nb.prev, nb.next, nb.prev_wild, nb.next_at) = (None, None, false, Next::None);
@@ -2997,7 +3006,10 @@ mod tests {
         t.check(0, u64::MAX).unwrap();
         assert!(max_height >= 3, "height {max_height}");
         assert!(hits > 10_000, "{hits} lookups from a current finger");
-        assert!(redescents > 5_000, "{redescents} lookups from a kept path");
+        assert!(
+            redescents > 5_000,
+            "{redescents} lookups with a path to keep"
+        );
     }
 }
 
