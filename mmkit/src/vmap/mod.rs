@@ -37,9 +37,9 @@
 //! count it was found at and whether descending from it has paid), the
 //! tree's last failed search, the bound its last aligned search left with
 //! the path to its leaf, the root's longest block and the busy slot last
-//! emptied, the allocator itself is 880 bytes
-//! (`size_of::<VmapAllocator>()` on 64-bit targets). Released nodes are reused and none of these shrink, so
-//! steady-state operation allocates no heap memory.
+//! emptied, the allocator itself is 880 bytes (`size_of::<VmapAllocator>()`
+//! on 64-bit targets). Released nodes are reused and none of these shrink,
+//! so steady-state operation allocates no heap memory.
 
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
@@ -1132,10 +1132,10 @@ mod tests {
 
     /// Churn that keeps isolated blocks and the pending area in use (areas
     /// freed between live ones or beside free blocks, and taken back),
-    /// mixed with everything that must see them:
-    /// frees beside them, lazy frees and purges, windows, alignments,
-    /// growing, shrinking and the highest fit. Every answer and every
-    /// free block is checked against the model.
+    /// mixed with everything that must see them: frees beside them, lazy
+    /// frees and purges, windows, alignments, growing, shrinking and the
+    /// highest fit. Every answer and every free block is checked against
+    /// the model.
     #[test]
     fn isolated_and_pending_blocks_stay_exact_through_every_operation() {
         let mut rnd = crate::testkit::xorshift(0x2545_f491_4f6c_dd1du64);
