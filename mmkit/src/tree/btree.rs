@@ -86,6 +86,16 @@
 //! pair, the working set sharing its lower levels; a balance turns it off
 //! for random keys.
 //!
+//! A request whose alignment every start already has (at most the granule
+//! floor) is answered by the start of the first block long enough, where
+//! that block lies in the window: the search then takes, at each level,
+//! the first child whose longest block is long enough, with no key read,
+//! no window test and no backing up (`BTree::plain_fit`); a block below
+//! the window sends it to the general search. Instructions a pair
+//! (callgrind): `mmkit bench random-size` 1,987 -> 1,872 at 10^3 and
+//! 2,701 -> 2,491 at 10^5, `fragmented` 1,999 -> 1,885 and 2,589 -> 2,360;
+//! 5-15% faster in alternating runs.
+//!
 //! Nodes live in two vectors; released nodes are chained for reuse, so a
 //! steady state of inserts and removals allocates no heap memory.
 
@@ -1435,11 +1445,18 @@ impl BTree {
             }
             start = self.start_leaf();
         }
-        let found = self.fit_up(from, start, pos).or_else(|| {
-            let (s, e) = self.wild?;
-            pos.wild = true;
-            crate::range::fit_in(s.max(from.lo), e.min(hi), size, align)
-        });
+        let plain = if start.is_none() && from.lo == lo {
+            self.plain_fit(q, pos)
+        } else {
+            None
+        };
+        let found = plain
+            .unwrap_or_else(|| self.fit_up(from, start, pos))
+            .or_else(|| {
+                let (s, e) = self.wild?;
+                pos.wild = true;
+                crate::range::fit_in(s.max(from.lo), e.min(hi), size, align)
+            });
         debug_assert!(
             from.lo == lo
                 || self.len > 4096
@@ -1459,6 +1476,40 @@ impl BTree {
             None => self.missed = (self.version, Shape::of(&q)),
         }
         found
+    }
+
+    /// The lowest fit by a plain descent, when the request can take the
+    /// start of the first block long enough: every start is a multiple of
+    /// its alignment (`k` at most the granule floor) and that block starts
+    /// inside the window. Each level takes its first child whose longest
+    /// block is long enough, with no key read and no backing up; `None`
+    /// when the general search must answer (the block starts below `lo`).
+    #[inline]
+    fn plain_fit(&self, q: Request, pos: &mut Pos) -> Option<Option<u64>> {
+        if q.k > self.floor || self.height == 0 {
+            return None;
+        }
+        let mut id = self.root;
+        for d in 0..self.height {
+            let n = &self.inners[id as usize];
+            let m = at_least(&n.max, q.size);
+            if m == 0 {
+                return Some(None);
+            }
+            let c = m.trailing_zeros() as usize;
+            pos.node[d] = id;
+            pos.slot[d] = c as u8;
+            id = n.kid[c];
+        }
+        let l = &self.leaves[id as usize];
+        let i = at_least(&l.size, q.size).trailing_zeros() as usize;
+        debug_assert!(i < LEAF_CAP, "a child's maximum was long enough");
+        let s = l.start[i];
+        if s < q.lo {
+            return None;
+        }
+        pos.set_leaf(id, i);
+        Some((s < q.hi && q.hi - s >= q.size).then_some(s))
     }
 
     /// The request both searches make: pruned by the summaries while they
