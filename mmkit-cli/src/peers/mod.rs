@@ -16,6 +16,7 @@
 //! ```
 
 mod measure;
+mod mmkit_index;
 mod mmkit_pooled;
 mod mmkit_vmap;
 mod offset_allocator;
@@ -40,6 +41,7 @@ use crate::run::{lookup, ms, progress, ratio, Machine, PAGE};
 use measure::Outcome;
 use workload::{Plan, Workload};
 
+pub use mmkit_index::MmkitIndex;
 pub use mmkit_pooled::MmkitPooled;
 pub use mmkit_vmap::Mmkit;
 pub use offset_allocator::OffsetAlloc;
@@ -209,6 +211,7 @@ pub fn allocators() -> Vec<Entry> {
     vec![
         entry::<Mmkit>(),
         entry::<MmkitPooled>(),
+        entry::<MmkitIndex>(),
         entry::<VmAllocator>(),
         entry::<RangeAlloc>(),
         entry::<OffsetAlloc>(),
@@ -488,24 +491,28 @@ struct SummaryRow {
     /// mmkit's inexact mode (`mmkit-pooled`), when it ran, over the
     /// fastest peer.
     pooled_vs_fastest: Option<f64>,
+    /// mmkit's free-block index alone (`mmkit-index`), when it ran, over
+    /// the fastest peer: the floor of the exact design.
+    index_vs_fastest: Option<f64>,
 }
 
-const SUMMARY_COLS: [Col; 10] = [
+const SUMMARY_COLS: [Col; 11] = [
     col("workload", "workload", Fmt::Text),
     col("live", "live", Fmt::Text),
     col("mmkit_ns", "mmkit ns", Fmt::Dec(0)),
     col("fastest_peer", "fastest peer", Fmt::Text),
     col("its_ns", "its ns", Fmt::Dec(0)),
-    col("mmkit_vs_fastest", "mmkit/fastest", Fmt::Ratio),
+    col("mmkit_vs_fastest", "mmkit / fastest", Fmt::Ratio),
     col("its_lowest_fit_pct", "its lowest fit", Fmt::Pct(1)),
     col("exact_peer", "exact peer", Fmt::Text),
     col("exact_peer_vs_mmkit", "it/mmkit", Fmt::Ratio),
-    col("pooled_vs_fastest", "pooled/fastest", Fmt::Ratio),
+    col("pooled_vs_fastest", "pooled / fastest", Fmt::Ratio),
+    col("index_vs_fastest", "index / fastest", Fmt::Ratio),
 ];
 
 /// Whether a row is one of mmkit's own allocators, not a peer.
 fn is_mmkit(name: &str) -> bool {
-    name == Mmkit::name() || name == MmkitPooled::name()
+    name == Mmkit::name() || name == MmkitPooled::name() || name == MmkitIndex::name()
 }
 
 /// One summary line per live count: mmkit against the fastest peer.
@@ -528,8 +535,8 @@ fn summarize(w: &Workload, rows: &[BenchRow]) -> Vec<SummaryRow> {
                 .iter()
                 .find(|r| r.live == live && r.allocator == Mmkit::name())?
                 .ns_per_pair?;
-            // mmkit's own inexact mode is not a peer: it gets a column of
-            // its own, against the same fastest peer.
+            // mmkit's own inexact mode and its bare index are not peers:
+            // each gets a column of its own, against the same fastest peer.
             let peers = || {
                 rows.iter()
                     .filter(move |r| r.live == live && !is_mmkit(r.allocator))
@@ -537,10 +544,11 @@ fn summarize(w: &Workload, rows: &[BenchRow]) -> Vec<SummaryRow> {
             let any = fastest(&mut peers())?;
             let exact = fastest(&mut peers().filter(|r| r.exact_by_design));
             let its = any.ns_per_pair?;
-            let pooled = rows
-                .iter()
-                .find(|r| r.live == live && r.allocator == MmkitPooled::name())
-                .and_then(|r| r.ns_per_pair);
+            let own = |name: &str| {
+                rows.iter()
+                    .find(|r| r.live == live && r.allocator == name)
+                    .and_then(|r| r.ns_per_pair)
+            };
             Some(SummaryRow {
                 workload: w.name,
                 live,
@@ -551,7 +559,8 @@ fn summarize(w: &Workload, rows: &[BenchRow]) -> Vec<SummaryRow> {
                 its_lowest_fit_pct: any.lowest_fit_pct.unwrap_or(f64::NAN),
                 exact_peer: exact.as_ref().map(|e| e.allocator),
                 exact_peer_vs_mmkit: exact.and_then(|e| ratio(e.ns_per_pair?, m)),
-                pooled_vs_fastest: pooled.and_then(|p| ratio(p, its)),
+                pooled_vs_fastest: own(MmkitPooled::name()).and_then(|p| ratio(p, its)),
+                index_vs_fastest: own(MmkitIndex::name()).and_then(|p| ratio(p, its)),
             })
         })
         .collect()

@@ -108,6 +108,11 @@ fn mmkit_pooled_adapter() {
 }
 
 #[test]
+fn mmkit_index_adapter() {
+    exercise::<MmkitIndex>();
+}
+
+#[test]
 fn vm_allocator_adapter() {
     exercise::<VmAllocator>();
 }
@@ -152,6 +157,7 @@ fn bad_requests_are_refused_not_panics() {
     }
     refuse::<Mmkit>();
     refuse::<MmkitPooled>();
+    refuse::<MmkitIndex>();
     refuse::<VmAllocator>();
     refuse::<RangeAlloc>();
     refuse::<OffsetAlloc>();
@@ -354,6 +360,16 @@ fn the_pooled_mode_is_not_a_peer() {
     assert_eq!(s[0].pooled_vs_fastest, Some(0.2));
     // Without it, no column.
     let s = summarize(&workload::ALL[0], &[rows[0].clone(), rows[2].clone()]);
+    assert_eq!(s[0].pooled_vs_fastest, None);
+    // The bare index is not a peer either, and gets a column of its own.
+    let rows = [
+        rows[0].clone(),
+        row_of("mmkit-index", 5.0, 100.0),
+        rows[2].clone(),
+    ];
+    let s = summarize(&workload::ALL[0], &rows);
+    assert_eq!(s[0].fastest_peer, "xalloc-tlsf");
+    assert_eq!(s[0].index_vs_fastest, Some(0.1));
     assert_eq!(s[0].pooled_vs_fastest, None);
     assert!(
         !rows[1].mmkit_broke_contract(),
