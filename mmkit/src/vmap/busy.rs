@@ -24,6 +24,11 @@
 //! was mispredicted about once a lookup (steady-page pairs 34 -> 27 ns at
 //! 10^3 with both).
 //!
+//! A key's home bucket is the top bits of the key times the golden ratio,
+//! the key's granule (the trailing zeros every key has) shifted out first:
+//! pages at a regular stride then spread evenly, where page-aligned keys
+//! taken as they are piled up on some homes (see `BusyIndex::home`).
+//!
 //! The table doubles when it passes 29/32 full and never shrinks, so steady
 //! state allocates nothing; between 29/64 and 29/32 full, with a one-byte
 //! count per bucket, it holds 17.9 to 35.9 bytes per live area.
