@@ -1445,7 +1445,8 @@ impl BTree {
             }
             start = self.start_leaf();
         }
-        let plain = if start.is_none() && from.lo == lo {
+        // (A remembered bound, the only source of `start`, raises `from.lo`.)
+        let plain = if from.lo == lo {
             self.plain_fit(q, pos)
         } else {
             None

@@ -171,12 +171,18 @@ impl BusyIndex {
     /// allocator of pages, only while its first keys come in.
     #[cold]
     fn lower_zeros(&mut self, key: u64) {
-        let mut finer = Self::with_buckets(self.buckets.len());
-        finer.zeros = key.trailing_zeros().min(self.zeros);
-        for (k, end) in self.iter() {
-            finer.insert(k, end);
+        self.rebuild(self.buckets.len(), key.trailing_zeros().min(self.zeros));
+    }
+
+    /// Puts every key into a new table of `buckets` buckets, hashed with
+    /// `zeros` zeros shifted out.
+    fn rebuild(&mut self, buckets: usize, zeros: u32) {
+        let mut new = Self::with_buckets(buckets);
+        new.zeros = zeros;
+        let old = core::mem::replace(self, new);
+        for (key, end) in old.iter() {
+            self.insert(key, end);
         }
-        *self = finer;
     }
 
     /// The home bucket of `key`, its first slot read. A caller that reads
@@ -299,12 +305,7 @@ impl BusyIndex {
     }
 
     fn grow(&mut self) {
-        let mut bigger = Self::with_buckets(self.buckets.len() * 2);
-        bigger.zeros = self.zeros;
-        let old = core::mem::replace(self, bigger);
-        for (key, end) in old.iter() {
-            self.insert(key, end);
-        }
+        self.rebuild(self.buckets.len() * 2, self.zeros);
     }
 
     /// Every live area `(start, end)`, in table order.
