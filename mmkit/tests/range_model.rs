@@ -327,3 +327,62 @@ fn panicking_hook_stays_installed<A: RangeAllocator>(make: fn(u64, u64) -> A) {
     assert!(!log.lock().unwrap().is_empty(), "hook lost after a panic");
     ok(&a);
 }
+
+// ---------------------------------------------------------------------------
+// A tree of three levels and more
+// ---------------------------------------------------------------------------
+
+/// The deep runs' size: areas cut before the random steps.
+const DEEP_AREAS: u64 = 6000;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10))]
+
+    /// The tree allocator at about 3,000 free blocks (three levels: a root,
+    /// inner nodes, leaves), where the lowest fit is a choice among many
+    /// blocks of a leaf and many leaves.
+    #[test]
+    fn vmap_matches_model_on_a_deep_tree(seed in any::<u64>(), ops in prop::collection::vec(deep_op(), 1..200)) {
+        run_deep(tree, DEEP_AREAS, seed, &ops).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// The deep runs reach what they claim: a shrunk set-up (fewer areas, a
+/// larger leaf) fails here, not silently.
+#[test]
+fn deep_runs_reach_three_levels_and_thousands_of_blocks() {
+    let (mut a, _) = instrumented(&tree, (0, 1 << 40));
+    let mut m = Model::new(0, 1 << 40);
+    fragment(&mut a, &mut m, DEEP_AREAS, 1);
+    let blocks = a.stats().free_blocks;
+    assert!(blocks >= 2900, "{blocks} free blocks");
+    assert!(
+        min_levels(blocks - 1) >= 3,
+        "{blocks} free blocks fit in two levels"
+    );
+    // Every hole length is present, so a leaf's fitting blocks differ.
+    let lens: std::collections::BTreeSet<u64> = m.free.iter().map(|(s, e)| e - s).collect();
+    for pages in 1..=4 {
+        assert!(lens.contains(&(pages * PAGE)), "no hole of {pages} pages");
+    }
+}
+
+/// Requests of every size up to four pages, on a fragmented space: each
+/// is the model's lowest fit (a seeded replay of the deep run, small enough
+/// to read when it fails).
+#[test]
+fn deep_tree_fits_are_the_lowest() {
+    let (mut a, log) = instrumented(&tree, (0, 1 << 40));
+    let mut m = Model::new(0, 1 << 40);
+    let mut live = fragment(&mut a, &mut m, DEEP_AREAS, 7);
+    for k in 0..400u64 {
+        let size = 1 + (k * 0x2e8f) % (4 * PAGE);
+        let s = if k % 3 == 2 {
+            Step::Free(live[(k * 7919) as usize % live.len()].0)
+        } else {
+            Step::Alloc(size, 1, 0, u64::MAX)
+        };
+        let got = step_with(&mut a, &mut m, &log, s, k % 50 == 0).unwrap();
+        live.extend(got);
+    }
+}

@@ -66,6 +66,20 @@ pub mod range {
         }
     }
 
+    /// Areas the deep target cuts before its steps: about 600 free blocks,
+    /// a tree of three levels (checked by `run_deep`).
+    pub const DEEP_FUZZ_AREAS: u64 = 1200;
+
+    /// A fragmented space (seeded by the input), then the decoded steps.
+    pub fn fuzz_deep(data: &[u8]) {
+        let mut u = Unstructured::new(data);
+        let seed: u64 = u.arbitrary().unwrap_or(0);
+        let ops: Vec<Deep> = super::ops(&mut u);
+        if let Err(e) = run_deep(tree, DEEP_FUZZ_AREAS, seed, &ops) {
+            panic!("seed {seed}: {e}");
+        }
+    }
+
     /// The tree allocator of `space`.
     pub fn tree_for_fuzz(s: u64, e: u64) -> VmapAllocator {
         tree(s, e)
@@ -189,6 +203,7 @@ pub mod buddy {
             assert_eq!(b.free(pfn, order), Ok(()));
             m.live.remove(&pfn);
             m.mark(pfn, order, false);
+            m.kern.free(pfn, order).unwrap();
             compare(&b, &m).unwrap_or_else(fail);
         }
     }
@@ -301,8 +316,9 @@ pub mod policy {
 pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target, by name.
-pub const TARGETS: [Target; 7] = [
+pub const TARGETS: [Target; 8] = [
     ("vmap", |d| range::fuzz(d, range::tree_for_fuzz)),
+    ("vmap_deep", range::fuzz_deep),
     ("linear_vmap", |d| range::fuzz(d, range::linear_for_fuzz)),
     ("vblock", vblock::fuzz),
     ("percpu", |d| {

@@ -90,6 +90,8 @@ struct Model {
     used: Vec<bool>,
     live: BTreeMap<u64, u8>,
     highatomic: Vec<bool>,
+    /// The kernel's choices, step by step.
+    kern: Kernel,
 }
 
 impl Model {
@@ -105,6 +107,7 @@ impl Model {
             used: vec![false; s.span() as usize],
             live: BTreeMap::new(),
             highatomic: vec![false; nblocks as usize],
+            kern: Kernel::new(s),
         }
     }
 
@@ -176,6 +179,9 @@ fn compare(b: &BuddyAllocator, m: &Model) -> Result<(), TestCaseError> {
     b.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
     let got: BTreeSet<(u64, u8)> = b.free_blocks().map(|f| (f.pfn, f.order)).collect();
     prop_assert_eq!(&got, &m.canonical());
+    if let Some(d) = m.kern.differs(b) {
+        return Err(TestCaseError::fail(d));
+    }
     for f in b.free_blocks() {
         prop_assert_eq!(f.mt == MigrateType::HighAtomic, m.ha(f.pfn));
     }
@@ -199,6 +205,7 @@ fn step(b: &mut BuddyAllocator, m: &mut Model, s: &Setup, op: &Op) -> Result<(),
             if !m.live.is_empty() {
                 let (&pfn, &order) = m.live.iter().nth(pick % m.live.len()).unwrap();
                 prop_assert_eq!(b.free(pfn, order), Ok(()));
+                prop_assert_eq!(m.kern.free(pfn, order), Ok(()));
                 m.live.remove(&pfn);
                 m.mark(pfn, order, false);
             }
@@ -213,6 +220,7 @@ fn step(b: &mut BuddyAllocator, m: &mut Model, s: &Setup, op: &Op) -> Result<(),
                 Err(FreeError::NotAllocated)
             };
             prop_assert_eq!(b.free(pfn, order), want);
+            prop_assert_eq!(m.kern.free(pfn, order), want);
             if want.is_ok() {
                 m.live.remove(&pfn);
                 m.mark(pfn, order, false);
@@ -226,6 +234,7 @@ fn step(b: &mut BuddyAllocator, m: &mut Model, s: &Setup, op: &Op) -> Result<(),
                 Err(AllocError::Invalid)
             };
             prop_assert_eq!(b.set_pageblock_migratetype(pfn, mt_of(mt)), want);
+            prop_assert_eq!(m.kern.set_type(pfn, mt_of(mt)), want);
             if want.is_ok() {
                 let bi = ((pfn >> m.pb) - (m.start >> m.pb)) as usize;
                 m.highatomic[bi] = mt_of(mt) == MigrateType::HighAtomic;
@@ -243,6 +252,7 @@ fn step(b: &mut BuddyAllocator, m: &mut Model, s: &Setup, op: &Op) -> Result<(),
                 Err(FreeError::Invalid)
             };
             prop_assert_eq!(b.add_free_range(lo, hi - lo), want);
+            prop_assert_eq!(m.kern.add_free_range(lo, hi - lo), want);
             if fresh {
                 for p in &mut m.present[i..(hi - m.start) as usize] {
                     *p = true;
@@ -260,6 +270,8 @@ fn do_alloc(
     mt: MigrateType,
 ) -> Result<(), TestCaseError> {
     let got = b.alloc(order, mt);
+    // The kernel's block, exactly (the checks below hold for any choice).
+    prop_assert_eq!(got, m.kern.alloc(order, mt), "alloc({}, {:?})", order, mt);
     if order > m.max_order {
         prop_assert_eq!(got, Err(AllocError::Invalid));
         return Ok(());
@@ -305,10 +317,351 @@ fn build(s: &Setup) -> (BuddyAllocator, Model) {
     for &(lo, hi, present) in &s.segs {
         if present {
             b.add_free_range(lo, hi - lo).unwrap();
+            m.kern.add_free_range(lo, hi - lo).unwrap();
             for p in &mut m.present[(lo - s.start) as usize..(hi - s.start) as usize] {
                 *p = true;
             }
         }
     }
     (b, m)
+}
+
+// ---------------------------------------------------------------------------
+// The kernel's choices
+// ---------------------------------------------------------------------------
+
+/// What the kernel's buddy allocator chooses, stated step by step over plain
+/// data (a map of free heads, a `VecDeque` per list, a type per pageblock),
+/// written from `mm/page_alloc.c`'s rules and sharing no code with
+/// `mmkit::buddy`: the block `alloc` returns (the smallest order with a
+/// free block of the type, that list's head; else a claim from the largest
+/// fallback order down, else a steal from the smallest up), the halves
+/// `expand` puts back, the buddy `free` merges with, and whether the merged
+/// block goes to the head or the tail of its list. The allocator's every
+/// list must hold the same blocks in the same order.
+#[derive(Debug, Clone)]
+struct Kernel {
+    max_order: u8,
+    pb: u8,
+    start: u64,
+    end: u64,
+    tail_if_merge_likely: bool,
+    present: Vec<bool>,
+    /// Free heads: pfn -> (order, type).
+    free: BTreeMap<u64, (u8, MigrateType)>,
+    /// Allocated heads: pfn -> (order, the request's type).
+    used: BTreeMap<u64, (u8, MigrateType)>,
+    /// Free lists by (order, type): head first.
+    lists: BTreeMap<(u8, MigrateType), std::collections::VecDeque<u64>>,
+    /// The type of each pageblock, from the span's first.
+    blocks: Vec<MigrateType>,
+}
+
+/// The kernel's `fallbacks[]` table, written out here.
+fn kernel_fallbacks(mt: MigrateType) -> &'static [MigrateType] {
+    use MigrateType::*;
+    match mt {
+        Unmovable => &[Reclaimable, Movable],
+        Movable => &[Reclaimable, Unmovable],
+        Reclaimable => &[Unmovable, Movable],
+        HighAtomic => &[],
+    }
+}
+
+impl Kernel {
+    fn new(s: &Setup) -> Self {
+        let end = s.start + s.span();
+        let nblocks = ((end - 1) >> s.pb) - (s.start >> s.pb) + 1;
+        Kernel {
+            max_order: s.max_order,
+            pb: s.pb,
+            start: s.start,
+            end,
+            tail_if_merge_likely: s.placement == Placement::TailIfMergeLikely,
+            present: vec![false; s.span() as usize],
+            free: BTreeMap::new(),
+            used: BTreeMap::new(),
+            lists: BTreeMap::new(),
+            // A new zone's pageblocks are Movable, as at boot.
+            blocks: vec![MigrateType::Movable; nblocks as usize],
+        }
+    }
+
+    fn block_of(&self, pfn: u64) -> usize {
+        ((pfn >> self.pb) - (self.start >> self.pb)) as usize
+    }
+
+    fn list(&mut self, order: u8, mt: MigrateType) -> &mut std::collections::VecDeque<u64> {
+        self.lists.entry((order, mt)).or_default()
+    }
+
+    fn has(&self, order: u8, mt: MigrateType) -> bool {
+        self.lists.get(&(order, mt)).is_some_and(|l| !l.is_empty())
+    }
+
+    fn link(&mut self, pfn: u64, order: u8, mt: MigrateType, tail: bool) {
+        self.free.insert(pfn, (order, mt));
+        let l = self.list(order, mt);
+        if tail {
+            l.push_back(pfn);
+        } else {
+            l.push_front(pfn);
+        }
+    }
+
+    fn unlink(&mut self, pfn: u64) -> (u8, MigrateType) {
+        let (order, mt) = self.free.remove(&pfn).expect("a free head");
+        let l = self.list(order, mt);
+        let at = l.iter().position(|&p| p == pfn).expect("listed");
+        l.remove(at);
+        (order, mt)
+    }
+
+    fn retag(&mut self, pfn: u64, order: u8, mt: MigrateType) {
+        let (a, b) = (self.block_of(pfn), self.block_of(pfn + (1 << order) - 1));
+        for t in &mut self.blocks[a..=b] {
+            *t = mt;
+        }
+    }
+
+    /// `expand`: the upper halves, largest first, to the list heads.
+    fn expand(&mut self, pfn: u64, low: u8, high: u8, mt: MigrateType) {
+        for o in (low..high).rev() {
+            self.link(pfn + (1 << o), o, mt, false);
+        }
+    }
+
+    /// `__free_one_page`: merge while the buddy is a free head of the same
+    /// order (not across a HighAtomic pageblock and another type), then
+    /// the tail of the list when the merged block's own buddy's parent is
+    /// free (merge likely, never at the top two orders), else the head.
+    fn free_one(&mut self, mut pfn: u64, mut order: u8, mt: MigrateType) {
+        while order < self.max_order {
+            let buddy = pfn ^ (1 << order);
+            match self.free.get(&buddy) {
+                Some(&(o, bmt))
+                    if o == order
+                        && (bmt == mt
+                            || (bmt != MigrateType::HighAtomic
+                                && mt != MigrateType::HighAtomic)) =>
+                {
+                    self.unlink(buddy);
+                    if bmt != mt {
+                        self.retag(buddy, order, mt);
+                    }
+                    pfn = pfn.min(buddy);
+                    order += 1;
+                }
+                _ => break,
+            }
+        }
+        let likely = self.tail_if_merge_likely && order + 1 < self.max_order && {
+            let parent_buddy = (pfn & !(1 << order)) ^ (1 << (order + 1));
+            matches!(self.free.get(&parent_buddy), Some(&(o, _)) if o == order + 1)
+        };
+        self.link(pfn, order, mt, likely);
+    }
+
+    fn add_free_range(&mut self, pfn: u64, count: u64) -> Result<(), FreeError> {
+        let end = pfn.checked_add(count).ok_or(FreeError::Invalid)?;
+        if count == 0 || pfn < self.start || end > self.end {
+            return Err(FreeError::Invalid);
+        }
+        let (a, b) = ((pfn - self.start) as usize, (end - self.start) as usize);
+        if self.present[a..b].iter().any(|&p| p) {
+            return Err(FreeError::Invalid);
+        }
+        self.present[a..b].iter_mut().for_each(|p| *p = true);
+        let mut p = pfn;
+        while p < end {
+            // The largest aligned block at p, at most a pageblock, inside.
+            let mut o = 0;
+            while o < self.pb && p % (2 << o) == 0 && p + (2 << o) <= end {
+                o += 1;
+            }
+            let mt = self.blocks[self.block_of(p)];
+            self.free_one(p, o, mt);
+            p += 1 << o;
+        }
+        Ok(())
+    }
+
+    fn alloc(&mut self, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
+        if order > self.max_order {
+            return Err(AllocError::Invalid);
+        }
+        let pfn = self
+            .smallest(order, mt)
+            .or_else(|| (mt != MigrateType::HighAtomic).then(|| self.claim(order, mt)).flatten())
+            .or_else(|| (mt != MigrateType::HighAtomic).then(|| self.steal(order, mt)).flatten())
+            .ok_or(AllocError::NoSpace)?;
+        self.used.insert(pfn, (order, mt));
+        Ok(pfn)
+    }
+
+    /// `__rmqueue_smallest`.
+    fn smallest(&mut self, order: u8, mt: MigrateType) -> Option<u64> {
+        let o = (order..=self.max_order).find(|&o| self.has(o, mt))?;
+        let pfn = *self.list(o, mt).front().unwrap();
+        self.unlink(pfn);
+        self.expand(pfn, order, o, mt);
+        Some(pfn)
+    }
+
+    /// The claim half of `__rmqueue_fallback`: from the largest order
+    /// down while the kernel's `should_try_claim_block` allows.
+    fn claim(&mut self, order: u8, mt: MigrateType) -> Option<u64> {
+        let pb = self.pb;
+        for o in (order..=self.max_order).rev() {
+            let may = o >= pb
+                || o >= pb / 2
+                || matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable);
+            if !may {
+                break;
+            }
+            let Some(&ft) = kernel_fallbacks(mt).iter().find(|&&f| self.has(o, f)) else {
+                continue;
+            };
+            let pfn = *self.list(o, ft).front().unwrap();
+            if o >= pb {
+                self.unlink(pfn);
+                self.retag(pfn, o, mt);
+                self.expand(pfn, order, o, mt);
+                return Some(pfn);
+            }
+            let bs = pfn & !((1 << pb) - 1);
+            let pages = 1u64 << pb;
+            if bs < self.start || bs + pages > self.end {
+                continue; // a pageblock across the zone's edge is not moved
+            }
+            let free: u64 = self.free.range(bs..bs + pages).map(|(_, &(o, _))| 1u64 << o).sum();
+            let movable: u64 = self
+                .used
+                .range(bs..bs + pages)
+                .filter(|(_, &(_, t))| t == MigrateType::Movable)
+                .map(|(_, &(o, _))| 1u64 << o)
+                .sum();
+            let alike = if mt == MigrateType::Movable {
+                movable
+            } else if ft == MigrateType::Movable {
+                pages.saturating_sub(free + movable)
+            } else {
+                0
+            };
+            if free + alike < pages / 2 {
+                continue;
+            }
+            self.move_block(bs, mt);
+            return self.smallest(order, mt);
+        }
+        None
+    }
+
+    /// The steal half: the smallest order with a fallback block, split;
+    /// its halves and the pageblock keep their type.
+    fn steal(&mut self, order: u8, mt: MigrateType) -> Option<u64> {
+        for o in order..=self.max_order {
+            let Some(&ft) = kernel_fallbacks(mt).iter().find(|&&f| self.has(o, f)) else {
+                continue;
+            };
+            let pfn = *self.list(o, ft).front().unwrap();
+            self.unlink(pfn);
+            self.expand(pfn, order, o, ft);
+            return Some(pfn);
+        }
+        None
+    }
+
+    /// `move_freepages_block`: the pageblock takes `mt`, and its free blocks
+    /// move, in address order, to the tails of the `mt` lists.
+    fn move_block(&mut self, bs: u64, mt: MigrateType) {
+        let bi = self.block_of(bs);
+        self.blocks[bi] = mt;
+        let heads: Vec<u64> = self
+            .free
+            .range(bs.max(self.start)..bs + (1 << self.pb))
+            .map(|(&p, _)| p)
+            .collect();
+        for p in heads {
+            let (o, _) = self.unlink(p);
+            self.link(p, o, mt, true);
+        }
+    }
+
+    fn free(&mut self, pfn: u64, order: u8) -> Result<(), FreeError> {
+        if order > self.max_order || pfn < self.start || pfn >= self.end {
+            return Err(FreeError::Invalid);
+        }
+        match self.used.get(&pfn) {
+            Some(&(o, _)) if o == order => {}
+            _ => return Err(FreeError::NotAllocated),
+        }
+        self.used.remove(&pfn);
+        // Larger than a pageblock: a pageblock at a time, each of its type.
+        let chunk = order.min(self.pb);
+        for k in 0..1u64 << (order - chunk) {
+            let p = pfn + (k << chunk);
+            let mt = self.blocks[self.block_of(p)];
+            self.free_one(p, chunk, mt);
+        }
+        Ok(())
+    }
+
+    fn set_type(&mut self, pfn: u64, mt: MigrateType) -> Result<(), AllocError> {
+        if pfn < self.start || pfn >= self.end {
+            return Err(AllocError::Invalid);
+        }
+        let pb = self.pb;
+        let covering = (pb..=self.max_order).find_map(|o| {
+            let head = pfn & !((1 << o) - 1);
+            matches!(self.free.get(&head), Some(&(ho, _)) if ho == o).then_some(head)
+        });
+        match covering {
+            Some(mut head) => {
+                // Split down to the pageblock: the other halves to the heads.
+                let (mut order, old) = self.unlink(head);
+                while order > pb {
+                    order -= 1;
+                    let upper = head + (1 << order);
+                    if pfn >= upper {
+                        self.link(head, order, old, false);
+                        head = upper;
+                    } else {
+                        self.link(upper, order, old, false);
+                    }
+                }
+                self.retag(head, pb, mt);
+                self.free_one(head, pb, mt);
+            }
+            None => self.move_block(pfn & !((1 << pb) - 1), mt),
+        }
+        Ok(())
+    }
+
+    /// The first difference between the allocator's lists and pageblock
+    /// types and the kernel's, if any.
+    fn differs(&self, b: &BuddyAllocator) -> Option<String> {
+        for o in 0..=self.max_order {
+            for mt in MigrateType::ALL {
+                let got: Vec<u64> = b.free_list(o, mt).collect();
+                let want: Vec<u64> = self
+                    .lists
+                    .get(&(o, mt))
+                    .map_or_else(Vec::new, |l| l.iter().copied().collect());
+                if got != want {
+                    return Some(format!("list ({o}, {mt:?}): {got:?}, kernel {want:?}"));
+                }
+            }
+        }
+        let mut p = self.start & !((1 << self.pb) - 1);
+        while p < self.end {
+            let at = p.max(self.start);
+            let want = self.blocks[self.block_of(at)];
+            if b.pageblock_migratetype(at) != Some(want) {
+                return Some(format!("pageblock of {at:#x}: {:?}, kernel {want:?}", b.pageblock_migratetype(at)));
+            }
+            p += 1 << self.pb;
+        }
+        None
+    }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use mmkit::baseline::linear_vmap::LinearVmap;
-use mmkit::range::{clamp_request, fit_in, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
+use mmkit::range::{RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use mmkit::vmap::VmapAllocator;
 use mmkit::{AllocError, FreeError};
 use proptest::prelude::*;
@@ -42,15 +42,41 @@ impl Model {
         }
     }
 
-    /// Linear lowest fit over the free ranges.
+    /// The lowest fit: the free ranges in address order, and in each the
+    /// first multiple of `align` at or above the window's start whose area
+    /// ends inside both the range and the window. Written here, with no
+    /// library helper, so the model states the answer on its own.
     fn lowest_fit(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
-        self.free
-            .iter()
-            .find_map(|&(s, e)| fit_in(s.max(lo), e.min(hi), size, align))
+        for &(s, e) in &self.free {
+            let (from, to) = (s.max(lo), e.min(hi));
+            if from >= to {
+                continue;
+            }
+            // The first multiple of `align` at or above `from` (none when
+            // rounding up passes u64::MAX).
+            let rem = from % align;
+            let Some(a) = (if rem == 0 { Some(from) } else { from.checked_add(align - rem) }) else {
+                continue;
+            };
+            if a < to && to - a >= size {
+                return Some(a);
+            }
+        }
+        None
+    }
+
+    /// The contract's checks of a request and the window it is clamped to.
+    fn window(&self, size: u64, align: u64, vstart: u64, vend: u64) -> Result<(u64, u64), AllocError> {
+        if size == 0 || align == 0 || align & (align - 1) != 0 || vstart >= vend {
+            return Err(AllocError::Invalid);
+        }
+        let lo = if vstart > self.space.0 { vstart } else { self.space.0 };
+        let hi = if vend < self.space.1 { vend } else { self.space.1 };
+        Ok((lo, hi))
     }
 
     fn alloc(&mut self, size: u64, align: u64, vstart: u64, vend: u64) -> Result<u64, AllocError> {
-        let (lo, hi) = clamp_request(self.space, size, align, vstart, vend)?;
+        let (lo, hi) = self.window(size, align, vstart, vend)?;
         let mut found = self.lowest_fit(size, align, lo, hi);
         if found.is_none() && self.purge() {
             found = self.lowest_fit(size, align, lo, hi);
@@ -333,6 +359,18 @@ fn step<A: RangeAllocator>(
     log: &Log,
     s: Step,
 ) -> Result<Option<(u64, u64)>, String> {
+    step_with(a, m, log, s, true)
+}
+
+/// [`step`], comparing the results and flushes always, and `check()` and
+/// the counters only when `full` (both cost O(blocks)).
+fn step_with<A: RangeAllocator>(
+    a: &mut A,
+    m: &mut Model,
+    log: &Log,
+    s: Step,
+    full: bool,
+) -> Result<Option<(u64, u64)>, String> {
     let mut area = None;
     let (got, want) = match s {
         Step::Alloc(size, align, lo, hi) => {
@@ -365,6 +403,9 @@ fn step<A: RangeAllocator>(
     let flushes = log.lock().unwrap().clone();
     if flushes != m.flushes {
         return Err(format!("flushes {flushes:x?}, model {:x?}", m.flushes));
+    }
+    if !full {
+        return Ok(area);
     }
     a.check().map_err(|e| e.to_string())?;
     let (got, want) = (comparable(a.stats()), m.stats());
@@ -407,3 +448,132 @@ fn linear(s: u64, e: u64) -> LinearVmap {
 fn tree(s: u64, e: u64) -> VmapAllocator {
     VmapAllocator::new(s, e).unwrap()
 }
+
+// ---------------------------------------------------------------------------
+// Runs on a tree of three levels and more
+// ---------------------------------------------------------------------------
+
+/// The fewest levels (leaves included) a B+tree of `n` blocks can have:
+/// a leaf holds at most `LEAF_CAP` blocks and an inner node at most
+/// `FANOUT` children.
+fn min_levels(n: u64) -> u32 {
+    use mmkit::tree::btree::{FANOUT, LEAF_CAP};
+    let mut nodes = n.div_ceil(LEAF_CAP as u64);
+    let mut levels = 1;
+    while nodes > 1 {
+        nodes = nodes.div_ceil(FANOUT as u64);
+        levels += 1;
+    }
+    levels
+}
+
+/// Pages in the deep runs' space.
+const PAGE: u64 = 0x1000;
+
+/// Cuts `[0, 2^40)` into `areas` areas of 1 to 4 pages (a seeded
+/// sequence), on `a` and the model alike, and frees every other one: about
+/// `areas / 2` free blocks, holes of four lengths, each length in most
+/// leaves. Returns the areas handed out.
+fn fragment<A: RangeAllocator>(a: &mut A, m: &mut Model, areas: u64, seed: u64) -> Vec<(u64, u64)> {
+    let mut x = seed | 1;
+    let mut out = Vec::new();
+    for _ in 0..areas {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let size = PAGE * (1 + x % 4);
+        let got = a.alloc(size, PAGE);
+        assert_eq!(got, m.alloc(size, PAGE, 0, u64::MAX), "set-up alloc");
+        let addr = got.unwrap();
+        out.push((addr, addr + size));
+    }
+    for &(s, e) in out.iter().step_by(2) {
+        assert_eq!(a.free(s), Ok(e - s));
+        m.free(s).unwrap();
+    }
+    a.check().unwrap();
+    assert_eq!(comparable(a.stats()), m.stats());
+    out
+}
+
+/// One step on a fragmented space: requests of the holes' sizes (and
+/// between them), page-aligned or not, in the whole space or a window.
+/// Raw numbers, shaped by [`Deep::resolve`].
+#[derive(Debug, Clone, arbitrary::Arbitrary)]
+enum Deep {
+    Alloc {
+        pages: u8,
+        bytes: u16,
+        align: u8,
+        window: Option<(u32, u32)>,
+    },
+    /// Free (or lazily free) the n-th address ever returned.
+    Free(usize),
+    FreeLazy(usize),
+    Purge,
+}
+
+fn deep_op() -> impl Strategy<Value = Deep> {
+    let window = proptest::option::weighted(0.25, any::<(u32, u32)>());
+    prop_oneof![
+        6 => (any::<u8>(), any::<u16>(), any::<u8>(), window)
+            .prop_map(|(pages, bytes, align, window)| Deep::Alloc { pages, bytes, align, window }),
+        3 => any::<usize>().prop_map(Deep::Free),
+        1 => any::<usize>().prop_map(Deep::FreeLazy),
+        1 => Just(Deep::Purge),
+    ]
+}
+
+impl Deep {
+    fn resolve(&self, returned: &[(u64, u64)]) -> Step {
+        let pick = |i: usize| returned[i % returned.len()].0;
+        match *self {
+            Deep::Alloc {
+                pages,
+                bytes,
+                align,
+                window,
+            } => {
+                let size = (u64::from(pages % 5) * PAGE + u64::from(bytes) % PAGE).max(1);
+                let align = [1, PAGE, 2 * PAGE, 8 * PAGE][usize::from(align % 4)];
+                // Windows inside the fragmented part: [s, s + len) with s
+                // below 2^26 and len below 2^25.
+                let (lo, hi) = window.map_or((0, u64::MAX), |(s, len)| {
+                    let s = u64::from(s) % (1 << 26);
+                    (s, s + 1 + u64::from(len) % (1 << 25))
+                });
+                Step::Alloc(size, align, lo, hi)
+            }
+            Deep::Free(i) => Step::Free(pick(i)),
+            Deep::FreeLazy(i) => Step::FreeLazy(pick(i)),
+            Deep::Purge => Step::Purge,
+        }
+    }
+}
+
+/// `ops` on a fragmented allocator and its model, compared after every step.
+fn run_deep<A: RangeAllocator>(
+    make: fn(u64, u64) -> A,
+    areas: u64,
+    seed: u64,
+    ops: &[Deep],
+) -> Result<(), String> {
+    let (mut a, log) = instrumented(&make, (0, 1 << 40));
+    let mut m = Model::new(0, 1 << 40);
+    a.set_lazy_max(64 * PAGE);
+    m.set_lazy_max(64 * PAGE);
+    let mut returned = fragment(&mut a, &mut m, areas, seed);
+    let tree_blocks = m.free.len() as u64 - 1; // the highest is kept out of the tree
+    if min_levels(tree_blocks) < 3 {
+        return Err(format!("{tree_blocks} blocks: fewer than three levels"));
+    }
+    for (i, op) in ops.iter().enumerate() {
+        let s = op.resolve(&returned);
+        let full = i % 32 == 31 || i + 1 == ops.len();
+        let area = step_with(&mut a, &mut m, &log, s, full)
+            .map_err(|e| format!("step {i} {s:x?}: {e}"))?;
+        returned.extend(area);
+    }
+    Ok(())
+}
+
