@@ -9,12 +9,12 @@ proptest! {
 
     #[test]
     fn bitmap_matches_model((unit, ops) in unit_strategy().prop_flat_map(|u| (Just(u), ops(u)))) {
-        run(PercpuAllocator::new(unit).unwrap(), &ops);
+        run(PercpuAllocator::new(unit).unwrap(), &ops, true);
     }
 
     #[test]
     fn area_map_matches_model((unit, ops) in unit_strategy().prop_flat_map(|u| (Just(u), ops(u)))) {
-        run(AreaMapAllocator::new(unit).unwrap(), &ops);
+        run(AreaMapAllocator::new(unit).unwrap(), &ops, false);
     }
 }
 
@@ -70,4 +70,63 @@ fn bitmap_free_orders() {
 #[test]
 fn area_map_free_orders() {
     orders(|| AreaMapAllocator::new(8192).unwrap());
+}
+
+/// Chunks of one 4 KiB unit, crowded: 24 full chunks (slot 0) and, for
+/// each slot a chunk in use can be in (1 to 9), 24 chunks whose one free
+/// run (between two live areas, away from the block's edges) is of that
+/// slot's size. Built on the allocator and the model alike.
+fn crowded() -> (PercpuAllocator, Model) {
+    const UNIT: u64 = 4096;
+    let mut a = PercpuAllocator::new(UNIT).unwrap();
+    let mut m = Model {
+        unit: UNIT,
+        choices: true,
+        ..Model::default()
+    };
+    let mut holes = Vec::new();
+    // While every chunk in use is full, each chunk is filled from offset
+    // 0 by the next three requests.
+    for slot in 0..=9u32 {
+        for _ in 0..24 {
+            let hole = if slot == 0 { 8 } else { 4u64 << slot };
+            for size in [4, hole, UNIT - 8 - hole, 4] {
+                let p = a.alloc(size, 4).unwrap();
+                m.take(p, size, 4);
+                if size == hole && slot > 0 {
+                    holes.push(p);
+                }
+            }
+        }
+    }
+    for p in holes {
+        let n = m.release(p);
+        assert_eq!(a.free(p), Ok(n));
+    }
+    a.check().unwrap();
+    (a, m)
+}
+
+/// The crowded set-up reaches what it claims (a shrunk one fails here).
+#[test]
+fn crowded_chunks_fill_every_slot() {
+    let (a, _) = crowded();
+    let s = a.stats();
+    assert!(s.chunks >= 240, "{s:?}");
+    // Slot 10 would be a run of 4 KiB, the free slot's (11).
+    for (slot, &n) in s.slot_counts.iter().enumerate().take(10) {
+        assert!(n >= 24, "slot {slot}: {n} chunks; {:?}", s.slot_counts);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// The bitmap allocator's chunk and offset choices among 240 chunks
+    /// spread over every slot.
+    #[test]
+    fn bitmap_choices_among_crowded_chunks(ops in ops(4096)) {
+        let (a, m) = crowded();
+        run_from(a, m, &ops);
+    }
 }

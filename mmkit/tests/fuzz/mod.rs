@@ -66,9 +66,9 @@ pub mod range {
         }
     }
 
-    /// Areas the deep target cuts before its steps: about 600 free blocks,
+    /// Areas the deep target cuts before its steps: about 320 free blocks,
     /// a tree of three levels (checked by `run_deep`).
-    pub const DEEP_FUZZ_AREAS: u64 = 1200;
+    pub const DEEP_FUZZ_AREAS: u64 = 640;
 
     /// A fragmented space (seeded by the input), then the decoded steps.
     pub fn fuzz_deep(data: &[u8]) {
@@ -122,12 +122,13 @@ pub mod percpu {
     }
 
     /// Runs the decoded operations on `make(unit)` and on the model.
-    pub fn fuzz<A: PercpuAlloc>(data: &[u8], make: fn(u64) -> A) {
+    /// `choices`: check the bitmap allocator's choices too.
+    pub fn fuzz<A: PercpuAlloc>(data: &[u8], make: fn(u64) -> A, choices: bool) {
         let mut u = Unstructured::new(data);
         let unit = [4096, 8192, 12288][usize::from(u.arbitrary::<u8>().unwrap_or(0) % 3)];
         let ops: Vec<Op> = super::ops(&mut u);
         let ops: Vec<Op> = ops.into_iter().map(|o| shape(o, unit)).collect();
-        run(make(unit), &ops);
+        run(make(unit), &ops, choices);
     }
 }
 
@@ -322,14 +323,18 @@ pub const TARGETS: [Target; 8] = [
     ("linear_vmap", |d| range::fuzz(d, range::linear_for_fuzz)),
     ("vblock", vblock::fuzz),
     ("percpu", |d| {
-        percpu::fuzz(d, |u| {
-            mmkit::percpu::PercpuAllocator::new(u).expect("valid unit")
-        })
+        percpu::fuzz(
+            d,
+            |u| mmkit::percpu::PercpuAllocator::new(u).expect("valid unit"),
+            true,
+        )
     }),
     ("area_map", |d| {
-        percpu::fuzz(d, |u| {
-            mmkit::baseline::area_map::AreaMapAllocator::new(u).expect("valid unit")
-        })
+        percpu::fuzz(
+            d,
+            |u| mmkit::baseline::area_map::AreaMapAllocator::new(u).expect("valid unit"),
+            false,
+        )
     }),
     ("buddy", buddy::fuzz),
     ("vmap_policy", policy::fuzz),

@@ -62,9 +62,103 @@ struct Model {
     live: BTreeMap<PcpuPtr, u64>,
     freed: Vec<PcpuPtr>,
     bytes: BTreeMap<u32, Vec<bool>>,
+    /// Check the bitmap allocator's choices (`check_choice`), not only
+    /// that an answer is free and aligned.
+    choices: bool,
+}
+
+/// Bytes per hint block of the bitmap allocator (the kernel's
+/// `PCPU_BITMAP_BLOCK_SIZE`, a page).
+const HINT_BLOCK: usize = 4096;
+
+/// The kernel's `__pcpu_size_to_slot` for a chunk whose longest free run
+/// is `bytes` (> 0): `max(fls(bytes) - 3, 1)`.
+fn kernel_slot(bytes: usize) -> usize {
+    let fls = usize::BITS - bytes.leading_zeros();
+    (fls as usize).saturating_sub(3).max(1)
+}
+
+/// The longest run of free bytes in `map[from..to]`.
+fn longest_free(map: &[bool], from: usize, to: usize) -> usize {
+    let (mut best, mut run) = (0, 0);
+    for &used in &map[from..to] {
+        run = if used { 0 } else { run + 1 };
+        best = best.max(run);
+    }
+    best
+}
+
+/// The longest free run of `map` that lies inside one hint block.
+fn longest_in_a_block(map: &[bool]) -> usize {
+    (0..map.len())
+        .step_by(HINT_BLOCK)
+        .map(|b| longest_free(map, b, (b + HINT_BLOCK).min(map.len())))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The lowest multiple of `align` where `len` bytes are free, by trying
+/// every one.
+fn lowest_fit(map: &[bool], len: usize, align: usize) -> Option<usize> {
+    (0..map.len())
+        .step_by(align)
+        .find(|&o| o + len <= map.len() && map[o..o + len].iter().all(|&u| !u))
 }
 
 impl Model {
+    /// The bitmap allocator's choice of `p` for `size` bytes aligned to
+    /// `align`, against a brute-force scan of the chunks as they were:
+    /// - for requests aligned to at most 4, the offset is the lowest fit
+    ///   in its chunk (every offset tried), 0 in a chunk that held nothing;
+    /// - a chunk with nothing allocated (the free slot, or a new chunk) is
+    ///   used only when no chunk in use holds the request inside one hint
+    ///   block (block hints are exact, and the chunk's hint is at least
+    ///   each block's, so such a chunk sits in a slot the search visits);
+    /// - no such chunk sits in a lower slot than the one chosen: the search
+    ///   walks the slots upward from the request's, so it prefers the
+    ///   fuller chunk (seed 003's point). Slots are bounded by brute force:
+    ///   the chosen chunk's is at least that of its longest run inside a
+    ///   block, another's at most that of its longest run.
+    ///
+    /// The last two are checked for requests of 32 bytes or more: smaller
+    /// ones may legally skip a chunk
+    /// that an earlier failure parked in slot 0 (`SLOT_FAIL_THRESHOLD`).
+    fn check_choice(&self, p: PcpuPtr, size: u64, align: u64) {
+        let (len, align) = (size.div_ceil(4) as usize * 4, align.max(4) as usize);
+        let unit = self.unit as usize;
+        let free = vec![false; unit];
+        let in_use = |c: u32| self.bytes.get(&c).is_some_and(|m| m.iter().any(|&u| u));
+        let map = self.bytes.get(&p.chunk).filter(|_| in_use(p.chunk)).unwrap_or(&free);
+        if align > 4 {
+            // The block walk tests a block's longest run at that run's
+            // own alignment and may pass over a lower aligned fit.
+            return;
+        }
+        assert_eq!(
+            Some(p.offset as usize),
+            lowest_fit(map, len, align),
+            "alloc({size}) = {p:?}: not the lowest fit in its chunk"
+        );
+        if len < 32 {
+            return;
+        }
+        let chosen_low = kernel_slot(longest_in_a_block(map).max(1));
+        for (&c, other) in &self.bytes {
+            if c == p.chunk || !in_use(c) || longest_in_a_block(other) < len {
+                continue;
+            }
+            assert!(
+                in_use(p.chunk),
+                "alloc({size}) = {p:?} used an empty chunk; chunk {c} holds it in a block"
+            );
+            let other_high = kernel_slot(longest_free(other, 0, unit));
+            assert!(
+                other_high >= chosen_low,
+                "alloc({size}) = {p:?} (slot >= {chosen_low}); chunk {c} fits in slot <= {other_high}"
+            );
+        }
+    }
+
     fn valid(&self, size: u64, align: u64) -> bool {
         size >= 1 && size <= self.unit && align.is_power_of_two() && align <= MAX_ALIGN
     }
@@ -129,6 +223,9 @@ fn step<A: PercpuAlloc>(a: &mut A, m: &mut Model, op: &Op) {
                     m.valid(size, align),
                     "alloc({size}, {align}) should be invalid"
                 );
+                if m.choices {
+                    m.check_choice(p, size, align);
+                }
                 m.take(p, size, align);
             }
             Err(e) => {
@@ -171,11 +268,19 @@ fn step<A: PercpuAlloc>(a: &mut A, m: &mut Model, op: &Op) {
     }
 }
 
-fn run<A: PercpuAlloc>(mut a: A, ops: &[Op]) {
-    let mut m = Model {
+/// Runs `ops` on `a` and the model; `choices`: check the bitmap
+/// allocator's choices too (see `Model::check_choice`).
+fn run<A: PercpuAlloc>(a: A, ops: &[Op], choices: bool) {
+    let m = Model {
         unit: a.unit_size(),
+        choices,
         ..Model::default()
     };
+    run_from(a, m, ops);
+}
+
+/// [`run`] from a state already built on both.
+fn run_from<A: PercpuAlloc>(mut a: A, mut m: Model, ops: &[Op]) {
     for op in ops {
         step(&mut a, &mut m, op);
         if let Err(e) = a.check() {
