@@ -58,3 +58,63 @@ fn shrinking_onto_a_live_area_is_refused_and_grow_past_the_top_saturates() {
     ];
     run_policy_ops((1000, 4000), &ops).unwrap();
 }
+
+/// `space` cut into `areas` areas of 1 to 4 units of 16 (a seeded
+/// sequence), every other one freed, on both: about `areas / 2` free
+/// blocks.
+fn fragmented(space: (u64, u64), areas: u64, seed: u64) -> (VmapAllocator, Model) {
+    let (mut v, mut m) = fresh(space).unwrap();
+    let mut x = seed | 1;
+    let mut starts = Vec::new();
+    for _ in 0..areas {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let size = 16 * (1 + x % 4);
+        let a = v.alloc(size, 16).unwrap();
+        assert_eq!(Ok(a), m.allocate(size, 16, None, Policy::Lowest));
+        starts.push(a);
+    }
+    for &a in starts.iter().step_by(2) {
+        let end = m.live.remove(&a).unwrap();
+        m.add_free(a, end);
+        assert_eq!(v.free(a), Ok(end - a));
+    }
+    v.check().unwrap();
+    (v, m)
+}
+
+/// Steps inside the fragmented part of the deep run's space.
+fn deep_op() -> impl Strategy<Value = Op> {
+    let place = prop_oneof![
+        Just(Place::Lowest),
+        Just(Place::Highest),
+        (0u64..60_000).prop_map(|a| Place::Exact(a & !15)),
+    ];
+    let align = (0u32..7).prop_map(|k| 1u64 << k);
+    let window = proptest::option::of((0u64..60_000, 0u64..60_000));
+    prop_oneof![
+        6 => (1u64..80, align, window, place).prop_map(|(size, align, window, place)| Op::Alloc {
+            size, align, window, place
+        }),
+        3 => any::<usize>().prop_map(Op::Free),
+        1 => any::<usize>().prop_map(Op::FreeLazy),
+        1 => Just(Op::Purge),
+    ]
+}
+
+/// Free blocks of the deep policy runs: over 256 in the tree (a leaf and an
+/// inner node hold 16 each), so three levels.
+const DEEP_POLICY_AREAS: u64 = 1200;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// Lowest, highest and exact placement on a tree of three levels.
+    #[test]
+    fn policies_match_the_model_on_a_deep_tree(seed in any::<u64>(), ops in proptest::collection::vec(deep_op(), 1..100)) {
+        let (v, m) = fragmented((0, 1 << 20), DEEP_POLICY_AREAS, seed);
+        prop_assert!(m.free.len() > 16 * 16 + 1, "{} free blocks", m.free.len());
+        run_policy_ops_from(v, m, &ops).map_err(TestCaseError::fail)?;
+    }
+}

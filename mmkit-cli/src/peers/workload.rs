@@ -12,9 +12,9 @@
 //! Sizes are whole pages, so every allocator, also one counting in pages,
 //! sees the same requests.
 
-use mmkit::vmap::VmapAllocator;
 use rand_mt::Mt64;
 
+use super::measure::Oracle;
 use super::{PAGE, SPACE};
 
 /// One recipe of the registry.
@@ -154,7 +154,8 @@ pub struct Plan {
     /// Set-up operations (not timed).
     pub setup: Vec<Op>,
     /// The lowest-fit address of each set-up `Alloc`, in order, computed by
-    /// [`VmapAllocator`]; exact allocators may be placed there directly.
+    /// the judge's [`Oracle`] (no allocator under test); exact allocators
+    /// may be placed there directly.
     pub setup_addrs: Vec<u64>,
     /// Churn: free+alloc pairs, `warmup` pairs first.
     pub churn: Vec<Op>,
@@ -239,22 +240,22 @@ fn name_hash(name: &str) -> u64 {
     })
 }
 
-/// Replays the set-up on [`VmapAllocator`] and returns each allocation's
-/// address (`u64::MAX` where nothing fit).
+/// Replays the set-up on the judge's [`Oracle`] and returns each
+/// allocation's address (`u64::MAX` where nothing fit).
 fn lowest_fits(setup: &[Op], slots: usize) -> Vec<u64> {
-    let mut va = VmapAllocator::new(0, SPACE).expect("SPACE is non-empty");
+    let mut oracle = Oracle::new(SPACE);
     let mut at = vec![None; slots];
     let mut addrs = Vec::new();
     for op in setup {
         match *op {
             Op::Alloc { slot, size, align } => {
-                let a = va.alloc(size, align).ok();
-                at[slot as usize] = a;
+                let a = oracle.alloc(size, align);
+                at[slot as usize] = a.map(|a| (a, size));
                 addrs.push(a.unwrap_or(u64::MAX));
             }
             Op::Free { slot } => {
-                if let Some(a) = at[slot as usize].take() {
-                    let _ = va.free(a);
+                if let Some((a, size)) = at[slot as usize].take() {
+                    oracle.free(a, size);
                 }
             }
         }

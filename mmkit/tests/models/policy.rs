@@ -202,14 +202,25 @@ impl Model {
 /// disagreement (a result, an error's fields, the free blocks, the space) or
 /// `check()` failure is returned as text.
 pub fn run_policy_ops(space: (u64, u64), ops: &[Op]) -> Result<(), String> {
+    let (v, m) = fresh(space)?;
+    run_policy_ops_from(v, m, ops)
+}
+
+/// A fresh allocator of `space` and its model.
+fn fresh(space: (u64, u64)) -> Result<(VmapAllocator, Model), String> {
     let mut v = VmapAllocator::new(space.0, space.1).map_err(|e| format!("{e}"))?;
     v.set_lazy_max(u64::MAX); // purges only when asked or when out of space
-    let mut m = Model {
+    let m = Model {
         space,
         free: vec![space],
         live: BTreeMap::new(),
         lazy: vec![],
     };
+    Ok((v, m))
+}
+
+/// [`run_policy_ops`] from a state already built on both.
+fn run_policy_ops_from(mut v: VmapAllocator, mut m: Model, ops: &[Op]) -> Result<(), String> {
     for op in ops {
         step(&mut v, &mut m, op).map_err(|e| format!("{op:?}: {e}"))?;
         v.check().map_err(|e| format!("after {op:?}: {e}"))?;
