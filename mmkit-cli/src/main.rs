@@ -9,6 +9,7 @@ mod replay;
 mod report;
 mod run;
 mod soak;
+mod stats;
 
 use std::io::{self, Write};
 use std::path::PathBuf;

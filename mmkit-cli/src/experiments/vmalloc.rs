@@ -56,7 +56,8 @@ use serde::Serialize;
 use super::{Experiment, Options};
 use crate::plot::{self, Axis, Chart};
 use crate::render::{col, Col, Fmt, Report, Table, Target};
-use crate::run::{cpus, ms, progress, ratio, Spread, PAGE, VMALLOC_END, VMALLOC_START};
+use crate::run::{cpus, ms, progress, ratio, PAGE, VMALLOC_END, VMALLOC_START};
+use crate::stats::Spread;
 
 /// The registry entry.
 pub const EXPERIMENT: Experiment = Experiment {
