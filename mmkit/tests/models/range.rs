@@ -453,15 +453,19 @@ fn tree(s: u64, e: u64) -> VmapAllocator {
 // Runs on a tree of three levels and more
 // ---------------------------------------------------------------------------
 
-/// The fewest levels (leaves included) a B+tree of `n` blocks can have:
-/// a leaf holds at most `LEAF_CAP` blocks and an inner node at most
-/// `FANOUT` children.
+/// Blocks a leaf of mmkit's B+tree holds at most, and children an inner
+/// node has at most (`LEAF_CAP` and `FANOUT` in `mmkit/src/tree/btree`,
+/// internal to the crate). Larger nodes need more blocks for three levels:
+/// raise the deep runs' sizes with them.
+const LEAF_CAP: u64 = 16;
+const FANOUT: u64 = 16;
+
+/// The fewest levels (leaves included) a B+tree of `n` blocks can have.
 fn min_levels(n: u64) -> u32 {
-    use mmkit::tree::btree::{FANOUT, LEAF_CAP};
-    let mut nodes = n.div_ceil(LEAF_CAP as u64);
+    let mut nodes = n.div_ceil(LEAF_CAP);
     let mut levels = 1;
     while nodes > 1 {
-        nodes = nodes.div_ceil(FANOUT as u64);
+        nodes = nodes.div_ceil(FANOUT);
         levels += 1;
     }
     levels
