@@ -114,6 +114,7 @@ fn crowded_chunks_fill_every_slot() {
     let s = a.stats();
     assert!(s.chunks >= 240, "{s:?}");
     // Slot 10 would be a run of 4 KiB, the free slot's (11).
+    assert_eq!(s.slot_counts.len(), 12, "{s:?}");
     for (slot, &n) in s.slot_counts.iter().enumerate().take(10) {
         assert!(n >= 24, "slot {slot}: {n} chunks; {:?}", s.slot_counts);
     }
@@ -129,4 +130,56 @@ proptest! {
         let (a, m) = crowded();
         run_from(a, m, &ops);
     }
+}
+
+/// A chunk in a low slot (1 or 2) where a fit fails is parked in slot 0
+/// until a free in it, as `pcpu_alloc` does, and the search starts at the
+/// request's own slot: a lower slot holds no chunk that fits.
+#[test]
+fn low_slot_chunks_that_fail_a_fit_are_parked_until_a_free() {
+    /// A chunk of one 4 KiB unit whose only free run is `hole` bytes at
+    /// offset 4; returns the 4 bytes at offset 0.
+    fn one_hole(a: &mut PercpuAllocator, hole: u64) -> PcpuPtr {
+        let first = a.alloc(4, 4).unwrap();
+        let h = a.alloc(hole, 4).unwrap();
+        a.alloc(4096 - 4 - hole, 4).unwrap();
+        assert_eq!((h.chunk, h.offset), (first.chunk, 4));
+        a.free(h).unwrap();
+        first
+    }
+    // An 8-byte hole (slot 1): a 16-byte request starts at slot 2 and
+    // never tries it, so the hole is still there for an 8-byte request.
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    let c = one_hole(&mut a, 8).chunk;
+    let p = a.alloc(16, 4).unwrap();
+    assert_ne!(p.chunk, c);
+    assert_eq!(
+        a.alloc(8, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 4
+        })
+    );
+    a.check().unwrap();
+    // A 20-byte hole at offset 4 (slot 2): 16 bytes aligned to 16 fail in
+    // it, which parks the chunk; a 4-byte request then goes elsewhere.
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    let first = one_hole(&mut a, 20);
+    let c = first.chunk;
+    let p = a.alloc(16, 16).unwrap();
+    assert_ne!(p.chunk, c);
+    let q = a.alloc(4, 4).unwrap();
+    assert_ne!(q.chunk, c, "a parked chunk was tried");
+    // A free in the chunk lists it by its hints again (a run of 24 bytes,
+    // slot 2), below the other chunk's slot: the next small request
+    // lands there.
+    a.free(first).unwrap();
+    assert_eq!(
+        a.alloc(4, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 0
+        })
+    );
+    a.check().unwrap();
 }

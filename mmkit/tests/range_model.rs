@@ -386,3 +386,22 @@ fn deep_tree_fits_are_the_lowest() {
         live.extend(got);
     }
 }
+
+/// A window that ends inside the lowest block long enough for the request:
+/// nothing fits (every block below is too short, every one above starts
+/// too late), though the plain descent reaches that block first.
+#[test]
+fn deep_tree_window_ending_inside_the_lowest_fit() {
+    for size in [3, PAGE, PAGE + 5, 2 * PAGE, 3 * PAGE, 4 * PAGE] {
+        let (mut a, log) = instrumented(&tree, (0, 1 << 40));
+        let mut m = Model::new(0, 1 << 40);
+        fragment(&mut a, &mut m, DEEP_AREAS, size);
+        let s = m.lowest_fit(size, 1, 0, u64::MAX).unwrap();
+        for hi in [s + 1, s + size - 1] {
+            step(&mut a, &mut m, &log, Step::Alloc(size, 1, 0, hi)).unwrap();
+        }
+        // And one that ends exactly at the fit's end takes it.
+        let got = step(&mut a, &mut m, &log, Step::Alloc(size, 1, 0, s + size)).unwrap();
+        assert_eq!(got, Some((s, s + size)));
+    }
+}

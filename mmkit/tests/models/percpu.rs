@@ -290,6 +290,9 @@ fn run_from<A: PercpuAlloc>(mut a: A, mut m: Model, ops: &[Op]) {
         assert_eq!(s.live, m.live.len() as u64);
         assert_eq!(s.used_bytes, m.live.values().sum::<u64>());
         assert!(s.empty_chunks <= 1);
+        assert_eq!(s.unit_size, m.unit);
+        // Every chunk held is listed in exactly one slot.
+        assert_eq!(s.slot_counts.iter().sum::<u64>(), s.chunks, "{s:?}");
     }
     // Everything frees, and then at most one chunk is kept.
     let all: Vec<_> = m.live.iter().map(|(p, s)| (*p, *s)).collect();
