@@ -209,6 +209,27 @@ impl<M: lock_api::RawMutex, R: RangeAllocator> Guarded<M, R> {
     }
 }
 
+/// Frees that carry the size, on the exact allocator.
+impl<M: lock_api::RawMutex> Guarded<M, crate::vmap::VmapAllocator> {
+    /// [`VmapAllocator::free_sized`](crate::vmap::VmapAllocator::free_sized)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `free_sized`.
+    pub fn free_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.lock().free_sized(addr, size)
+    }
+
+    /// [`VmapAllocator::free_lazy_sized`](crate::vmap::VmapAllocator::free_lazy_sized)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `free_lazy_sized`.
+    pub fn free_lazy_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.lock().free_lazy_sized(addr, size)
+    }
+}
+
 impl<M: lock_api::RawMutex, A: core::fmt::Debug> core::fmt::Debug for Guarded<M, A> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self.0.try_lock() {

@@ -384,3 +384,47 @@ impl<R: RangeAllocator> Locked<R> {
         self.0.into_inner()
     }
 }
+
+/// Frees that carry the size, on the exact allocator.
+#[cfg(feature = "std")]
+impl Locked<crate::vmap::VmapAllocator> {
+    /// [`VmapAllocator::free_sized`](crate::vmap::VmapAllocator::free_sized)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `free_sized`: a wrong size is [`FreeError::SizeMismatch`] where
+    /// the allocator can tell.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::FreeError;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(10, 1).unwrap();
+    /// assert_eq!(va.free_sized(a, 9), Err(FreeError::SizeMismatch));
+    /// assert_eq!(va.free_sized(a, 10), Ok(10));
+    /// ```
+    pub fn free_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.lock().free_sized(addr, size)
+    }
+
+    /// [`VmapAllocator::free_lazy_sized`](crate::vmap::VmapAllocator::free_lazy_sized)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `free_lazy_sized`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::without_busy_index(0, 100).unwrap());
+    /// let a = va.alloc(10, 1).unwrap();
+    /// assert_eq!(va.free_lazy_sized(a, 10), Ok(10));
+    /// assert_eq!(va.lock().stats().lazy_areas, 1);
+    /// ```
+    pub fn free_lazy_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.lock().free_lazy_sized(addr, size)
+    }
+}

@@ -55,6 +55,11 @@ fn buddy() {
 }
 
 #[test]
+fn vmap_sized() {
+    drive("vmap_sized");
+}
+
+#[test]
 fn empty_and_tiny_inputs() {
     for (_, target) in fuzz::TARGETS {
         for data in [&[][..], &[0], &[0xff; 7], &[1, 2, 3, 4, 5, 6, 7, 8, 9]] {
