@@ -12,11 +12,17 @@ mod fuzz;
 mod seeded;
 
 fn drive(name: &str) {
+    drive_n(name, 2000);
+}
+
+/// [`drive`] with `iters` inputs (for targets whose every step checks
+/// several structures).
+fn drive_n(name: &str, iters: u64) {
     let (_, target) = fuzz::TARGETS
         .iter()
         .find(|(n, _)| *n == name)
         .expect("a target");
-    seeded::drive(name, 2000, *target);
+    seeded::drive(name, iters, *target);
 }
 
 #[test]
@@ -57,6 +63,11 @@ fn buddy() {
 #[test]
 fn vmap_sized() {
     drive("vmap_sized");
+}
+
+#[test]
+fn vmap_nodes() {
+    drive_n("vmap_nodes", 300);
 }
 
 #[test]

@@ -49,7 +49,7 @@ use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::tree::btree::{BTree, Neighbours, Pos};
 
 mod api;
-mod busy;
+pub(crate) mod busy;
 mod isolated;
 mod pending;
 #[cfg(feature = "std")]

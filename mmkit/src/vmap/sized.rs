@@ -85,6 +85,13 @@ impl VmapAllocator {
         self.sized_only
     }
 
+    /// Whether the busy index holds every live area (so `live_areas`
+    /// lists them).
+    #[cfg(feature = "lock_api")]
+    pub(crate) fn indexes_live(&self) -> bool {
+        self.indexed
+    }
+
     /// Frees the live area `[addr, addr + size)`; returns `size`. As
     /// [`free`](Self::free), but the caller says the size: checked against
     /// the busy index where there is one, trusted where there is none (see

@@ -99,6 +99,24 @@ pub mod sized {
     }
 }
 
+/// The vmap nodes' model (`tests/nodes_model.rs`).
+pub mod nodes {
+    #![allow(dead_code, unused_imports)]
+    include!("../models/nodes.rs");
+    use arbitrary::Unstructured;
+
+    /// Runs the decoded operations on a `VmapNodes` of a small
+    /// configuration and on the model.
+    pub fn fuzz(data: &[u8]) {
+        let mut u = Unstructured::new(data);
+        let cfg = nodes_cfg(u.arbitrary().unwrap_or(0), u.arbitrary().unwrap_or(0));
+        let ops: Vec<NodesOp> = super::ops(&mut u);
+        if let Err(e) = run_nodes(cfg, &ops) {
+            panic!("{cfg:?}: {e}");
+        }
+    }
+}
+
 /// The percpu allocators' model (`tests/percpu_model.rs`).
 pub mod percpu {
     #![allow(dead_code, unused_imports)]
@@ -323,7 +341,7 @@ pub mod policy {
 pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target, by name.
-pub const TARGETS: [Target; 8] = [
+pub const TARGETS: [Target; 9] = [
     ("vmap", |d| range::fuzz(d, range::tree_for_fuzz)),
     ("linear_vmap", |d| range::fuzz(d, range::linear_for_fuzz)),
     ("vblock", vblock::fuzz),
@@ -340,4 +358,5 @@ pub const TARGETS: [Target; 8] = [
     ("buddy", buddy::fuzz),
     ("vmap_policy", policy::fuzz),
     ("vmap_sized", sized::fuzz),
+    ("vmap_nodes", nodes::fuzz),
 ];
