@@ -11,9 +11,11 @@ use crate::report::{Outputs, Page};
 use crate::run::{lookup, Machine};
 
 pub mod buddy;
+pub mod exactness;
 pub mod percpu;
 pub mod vm_map_ram;
 pub mod vmalloc;
+pub mod vmap_nodes;
 pub mod vmap_scaling;
 
 #[cfg(target_os = "linux")]
@@ -102,6 +104,8 @@ pub const ALL: &[Experiment] = &[
     vmalloc::EXPERIMENT,
     vm_map_ram::EXPERIMENT,
     vmap_scaling::EXPERIMENT,
+    vmap_nodes::EXPERIMENT,
+    exactness::EXPERIMENT,
     vmalloc_real::EXPERIMENT,
     vmap_scaling_real::EXPERIMENT,
     vm_buffers::EXPERIMENT,
