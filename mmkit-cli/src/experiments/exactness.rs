@@ -23,7 +23,7 @@ use rand_mt::Mt64;
 use serde::Serialize;
 
 use super::{Experiment, Options};
-use crate::peers::{Mmkit, MmkitPooled, OffsetAlloc, PeerRange, RangeAlloc, XallocTlsf};
+use crate::bench::{Mmkit, MmkitPooled, OffsetAlloc, PeerRange, RangeAlloc, XallocTlsf};
 use crate::plot::{self, Axis, Chart};
 use crate::render::{col, Col, Fmt, Report, Table, Target};
 use crate::run::{ms, progress, PAGE};
