@@ -15,6 +15,7 @@ pub mod exactness;
 pub mod percpu;
 pub mod vm_map_ram;
 pub mod vmalloc;
+mod vmalloc_nodes;
 pub mod vmap_nodes;
 pub mod vmap_scaling;
 
