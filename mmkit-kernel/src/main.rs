@@ -65,12 +65,16 @@ extern "C" fn kmain(info: u64) -> ! {
     let cmdline = phys::cmdline(info, &mut buf);
     let scale = bench::Scale::parse(cmdline);
     println!(
-        "SCALE cpus={} seed_iters={} loops={} busy={} full_fit={} buddy_pairs={} cycles={} lazy_max_mib={}",
+        "SCALE cpus={} seed_iters={} seed_old_iters={} loops={} busy={} full_fit={} stress_loops={} stress_busy={} stress_full_fit={} buddy_pairs={} cycles={} lazy_max_mib={}",
         online,
         scale.seed_iters,
+        scale.seed_old_iters,
         scale.loops,
         scale.busy,
         scale.full_fit,
+        scale.stress_loops,
+        scale.stress_busy,
+        scale.stress_full_fit,
         scale.buddy_pairs,
         scale.cycles,
         mm::lazy_max(online) >> 20

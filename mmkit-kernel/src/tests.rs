@@ -391,14 +391,14 @@ fn stale_reads(cycles: u64, skip_at: Option<u64>) -> Result<u64, String> {
 
 fn stale_tlb_caught(cycles: u64) -> Result<(), String> {
     let stale = stale_reads(cycles.max(3), Some(2))?;
-    println!("  one flush skipped: {stale} stale reads detected");
+    println!("STALE skipped_flush={stale}");
     ensure(stale > 0, || "a skipped flush went unnoticed".into())
 }
 
 fn stale_tlb_none(cycles: u64) -> Result<(), String> {
     let stale = stale_reads(cycles, None)?;
     let cpus = percpu::online() as u64;
-    println!("  {cycles} remap cycles x 16 pages x {cpus} CPUs: {stale} stale reads");
+    println!("STALE flushing cycles={cycles} pages=16 cpus={cpus} stale={stale}");
     ensure(stale == 0, || {
         format!("{stale} stale reads with flushing on")
     })
