@@ -11,8 +11,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::mm::{self, KernelMmu};
-use crate::vmlayer::PAGE;
 use crate::{arch, percpu, phys, println, smp, time, tlb};
+use mmkit_vmalloc::PAGE;
 
 /// The sizes of a run (set from the kernel command line; printed).
 #[derive(Debug, Clone, Copy)]

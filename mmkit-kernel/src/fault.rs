@@ -119,16 +119,14 @@ pub fn describe(addr: u64) -> &'static str {
     }
     match mm::whereabouts(addr) {
         None => "vmalloc area (its layer's lock is held)",
-        Some(crate::vmlayer::Where::Mapped { .. }) => {
-            "inside a live area (a stale or racing fault)"
-        }
-        Some(crate::vmlayer::Where::Guard { .. }) => "the guard page after a live area",
-        Some(crate::vmlayer::Where::Block { .. }) => "inside a vm_map_ram block",
-        Some(crate::vmlayer::Where::Lazy { .. }) => {
+        Some(mmkit_vmalloc::Where::Mapped { .. }) => "inside a live area (a stale or racing fault)",
+        Some(mmkit_vmalloc::Where::Guard { .. }) => "the guard page after a live area",
+        Some(mmkit_vmalloc::Where::Block { .. }) => "inside a vm_map_ram block",
+        Some(mmkit_vmalloc::Where::Lazy { .. }) => {
             "a lazily freed area (PTEs cleared, flush pending)"
         }
-        Some(crate::vmlayer::Where::Freed { .. }) => "a freed and flushed area (use after vfree)",
-        Some(crate::vmlayer::Where::Free) => "free space, never allocated or freed long ago",
+        Some(mmkit_vmalloc::Where::Freed { .. }) => "a freed and flushed area (use after vfree)",
+        Some(mmkit_vmalloc::Where::Free) => "free space, never allocated or freed long ago",
     }
 }
 

@@ -21,7 +21,6 @@ mod smp;
 mod tests;
 mod time;
 mod tlb;
-mod vmlayer;
 
 use core::panic::PanicInfo;
 

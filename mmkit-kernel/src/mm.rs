@@ -12,8 +12,8 @@ use spin::Once;
 
 use crate::paging::{self, VMALLOC_SIZE, VMALLOC_START};
 use crate::percpu::MAX_CPUS;
-use crate::vmlayer::{BlockSource, Flush, MapRam, Mmu, VmError, Vmalloc, Where, PAGE};
 use crate::{arch, phys, tlb};
+use mmkit_vmalloc::{BlockSource, Flush, MapRam, Mmu, VmError, Vmalloc, Where, PAGE};
 
 /// A lock of the `lock_api` kind (what `BlockSource` needs).
 pub type Lock<T> = spin::lock_api::Mutex<T>;

@@ -10,8 +10,8 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::mm::{self, KernelMmu};
 use crate::paging::{self, VMALLOC_SIZE, VMALLOC_START};
-use crate::vmlayer::{Mmu, Where, PAGE};
 use crate::{arch, fault, percpu, phys, println, smp, tlb};
+use mmkit_vmalloc::{Mmu, Where, PAGE};
 
 /// Every allocator's `check()`, and the page-table walk against the layers.
 pub fn check_all() -> Result<(), String> {

@@ -1,10 +1,13 @@
 //! [`Vmalloc`]: areas of mapped frames over any range allocator, each with
 //! a guard page, unmapped eagerly or lazily.
 
+use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use mmkit::range::RangeAllocator;
 use mmkit::AllocError;
@@ -71,6 +74,14 @@ pub struct LayerStats {
     pub block_ops: u64,
 }
 
+/// The span a range allocator purged by itself (its retry when an
+/// allocation finds no space), to be flushed before the space is mapped.
+#[derive(Debug)]
+struct Pending {
+    lo: AtomicU64,
+    hi: AtomicU64,
+}
+
 /// Freed areas remembered for fault reports.
 const HISTORY: usize = 64;
 
@@ -86,6 +97,7 @@ pub struct Vmalloc<R> {
     history: [(u64, u64, u64); HISTORY],
     next_hist: usize,
     stats: LayerStats,
+    pending: Arc<Pending>,
 }
 
 impl<R: RangeAllocator> Vmalloc<R> {
@@ -93,6 +105,15 @@ impl<R: RangeAllocator> Vmalloc<R> {
     /// layer purges, through the [`Mmu`]).
     pub fn new(mut range: R, flush: Flush) -> Self {
         range.set_lazy_max(u64::MAX);
+        let pending = Arc::new(Pending {
+            lo: AtomicU64::new(u64::MAX),
+            hi: AtomicU64::new(0),
+        });
+        let p = Arc::clone(&pending);
+        range.set_flush_hook(Some(Box::new(move |s, e| {
+            p.lo.fetch_min(s, Ordering::Relaxed);
+            p.hi.fetch_max(e, Ordering::Relaxed);
+        })));
         Vmalloc {
             range,
             flush,
@@ -103,6 +124,22 @@ impl<R: RangeAllocator> Vmalloc<R> {
             history: [(0, 0, u64::MAX); HISTORY],
             next_hist: 0,
             stats: LayerStats::default(),
+            pending,
+        }
+    }
+
+    /// Flushes what the range allocator purged by itself, before anything
+    /// is mapped in it.
+    fn flush_pending(&mut self, mmu: &mut impl Mmu) {
+        let lo = self.pending.lo.swap(u64::MAX, Ordering::Relaxed);
+        let hi = self.pending.hi.swap(0, Ordering::Relaxed);
+        if lo < hi {
+            mmu.flush(lo, hi);
+            self.stats.flushes += 1;
+            self.stats.purges += 1;
+            self.stats.pages_flushed += (hi - lo) / PAGE;
+            self.lazy_bytes = 0;
+            self.purge_gen += 1;
         }
     }
 
@@ -125,13 +162,15 @@ impl<R: RangeAllocator> Vmalloc<R> {
         align: u64,
         window: (u64, u64),
     ) -> Result<u64, AllocError> {
-        match self.range.alloc_in(size, align, window.0, window.1) {
+        let r = match self.range.alloc_in(size, align, window.0, window.1) {
             Err(AllocError::NoSpace) if self.lazy_bytes > 0 => {
                 self.purge(mmu);
                 self.range.alloc_in(size, align, window.0, window.1)
             }
             r => r,
-        }
+        };
+        self.flush_pending(mmu);
+        r
     }
 
     /// `vmap`: maps `frames` at a new area aligned to `align` (a power of

@@ -13,13 +13,16 @@
 //!  vm_map_ram/vm_unmap_ram ─────> MapRam<R>: mmkit::vblock per-CPU blocks, blocks from R
 //!  both ──> Mmu: map (write PTEs) / clear (PTEs only) / flush (TLBs of every CPU)
 //! ```
+#![no_std]
 #![forbid(unsafe_code)]
+
+extern crate alloc;
 
 mod maps;
 mod ram;
 
-pub use maps::{Vmalloc, Where};
-pub use ram::{BlockSource, MapRam};
+pub use maps::{Area, LayerStats, Vmalloc, Where};
+pub use ram::{BlockSource, MapRam, MAX_PAGES};
 
 use core::fmt;
 
@@ -89,3 +92,6 @@ impl From<mmkit::FreeError> for VmError {
         VmError::Invalid
     }
 }
+
+#[cfg(test)]
+mod tests;
