@@ -20,7 +20,8 @@ pub struct Scale {
     /// Seed 002 loop iterations per CPU, new design.
     pub seed_iters: u64,
     /// Seed 002 loop iterations per CPU, old design (each waits for every
-    /// other CPU's acknowledgement: far slower under emulation).
+    /// other CPU's acknowledgement: far slower under emulation), at 2
+    /// CPUs; scaled by 2 / CPUs above.
     pub seed_old_iters: u64,
     /// `test_vmalloc`'s `test_loop_count`.
     pub loops: u64,
@@ -39,7 +40,7 @@ pub struct Scale {
     pub stress_full_fit: u64,
     /// Buddy alloc/free pairs per CPU.
     pub buddy_pairs: u64,
-    /// Stale-TLB detector remap cycles.
+    /// Stale-TLB detector remap cycles at 2 CPUs; scaled by 2 / CPUs above.
     pub cycles: u64,
     /// The word `tests-only`: no experiments.
     pub tests_only: bool,
@@ -140,7 +141,7 @@ pub fn seed002(s: Scale) {
         TICKS.store(0, Ordering::SeqCst);
         FAILS.store(0, Ordering::SeqCst);
         let iters = if design == "old" {
-            s.seed_old_iters
+            crate::tests::per_cpu_share(s.seed_old_iters)
         } else {
             s.seed_iters
         };

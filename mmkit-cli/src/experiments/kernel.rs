@@ -680,8 +680,9 @@ fn run(opts: &Options) -> Report {
     ));
     report.targets = targets(accel, &boots, &seeds, &modes, total, opts.quick);
     report.notes.push(format!(
-        "accelerator: {a} ({qemu}); kernel command line (the scale): {append}; stress-mode sizes are per CPU at 2 vCPUs, \
-         scaled by (2/vCPUs)^2 above 2; {:.0} s for every boot",
+        "accelerator: {a} ({qemu}); kernel command line (the scale): {append}; sizes are per CPU at 2 vCPUs; above 2, stress-mode \
+         sizes scale by (2/vCPUs)^2, the old design's seed 002 iterations and the stale-TLB cycles by 2/vCPUs; \
+         {:.0} s for every boot",
         total.as_secs_f64()
     ));
     if accel == Accel::Tcg {
