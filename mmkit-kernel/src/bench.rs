@@ -7,6 +7,7 @@
 //!   alone) and stress mode (every CPU, shuffled order);
 //! - buddy order-0 alloc/free through the per-CPU lists on every CPU.
 
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -133,7 +134,7 @@ fn since(c: &Counts) -> Counts {
 }
 
 /// Seed 002's loop on every online CPU, both designs.
-pub fn seed002(s: Scale) {
+pub fn seed002(s: Scale) -> Result<(), String> {
     let cpus = percpu::online();
     for design in ["old", "new"] {
         static TICKS: AtomicU64 = AtomicU64::new(0);
@@ -147,6 +148,9 @@ pub fn seed002(s: Scale) {
         };
         let c0 = counts();
         let counted = (iters + iters / 10) * cpus as u64;
+        // Operations counted in a real per-CPU variable (mmkit::percpu).
+        let per_cpu_ops = alloc::sync::Arc::new(crate::pervar::Counter::new());
+        let ops_counter = alloc::sync::Arc::clone(&per_cpu_ops);
         smp::run_on(cpus, move |_| {
             let cpu = arch::cpu_id();
             let frames: Vec<u64> = (0..4).filter_map(|_| phys::alloc(cpu, 0, false)).collect();
@@ -182,6 +186,9 @@ pub fn seed002(s: Scale) {
                 if !ok {
                     FAILS.fetch_add(1, Ordering::SeqCst);
                 }
+                if let Some(c) = ops_counter.as_ref() {
+                    c.add(1);
+                }
             }
             TICKS.fetch_add(arch::rdtsc() - t0, Ordering::SeqCst);
             for f in frames {
@@ -189,6 +196,9 @@ pub fn seed002(s: Scale) {
             }
         });
         let d = since(&c0);
+        if per_cpu_ops.as_ref().as_ref().map(|c| c.sum()) != Some(counted) {
+            FAILS.fetch_add(1, Ordering::SeqCst);
+        }
         let ops = iters * cpus as u64;
         let ns = time::ns(TICKS.load(Ordering::SeqCst)) / ops;
         // Counts cover the warm-up too: per 10^6 of every unmap made.
@@ -201,10 +211,17 @@ pub fn seed002(s: Scale) {
             d.locks * 1000 / counted,
             FAILS.load(Ordering::SeqCst)
         );
+        let failed = FAILS.load(Ordering::SeqCst);
+        if failed != 0 {
+            return Err(alloc::format!(
+                "seed002 {design}: {failed} failed operations or a wrong per-CPU count"
+            ));
+        }
     }
     for cpu in 0..cpus {
         mm::map_ram(cpu).lock().unmap_aliases(&mut KernelMmu);
     }
+    Ok(())
 }
 
 /// A small xorshift generator (the tests' `get_random_bytes`).
@@ -334,7 +351,7 @@ fn run_test(d: &dyn Design, t: usize, s: Scale, rng: &mut Rng) -> bool {
 
 /// `test_vmalloc`, performance mode: CPU 0 runs each test three times in
 /// order (the other CPUs idle, and take the eager design's IPIs).
-pub fn test_vmalloc_perf(s: Scale) {
+pub fn test_vmalloc_perf(s: Scale) -> Result<(), String> {
     for name in ["old", "new"] {
         let d = design(name);
         let mut rng = Rng(0x5eed_0000);
@@ -349,6 +366,9 @@ pub fn test_vmalloc_perf(s: Scale) {
             let ns = time::ns(arch::rdtsc() - t0);
             total += ns;
             let c = since(&c0);
+            if !ok {
+                return Err(alloc::format!("test_vmalloc {name} {test} failed"));
+            }
             println!(
                 "ROW test_vmalloc mode=performance design={name} test={test} ns={ns} ipis={} flushes={} ok={}",
                 c.ipis,
@@ -358,11 +378,12 @@ pub fn test_vmalloc_perf(s: Scale) {
         }
         println!("ROW test_vmalloc mode=performance design={name} test=total ns={total}");
     }
+    Ok(())
 }
 
 /// `test_vmalloc`, stress mode: every CPU runs the seven tests in its own
 /// shuffled order at once, on one shared layer.
-pub fn test_vmalloc_stress(s: Scale) {
+pub fn test_vmalloc_stress(s: Scale) -> Result<(), String> {
     let cpus = percpu::online();
     let s = s.stress(cpus);
     for name in ["old", "new"] {
@@ -394,12 +415,19 @@ pub fn test_vmalloc_stress(s: Scale) {
             c.flushes,
             FAILED.load(Ordering::SeqCst)
         );
+        let failed = FAILED.load(Ordering::SeqCst);
+        if failed != 0 {
+            return Err(alloc::format!(
+                "test_vmalloc stress {name}: {failed} tests failed"
+            ));
+        }
     }
+    Ok(())
 }
 
 /// Buddy order-0 pages through the per-CPU lists, every CPU at once:
 /// batches of 64 allocations then 64 frees.
-pub fn buddy_pcp(s: Scale) {
+pub fn buddy_pcp(s: Scale) -> Result<(), String> {
     let cpus = percpu::online();
     static TICKS: AtomicU64 = AtomicU64::new(0);
     static FAILED: AtomicU64 = AtomicU64::new(0);
@@ -435,4 +463,8 @@ pub fn buddy_pcp(s: Scale) {
         FAILED.load(Ordering::SeqCst)
     );
     phys::drain_all();
+    match FAILED.load(Ordering::SeqCst) {
+        0 => Ok(()),
+        n => Err(alloc::format!("buddy_pcp: {n} allocations failed")),
+    }
 }

@@ -15,6 +15,7 @@ mod idt;
 mod mm;
 mod paging;
 mod percpu;
+mod pervar;
 mod phys;
 mod serial;
 mod smp;
@@ -54,6 +55,7 @@ extern "C" fn kmain(info: u64) -> ! {
     percpu::set_online();
     paging::init();
     mm::init(cpus);
+    pervar::init();
     let online = smp::start_aps(cpus);
     println!(
         "boot: {} CPUs up in {} us",
@@ -101,7 +103,10 @@ fn run(scale: bench::Scale) -> Result<usize, alloc::string::String> {
     if scale.tests_only {
         return Ok(n);
     }
-    type Step = (&'static str, fn(bench::Scale));
+    type Step = (
+        &'static str,
+        fn(bench::Scale) -> Result<(), alloc::string::String>,
+    );
     let steps: [Step; 4] = [
         ("seed002", bench::seed002),
         ("test_vmalloc performance", bench::test_vmalloc_perf),
@@ -110,7 +115,7 @@ fn run(scale: bench::Scale) -> Result<usize, alloc::string::String> {
     ];
     for (name, step) in steps {
         let t0 = arch::rdtsc();
-        step(scale);
+        step(scale)?;
         tests::check_all().map_err(|e| alloc::format!("after {name}: {e}"))?;
         println!(
             "STEP {name} ok ({} ms)",

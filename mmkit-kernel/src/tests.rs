@@ -16,6 +16,7 @@ use mmkit_vmalloc::{Mmu, Where, PAGE};
 /// Every allocator's `check()`, and the page-table walk against the layers.
 pub fn check_all() -> Result<(), String> {
     phys::check().map_err(|e| format!("buddy/pcp: {e}"))?;
+    crate::pervar::check().map_err(|e| format!("percpu: {e}"))?;
     let cpus = percpu::online();
     let mut ram_pages = 0;
     for cpu in 0..cpus {
@@ -88,12 +89,16 @@ pub fn check_all() -> Result<(), String> {
 /// Runs every test; returns how many passed, or the first failure.
 pub fn run_all(cycles: u64) -> Result<usize, String> {
     type Test<'a> = (&'a str, &'a dyn Fn() -> Result<(), String>);
-    let tests: [Test<'_>; 7] = [
+    let tests: [Test<'_>; 8] = [
         ("ipi_reaches_every_cpu", &ipi_reaches_every_cpu),
         ("vmalloc_maps_real_frames", &vmalloc_maps_real_frames),
         ("use_after_vfree_faults", &use_after_vfree_faults),
         ("map_ram_on_every_cpu", &map_ram_on_every_cpu),
         ("bad_input_changes_nothing", &bad_input_changes_nothing),
+        (
+            "percpu_counters_on_every_cpu",
+            &percpu_counters_on_every_cpu,
+        ),
         ("stale_tlb_caught_without_flush", &|| {
             stale_tlb_caught(cycles.min(8))
         }),
@@ -268,6 +273,42 @@ fn map_ram_on_every_cpu() -> Result<(), String> {
         mm::map_ram(cpu).lock().unmap_aliases(&mut KernelMmu);
     }
     Ok(())
+}
+
+fn percpu_counters_on_every_cpu() -> Result<(), String> {
+    use alloc::sync::Arc;
+    let live0 = crate::pervar::check().map_err(|e| format!("percpu: {e}"))?;
+    let cpus = percpu::online();
+    let c = Arc::new(crate::pervar::Counter::new().ok_or("no per-CPU counter")?);
+    let c2 = Arc::clone(&c);
+    smp::run_on(cpus, move |cpu| {
+        for _ in 0..1000 {
+            c2.add(cpu as u64 + 1);
+        }
+    });
+    for cpu in 0..cpus {
+        let got = c.get(cpu);
+        ensure(got == 1000 * (cpu as u64 + 1), || {
+            format!("cpu {cpu}'s copy is {got}")
+        })?;
+    }
+    let mut addrs: Vec<u64> = (0..cpus).map(|cpu| c.addr(cpu)).collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    ensure(addrs.len() == cpus, || "two CPUs share a copy".into())?;
+    let n = cpus as u64;
+    ensure(c.sum() == 1000 * n * (n + 1) / 2, || {
+        format!("sum {}", c.sum())
+    })?;
+    let live = crate::pervar::check().map_err(|e| format!("percpu: {e}"))?;
+    ensure(live == live0 + 1, || {
+        format!("{live} live per-CPU allocations, {} expected", live0 + 1)
+    })?;
+    drop(c);
+    let back = crate::pervar::check().map_err(|e| format!("percpu: {e}"))?;
+    ensure(back == live0, || {
+        format!("{back} live after the free, {live0} expected")
+    })
 }
 
 fn bad_input_changes_nothing() -> Result<(), String> {
