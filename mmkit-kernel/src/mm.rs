@@ -25,7 +25,11 @@ pub struct KernelMmu;
 impl Mmu for KernelMmu {
     fn map(&mut self, va: u64, pfns: &[u64]) -> Result<(), VmError> {
         for (i, &pfn) in pfns.iter().enumerate() {
-            paging::map(va + i as u64 * PAGE, pfn);
+            if !paging::map(va + i as u64 * PAGE, pfn) {
+                // Nothing stays mapped: the pages were not mapped before.
+                self.clear(va, i as u64);
+                return Err(VmError::NoMemory);
+            }
         }
         Ok(())
     }

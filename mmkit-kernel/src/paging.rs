@@ -46,30 +46,31 @@ fn idx(va: u64, level: u32) -> usize {
 /// Creates the vmalloc area's PDPT (boot CPU, before any mapping).
 pub fn init() {
     let pml4 = table(boot::pml4_phys());
-    let pdpt = new_table();
+    let pdpt = new_table().expect("a page for the vmalloc area's PDPT at boot");
     pml4[idx(VMALLOC_START, 3)].store(pdpt | PRESENT | WRITABLE, Ordering::Release);
 }
 
-fn new_table() -> u64 {
-    let pfn = phys::alloc(crate::arch::cpu_id(), 0, true).expect("a page-table page");
+fn new_table() -> Option<u64> {
+    let pfn = phys::alloc(crate::arch::cpu_id(), 0, true)?;
     TABLE_PAGES.fetch_add(1, Ordering::Relaxed);
-    pfn * phys::PAGE
+    Some(pfn * phys::PAGE)
 }
 
-/// The next-level table under `e`, created if absent.
-fn next(e: &AtomicU64) -> u64 {
+/// The next-level table under `e`, created if absent (`None` when no
+/// frame is left for it).
+fn next(e: &AtomicU64) -> Option<u64> {
     let v = e.load(Ordering::Acquire);
     if v & PRESENT != 0 {
-        return v & ADDR;
+        return Some(v & ADDR);
     }
     let _g = GROW.lock();
     let v = e.load(Ordering::Acquire);
     if v & PRESENT != 0 {
-        return v & ADDR;
+        return Some(v & ADDR);
     }
-    let t = new_table();
+    let t = new_table()?;
     e.store(t | PRESENT | WRITABLE, Ordering::Release);
-    t
+    Some(t)
 }
 
 fn in_area(va: u64) -> bool {
@@ -84,7 +85,7 @@ fn pte(va: u64, create: bool) -> Option<&'static AtomicU64> {
     for level in (1..=3).rev() {
         let e = &t[idx(va, level)];
         let pa = if create {
-            next(e)
+            next(e)?
         } else {
             let v = e.load(Ordering::Acquire);
             if v & PRESENT == 0 {
@@ -97,10 +98,14 @@ fn pte(va: u64, create: bool) -> Option<&'static AtomicU64> {
     Some(&t[idx(va, 0)])
 }
 
-/// Maps the page at `va` to frame `pfn`, writable, not executable.
-pub fn map(va: u64, pfn: u64) {
-    let e = pte(va, true).expect("a vmalloc-area address");
+/// Maps the page at `va` (in the vmalloc area) to frame `pfn`, writable,
+/// not executable. False when `va` is outside the area or no frame is left
+/// for a page-table page.
+#[must_use]
+pub fn map(va: u64, pfn: u64) -> bool {
+    let Some(e) = pte(va, true) else { return false };
     e.store((pfn << 12) | PRESENT | WRITABLE | NX, Ordering::Release);
+    true
 }
 
 /// Clears the PTE of `va`; returns the frame it mapped.

@@ -374,7 +374,10 @@ fn stale_reads(cycles: u64, skip_at: Option<u64>) -> Result<u64, String> {
     for p in 0..PAGES {
         // Zeroed at allocation: the value of cycle 0.
         paging::clear(va + p * PAGE);
-        paging::map(va + p * PAGE, pools[p as usize]);
+        // The area's tables exist: the remap needs no new page.
+        ensure(paging::map(va + p * PAGE, pools[p as usize]), || {
+            "remap failed".into()
+        })?;
     }
     tlb::flush_range(va, va + PAGES * PAGE);
     let pools2 = pools.clone();
@@ -411,10 +414,9 @@ fn stale_reads(cycles: u64, skip_at: Option<u64>) -> Result<u64, String> {
             }
             tlb::flush_range(va, va + PAGES * PAGE);
             for (p, &f) in pool.iter().enumerate() {
-                if !mm::write_frame(f, g) {
+                if !mm::write_frame(f, g) || !paging::map(va + p as u64 * PAGE, f) {
                     UNWRITTEN.fetch_add(1, Ordering::SeqCst);
                 }
-                paging::map(va + p as u64 * PAGE, f);
             }
             GEN.store(g, Ordering::Release);
             read_all(g);
@@ -425,7 +427,9 @@ fn stale_reads(cycles: u64, skip_at: Option<u64>) -> Result<u64, String> {
     });
     for p in 0..PAGES {
         paging::clear(va + p * PAGE);
-        paging::map(va + p * PAGE, own[p as usize]);
+        ensure(paging::map(va + p * PAGE, own[p as usize]), || {
+            "remap failed".into()
+        })?;
     }
     tlb::flush_range(va, va + PAGES * PAGE);
     mm::vfree(mm::tree(), va).map_err(|e| format!("vfree: {e}"))?;
