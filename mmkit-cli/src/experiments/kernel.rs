@@ -220,6 +220,14 @@ pub fn boot(
         .spawn()
         .map_err(|e| format!("starting qemu-system-x86_64: {e} ({INSTALL})"))?;
     let stdout = child.stdout.take().ok_or("no stdout from QEMU")?;
+    let mut stderr = child.stderr.take().ok_or("no stderr from QEMU")?;
+    // Drained on its own thread, so a chatty QEMU never blocks on a full pipe.
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        // What could be read is kept; QEMU's stderr only explains a failure.
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
     let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -252,8 +260,9 @@ pub fn boot(
         }
     }
     let status = child.wait().map_err(|e| format!("waiting for QEMU: {e}"))?;
-    // The reader ends with QEMU's stdout.
+    // The readers end with QEMU's pipes.
     let _ = reader.join();
+    let errors = errors.join().unwrap_or_default();
     let code = status.code();
     let passed = !timed_out && code == Some(33);
     let failure = (!passed).then(|| {
@@ -265,8 +274,9 @@ pub fn boot(
                 .rev()
                 .find(|l| l.starts_with("DONE") || l.contains("PANIC") || l.contains("FAULT"));
             format!(
-                "QEMU exit status {code:?}: {}",
-                last.map_or("no verdict printed", String::as_str)
+                "QEMU exit status {code:?}: {} {}",
+                last.map_or("no verdict printed", String::as_str),
+                errors.lines().next().unwrap_or("")
             )
         }
     });
