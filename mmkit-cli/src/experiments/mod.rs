@@ -12,6 +12,7 @@ use crate::run::{lookup, Machine};
 
 pub mod buddy;
 pub mod exactness;
+pub mod kernel;
 pub mod percpu;
 pub mod vm_map_ram;
 pub mod vmalloc;
@@ -112,6 +113,7 @@ pub const ALL: &[Experiment] = &[
     vm_buffers::EXPERIMENT,
     percpu::EXPERIMENT,
     buddy::EXPERIMENT,
+    kernel::EXPERIMENT,
 ];
 
 /// The experiments named in `opts`, all when none.
