@@ -179,14 +179,20 @@ fn churn(c: &impl Churn, threads: usize, pairs: usize) -> f64 {
 /// The best of `reps` runs of each allocator, each on a fresh one; the
 /// allocators take turns run by run, so a noisy moment of the machine
 /// falls on all three alike.
-fn best_of(threads: usize, pairs: usize, reps: usize) -> (f64, f64, f64) {
+/// Also the share of the nodes' allocations, churn and fill alike, that a
+/// pool served, in the last run.
+fn best_of(threads: usize, pairs: usize, reps: usize) -> ((f64, f64, f64), f64) {
     let mut b = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
+    let mut hits = 0.0;
     for _ in 0..reps {
         b.0 = b.0.min(churn(&shared_locked(threads), threads, pairs));
-        b.1 = b.1.min(churn(&shared_nodes(threads), threads, pairs));
+        let v = shared_nodes(threads);
+        b.1 = b.1.min(churn(&v, threads, pairs));
+        let s = v.stats();
+        hits = s.hits as f64 / (s.hits + s.misses).max(1) as f64;
         b.2 = b.2.min(churn(&alone(threads), threads, pairs));
     }
-    b
+    (b, hits)
 }
 
 /// One thread count.
@@ -272,10 +278,12 @@ fn run(opts: &Options) -> Report {
     let ncpu = cpus();
     let pb = progress(THREADS.len() as u64, "vmap_nodes");
     let t_all = Instant::now();
+    let mut hits = Vec::new();
     let points: Vec<(usize, f64, f64, f64)> = THREADS
         .iter()
         .map(|&n| {
-            let (l, v, a) = best_of(n, pairs, reps);
+            let ((l, v, a), h) = best_of(n, pairs, reps);
+            hits.push(format!("{:.0}%", 100.0 * h));
             pb.inc(1);
             (n, l, v, a)
         })
@@ -289,6 +297,11 @@ fn run(opts: &Options) -> Report {
         &rows,
     ));
     report.targets = targets(&rows);
+    report.notes.push(format!(
+        "allocations a node's pool served (the rest took the free tree's lock), at {} threads: {}",
+        THREADS.map(|t| t.to_string()).join(", "),
+        hits.join(", ")
+    ));
     let pts = |f: fn(&Row) -> f64| rows.iter().map(|r| (r.threads as f64, f(r))).collect();
     let chart = Chart {
         title: "vmap_nodes: test_vmalloc's sizes, lazy free + alloc per thread".into(),
