@@ -65,6 +65,8 @@
 pub const SUPPORTED: bool = cfg!(target_os = "linux");
 
 #[cfg(target_os = "linux")]
+mod budget;
+#[cfg(target_os = "linux")]
 mod error;
 #[cfg(target_os = "linux")]
 mod map_ram;

@@ -66,6 +66,7 @@ fn tiny_vm(blocks: u64, lazy_max: u64) -> Vm {
             max_alloc: 4,
             bits: 16,
         },
+        max_maps: 1 << 20,
     })
     .unwrap()
 }
