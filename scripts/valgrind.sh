@@ -14,7 +14,7 @@ bins=$(cargo test -p mmkit-vm --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("mmkit_vm","vm_model","vm_threads","vm_faults","vm_errors"):
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("mmkit_vm","vm_model","vm_threads","vm_faults","vm_errors","vm_budget","vm_kernel_limits"):
         print(m["executable"])')
 status=0
 for b in $bins; do

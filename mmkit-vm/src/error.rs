@@ -92,9 +92,10 @@ impl fmt::Display for VmError {
             VmError::MapLimit { limit } => {
                 write!(f, "mapping budget reached ({limit} mappings)")
             }
-            VmError::NoMemory { what, bytes } => {
-                write!(f, "could not allocate {what} ({bytes} bytes)")
-            }
+            VmError::NoMemory { what, bytes } => write!(
+                f,
+                "the heap refused {what} ({bytes} bytes): RLIMIT_AS or memory"
+            ),
             VmError::FileSizeLimit { limit } => write!(
                 f,
                 "the file-size limit (RLIMIT_FSIZE, {limit} bytes) stops physical memory from growing"

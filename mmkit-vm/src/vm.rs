@@ -164,9 +164,11 @@ impl Vm {
             n => n,
         };
         if max_maps < HEADROOM + PER_RUN {
-            return Err(VmError::Invalid(
-                "max_maps leaves no mapping above the headroom",
-            ));
+            return Err(match cfg.max_maps {
+                // The process already holds nearly all its mappings.
+                0 => VmError::MapLimit { limit: max_maps },
+                _ => VmError::Invalid("max_maps leaves no mapping above the headroom"),
+            });
         }
         let phys = Phys::new(cfg.phys_limit, page)?;
         let res = Reservation::new(cfg.virt_size).map_err(|e| VmError::os("mmap", e))?;
@@ -541,8 +543,8 @@ impl Vm {
     }
 
     /// Purges now: unmaps every lazily freed area and block (one call per
-    /// run of adjacent ones), returns their frames and addresses. Returns
-    /// whether anything was lazy.
+    /// run of adjacent ones) and retries every stuck one, returns their
+    /// frames and addresses. Returns whether anything was unmapped.
     pub fn purge(&self) -> bool {
         self.space().purge().is_some()
     }

@@ -17,8 +17,8 @@
 //! frees the ranges for reuse. So an address is never reused while a stale
 //! mapping (the kernel's stale TLB entry) could still reach old frames.
 //! Purges run when the lazily freed bytes exceed `lazy_max`, when an
-//! allocation finds no space or no memory (then the allocation is retried
-//! once), and on request.
+//! allocation finds no space, no memory or no mapping budget (then the
+//! allocation is retried once), and on request.
 //!
 //! With `lazy_unmap` off every free unmaps at once: the design before 2008,
 //! kept as the experiments' baseline.

@@ -137,7 +137,8 @@ impl Space {
 
     /// Unmaps `list` (one call per run of adjacent ranges), releases
     /// frames, frees the ranges; what the kernel refused to unmap goes to
-    /// the stuck list whole. Allocates nothing. Returns the range covering
+    /// the stuck list whole. Needs no scratch memory (the list is sorted in
+    /// place, and what failed is kept in it). Returns the range covering
     /// what was unmapped.
     pub(crate) fn teardown(&self, mut list: Vec<Lazy>) -> Option<(u64, u64)> {
         list.sort_unstable_by_key(|l| l.start);
