@@ -176,8 +176,9 @@ fn a_frame_freed_under_a_stale_mapping_reaches_the_buddy_once() {
     );
 }
 
-/// `map` of the frame `p` racing `free_pages(p, 0)`.
-fn map_races_free(name: &str, map: fn(&Vm, u64) -> Result<u64, mmkit_vm::VmError>) {
+/// `map` of the frame `p` racing `free_pages(p, 0)`; `vmap` says which
+/// call unmaps.
+fn map_races_free(name: &str, map: fn(&Vm, u64) -> Result<u64, mmkit_vm::VmError>, vmap: bool) {
     model(name, move || {
         let vm = tiny_vm(2, u64::MAX);
         let p = vm.alloc_pages(0).unwrap();
@@ -191,7 +192,10 @@ fn map_races_free(name: &str, map: fn(&Vm, u64) -> Result<u64, mmkit_vm::VmError
         match mapped {
             Ok(a) => {
                 assert_eq!(vm.stats().phys.deferred_blocks, 1, "freed under the map");
-                vm.vm_unmap_ram(a, 1).unwrap();
+                match vmap {
+                    true => vm.vunmap(a).unwrap(),
+                    false => vm.vm_unmap_ram(a, 1).unwrap(),
+                }
             }
             Err(e) => assert_eq!(e, mmkit_vm::VmError::BadFrame { pfn: p }),
         }
@@ -202,10 +206,14 @@ fn map_races_free(name: &str, map: fn(&Vm, u64) -> Result<u64, mmkit_vm::VmError
 
 #[test]
 fn vm_map_ram_races_free_pages() {
-    map_races_free("vm_map_ram_races_free_pages", |vm, p| vm.vm_map_ram(&[p]));
+    map_races_free(
+        "vm_map_ram_races_free_pages",
+        |vm, p| vm.vm_map_ram(&[p]),
+        false,
+    );
 }
 
 #[test]
 fn vmap_races_free_pages() {
-    map_races_free("vmap_races_free_pages", |vm, p| vm.vmap(&[p]));
+    map_races_free("vmap_races_free_pages", |vm, p| vm.vmap(&[p]), true);
 }
