@@ -1,14 +1,15 @@
 //! `mmkit`: reruns the experiments that justified the kernel's allocator
 //! designs, old against new, and replays allocation traces.
 
+mod bench;
 mod experiments;
-mod peers;
 mod plot;
 mod render;
 mod replay;
 mod report;
 mod run;
 mod soak;
+mod stats;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -41,7 +42,7 @@ enum Command {
         allocator: AllocatorKind,
     },
     /// Compare mmkit's range allocator with peer crates on the same workloads.
-    Bench(peers::BenchOptions),
+    Bench(bench::BenchOptions),
     /// List the experiments and what each reproduces.
     List,
     /// Long mixed run over every allocator, checked against ownership records.
@@ -73,7 +74,7 @@ fn run(command: Command, out: &mut dyn Write) -> io::Result<ExitCode> {
             check,
             allocator,
         } => replay::main(&trace, check, allocator, out),
-        Command::Bench(opts) => peers::main(&opts, out),
+        Command::Bench(opts) => bench::main(&opts, out),
         Command::Soak(opts) => soak::main(&opts, out),
         Command::List => {
             for e in experiments::ALL {

@@ -29,11 +29,11 @@ pub enum Fmt {
     Pct(usize),
     /// A signed number with this many decimals: "+0.0012".
     Signed(usize),
-    /// A [`crate::run::MeanSd`]: "12.3 ± 0.4".
+    /// A [`crate::stats::MeanSd`]: "12.3 ± 0.4".
     MeanSd(usize),
     /// An interval `{lo, hi}`: "[-0.0012, +0.0003]".
     Interval(usize),
-    /// A [`crate::run::Spread`]: "12.3 (11.0-19.2)", median (min-max).
+    /// A [`crate::stats::Spread`]: "12.3 (11.0-19.2)", median (min-max).
     Spread(usize),
 }
 
@@ -480,7 +480,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::{MeanSd, Spread};
+    use crate::stats::{MeanSd, Spread};
 
     #[derive(Serialize)]
     struct R {

@@ -298,7 +298,7 @@ mod tests {
         Commands::new(text.as_bytes()).collect()
     }
 
-    /// Issue 12: the replay pass runs each command as it is read, so its
+    /// The replay pass runs each command as it is read, so its
     /// memory does not grow with the trace: the first answer is written
     /// when only the first line of a long trace has been read.
     #[test]

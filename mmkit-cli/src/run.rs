@@ -1,6 +1,6 @@
 //! What every command shares: the machine's facts, progress bars, units,
-//! the kernel's address-space constants, name lookup, and small
-//! statistics for repeated runs.
+//! the kernel's address-space constants and name lookup (statistics live
+//! in [`crate::stats`]).
 
 use std::time::Duration;
 
@@ -97,86 +97,9 @@ pub fn lookup<'a, T>(
     })
 }
 
-/// A figure measured several times: the median, with the spread.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct Spread {
-    /// Median of the runs (the mean of the middle two for an even count).
-    pub median: f64,
-    /// Smallest run.
-    pub min: f64,
-    /// Largest run.
-    pub max: f64,
-    /// Runs measured.
-    pub runs: usize,
-}
-
-impl Spread {
-    /// The spread of `runs` (empty: all NaN, zero runs).
-    pub fn of(runs: &[f64]) -> Self {
-        let mut v = runs.to_vec();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        let median = match n {
-            0 => f64::NAN,
-            _ if n % 2 == 1 => v[n / 2],
-            _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        };
-        Spread {
-            median,
-            min: v.first().copied().unwrap_or(f64::NAN),
-            max: v.last().copied().unwrap_or(f64::NAN),
-            runs: n,
-        }
-    }
-}
-
-/// A mean with its sample standard deviation, over seeds or runs.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct MeanSd {
-    /// Mean of the values.
-    pub mean: f64,
-    /// Sample standard deviation (0 for fewer than two values).
-    pub sd: f64,
-    /// Values averaged (sentinels excluded).
-    pub n: usize,
-}
-
-impl MeanSd {
-    /// Mean and standard deviation of `v`.
-    pub fn of(v: &[f64]) -> Self {
-        MeanSd {
-            mean: mean(v),
-            sd: sd(v),
-            n: v.len(),
-        }
-    }
-}
-
-/// Mean of `v` (NaN when empty: an average over nothing is no number).
-pub fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len() as f64
-}
-
-/// Sample standard deviation (0 for fewer than two values).
-pub fn sd(v: &[f64]) -> f64 {
-    if v.len() < 2 {
-        return 0.0;
-    }
-    let m = mean(v);
-    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spread_takes_the_median_and_the_extremes() {
-        let s = Spread::of(&[5.5, 129.0, 2.7]);
-        assert_eq!((s.median, s.min, s.max, s.runs), (5.5, 2.7, 129.0, 3));
-        assert_eq!(Spread::of(&[1.0, 3.0]).median, 2.0);
-        assert!(Spread::of(&[]).median.is_nan());
-    }
 
     #[test]
     fn lookup_lists_the_known_names() {

@@ -345,7 +345,7 @@ mod tests {
         assert_eq!(err_line("space 0 10\nlazymax 99999999999999999999\n"), 2);
     }
 
-    /// Issue 12, defect 6: bytes that are not UTF-8 name their line too.
+    /// Bytes that are not UTF-8 name their line too.
     #[test]
     fn non_utf8_lines_name_their_line() {
         let mut cmds = Commands::new(&b"space 0 10\n\nalloc a \xff\nalloc b 1\n"[..]);

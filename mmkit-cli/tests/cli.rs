@@ -22,7 +22,7 @@ fn refused(args: &[&str], flag: &str) {
     assert!(out.stdout.is_empty(), "{args:?} ran");
 }
 
-/// Issue 12, defect 2: `--live 0` divided by zero in the workload.
+/// `--live 0` is refused (the workload would divide by zero).
 #[test]
 fn bench_refuses_zero_live_areas() {
     refused(
@@ -32,7 +32,8 @@ fn bench_refuses_zero_live_areas() {
     refused(&["bench", "--quick", "--live", "1000,0"], "--live");
 }
 
-/// Issue 12, defect 3: `--pairs 10^12` aborted allocating the plan.
+/// Scales past what a plan can hold (`--pairs 10^12`) are refused, not an
+/// abort allocating the plan.
 #[test]
 fn bench_refuses_absurd_scales() {
     for pairs in ["1000000000000", "18446744073709551615", "0"] {
@@ -47,7 +48,7 @@ fn bench_refuses_absurd_scales() {
     );
 }
 
-/// Issue 12: `experiments --loops 0` printed a table of NaN.
+/// `experiments --loops 0` is refused (it would print a table of NaN).
 #[test]
 fn experiments_refuse_zero_loops_and_seeds() {
     refused(
@@ -72,7 +73,7 @@ fn reader_gone() -> Stdio {
     Stdio::from(pipe)
 }
 
-/// Issue 12, defect 7: every command that prints ends quietly with status 0
+/// Every command that prints ends quietly with status 0
 /// when its reader has gone, instead of panicking with status 101.
 #[test]
 fn a_reader_gone_ends_every_command_quietly() {
@@ -100,7 +101,7 @@ fn a_reader_gone_ends_every_command_quietly() {
     }
 }
 
-/// Issue 13: a `--json` or `--out` path that cannot be written fails at
+/// A `--json` or `--out` path that cannot be written fails at
 /// once, naming the path, before anything runs (the run is not lost).
 #[test]
 fn bad_output_paths_fail_before_the_run() {
@@ -119,7 +120,7 @@ fn bad_output_paths_fail_before_the_run() {
     }
 }
 
-/// Issue 13: `--out DIR` writes one report (index.md, index.html, the
+/// `--out DIR` writes one report (index.md, index.html, the
 /// plots) and `--json` the typed rows; targets read "met" or "NOT met";
 /// `--strict` passes when every target is met (vm_map_ram's block counts
 /// are deterministic).

@@ -103,7 +103,7 @@ impl Drop for TempTrace {
     }
 }
 
-/// Issue 12, defect 6: bytes that are not UTF-8 are a malformed line like
+/// Bytes that are not UTF-8 are a malformed line like
 /// any other: exit 2, the line named, nothing replayed.
 #[test]
 fn non_utf8_trace_exits_2_naming_the_line() {
@@ -121,7 +121,7 @@ fn non_utf8_trace_exits_2_naming_the_line() {
     assert!(out.stdout.is_empty());
 }
 
-/// Issue 12: a trace is streamed, not held: 1.2 million commands (12 MB)
+/// A trace is streamed, not held: 1.2 million commands (12 MB)
 /// replay under a 64 MiB address-space limit, where holding the parsed
 /// trace (about 8 bytes for each byte of trace) cannot fit.
 #[cfg(target_os = "linux")]

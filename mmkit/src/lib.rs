@@ -87,6 +87,9 @@
 //! `lock_api` (default, `no_std`): [`lock::Guarded`]. `serde`: serialize the
 //! statistics, free-block snapshots, requests and their errors.
 //! `debug-check`: every operation first runs the allocator's `check()`.
+//! `internals`: makes `tree`, the B+tree index of free blocks that
+//! [`vmap`] runs on, public, for benchmarks of the index alone; unstable,
+//! not covered by semver (any release may change or remove it).
 //! Without `std`, every allocator is still `Send` (flush hooks are
 //! `Send`), so turning `std` on elsewhere in a build changes nothing.
 #![no_std]
@@ -114,10 +117,14 @@ pub mod range;
 pub mod request;
 #[cfg(feature = "std")]
 mod sync;
-// vmap's internal core: not part of the API (no stability promise); public
-// only so its own doc examples compile.
-#[doc(hidden)]
+// The B+tree under `vmap`: public only with the unstable `internals`
+// feature. Without it, the parts of its interface that only outside users
+// and the tests call are unused.
+#[cfg(feature = "internals")]
 pub mod tree;
+#[cfg(not(feature = "internals"))]
+#[allow(dead_code, unused_imports)]
+mod tree;
 pub mod vblock;
 pub mod vmap;
 

@@ -47,9 +47,9 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 /// Acquisitions in a row the thread holding the turn makes while another
 /// waits, before it hands the turn over: about 25 µs of the bench's
 /// operations, so a waiter waits that long at most while the holder is
-/// busy. 256, 512 and 1024 measured 1.30x, 1.24x and 1.18x one thread's
-/// time per pair with 2 threads (`locked_threads`, one session). Small
-/// under loom, so that its model checks reach the hand-over.
+/// busy (larger batches trade that wait for fewer hand-overs: see
+/// docs/bench-history.md). Small under loom, so that its model checks
+/// reach the hand-over.
 #[cfg(not(loom))]
 const BATCH: u32 = 512;
 #[cfg(loom)]

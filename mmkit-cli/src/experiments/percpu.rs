@@ -482,7 +482,7 @@ fn run(opts: &Options) -> Report {
     r
 }
 
-/// The targets of the issue, as measured.
+/// The experiment's targets, checked on what it measured.
 fn targets(n: u64, area: &[OrdersRow], bitmap: &[OrdersRow], align: &AlignRow) -> Vec<Target> {
     let spreads = |rows: &[OrdersRow]| {
         rows.iter()

@@ -372,7 +372,7 @@ fn run(opts: &Options) -> Report {
     report
 }
 
-/// The targets, checked on the measured block counts (rows in
+/// The experiment's targets, checked on the measured block counts (rows in
 /// scenario order, legacy then current).
 fn targets(b: &[BlocksRow]) -> Vec<Target> {
     let (s1_old, s1_new, s2_old, s2_new) = (&b[0], &b[1], &b[2], &b[3]);

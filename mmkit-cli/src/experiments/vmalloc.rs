@@ -22,9 +22,9 @@ use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 /// The one lock of stress mode: a FIFO ticket lock whose waiters spin, as
 /// the kernel's spinlock (a ticket lock before 4.2, a queued one since).
-/// A parking lock (parking_lot's `FairMutex`, used before) hands over by
-/// waking a sleeping thread: on an idle VM that costs ~20 us per operation
-/// and measured the wake-up, not the allocators.
+/// A parking lock (parking_lot's `FairMutex`) hands over by waking a
+/// sleeping thread, and stress mode would time the wake-ups, not the
+/// allocators.
 type TicketLock<T> = spin::mutex::TicketMutex<T, SpinThenYield>;
 
 /// Waiting for the ticket lock: spin, and every 128th look yield the CPU, so
@@ -56,7 +56,8 @@ use serde::Serialize;
 use super::{Experiment, Options};
 use crate::plot::{self, Axis, Chart};
 use crate::render::{col, Col, Fmt, Report, Table, Target};
-use crate::run::{cpus, ms, progress, ratio, Spread, PAGE, VMALLOC_END, VMALLOC_START};
+use crate::run::{cpus, ms, progress, ratio, PAGE, VMALLOC_END, VMALLOC_START};
+use crate::stats::Spread;
 
 /// The registry entry.
 pub const EXPERIMENT: Experiment = Experiment {

@@ -21,7 +21,8 @@ use super::vmalloc::{
 use super::{Experiment, Options};
 use crate::plot::{self, Axis, Chart};
 use crate::render::{col, Col, Fmt, Report, Table};
-use crate::run::{cpus, ms, progress, ratio, Spread, PAGE};
+use crate::run::{cpus, ms, progress, ratio, PAGE};
+use crate::stats::Spread;
 
 /// The registry entry.
 pub const EXPERIMENT: Experiment = Experiment {

@@ -499,9 +499,9 @@ impl PcpZone {
             .ok_or(FreeError::Invalid)?;
         // One compare both validates the tag (allocated, this order) and
         // picks the list of the most common type, Movable, whose address
-        // is then a constant: it does not wait for the tag's load
-        // (computing the list from the tag made the pair 1.5x slower in
-        // `examples/pcp_pairs.rs`). `free` is always inlined so that a
+        // is then a constant: it does not wait for the tag's load (the
+        // list computed from the tag would: `examples/pcp_pairs.rs`
+        // measures the pair). `free` is always inlined so that a
         // constant `order` folds the tag too.
         if *owner != tag(order, MigrateType::Movable) {
             return self.free_other_type(cpu, pfn, order);

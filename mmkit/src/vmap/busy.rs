@@ -10,19 +10,16 @@
 //! (linear probing by bucket), and each bucket counts the keys stored
 //! further on whose probe passed it (`passed`). A lookup stops at the key or
 //! at a bucket no key passed; a removal empties the slot and takes the key
-//! off the counts of the buckets it passed. Against probing slot by slot
-//! (the design before): a slot is found in one line, not a run of them,
-//! and a removal moves no other key (backward-shift deletion walked the
-//! rest of the run, rehashing every key in it). `mmkit bench random-size`
-//! at 10^5 live areas, where the table is 76% full, spent 13-18% of its
-//! time there.
+//! off the counts of the buckets it passed. A slot is found in one line,
+//! not a run of them, and a removal moves no other key (backward-shift
+//! deletion, in a table probed slot by slot, walks the rest of the run and
+//! rehashes every key in it).
 //!
 //! Within a bucket the slot is picked without a branch per slot (a mask of
 //! the slots that match, and its lowest bit), and an empty slot is the key
 //! `u64::MAX`, which no live area starts at, so a lookup compares keys
 //! alone: which slot holds a key is random, and a loop that stopped at it
-//! was mispredicted about once a lookup (steady-page pairs 34 -> 27 ns at
-//! 10^3 with both).
+//! would be mispredicted about once a lookup.
 //!
 //! A key's home bucket is the top bits of the key times the golden ratio,
 //! the key's granule (the trailing zeros every key has) shifted out first:
@@ -156,11 +153,10 @@ impl BusyIndex {
     /// Fibonacci hashing of the key with its granule's zeros shifted out.
     /// Multiplying a page-aligned key itself multiplies the page number by
     /// the golden ratio times 4096, which spreads an arithmetic progression
-    /// of pages far worse: `mmkit bench fix-size-holes` at 10^6 live areas
-    /// (pins at every other page) piled up to five keys on one home, half
-    /// the churned keys were stored past theirs, and their inserts missed
-    /// the cache (44% of the time). The page number itself spreads as the
-    /// golden ratio does, evenly.
+    /// of pages far worse (pins at every other page, as under `mmkit bench
+    /// fix-size-holes`, pile up several keys on one home, and the churned
+    /// keys stored past theirs miss the cache on insert). The page number
+    /// itself spreads as the golden ratio does, evenly.
     #[inline]
     fn home(&self, key: u64) -> usize {
         ((key >> self.zeros).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize

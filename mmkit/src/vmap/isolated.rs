@@ -4,10 +4,10 @@
 //! A freed area between two live (or lazily freed) areas merges with
 //! nothing, so it is already a maximal free block: it can wait here, out of
 //! the tree, and an allocation that takes it back never touches the tree's
-//! nodes. That is the common case of a churning workload (steady-page, the
-//! issue's fix-size over holes): before, each such pair inserted one block
-//! into the tree and removed it again, and when that block was the only
-//! one long enough, its length went up and down every level of the tree.
+//! nodes. That is the common case of a churning workload (steady-page,
+//! fix-size over holes): in the tree, each such pair would insert one block
+//! and remove it again, and when that block is the only one long enough,
+//! its length would go up and down every level of the tree.
 //!
 //! The answers stay the exact lowest fit: an allocation takes the lowest
 //! isolated block that fits, at `b`, only after the tree's own search

@@ -3,9 +3,9 @@
 //! `VmapAllocator`, after Linux 6.9's vmap nodes. An allocation of a
 //! pooled size takes the newest freed area of that size when it is
 //! aligned; anything else goes to the exact allocator. Fast where frees
-//! and allocations repeat sizes, but not the lowest fit: the issue-9
-//! goals are about the exact allocator, and this row does not count
-//! toward them.
+//! and allocations repeat sizes, but not the lowest fit: the bench's
+//! speed goal is about the exact allocator, and this row does not count
+//! toward it.
 
 use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
 

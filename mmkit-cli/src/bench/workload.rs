@@ -42,7 +42,7 @@ enum Layout {
     /// `2N` areas of the recipe's sizes, every other one freed: `N` live
     /// areas and `N` holes, all churned.
     Fragmented,
-    /// Issue 9's near-miss set-up: `N` holes of `pages` pages between `N`
+    /// The near-miss set-up: `N` holes of `pages` pages between `N`
     /// pinned areas of the same size, below [`WORKING`] areas of the
     /// recipe's sizes, which alone are churned. The recipe's requests fit
     /// no hole (too large for one-page holes, or, for three-page holes at
@@ -112,7 +112,7 @@ pub const ALL: &[Workload] = &[
     },
     Workload {
         name: "fix-size-holes",
-        about: "3-page areas above N one-page holes (test_vmalloc fix_size_alloc_test; issue 9's near misses)",
+        about: "3-page areas above N one-page holes (test_vmalloc fix_size_alloc_test): near misses every search rules out",
         pages: (3, 3),
         align_shift: (0, 0),
         layout: Layout::Holes { pages: 1 },
@@ -120,7 +120,7 @@ pub const ALL: &[Workload] = &[
     },
     Workload {
         name: "align-holes",
-        about: "3-page areas aligned 8 KiB above N 3-page holes at odd pages: each fits the size, none the alignment (issue 9's near misses)",
+        about: "3-page areas aligned 8 KiB above N 3-page holes at odd pages: each fits the size, none the alignment: near misses every search rules out",
         pages: (3, 3),
         align_shift: (1, 1),
         layout: Layout::Holes { pages: 3 },

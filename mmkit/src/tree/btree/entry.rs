@@ -1,0 +1,276 @@
+//! A parent's entry for each child (its lowest start, longest block and
+//! alignment summary), and how an update refreshes the entries above the
+//! node it changed: bottom up along the update's path, each derived from
+//! the old entry and the one child that changed, stopping at the first
+//! that comes out unchanged.
+
+use super::node::{leaf_max, max_of};
+use super::{BTree, Pos};
+use crate::tree::summary::AlignSummary;
+
+/// The largest drop of a node's longest block, in granules of its summary,
+/// for which the summary is capped at the new longest block rather than
+/// recomputed (see [`BTree::shrunk_sum`] and the module docs). Two: an
+/// area taken back out of the block it had merged into with a one-granule
+/// padding on each side (alignment to two granules).
+pub(super) const CAPPED_DROP: u64 = 2;
+
+/// What a parent keeps about a child: its lowest start, its longest block
+/// and its alignment summary (the default while summaries are off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Agg {
+    pub(super) key: u64,
+    pub(super) max: u64,
+    pub(super) sum: AlignSummary,
+}
+
+/// How an update changed the blocks below a node, which decides how its
+/// ancestors' summaries are refreshed (see [`BTree::propagate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Change {
+    /// Every block below is one that was there, or lies inside one that
+    /// was (a block cut by an allocation, a block removed): no usable
+    /// length grew.
+    Shrank,
+    /// Blocks were only added or extended (a free beside free space).
+    Grew,
+    /// Anything else (a merge that also removed a block, a split node).
+    Other,
+}
+
+impl BTree {
+    pub(super) fn leaf_agg(&self, id: u32) -> Agg {
+        let l = &self.leaves[id as usize];
+        let max = leaf_max(l);
+        let sum = if self.summaries {
+            self.leaf_sum(id, max)
+        } else {
+            AlignSummary::ZERO
+        };
+        Agg {
+            key: l.start[0],
+            max,
+            sum,
+        }
+    }
+
+    pub(super) fn leaf_sum(&self, id: u32, max: u64) -> AlignSummary {
+        let l = &self.leaves[id as usize];
+        let n = l.len as usize;
+        AlignSummary::of_ranges(max, &l.start[..n], &l.size[..n])
+    }
+
+    pub(super) fn inner_agg(&self, id: u32) -> Agg {
+        let max = self.inner_max(id);
+        let sum = if self.summaries {
+            self.inner_sum(id, max)
+        } else {
+            AlignSummary::ZERO
+        };
+        Agg {
+            key: self.inners[id as usize].key[0],
+            max,
+            sum,
+        }
+    }
+
+    /// The summary of node `id` (a leaf if `leafy`) whose longest block is
+    /// `max`, recomputed from its blocks or its children's entries.
+    pub(super) fn node_sum(&self, id: u32, leafy: bool, max: u64) -> AlignSummary {
+        if leafy {
+            self.leaf_sum(id, max)
+        } else {
+            self.inner_sum(id, max)
+        }
+    }
+
+    /// The summary of a node whose blocks only shrank, from its old entry
+    /// `o`, while its longest block fell to `max`: the old one while
+    /// `max` holds (still an upper bound); capped at `max` after a drop of
+    /// at most [`CAPPED_DROP`] granules; none (recompute it) after a
+    /// larger drop.
+    #[inline]
+    pub(super) fn shrunk_sum(o: &Agg, max: u64) -> Option<AlignSummary> {
+        if max == o.max {
+            Some(o.sum)
+        } else if (o.max - max) >> o.sum.granule() <= CAPPED_DROP {
+            Some(o.sum.capped(o.max, max))
+        } else {
+            None
+        }
+    }
+
+    #[inline]
+    pub(super) fn agg(&self, id: u32, leaf: bool) -> Agg {
+        if leaf {
+            self.leaf_agg(id)
+        } else {
+            self.inner_agg(id)
+        }
+    }
+
+    #[inline]
+    pub(super) fn entry(&self, p: u32, c: usize) -> Agg {
+        let n = &self.inners[p as usize];
+        Agg {
+            key: n.key[c],
+            max: n.max[c],
+            // Off, the summaries are all ZERO: not read (another line).
+            sum: if self.summaries {
+                n.sum[c]
+            } else {
+                AlignSummary::ZERO
+            },
+        }
+    }
+
+    #[inline]
+    pub(super) fn set_entry(&mut self, p: u32, c: usize, a: Agg) {
+        let n = &mut self.inners[p as usize];
+        n.key[c] = a.key;
+        n.max[c] = a.max;
+        n.sum[c] = a.sum;
+    }
+
+    /// The node at depth `d` of `pos` (the leaf at `d == height`).
+    #[inline]
+    pub(super) fn node_at(&self, pos: &Pos, d: usize) -> u32 {
+        if d == self.height {
+            pos.leaf
+        } else {
+            pos.node[d]
+        }
+    }
+
+    /// The node at depth `d` of `pos` changed as `how` says: refreshes its
+    /// entry in its parent and so on up, stopping at the first entry left
+    /// unchanged. A node that only [`Shrank`](Change::Shrank) and kept its
+    /// longest block keeps its stored summary (still an upper bound).
+    #[inline]
+    pub(super) fn refresh_from(&mut self, pos: &Pos, d: usize, how: Change) {
+        if d == 0 {
+            return;
+        }
+        let id = self.node_at(pos, d);
+        let leafy = d == self.height;
+        let a = if how == Change::Shrank && self.summaries {
+            let o = self.entry(pos.node[d - 1], pos.slot[d - 1] as usize);
+            let (key, max) = if leafy {
+                let l = &self.leaves[id as usize];
+                (l.start[0], leaf_max(l))
+            } else {
+                (self.inners[id as usize].key[0], self.inner_max(id))
+            };
+            let sum = if max == o.max {
+                o.sum
+            } else {
+                self.node_sum(id, leafy, max)
+            };
+            Agg { key, max, sum }
+        } else {
+            self.agg(id, leafy)
+        };
+        self.propagate(pos, d, a, how);
+    }
+
+    /// The node at depth `d` of `pos` now has aggregate `a`, and nothing
+    /// else below its parent changed: stores it in the parent and goes up
+    /// while entries change. Each parent's new aggregate is derived from
+    /// its old one (its entry in the grandparent) and the one child that
+    /// changed, so a node's children are rescanned only when the child
+    /// that held its maximum shrank. The summary, by `how` the child's
+    /// blocks changed:
+    /// - [`Grew`](Change::Grew): every usable length of the parent is the
+    ///   larger of its old one and the child's new one, and the summary
+    ///   merges two parts, not every child;
+    /// - [`Shrank`](Change::Shrank): no usable length grew, so the old
+    ///   summary is still an upper bound while the parent's longest block
+    ///   is unchanged, and is kept (a search that finds it stale tightens
+    ///   it); after a small drop of the longest block it is capped at the
+    ///   new one ([`BTree::shrunk_sum`]), and after a larger one
+    ///   recomputed from the children;
+    /// - [`Other`](Change::Other): recomputed from the children.
+    pub(super) fn propagate(&mut self, pos: &Pos, mut d: usize, mut a: Agg, how: Change) {
+        while d > 0 {
+            let (p, c) = (pos.node[d - 1], pos.slot[d - 1] as usize);
+            let o = self.entry(p, c);
+            if o == a {
+                return;
+            }
+            self.set_entry(p, c, a);
+            if d == 1 {
+                return; // p is the root
+            }
+            let po = self.entry(pos.node[d - 2], pos.slot[d - 2] as usize);
+            let key = if c == 0 { a.key } else { po.key };
+            let max = if a.max >= po.max {
+                a.max
+            } else if o.max < po.max {
+                po.max
+            } else {
+                self.inner_max(p)
+            };
+            let unchanged = a.sum == o.sum && a.max == o.max;
+            let shrunk = if how == Change::Shrank && self.summaries {
+                Self::shrunk_sum(&po, max)
+            } else {
+                None
+            };
+            let sum = if !self.summaries || unchanged {
+                po.sum
+            } else if let Some(sum) = shrunk {
+                sum
+            } else if how == Change::Grew && a.sum.granule() <= o.sum.granule() {
+                // The granule test keeps the result canonical: the
+                // parent's granule is then the min of its old one and
+                // the child's new one.
+                AlignSummary::merge(max, (po.max, po.sum), (a.max, a.sum))
+            } else {
+                self.inner_sum(p, max)
+            };
+            a = Agg { key, max, sum };
+            d -= 1;
+        }
+    }
+
+    pub(super) fn inner_max(&self, id: u32) -> u64 {
+        // All FANOUT slots, those from `len` on 0 (see `Leaf`): no loop
+        // exit to mispredict.
+        max_of(&self.inners[id as usize].max)
+    }
+
+    pub(super) fn inner_sum(&self, id: u32, max: u64) -> AlignSummary {
+        let nd = &self.inners[id as usize];
+        let n = nd.len as usize;
+        AlignSummary::of_children(max, &nd.max[..n], &nd.sum[..n])
+    }
+
+    /// Starts maintaining the alignment summaries if `align` could use them
+    /// (above `2^granule_floor`), computing them once for the whole tree.
+    ///
+    /// # Complexity
+    /// O(n) the first time, O(1) after.
+    pub fn enable_summaries(&mut self, align: u64) {
+        if self.summaries || align.trailing_zeros() <= self.floor {
+            return;
+        }
+        self.summaries = true;
+        if self.height > 0 {
+            self.rebuild(self.root, 0);
+        }
+    }
+
+    pub(super) fn rebuild(&mut self, id: u32, d: usize) -> Agg {
+        let n = self.inners[id as usize].len as usize;
+        for c in 0..n {
+            let kid = self.inners[id as usize].kid[c];
+            let a = if d + 1 == self.height {
+                self.leaf_agg(kid)
+            } else {
+                self.rebuild(kid, d + 1)
+            };
+            self.set_entry(id, c, a);
+        }
+        self.inner_agg(id)
+    }
+}

@@ -1,0 +1,306 @@
+//! The two kinds of node, and the pool each kind lives in.
+//!
+//! Both kinds are fixed arrays whose slots past the node's length hold
+//! neutral values (`u64::MAX` keys and starts, zero lengths and maxima),
+//! so scans read whole arrays with no mask per slot and no loop exit to
+//! mispredict; the helpers at the end of this file are those scans.
+
+use alloc::vec::Vec;
+use core::ops::{Index, IndexMut};
+
+use super::{FANOUT, LEAF_CAP};
+use crate::tree::summary::AlignSummary;
+
+/// "No node" in the free chains.
+pub(super) const NONE: u32 = u32::MAX;
+/// The `len` of a released node.
+pub(super) const RELEASED: u32 = u32::MAX;
+
+/// A leaf: its blocks' starts in `start[..len]` and lengths in
+/// `size[..len]` (lengths, not ends: a search and a leaf's longest block
+/// read only the lengths, half the leaf). The slots past `len` are empty
+/// (`start == u64::MAX`, `size == 0`), as an inner node's keys past its
+/// `len` are `u64::MAX` and its maxima 0: lengths, maxima and key
+/// searches then read whole arrays, with no mask per slot and no loop exit
+/// to mispredict.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub(super) struct Leaf {
+    /// Blocks held (`RELEASED` in the free chain, then `start[0]` links).
+    /// First, in the cache line of the first starts.
+    pub(super) len: u32,
+    pub(super) start: [u64; LEAF_CAP],
+    pub(super) size: [u64; LEAF_CAP],
+}
+
+pub(super) const EMPTY_LEAF: Leaf = Leaf {
+    start: [u64::MAX; LEAF_CAP],
+    size: [0; LEAF_CAP],
+    len: 0,
+};
+
+impl Leaf {
+    /// Block `i` as `(start, end)`.
+    #[inline]
+    pub(super) fn block(&self, i: usize) -> (u64, u64) {
+        (self.start[i], self.start[i] + self.size[i])
+    }
+
+    /// Makes block `i` `[s, e)`.
+    #[inline]
+    pub(super) fn set(&mut self, i: usize, s: u64, e: u64) {
+        self.start[i] = s;
+        self.size[i] = e - s;
+    }
+
+    /// Empties slot `i`.
+    #[inline]
+    pub(super) fn clear(&mut self, i: usize) {
+        self.start[i] = u64::MAX;
+        self.size[i] = 0;
+    }
+}
+
+/// An inner node: entry `i < len` is child `kid[i]`'s lowest start, longest
+/// block and summary; past `len`, `key` is `u64::MAX` and `max` 0 (see
+/// `Leaf`).
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub(super) struct Inner {
+    /// Children held (`RELEASED` in the free chain, then `kid[0]` links).
+    /// First, in the cache line of the first keys.
+    pub(super) len: u32,
+    pub(super) key: [u64; FANOUT],
+    pub(super) max: [u64; FANOUT],
+    pub(super) sum: [AlignSummary; FANOUT],
+    pub(super) kid: [u32; FANOUT],
+}
+
+pub(super) const EMPTY_INNER: Inner = Inner {
+    key: [u64::MAX; FANOUT],
+    max: [0; FANOUT],
+    sum: [AlignSummary::ZERO; FANOUT],
+    kid: [NONE; FANOUT],
+    len: 0,
+};
+
+/// A kind of node a [`Pool`] holds: how an empty one looks, and where a
+/// released one keeps its link in the free chain.
+pub(super) trait Node: Copy {
+    /// A node with no entries.
+    const EMPTY: Self;
+    /// Marks this node released, `next` the next in the free chain.
+    fn release(&mut self, next: u32);
+    /// The next node in the free chain after this released one.
+    fn next_released(&self) -> u32;
+}
+
+impl Node for Leaf {
+    const EMPTY: Leaf = EMPTY_LEAF;
+
+    #[inline]
+    fn release(&mut self, next: u32) {
+        self.len = RELEASED;
+        self.start[0] = u64::from(next);
+    }
+
+    #[inline]
+    fn next_released(&self) -> u32 {
+        self.start[0] as u32
+    }
+}
+
+impl Node for Inner {
+    const EMPTY: Inner = EMPTY_INNER;
+
+    #[inline]
+    fn release(&mut self, next: u32) {
+        self.len = RELEASED;
+        self.kid[0] = next;
+    }
+
+    #[inline]
+    fn next_released(&self) -> u32 {
+        self.kid[0]
+    }
+}
+
+/// The nodes of one kind, indexed by `u32` id: released nodes are chained
+/// for reuse, so a steady state of inserts and removals allocates no heap
+/// memory.
+#[derive(Debug, Clone)]
+pub(super) struct Pool<N> {
+    nodes: Vec<N>,
+    /// The first released node (`NONE`: none).
+    free: u32,
+    /// Nodes handed out and not released (fewer than 2^32: ids are `u32`).
+    used: u32,
+}
+
+impl<N: Node> Pool<N> {
+    /// No node.
+    pub(super) fn new() -> Self {
+        Pool {
+            nodes: Vec::new(),
+            free: NONE,
+            used: 0,
+        }
+    }
+
+    /// One empty node, id 0, handed out (a new tree's root leaf).
+    pub(super) fn with_root() -> Self {
+        Pool {
+            nodes: Vec::from([N::EMPTY]),
+            free: NONE,
+            used: 1,
+        }
+    }
+
+    /// An empty node: the last released, or a new one.
+    pub(super) fn alloc(&mut self) -> u32 {
+        self.used += 1;
+        if self.free != NONE {
+            let id = self.free;
+            self.free = self.nodes[id as usize].next_released();
+            self.nodes[id as usize] = N::EMPTY;
+            id
+        } else {
+            self.nodes.push(N::EMPTY);
+            (self.nodes.len() - 1) as u32
+        }
+    }
+
+    /// Takes back node `id`, to be handed out again.
+    pub(super) fn release(&mut self, id: u32) {
+        self.used -= 1;
+        self.nodes[id as usize].release(self.free);
+        self.free = id;
+    }
+
+    /// Nodes handed out and not released.
+    pub(super) fn used(&self) -> usize {
+        self.used as usize
+    }
+
+    /// Heap bytes held (capacity, used or not).
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.nodes.capacity() * core::mem::size_of::<N>()
+    }
+
+    /// Bytes of the nodes handed out.
+    pub(super) fn node_bytes(&self) -> usize {
+        self.used() * core::mem::size_of::<N>()
+    }
+
+    /// Makes room for `n` nodes in all, released ones included.
+    pub(super) fn reserve_total(&mut self, n: usize) {
+        self.nodes.reserve(n.saturating_sub(self.nodes.len()));
+    }
+}
+
+impl<N> Index<usize> for Pool<N> {
+    type Output = N;
+
+    #[inline]
+    fn index(&self, id: usize) -> &N {
+        &self.nodes[id]
+    }
+}
+
+impl<N> IndexMut<usize> for Pool<N> {
+    #[inline]
+    fn index_mut(&mut self, id: usize) -> &mut N {
+        &mut self.nodes[id]
+    }
+}
+
+/// In the sorted `keys` of a node (at least one; the empty slots after
+/// them hold `u64::MAX`, below no key), the index of the last key below
+/// `key`, or 0 if none, without a branch: a direction that is a coin flip
+/// for random keys, and a loop that stops at the node's length
+/// mispredicts its exit. Four-way steps: three independent comparisons
+/// narrow the range to a quarter, so 16 keys take two dependent steps
+/// instead of a binary search's four (each waits for the load the last
+/// one chose). No mask by the node's length either: it lies in another
+/// cache line than the keys it would mask.
+#[inline]
+pub(super) fn last_below<const N: usize>(keys: &[u64; N], key: u64) -> usize {
+    let mut base = 0;
+    let mut span = N;
+    while span >= 4 {
+        let step = span / 4;
+        let mut below = 0;
+        for j in 1..4 {
+            let m = base + j * step;
+            below += usize::from(keys[m] < key);
+        }
+        base += below * step;
+        span = step;
+    }
+    if span == 2 {
+        let m = base + 1;
+        base += usize::from(keys[m] < key);
+    }
+    base
+}
+
+/// Moves `a[i..n]` up one slot (`n < a.len()`). Nothing to move is common
+/// (an insert at the end of a leaf, the root leaf of a near-empty tree):
+/// tested first, it saves a `memmove` call.
+#[inline]
+pub(super) fn open_gap(a: &mut [u64; LEAF_CAP], i: usize, n: usize) {
+    if i < n {
+        a.copy_within(i..n, i + 1);
+    }
+}
+
+/// Moves `a[i + 1..n]` down one slot, over `a[i]`.
+#[inline]
+pub(super) fn close_gap(a: &mut [u64; LEAF_CAP], i: usize, n: usize) {
+    if i + 1 < n {
+        a.copy_within(i + 1..n, i);
+    }
+}
+
+/// The longest block of a leaf: all LEAF_CAP slots, so there is no loop
+/// exit to mispredict (those from `len` on are empty: see `Leaf`).
+#[inline]
+pub(super) fn leaf_max(l: &Leaf) -> u64 {
+    max_of(&l.size)
+}
+
+/// Where the blocks below child `c` of `n` end, at most: the next child's
+/// key, or for the last child `end`, the bound of the node's own blocks.
+/// Every key is below `end` and every empty slot's is `u64::MAX`, so the
+/// smaller of the two is the answer, without reading the node's length.
+#[inline]
+pub(super) fn child_end(n: &Inner, c: usize, end: u64) -> u64 {
+    n.key.get(c + 1).map_or(end, |&k| k.min(end))
+}
+
+/// The largest of `x`, in four independent chains of comparisons (in one
+/// chain each waits for the last).
+#[inline]
+pub(super) fn max_of<const N: usize>(x: &[u64; N]) -> u64 {
+    let mut m = [0u64; 4];
+    for c in x.chunks_exact(4) {
+        for j in 0..4 {
+            m[j] = m[j].max(c[j]);
+        }
+    }
+    m[0].max(m[1]).max(m[2].max(m[3]))
+}
+
+/// Bit `i` set for each `x[i] >= min`, without branches: over whole
+/// arrays, whose slots past their node's `len` hold 0 (see `Leaf`), which
+/// no `min` of at least 1 counts. (Every block and every subtree is at
+/// least 1 long, so raising `min` to 1 changes no other bit.)
+#[inline]
+pub(super) fn at_least<const N: usize>(x: &[u64; N], min: u64) -> u64 {
+    let min = min.max(1);
+    let mut mask = 0;
+    for (i, &v) in x.iter().enumerate() {
+        mask |= u64::from(v >= min) << i;
+    }
+    mask
+}

@@ -1,0 +1,648 @@
+use super::finger::Next;
+use super::search::top_fit;
+use super::*;
+use crate::error::CheckError;
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::vec::Vec;
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Insert a range at slot `i` of 64-byte slots, length `len`.
+    Insert(u16, u8),
+    Remove(u16),
+    /// Shrink or grow the range in slot `i` within its slot.
+    Resize(u16, u8),
+    /// Lowest and highest fit: size, log2 align, window start, length.
+    Fit(u8, u8, u16, u16),
+}
+
+fn op(slots: u16) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..slots, 1..=64u8).prop_map(|(i, l)| Op::Insert(i, l)),
+        1 => (0..slots).prop_map(Op::Remove),
+        1 => (0..slots, 1..=64u8).prop_map(|(i, l)| Op::Resize(i, l)),
+        2 => (1..=80u8, 0..24u8, any::<u16>(), any::<u16>())
+            .prop_map(|(s, a, lo, len)| Op::Fit(s, a, lo, len)),
+    ]
+}
+
+fn lowest(t: &mut BTree, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u64)> {
+    let mut pos = Pos::new();
+    t.lowest_fit(size, align, lo, hi, &mut pos)
+        .map(|a| (pos, a))
+}
+
+fn highest(t: &BTree, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u64)> {
+    let mut pos = Pos::new();
+    t.highest_fit(size, align, lo, hi, &mut pos)
+        .map(|a| (pos, a))
+}
+
+fn fail(e: CheckError) -> TestCaseError {
+    TestCaseError::fail(format!("{e}"))
+}
+
+/// Runs `ops` against a BTreeMap model with addresses `base + (x <<
+/// shift)`; every fit agrees with the model's scan.
+fn run_model(shift: u32, base: u64, ops: &[Op], check_every: usize) -> Result<(), TestCaseError> {
+    let mut t = BTree::new();
+    let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+    let addr = |x: u64| base.saturating_add(x << shift);
+    for (step, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Insert(i, len) => {
+                let s = addr(u64::from(i) * 64);
+                let e = s + (u64::from(len) << shift);
+                if let alloc::collections::btree_map::Entry::Vacant(v) = model.entry(s) {
+                    t.insert(s, e);
+                    v.insert(e);
+                }
+            }
+            Op::Remove(i) => {
+                let s = addr(u64::from(i) * 64);
+                prop_assert_eq!(t.remove(s), model.remove(&s).is_some());
+            }
+            Op::Resize(i, len) => {
+                let s = addr(u64::from(i) * 64);
+                let e = s + (u64::from(len) << shift);
+                if let Some(v) = model.get_mut(&s) {
+                    let pos = t.find(s).expect("in the tree");
+                    prop_assert_eq!(t.get(&pos).0, s);
+                    t.set_range_at(&pos, s, e);
+                    *v = e;
+                }
+            }
+            Op::Fit(size, a, lo, len) => {
+                let (size, align) = (u64::from(size) << shift, 1u64 << a);
+                let lo = addr(u64::from(lo) * 32);
+                let hi = lo.saturating_add(u64::from(len) << (shift + 5));
+                let want = model
+                    .iter()
+                    .find_map(|(&s, &e)| crate::range::fit_in(s.max(lo), e.min(hi), size, align));
+                let want_top = model
+                    .iter()
+                    .rev()
+                    .find_map(|(&s, &e)| top_fit(s.max(lo), e.min(hi), size, align));
+                if a % 3 != 0 {
+                    t.enable_summaries(align);
+                }
+                let got = lowest(&mut t, size, align, lo, hi);
+                prop_assert_eq!(got.map(|g| g.1), want);
+                if let Some((pos, a)) = got {
+                    let (s, e) = t.get(&pos);
+                    prop_assert!(s <= a && a + size <= e);
+                }
+                let got = highest(&t, size, align, lo, hi);
+                prop_assert_eq!(got.map(|g| g.1), want_top);
+                if let Some((pos, a)) = got {
+                    let (s, e) = t.get(&pos);
+                    prop_assert!(s <= a && a + size <= e);
+                }
+                prop_assert_eq!(t.lowest_fit_linear(size, align, lo, hi), want);
+            }
+        }
+        if step % check_every == 0 || step + 1 == ops.len() {
+            t.check(base, u64::MAX).map_err(fail)?;
+            let first = t.iter().next().map_or(u64::MAX, |b| b.0);
+            prop_assert_eq!(t.lowest_start(), first);
+            prop_assert_eq!(t.len(), model.len());
+            let got: Vec<(u64, u64)> = t.iter().collect();
+            let want: Vec<(u64, u64)> = model.iter().map(|(&s, &e)| (s, e)).collect();
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(
+                t.max_len(),
+                model.iter().map(|(s, e)| e - s).max().unwrap_or(0)
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Small trees (a few leaves), checked after every step.
+    #[test]
+    fn small_tree_matches_model(shift in 0u32..14, ops in proptest::collection::vec(op(300), 1..400)) {
+        run_model(shift, 0, &ops, 1)?;
+    }
+
+    /// Three levels and more: splits, borrows and merges of inner nodes.
+    #[test]
+    fn deep_tree_matches_model(shift in 0u32..12, ops in proptest::collection::vec(op(8000), 1..6000)) {
+        run_model(shift, 0, &ops, 97)?;
+    }
+
+    /// Addresses just below `u64::MAX`: no overflow in any bound.
+    #[test]
+    fn top_of_the_space(shift in 0u32..4, ops in proptest::collection::vec(op(2000), 1..1500)) {
+        let base = u64::MAX - (2000 * 64 + 200) * (1 << shift) - 4096;
+        run_model(shift, base, &ops, 13)?;
+    }
+}
+
+/// A range allocator over the tree, as `VmapAllocator` drives it (fits
+/// cut by position; frees merged through `neighbours`), against a
+/// sorted list of free ranges. Requests are 1 to `sizes` units long,
+/// aligned (when `aligned`) to one of the first `aligns` powers of two
+/// of the unit.
+#[allow(clippy::too_many_arguments)]
+fn churn(
+    (lo, hi): (u64, u64),
+    seed: u64,
+    steps: usize,
+    aligned: bool,
+    (sizes, aligns): (u64, u64),
+    shift: u32,
+    check_every: usize,
+) -> Result<usize, TestCaseError> {
+    let mut rnd = crate::testkit::xorshift(seed | 1);
+    let mut t = BTree::new();
+    t.insert(lo, hi);
+    let mut model: Vec<(u64, u64)> = Vec::from([(lo, hi)]);
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    let span = hi - lo;
+    let mut max_height = 0;
+    for step in 0..steps {
+        if rnd() % 5 < 3 || live.is_empty() {
+            let size = (rnd() % sizes + 1) << shift;
+            let align = if aligned {
+                1u64 << (shift + (rnd() % aligns) as u32)
+            } else {
+                1 << shift
+            };
+            let (ws, we) = if rnd() % 4 == 0 {
+                let ws = (lo + rnd() % span) >> shift << shift;
+                (ws, ws.saturating_add(rnd() % span + 1).min(hi))
+            } else {
+                (lo, hi)
+            };
+            let top = rnd() % 8 == 0;
+            t.enable_summaries(align);
+            let want = if top {
+                model
+                    .iter()
+                    .rev()
+                    .find_map(|&(s, e)| top_fit(s.max(ws), e.min(we), size, align))
+            } else {
+                model
+                    .iter()
+                    .find_map(|&(s, e)| crate::range::fit_in(s.max(ws), e.min(we), size, align))
+            };
+            let got = if top {
+                highest(&t, size, align, ws, we)
+            } else {
+                lowest(&mut t, size, align, ws, we)
+            };
+            prop_assert_eq!(got.map(|g| g.1), want);
+            if let Some((pos, a)) = got {
+                let (s, e) = t.get(&pos);
+                match (a == s, a + size == e) {
+                    (true, true) => t.remove_at(&pos),
+                    (true, false) => t.set_range_at(&pos, a + size, e),
+                    (false, true) => t.set_range_at(&pos, s, a),
+                    (false, false) => t.split_at(&pos, (s, a), a + size, e),
+                }
+                crate::testkit::model_take(&mut model, a, size);
+                live.push((a, a + size));
+            }
+        } else {
+            let (s, e) = live.swap_remove((rnd() % live.len() as u64) as usize);
+            let nb = t.neighbours(s);
+            let joins_prev = nb.prev.is_some_and(|p| p.1 == s);
+            let joins_next = nb.next.is_some_and(|n| n.0 == e);
+            match (joins_prev, joins_next) {
+                (true, true) => t.merge(&nb),
+                (true, false) => t.grow_prev(&nb, e),
+                (false, true) => t.grow_next(&nb, s),
+                (false, false) => t.insert_at(&nb, s, e),
+            }
+            crate::testkit::model_free(&mut model, s, e);
+        }
+        if step % check_every == 0 || step + 1 == steps {
+            t.check(lo, hi).map_err(fail)?;
+            let got: Vec<(u64, u64)> = t.iter().collect();
+            prop_assert_eq!(&got, &model);
+            max_height = max_height.max(t.height);
+        }
+    }
+    Ok(max_height)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn allocator_churn_matches_model(
+        seed in any::<u64>(),
+        aligned in any::<bool>(),
+        top in any::<bool>(),
+        shift in prop_oneof![Just(0u32), Just(4), Just(12)],
+    ) {
+        let space = 1u64 << (shift + 20);
+        let (lo, hi) = if top { (u64::MAX - space, u64::MAX) } else { (0, space) };
+        churn((lo, hi), seed, 4000, aligned, (16, 8), shift, 50)?;
+    }
+
+    /// Few request shapes, so that a search often repeats the last
+    /// one's size and alignment and starts at the bound it left
+    /// (`Cleared`); frees below that bound must lower it.
+    #[test]
+    fn repeated_aligned_requests_match_model(
+        seed in any::<u64>(),
+        sizes in 1u64..4,
+        aligns in 2u64..4,
+        shift in prop_oneof![Just(0u32), Just(12)],
+    ) {
+        churn((0, 1 << (shift + 16)), seed, 4000, true, (sizes, aligns), shift, 50)?;
+    }
+}
+
+/// Each way a block can be gained below the bound a search left lowers
+/// it: an insert, a block grown, and joins in one leaf, across leaves
+/// and into the wilderness.
+#[test]
+fn gained_blocks_lower_the_cleared_bound() {
+    // Blocks of 1 unit at 10, 20, ..: too short for 3 units aligned to
+    // 2; the wilderness from 5000 holds the first fit, at 5000.
+    let fresh = || {
+        let mut t = BTree::new();
+        for i in 1..400u64 {
+            t.insert(i * 10, i * 10 + 1);
+        }
+        t.insert(5000, 10_000);
+        t.enable_summaries(2);
+        assert_eq!(lowest(&mut t, 3, 2, 0, 10_000).map(|g| g.1), Some(5000));
+        t
+    };
+    let expect = |t: &mut BTree, want: u64| {
+        assert_eq!(lowest(t, 3, 2, 0, 10_000).map(|g| g.1), Some(want));
+        assert_eq!(t.lowest_fit_linear(3, 2, 0, 10_000), Some(want));
+        t.check(0, 10_000).unwrap();
+    };
+    // An insert.
+    let mut t = fresh();
+    t.insert(1001, 1006);
+    expect(&mut t, 1002);
+    // A block grown in place.
+    let mut t = fresh();
+    let pos = t.find(1000).unwrap();
+    t.set_range_at(&pos, 1000, 1003);
+    expect(&mut t, 1000);
+    // Two blocks joined, in one leaf and across leaves: every pair.
+    let (mut here, mut across) = (0, 0);
+    for k in (10..3990).step_by(10) {
+        let mut t = fresh();
+        let nb = t.neighbours(k + 1);
+        assert_eq!(
+            (nb.prev, nb.next),
+            (Some((k, k + 1)), Some((k + 10, k + 11)))
+        );
+        match nb.next_at {
+            Next::Here => here += 1,
+            Next::Leaf => across += 1,
+            _ => unreachable!(),
+        }
+        t.merge(&nb);
+        expect(&mut t, k);
+    }
+    assert!(
+        here > 0 && across > 0,
+        "{here} joins in a leaf, {across} across"
+    );
+    // A block joined with the wilderness.
+    let mut t = fresh();
+    let nb = t.neighbours(3991);
+    assert_eq!(nb.next, Some((5000, 10_000)));
+    t.merge(&nb);
+    expect(&mut t, 3990);
+}
+
+/// A search that starts at the cleared bound begins in the leaf of the
+/// bound's block while no node changed, but not once that leaf's first
+/// block starts above the bound: a fit at the bound then lives in the
+/// leaf before.
+#[test]
+fn a_remembered_leaf_serves_only_while_it_starts_by_the_bound() {
+    // Blocks of 1 unit at 4i + 1: too short for 2 units aligned to 2.
+    let mut t = BTree::new();
+    for i in 0..64u64 {
+        t.insert(4 * i + 1, 4 * i + 2);
+    }
+    t.insert(1000, 2000);
+    t.enable_summaries(2);
+    // Two neighbouring leaves, the second (`l`) given a ninth block so
+    // that it can lose its first without underflowing.
+    let start_of = |t: &BTree, leaf: u32| t.leaves[leaf as usize].start[0];
+    let p = t
+        .find(start_of(&t, t.find(1).unwrap().leaf) + 4 * 8)
+        .unwrap()
+        .leaf;
+    let l = t.find(start_of(&t, p) + 4 * 8).unwrap().leaf;
+    assert_ne!(p, l);
+    let s0 = start_of(&t, l);
+    t.insert(s0 + 4 * 3 + 2, s0 + 4 * 3 + 3);
+    assert_eq!(t.leaves[l as usize].len as usize, LEAF_MIN + 1);
+    // Its first block grows to hold the request at s0 + 1: the answer,
+    // and the bound, with the path to `l`.
+    let pos = t.find(s0).unwrap();
+    t.set_range_at(&pos, s0, s0 + 3);
+    let mut pos = Pos::new();
+    assert_eq!(t.lowest_fit(2, 2, 0, 2000, &mut pos), Some(s0 + 1));
+    assert_eq!((pos.leaf, t.cleared.bound), (l, s0 + 1));
+    let shape = t.shape;
+    // The same request again starts in `l`.
+    assert_eq!(t.start_leaf().map(|at| at.leaf), Some(l));
+    // That block goes; a fit at the bound comes back, in the leaf before
+    // (`l` now starts above it), without lowering the bound.
+    assert!(t.remove(s0));
+    t.insert(s0 + 1, s0 + 3);
+    assert_eq!(t.find(s0 + 1).unwrap().leaf, p);
+    assert_eq!(
+        (t.shape, t.cleared.bound, t.cleared.at.leaf),
+        (shape, s0 + 1, l)
+    );
+    assert!(t.start_leaf().is_none());
+    assert_eq!(t.lowest_fit(2, 2, 0, 2000, &mut pos), Some(s0 + 1));
+    t.check(0, 2000).unwrap();
+}
+
+/// Three and more levels, aligned requests (summaries on) and windows.
+#[test]
+fn deep_allocator_churn() {
+    let h = churn((0, 1 << 36), 7, 60_000, true, (16, 8), 12, 2_000).unwrap();
+    assert!(h >= 3, "height {h}");
+    let h = churn(
+        (u64::MAX - (1 << 30), u64::MAX),
+        11,
+        60_000,
+        false,
+        (16, 8),
+        4,
+        2_000,
+    )
+    .unwrap();
+    assert!(h >= 3, "height {h}");
+}
+
+#[test]
+fn containing_and_neighbours() {
+    let mut t = BTree::new();
+    for i in 0..1000u64 {
+        t.insert(i * 100 + 10, i * 100 + 20);
+    }
+    t.check(0, u64::MAX).unwrap();
+    assert_eq!(t.containing(19), Some((10, 20)));
+    assert_eq!(t.containing(20), None);
+    assert_eq!(t.containing(5), None);
+    assert_eq!(t.containing(99_915), Some((99_910, 99_920)));
+    let nb = t.neighbours(25);
+    assert_eq!((nb.prev, nb.next), (Some((10, 20)), Some((110, 120))));
+    let nb = t.neighbours(5);
+    assert_eq!((nb.prev, nb.next), (None, Some((10, 20))));
+    let nb = t.neighbours(1_000_000);
+    assert_eq!((nb.prev, nb.next), (Some((99_910, 99_920)), None));
+    // One `Neighbours` reused for every key: each lookup replaces all of it.
+    let mut into = t.neighbours(1_000_000);
+    for k in (0..100_000).step_by(7) {
+        let nb = t.neighbours(k);
+        let prev = t.iter().filter(|r| r.0 < k).last();
+        let next = t.iter().find(|r| r.0 >= k);
+        assert_eq!((nb.prev, nb.next), (prev, next), "key {k}");
+        t.neighbours_into(k, &mut into);
+        assert_eq!(format!("{into:?}"), format!("{nb:?}"), "key {k}");
+    }
+    // One found in another tree of the same shape count: nothing of
+    // its path is used either.
+    let mut other = BTree::new();
+    for i in 0..1000u64 {
+        other.insert(i * 10 + 5_000_000, i * 10 + 5_000_001);
+    }
+    assert_eq!(other.shape, t.shape);
+    let mut foreign = other.neighbours(5_005_000);
+    t.neighbours_into(55_515, &mut foreign);
+    assert_eq!(
+        format!("{foreign:?}"),
+        format!("{:?}", t.neighbours(55_515))
+    );
+    for i in 0..1000u64 {
+        assert!(t.remove(i * 100 + 10));
+        if i % 37 == 0 {
+            t.check(0, u64::MAX).unwrap();
+        }
+    }
+    assert!(t.is_empty());
+    t.check(0, u64::MAX).unwrap();
+}
+
+/// One-unit blocks at every 4th unit below 4000 (a tree of several
+/// levels) and the wilderness `[10_000, 20_000)`.
+fn units_below_4000_and_a_wilderness() -> BTree {
+    let mut t = BTree::new();
+    for i in 0..1000u64 {
+        t.insert(i * 4, i * 4 + 1);
+    }
+    t.insert(10_000, 20_000);
+    t
+}
+
+/// A failed search is remembered only for requests it covers (same
+/// size and alignment, a window inside its own) and only until the
+/// blocks change.
+#[test]
+fn a_failed_search_answers_only_what_it_covers() {
+    // One-unit blocks at every 4th unit below 4000, a 3-unit one at
+    // 5000, the wilderness from 10_000.
+    let mut t = units_below_4000_and_a_wilderness();
+    t.insert(5000, 5003);
+    let mut pos = Pos::new();
+    let mut fit = |t: &mut BTree, size, align, lo, hi| t.lowest_fit(size, align, lo, hi, &mut pos);
+    assert_eq!(fit(&mut t, 3, 1, 0, 4000), None);
+    assert_eq!(fit(&mut t, 3, 1, 0, 4000), None);
+    assert_eq!(fit(&mut t, 3, 1, 100, 3000), None); // covered
+    assert_eq!(fit(&mut t, 3, 1, 0, 6000), Some(5000)); // a wider window
+    assert_eq!(fit(&mut t, 3, 1, 0, 4000), None);
+    assert_eq!(fit(&mut t, 1, 1, 0, 4000), Some(0)); // another size
+    assert_eq!(fit(&mut t, 3, 1, 0, 4000), None);
+    assert_eq!(fit(&mut t, 1, 2, 1, 4000), Some(4)); // another alignment
+    assert_eq!(fit(&mut t, 3, 1, 0, 4000), None);
+    // A change: the block at 2000 grows to three units.
+    let p = t.find(2000).unwrap();
+    t.set_range_at(&p, 2000, 2003);
+    assert_eq!(fit(&mut t, 3, 1, 0, 4000), Some(2000));
+    t.check(0, u64::MAX).unwrap();
+}
+
+/// The root's longest block, kept between calls of `may_hold_below`,
+/// is read again after every kind of change: a block grown, split,
+/// removed, merged or inserted, the longest one included.
+#[test]
+fn may_hold_below_sees_every_change_to_the_longest_block() {
+    // Several levels; the wilderness above every bound asked.
+    let mut t = units_below_4000_and_a_wilderness();
+    assert!(t.may_hold_below(5000, 1));
+    assert!(!t.may_hold_below(5000, 2));
+    // Asked again of the same tree: from the kept value.
+    assert!(!t.may_hold_below(5000, 2));
+    // Grown in place: three units at 2000.
+    let p = t.find(2000).unwrap();
+    t.set_range_at(&p, 2000, 2003);
+    assert!(t.may_hold_below(5000, 3));
+    assert!(!t.may_hold_below(5000, 4));
+    // Split by an allocation of its middle unit: none of two.
+    let p = t.find(2000).unwrap();
+    t.split_at(&p, (2000, 2001), 2002, 2003);
+    assert!(!t.may_hold_below(5000, 2));
+    // That unit freed: merged with both sides into three units again.
+    let nb = t.neighbours(2001);
+    t.merge(&nb);
+    assert!(t.may_hold_below(5000, 3));
+    // Removed: none of two again; a new long block below the bound.
+    assert!(t.remove(2000));
+    assert!(!t.may_hold_below(5000, 2));
+    t.insert(4500, 4600);
+    assert!(t.may_hold_below(5000, 100));
+    t.check(0, u64::MAX).unwrap();
+}
+
+/// A kept `Neighbours` (the finger) answers as a fresh descent does:
+/// runs of lookups near the last one, with no change between (read
+/// from the leaf), after blocks changed in unchanged nodes (down from
+/// the finger's path as far as it still leads), and after splits and
+/// merges (the shape sends them down from the root). Debug builds
+/// also compare every answer from a finger with a full descent.
+#[test]
+fn finger_answers_as_a_descent_does() {
+    let mut rnd = crate::testkit::xorshift(0x9e37_79b9_7f4a_7c15);
+    let mut t = BTree::new();
+    let mut nb = Neighbours::new();
+    let mut key = 0;
+    let (mut hits, mut redescents, mut max_height) = (0, 0, 0);
+    for step in 0..60_000u64 {
+        let r = rnd();
+        if step % 4 == 0 {
+            // Changes: a block at a random free slot of 64, or one gone.
+            let s = (r >> 8) % 20_000 * 64;
+            if t.find(s).is_some() {
+                t.remove(s);
+            } else if t.containing(s).is_none() {
+                t.insert(s, s + 32);
+            }
+        }
+        // Near the last key mostly (the same leaf), anywhere or above
+        // every block at times; keys on, between and beyond the
+        // blocks, down to 0.
+        key = match r % 8 {
+            0 => r >> 44,
+            // Above every block (frees above holes): the last leaf.
+            1 | 2 => 1_300_000 + (r >> 50),
+            _ => (key + (r >> 60) * 20).saturating_sub(150),
+        };
+        let current = nb.version == t.version && t.finger_holds(&mut nb.clone(), key);
+        hits += usize::from(current);
+        redescents += usize::from(!current && nb.shape == t.shape);
+        t.neighbours_near(key, &mut nb);
+        let fresh = t.neighbours(key);
+        let found =
+            |n: &Neighbours| format!("{:?}", (n.prev, n.next, n.pos, n.prev_wild, n.next_at));
+        assert_eq!(found(&nb), found(&fresh), "key {key} step {step}");
+        max_height = max_height.max(t.height);
+    }
+    t.check(0, u64::MAX).unwrap();
+    assert!(max_height >= 3, "height {max_height}");
+    assert!(hits > 10_000, "{hits} lookups from a current finger");
+    assert!(
+        redescents > 5_000,
+        "{redescents} lookups with a path to keep"
+    );
+}
+
+mod deep {
+    use super::*;
+    use alloc::collections::BTreeMap;
+
+    /// Grows to four inner levels and shrinks back to one leaf, through
+    /// every split, borrow, merge and root change, against a model.
+    #[test]
+    fn grow_and_shrink_through_every_level() {
+        let mut rnd = crate::testkit::xorshift(0x2545f4914f6cdd1du64);
+        let mut t = BTree::new();
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut max_height = 0;
+        for phase in 0..2 {
+            for step in 0..120_000u64 {
+                let slot = rnd() % 200_000;
+                let s = slot * 64;
+                let insert = if phase == 0 {
+                    rnd() % 4 != 0
+                } else {
+                    rnd() % 4 == 0
+                };
+                if insert {
+                    if let alloc::collections::btree_map::Entry::Vacant(v) = model.entry(s) {
+                        let e = s + 1 + rnd() % 63;
+                        t.insert(s, e);
+                        v.insert(e);
+                    }
+                } else if let Some((&k, _)) = model.range(s..).next() {
+                    model.remove(&k);
+                    assert!(t.remove(k));
+                }
+                max_height = max_height.max(t.height);
+                if step % 20_000 == 0 {
+                    t.check(0, u64::MAX).unwrap();
+                    assert!(t.iter().eq(model.iter().map(|(&s, &e)| (s, e))));
+                }
+            }
+        }
+        t.check(0, u64::MAX).unwrap();
+        assert!(t.iter().eq(model.iter().map(|(&s, &e)| (s, e))));
+        assert!(max_height >= 4, "height {max_height}");
+        for k in model.keys().copied().collect::<Vec<_>>() {
+            assert!(t.remove(k));
+        }
+        t.check(0, u64::MAX).unwrap();
+        assert_eq!((t.len(), t.height), (0, 0));
+    }
+
+    /// A shrink that keeps a leaf's longest block keeps its summary (now
+    /// stale: it still promises an aligned fit that is gone), and the
+    /// search it then sends there in vain recomputes it.
+    #[test]
+    fn stale_summary_is_kept_then_tightened_by_the_search() {
+        let mut t = BTree::new();
+        for i in 0..40u64 {
+            let s = i * 0x1000;
+            let e = match i {
+                2 => s + 0xc00,         // aligned to 2^13: 0xc00 usable at 2^11
+                4 => s + 0x100 + 0xc00, // as long, 0x500 usable at 2^11
+                30 => s + 0x1000,       // the fit the search ends at
+                _ => s + 0x100,
+            };
+            let s = if i == 4 { s + 0x100 } else { s };
+            t.insert(s, e);
+        }
+        t.enable_summaries(0x800);
+        assert!(t.height >= 1);
+        let (root, first) = (t.root, t.inners[t.root as usize].kid[0]);
+        let exact = |t: &BTree| t.leaf_sum(first, t.entry(root, 0).max);
+        // Both holders of the leaf's maximum start in the first leaf.
+        assert_eq!(t.entry(root, 0).max, 0xc00);
+        // Block 2 loses its aligned start; block 4 keeps the maximum.
+        let pos = t.find(0x2000).unwrap();
+        t.set_range_at(&pos, 0x2100, 0x2c00);
+        t.check(0, u64::MAX).unwrap();
+        assert_ne!(t.entry(root, 0).sum, exact(&t), "kept, not recomputed");
+        assert_eq!(t.entry(root, 0).sum.usable(0xc00, 11), Some(0xc00));
+        // 0x600 at 2^11: the first leaf's summary lets the search in, no
+        // block there holds it (0x400 and 0x500 usable), block 30 does.
+        let mut pos = Pos::new();
+        assert_eq!(
+            t.lowest_fit(0x600, 0x800, 0, u64::MAX, &mut pos),
+            Some(0x1e000)
+        );
+        assert_eq!(t.entry(root, 0).sum, exact(&t), "tightened by the search");
+        assert_eq!(t.entry(root, 0).sum.usable(0xc00, 11), Some(0x500));
+        t.check(0, u64::MAX).unwrap();
+    }
+}
