@@ -45,6 +45,7 @@ fn child() {
     };
     match case.as_str() {
         "map_count" => at_max_map_count(),
+        "merged_block" => a_merged_block_at_max_map_count(),
         "address_space" => under_rlimit_as(),
         "file_size" => under_rlimit_fsize(),
         other => panic!("unknown case {other}"),
@@ -55,6 +56,11 @@ fn child() {
 #[test]
 fn nothing_is_forgotten_at_max_map_count() {
     in_child("map_count");
+}
+
+#[test]
+fn a_block_merged_with_its_neighbour_stays_until_it_unmaps() {
+    in_child("merged_block");
 }
 
 #[test]
@@ -225,6 +231,67 @@ fn at_max_map_count() {
         (lo..hi).contains(&start) && !rest.starts_with("---p")
     });
     assert_eq!(inside.count(), 0, "something is still mapped:\n{maps}");
+}
+
+/// A released per-CPU block between two live ones, all three mapping
+/// consecutive frames at consecutive addresses (the kernel merges them into
+/// one mapping). Purging the middle block must split that mapping on both
+/// sides; at the limit the kernel refuses, and the block stays mapped,
+/// recorded and reserved until a later purge succeeds.
+fn a_merged_block_at_max_map_count() {
+    let max = std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap();
+    let max: usize = max.trim().parse().unwrap();
+    let vm = Vm::new(VmConfig {
+        virt_size: 1 << 30,
+        phys_limit: 64 << 20,
+        lazy_max: 1 << 30,
+        cpus: 1,
+        vblock: mmkit::vblock::Config {
+            page_size: PAGE,
+            max_alloc: 16,
+            bits: 32,
+        },
+        ..VmConfig::default()
+    })
+    .unwrap();
+    let q = vm.alloc_pages(7).unwrap(); // 128 consecutive frames
+                                        // Six mappings of 16 pages fill three blocks, frames in address order.
+    let maps: Vec<u64> = (0..6)
+        .map(|i| {
+            let pfns: Vec<u64> = (q + 16 * i..q + 16 * (i + 1)).collect();
+            vm.vm_map_ram(&pfns).unwrap()
+        })
+        .collect();
+    for w in maps.windows(2) {
+        assert_eq!(w[1], w[0] + 16 * PAGE, "three adjacent blocks");
+    }
+    vm.vm_unmap_ram(maps[2], 16).unwrap();
+    vm.vm_unmap_ram(maps[3], 16).unwrap(); // the middle block is released
+    let mut filler = Filler::new(2 * max + 64);
+    filler.fill();
+    vm.purge();
+    let s = vm.stats().space;
+    assert!(s.unmap_failures >= 1, "{s:?}");
+    assert_eq!(s.stuck_ranges, 1, "{s:?}");
+    vm.free_pages(q, 7).unwrap();
+    assert_eq!(vm.stats().phys.deferred_blocks, 1, "the blocks show q");
+    vm.check().unwrap();
+    vm.check_mappings().unwrap();
+    drop(filler);
+    vm.purge();
+    assert_eq!(vm.stats().space.stuck_ranges, 0);
+    for &m in &[maps[0], maps[1], maps[4], maps[5]] {
+        vm.vm_unmap_ram(m, 16).unwrap();
+    }
+    vm.vm_unmap_aliases();
+    vm.check().unwrap();
+    vm.check_mappings().unwrap();
+    let s = vm.stats();
+    assert_eq!(
+        (s.space.maps_charged, s.phys.deferred_blocks),
+        (0, 0),
+        "{s:?}"
+    );
 }
 
 fn limit(resource: Resource, bytes: u64) {
