@@ -265,16 +265,21 @@ impl Phys {
         .is_ok()
     }
 
-    /// Drops the pins of `pfns` (every one pinned by [`pin_user`]) and
-    /// releases the frames that a free deferred meanwhile and that nothing
-    /// maps now.
+    /// Drops the pins of `pfns` (every one pinned by [`pin_user`]) and,
+    /// when a free deferred one meanwhile and nothing maps it now, releases
+    /// the deferred frames (the zone lock is taken only then).
     ///
     /// [`pin_user`]: Self::pin_user
     pub(crate) fn unpin_user(&self, pfns: &[u64]) {
+        let mut freed_meanwhile = false;
         for &pfn in pfns {
-            self.unmapped(pfn, 1);
+            let before = self.frames[pfn as usize].fetch_sub(1, Ordering::SeqCst);
+            debug_assert!(before & COUNT > 0, "pin of frame {pfn} underflows");
+            freed_meanwhile |= owner_in(before) == owner::DEFERRED && before & COUNT == 1;
         }
-        self.retry_deferred();
+        if freed_meanwhile {
+            self.retry_deferred();
+        }
     }
 
     /// One more mapping of each frame in `[pfn, pfn + n)`.
