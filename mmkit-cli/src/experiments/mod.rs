@@ -11,6 +11,7 @@ use crate::report::{Outputs, Page};
 use crate::run::{lookup, Machine};
 
 pub mod buddy;
+pub mod kernel;
 pub mod percpu;
 pub mod vm_map_ram;
 pub mod vmalloc;
@@ -107,6 +108,7 @@ pub const ALL: &[Experiment] = &[
     vm_buffers::EXPERIMENT,
     percpu::EXPERIMENT,
     buddy::EXPERIMENT,
+    kernel::EXPERIMENT,
 ];
 
 /// The experiments named in `opts`, all when none.
