@@ -47,6 +47,8 @@ enum Command {
     List,
     /// Long mixed run over every allocator, checked against ownership records.
     Soak(soak::SoakOptions),
+    /// Build mmkit-kernel and boot it in QEMU (its tests, then its experiments).
+    Kernel(experiments::kernel::BootOptions),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +78,7 @@ fn run(command: Command, out: &mut dyn Write) -> io::Result<ExitCode> {
         } => replay::main(&trace, check, allocator, out),
         Command::Bench(opts) => bench::main(&opts, out),
         Command::Soak(opts) => soak::main(&opts, out),
+        Command::Kernel(opts) => experiments::kernel::main(&opts, out),
         Command::List => {
             for e in experiments::ALL {
                 writeln!(out, "{:<14} {}", e.name, e.about)?;

@@ -58,12 +58,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let s = vm.stats().space;
     println!(
-        "grown to {} MiB, first byte {}: {} in place, {} moved, {} pages remapped, 0 bytes copied",
+        "grown to {} MiB, first byte {}: {} in place, {} moved, {} pages remapped, {} bytes copied",
         buf.len() >> 20,
         buf[0],
         s.realloc_in_place,
         s.realloc_moved,
-        s.remapped_pages
+        s.remapped_pages,
+        s.realloc_copied_bytes
     );
     drop(buf);
 
@@ -75,8 +76,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("ring holds {} contiguous bytes", ring.readable().len());
     drop(ring);
 
+    // The mapping budget: one-page areas until it refuses (each is one
+    // run of frames, charged two mappings), then all freed.
+    let mut live = Vec::new();
+    let refused = loop {
+        match vm.vmalloc(4096) {
+            Ok(a) => live.push(a),
+            Err(e) => break e,
+        }
+    };
+    let s = vm.stats().space;
+    println!(
+        "mapping budget {}: {} live one-page areas fit, then \"{refused}\"",
+        s.map_budget,
+        live.len()
+    );
+    for a in live {
+        vm.vfree(a)?;
+    }
+
     vm.purge();
     vm.check()?;
+    vm.check_mappings()?;
     println!("check passed: {:?}", vm.stats().phys);
     Ok(())
 }

@@ -28,6 +28,29 @@ pub enum VmError {
         /// The configured limit in bytes.
         limit: u64,
     },
+    /// The mapping budget is spent: the call would need more mappings
+    /// (VMAs: about two for each run of consecutive frames it maps) than
+    /// the `Vm` may use, even after a purge. The budget comes from
+    /// [`VmConfig::max_maps`](crate::VmConfig::max_maps), by default from
+    /// `/proc/sys/vm/max_map_count`; the kernel refuses beyond it.
+    MapLimit {
+        /// The budget in mappings.
+        limit: u64,
+    },
+    /// The heap refused a table the `Vm` needs (under `RLIMIT_AS`, or out
+    /// of memory).
+    NoMemory {
+        /// Which table.
+        what: &'static str,
+        /// Its size in bytes.
+        bytes: u64,
+    },
+    /// The memfd cannot grow: the process's file-size limit
+    /// (`RLIMIT_FSIZE`, `ulimit -f`) is below the length it needs.
+    FileSizeLimit {
+        /// The limit in bytes.
+        limit: u64,
+    },
     /// The operating system refused memory or a mapping.
     Os {
         /// What was being done (`"mmap"`, `"ftruncate"`, ...).
@@ -66,6 +89,17 @@ impl fmt::Display for VmError {
             VmError::LimitReached { limit } => {
                 write!(f, "physical memory limit reached ({limit} bytes)")
             }
+            VmError::MapLimit { limit } => {
+                write!(f, "mapping budget reached ({limit} mappings)")
+            }
+            VmError::NoMemory { what, bytes } => write!(
+                f,
+                "the heap refused {what} ({bytes} bytes): RLIMIT_AS or memory"
+            ),
+            VmError::FileSizeLimit { limit } => write!(
+                f,
+                "the file-size limit (RLIMIT_FSIZE, {limit} bytes) stops physical memory from growing"
+            ),
             VmError::Os { op, errno } => write!(
                 f,
                 "{op} failed: {}",

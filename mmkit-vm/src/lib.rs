@@ -29,9 +29,32 @@
 //! "flush" is the system call that unmaps: a freed area stays mapped (and
 //! its range and frames unused) until a purge unmaps every lazily freed
 //! area with one call per run of adjacent areas. A purge runs when more
-//! than `lazy_max` bytes are waiting, when an allocation finds no space or
-//! memory (then it is retried), and on [`Vm::purge`]. A per-CPU block is
-//! unmapped once, whole, when all its pages are freed.
+//! than `lazy_max` bytes are waiting, when an allocation finds no space,
+//! memory or mapping budget (then it is retried), and on [`Vm::purge`].
+//! A per-CPU block is unmapped once, whole, when all its pages are freed.
+//!
+//! ## No mapping is forgotten
+//! Every system call's result is handled. A range whose unmapping the
+//! kernel refuses (`ENOMEM` when it would split a mapping at the process's
+//! mapping limit) stays mapped *and recorded*: its addresses stay
+//! allocated, its frames counted as mapped (a frame freed meanwhile waits),
+//! and every later purge tries again ([`SpaceStats::unmap_failures`],
+//! [`SpaceStats::stuck_ranges`]). A map that fails half way is undone, or
+//! recorded the same way. [`Vm::check_mappings`] (run by [`Vm::check`] in
+//! debug builds) compares `/proc/self/maps` with the records.
+//!
+//! ## The mapping budget
+//! The kernel allows a process `/proc/sys/vm/max_map_count` mappings
+//! (VMAs, 65,530 by default). Each run of consecutive frames mapped costs
+//! up to two, and is charged before its `mmap`; 64 more are kept free so
+//! that an unmapping can always split one. A request that would pass the
+//! budget ([`VmConfig::max_maps`]; by default the kernel's limit less what
+//! the process holds less an eighth) purges, retries, then fails with
+//! [`VmError::MapLimit`]; `ENOMEM` from `mmap` purges and retries too. At
+//! the default budget about 28,600 live areas fit when frames are
+//! unfragmented, but only about 28,600 *pages* in all when every other
+//! frame is free (each page its own run). The repository's
+//! `docs/mmkit-vm.md` has the numbers and each refusal's outcome.
 //!
 //! ## Safety
 //! This is the only mmkit crate with `unsafe`: the system calls in `sys`,
@@ -52,6 +75,7 @@
 //! drop(buf);                                  // lazily unmapped
 //! vm.purge();                                 // one batched unmap
 //! vm.check()?;
+//! vm.check_mappings()?;                       // the kernel agrees
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -64,6 +88,8 @@
 /// Whether this platform is supported (Linux).
 pub const SUPPORTED: bool = cfg!(target_os = "linux");
 
+#[cfg(target_os = "linux")]
+mod budget;
 #[cfg(target_os = "linux")]
 mod error;
 #[cfg(target_os = "linux")]

@@ -12,7 +12,9 @@
 //! `vm_unmap_ram` only marks its pages stale: the mapping stays until the
 //! block, entirely dirty, is released and purged (one system call for the
 //! block and its lazily freed neighbours), or until `vm_unmap_aliases`
-//! unmaps every stale run at once. This is the kernel's lazy TLB flush in
+//! unmaps every stale run at once. A stale run whose unmapping the kernel
+//! refuses stays stale (mapped, its frames counted as mapped) and is tried
+//! again by the next `vm_unmap_aliases` or the purge of its block. This is the kernel's lazy TLB flush in
 //! user space: reading a stale page after `vm_unmap_ram` is the caller's
 //! bug, as it is in the kernel, and its frames are not reused until the
 //! mapping is gone.
@@ -23,9 +25,11 @@
 //! layout the same wherever the system put the reservation (a loom model,
 //! replayed over fresh reservations, needs that).
 
+use std::sync::atomic::Ordering;
+
 use crate::error::VmError;
 use crate::phys::Phys;
-use crate::sync::{lock, HashMap, Mutex, MutexGuard};
+use crate::sync::{lock, AtomicU64, HashMap, Mutex, MutexGuard};
 
 /// Marks a stale slot (the pfn is kept: the page is still mapped).
 const STALE: u32 = 1 << 31;
@@ -38,6 +42,31 @@ const SHARDS: usize = 64;
 struct Record {
     slots: Box<[u32]>,
     lens: Box<[u8]>,
+    runs: Box<[u8]>,
+    /// Stale runs whose unmapping failed in the latest attempt.
+    stuck: u64,
+}
+
+impl Record {
+    fn new(bits: usize) -> Self {
+        Record {
+            slots: vec![NONE; bits].into_boxed_slice(),
+            lens: vec![0; bits].into_boxed_slice(),
+            runs: vec![0; bits].into_boxed_slice(),
+            stuck: 0,
+        }
+    }
+}
+
+/// What [`Records::unmap_stale`] did.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct StaleUnmapped {
+    /// Mapping runs removed (to credit to the budget).
+    pub(crate) runs: u64,
+    /// Unmapping calls made.
+    pub(crate) calls: u64,
+    /// Calls the kernel refused (their runs stay stale).
+    pub(crate) failed: u64,
 }
 
 #[derive(Debug, Default)]
@@ -56,6 +85,8 @@ pub(crate) struct Records {
     first_block: u64,
     block_size: u64,
     page: u64,
+    /// Stale runs whose unmapping failed and waits for a retry.
+    stuck: AtomicU64,
 }
 
 impl Records {
@@ -67,6 +98,7 @@ impl Records {
             first_block: base.div_ceil(block_size),
             block_size,
             page,
+            stuck: AtomicU64::new(0),
         }
     }
 
@@ -89,20 +121,31 @@ impl Records {
     }
 
     /// Records a fresh mapping of `pfns` at `addr` (a slot just handed out
-    /// by the front end).
-    pub(crate) fn insert(&self, addr: u64, pfns: &[u64]) {
+    /// by the front end), made with `runs` `mmap` calls.
+    pub(crate) fn insert(&self, addr: u64, pfns: &[u64], runs: u64) {
+        self.put(addr, pfns, runs, false);
+    }
+
+    /// Records a mapping of `pfns` at `addr` that is stale from the start:
+    /// the first pages of a `vm_map_ram` whose other pages could not be
+    /// mapped, and whose unmapping the kernel refused. It goes the way of
+    /// pages unmapped by `vm_unmap_ram`.
+    pub(crate) fn insert_stale(&self, addr: u64, pfns: &[u64], runs: u64) {
+        self.put(addr, pfns, runs, true);
+    }
+
+    fn put(&self, addr: u64, pfns: &[u64], runs: u64, stale: bool) {
         let (block, off) = self.locate(addr);
         let bits = (self.block_size / self.page) as usize;
         let mut shard = self.shard(block);
-        let rec = shard.entry(block).or_insert_with(|| Record {
-            slots: vec![NONE; bits].into_boxed_slice(),
-            lens: vec![0; bits].into_boxed_slice(),
-        });
+        let rec = shard.entry(block).or_insert_with(|| Record::new(bits));
+        let mark = if stale { STALE } else { 0 };
         for (i, &pfn) in pfns.iter().enumerate() {
             debug_assert_eq!(rec.slots[off + i], NONE, "slot reused before purge");
-            rec.slots[off + i] = pfn as u32 + 1;
+            rec.slots[off + i] = (pfn as u32 + 1) | mark;
         }
-        rec.lens[off] = pfns.len() as u8;
+        rec.lens[off] = if stale { 0 } else { pfns.len() as u8 };
+        rec.runs[off] = runs as u8;
     }
 
     /// Marks the live mapping of exactly `pages` pages at `addr` stale.
@@ -132,25 +175,36 @@ impl Records {
     }
 
     /// Forgets the block at `start` after its range was unmapped: one
-    /// mapping fewer for every frame it showed.
-    pub(crate) fn drop_block(&self, start: u64, phys: &Phys) {
+    /// mapping fewer for every frame it showed. Returns the runs it held.
+    pub(crate) fn drop_block(&self, start: u64, phys: &Phys) -> u64 {
         let (block, _) = self.locate(start);
-        let rec = self.shard(block).remove(&block);
-        for &s in rec.iter().flat_map(|r| r.slots.iter()) {
+        let Some(rec) = self.shard(block).remove(&block) else {
+            return 0;
+        };
+        for &s in rec.slots.iter() {
             if s != NONE {
                 phys.unmapped(u64::from((s & !STALE) - 1), 1);
             }
         }
+        self.stuck.fetch_sub(rec.stuck, Ordering::Relaxed);
+        rec.runs.iter().map(|&r| u64::from(r)).sum()
     }
 
     /// Unmaps every stale run of every block with `unmap(addr, len)` (one
-    /// call per run) and forgets those pages. Returns the runs unmapped.
-    pub(crate) fn unmap_stale(&self, phys: &Phys, mut unmap: impl FnMut(u64, u64)) -> u64 {
-        let mut runs = 0;
+    /// call per stretch of adjacent stale pages) and forgets those pages.
+    /// A stretch whose `unmap` fails stays stale, to be tried again.
+    pub(crate) fn unmap_stale(
+        &self,
+        phys: &Phys,
+        mut unmap: impl FnMut(u64, u64) -> bool,
+    ) -> StaleUnmapped {
+        let mut done = StaleUnmapped::default();
         for shard in self.shards.iter() {
             let mut map = lock(&shard.0);
             for (&block, rec) in map.iter_mut() {
                 let start = self.start_of(block);
+                let stuck_before = rec.stuck;
+                rec.stuck = 0;
                 let mut i = 0;
                 while i < rec.slots.len() {
                     if rec.slots[i] & STALE == 0 {
@@ -159,17 +213,60 @@ impl Records {
                     }
                     let first = i;
                     while i < rec.slots.len() && rec.slots[i] & STALE != 0 {
-                        phys.unmapped(u64::from((rec.slots[i] & !STALE) - 1), 1);
-                        rec.slots[i] = NONE;
                         i += 1;
                     }
                     let at = start + first as u64 * self.page;
-                    unmap(at, (i - first) as u64 * self.page);
-                    runs += 1;
+                    done.calls += 1;
+                    if !unmap(at, (i - first) as u64 * self.page) {
+                        done.failed += 1;
+                        rec.stuck += 1;
+                        continue;
+                    }
+                    for j in first..i {
+                        phys.unmapped(u64::from((rec.slots[j] & !STALE) - 1), 1);
+                        rec.slots[j] = NONE;
+                        done.runs += u64::from(rec.runs[j]);
+                        rec.runs[j] = 0;
+                    }
+                }
+                self.stuck.fetch_add(rec.stuck, Ordering::Relaxed);
+                self.stuck.fetch_sub(stuck_before, Ordering::Relaxed);
+            }
+        }
+        done
+    }
+
+    /// Stale runs whose unmapping failed and waits for a retry.
+    pub(crate) fn stuck(&self) -> u64 {
+        self.stuck.load(Ordering::Relaxed)
+    }
+
+    /// Calls `f(addr, pfn)` for every page mapped through a record (live
+    /// and stale), for the checker.
+    pub(crate) fn each_mapped(&self, mut f: impl FnMut(u64, u64)) {
+        for shard in self.shards.iter() {
+            for (&block, rec) in lock(&shard.0).iter() {
+                let start = self.start_of(block);
+                for (i, &s) in rec.slots.iter().enumerate() {
+                    if s != NONE {
+                        f(start + i as u64 * self.page, u64::from((s & !STALE) - 1));
+                    }
                 }
             }
         }
-        runs
+    }
+
+    /// Runs held by records, for the checker.
+    pub(crate) fn runs(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| {
+                lock(&s.0)
+                    .values()
+                    .map(|r| r.runs.iter().map(|&n| u64::from(n)).sum::<u64>())
+                    .sum::<u64>()
+            })
+            .sum()
     }
 
     /// Pages mapped through records (live and stale), for the checker.

@@ -10,18 +10,26 @@
 //!
 //! Each frame has a *map count* (the mappings of it that exist right now,
 //! lazily freed ones included) and an *owner* (free, a caller of
-//! `alloc_pages`, an area of the crate, or freed-while-mapped). A frame goes
-//! back to the buddy only when its map count is 0: a block freed while some
-//! stale mapping still shows it waits on the `deferred` list for the purge
-//! that removes the mapping.
+//! `alloc_pages`, an area of the crate, or freed-while-mapped), packed in
+//! one atomic word so that taking a reference and freeing are one step
+//! each: a caller's frame is *pinned* (its count raised) only while its
+//! owner is still the caller, and a free first takes the frame from the
+//! caller, then reads the count. Whichever comes first wins, as if the two
+//! calls ran one after the other. A frame goes back to the buddy only when
+//! its map count is 0: a block freed while some mapping still shows it
+//! waits on the `deferred` list for the purge that removes the mapping.
 
 use std::sync::atomic::Ordering;
 
 use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
 
 use crate::error::VmError;
-use crate::sync::{lock, AtomicU32, AtomicU8, Mutex};
-use crate::sys::Memfd;
+use crate::sync::{lock, AtomicU64, Mutex};
+use crate::sys::{Grow, Memfd};
+
+/// Bytes of buddy metadata per frame (about), for the error that says it
+/// could not be allocated.
+const BUDDY_BYTES_PER_FRAME: u64 = 9;
 
 /// A block of `2^order` frames starting at `pfn`, as the buddy hands out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +54,18 @@ pub(crate) mod owner {
     pub(crate) const AREA: u8 = 2;
     /// Freed while still mapped: waits for the purge that unmaps it.
     pub(crate) const DEFERRED: u8 = 3;
+}
+
+/// A frame's word: the owner in the top byte, the map count below.
+const OWNER_SHIFT: u32 = 56;
+const COUNT: u64 = (1 << OWNER_SHIFT) - 1;
+
+fn owner_in(w: u64) -> u8 {
+    (w >> OWNER_SHIFT) as u8
+}
+
+fn with_owner(w: u64, who: u8) -> u64 {
+    (u64::from(who) << OWNER_SHIFT) | (w & COUNT)
 }
 
 /// Counters of the physical layer.
@@ -74,8 +94,19 @@ pub(crate) struct Phys {
     page: u64,
     limit_pages: u64,
     zone: Mutex<Zone>,
-    mapcount: Box<[AtomicU32]>,
-    owner: Box<[AtomicU8]>,
+    /// Per frame: owner and map count (see the module docs).
+    frames: Box<[AtomicU64]>,
+}
+
+/// A table of `n` zeroed words, or the error that names it.
+fn table(n: usize) -> Result<Box<[AtomicU64]>, VmError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| VmError::NoMemory {
+        what: "the per-frame owners and map counts",
+        bytes: n as u64 * 8,
+    })?;
+    v.extend((0..n).map(|_| AtomicU64::new(0)));
+    Ok(v.into_boxed_slice())
 }
 
 impl Phys {
@@ -88,10 +119,15 @@ impl Phys {
         if limit_pages == 0 {
             return Err(VmError::Invalid("phys_limit is below one pageblock"));
         }
-        let buddy = BuddyAllocator::new(0, limit_pages, cfg)
-            .map_err(|_| VmError::Invalid("phys_limit is too large for the buddy"))?;
+        let buddy = BuddyAllocator::new(0, limit_pages, cfg).map_err(|e| match e {
+            mmkit::AllocError::NoSpace => VmError::NoMemory {
+                what: "the buddy's frame table",
+                bytes: limit_pages.saturating_mul(BUDDY_BYTES_PER_FRAME),
+            },
+            _ => VmError::Invalid("phys_limit is too large for the buddy"),
+        })?;
+        let frames = table(limit_pages as usize)?;
         let mem = Memfd::new("mmkit-vm").map_err(|e| VmError::os("memfd_create", e))?;
-        let n = limit_pages as usize;
         Ok(Phys {
             mem,
             page,
@@ -102,8 +138,7 @@ impl Phys {
                 deferred: Vec::new(),
                 grow_calls: 0,
             }),
-            mapcount: (0..n).map(|_| AtomicU32::new(0)).collect(),
-            owner: (0..n).map(|_| AtomicU8::new(owner::FREE)).collect(),
+            frames,
         })
     }
 
@@ -132,7 +167,10 @@ impl Phys {
         }
         self.mem
             .set_len((z.grown_pages + step) * self.page)
-            .map_err(|e| VmError::os("ftruncate", e))?;
+            .map_err(|e| match e {
+                Grow::FileSizeLimit(limit) => VmError::FileSizeLimit { limit },
+                Grow::Os(e) => VmError::os("ftruncate", e),
+            })?;
         let added = z.buddy.add_free_range(z.grown_pages, step);
         debug_assert!(added.is_ok(), "fresh frames inside the span");
         z.grown_pages += step;
@@ -194,28 +232,68 @@ impl Phys {
 
     fn set_owner(&self, b: Block, who: u8) {
         for pfn in b.pfn..b.pfn + b.pages() {
-            self.owner[pfn as usize].store(who, Ordering::Relaxed);
+            let w = &self.frames[pfn as usize];
+            let set = w.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+                Some(with_owner(w, who))
+            });
+            debug_assert!(set.is_ok(), "the update always succeeds");
         }
     }
 
     /// The owner of frame `pfn`, `None` outside the limit.
     pub(crate) fn owner_of(&self, pfn: u64) -> Option<u8> {
-        let o = self.owner.get(usize::try_from(pfn).ok()?)?;
-        Some(o.load(Ordering::Relaxed))
+        let w = self.frames.get(usize::try_from(pfn).ok()?)?;
+        Some(owner_in(w.load(Ordering::SeqCst)))
+    }
+
+    /// The map count of frame `pfn` (the frame must be inside the limit).
+    fn count(&self, pfn: u64) -> u64 {
+        self.frames[pfn as usize].load(Ordering::SeqCst) & COUNT
+    }
+
+    /// Pins a caller's frame for a mapping about to be made: raises its map
+    /// count if, in the same atomic step, it is still allocated by
+    /// `alloc_pages`. Returns whether it was (a frame outside the limit is
+    /// not). A free that comes later sees the count and defers the frame.
+    pub(crate) fn pin_user(&self, pfn: u64) -> bool {
+        let Some(w) = usize::try_from(pfn).ok().and_then(|i| self.frames.get(i)) else {
+            return false;
+        };
+        w.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+            (owner_in(w) == owner::USER).then_some(w + 1)
+        })
+        .is_ok()
+    }
+
+    /// Drops the pins of `pfns` (every one pinned by [`pin_user`]) and,
+    /// when a free deferred one meanwhile and nothing maps it now, releases
+    /// the deferred frames (the zone lock is taken only then).
+    ///
+    /// [`pin_user`]: Self::pin_user
+    pub(crate) fn unpin_user(&self, pfns: &[u64]) {
+        let mut freed_meanwhile = false;
+        for &pfn in pfns {
+            let before = self.frames[pfn as usize].fetch_sub(1, Ordering::SeqCst);
+            debug_assert!(before & COUNT > 0, "pin of frame {pfn} underflows");
+            freed_meanwhile |= owner_in(before) == owner::DEFERRED && before & COUNT == 1;
+        }
+        if freed_meanwhile {
+            self.retry_deferred();
+        }
     }
 
     /// One more mapping of each frame in `[pfn, pfn + n)`.
     pub(crate) fn mapped(&self, pfn: u64, n: u64) {
         for p in pfn..pfn + n {
-            self.mapcount[p as usize].fetch_add(1, Ordering::Relaxed);
+            self.frames[p as usize].fetch_add(1, Ordering::SeqCst);
         }
     }
 
     /// One mapping fewer of each frame in `[pfn, pfn + n)`.
     pub(crate) fn unmapped(&self, pfn: u64, n: u64) {
         for p in pfn..pfn + n {
-            let before = self.mapcount[p as usize].fetch_sub(1, Ordering::Relaxed);
-            debug_assert!(before > 0, "map count of frame {p} underflows");
+            let before = self.frames[p as usize].fetch_sub(1, Ordering::SeqCst);
+            debug_assert!(before & COUNT > 0, "map count of frame {p} underflows");
         }
     }
 
@@ -227,7 +305,7 @@ impl Phys {
     }
 
     fn is_mapped(&self, b: Block) -> bool {
-        (b.pfn..b.pfn + b.pages()).any(|p| self.mapcount[p as usize].load(Ordering::Relaxed) > 0)
+        (b.pfn..b.pfn + b.pages()).any(|p| self.count(p) > 0)
     }
 
     /// Gives area-owned blocks back; those still mapped somewhere wait.
@@ -249,7 +327,9 @@ impl Phys {
         }
     }
 
-    /// Frees a block that `alloc(order, USER)` returned.
+    /// Frees a block that `alloc(order, USER)` returned. Its frames leave
+    /// the caller first (no pin succeeds after that), then the map counts
+    /// decide: free now, or deferred until the last mapping goes.
     pub(crate) fn free_user(&self, pfn: u64, order: u8) -> Result<(), VmError> {
         let mut z = lock(&self.zone);
         let ours =
@@ -257,21 +337,26 @@ impl Phys {
         if !ours {
             return Err(VmError::NotAllocated { addr: pfn });
         }
-        self.release_one(&mut z, Block { pfn, order });
+        let b = Block { pfn, order };
+        self.set_owner(b, owner::DEFERRED);
+        self.release_one(&mut z, b);
         Ok(())
     }
 
     /// Releases every deferred block whose mappings are all gone (after a
-    /// purge).
+    /// purge). Allocates nothing.
     pub(crate) fn retry_deferred(&self) {
-        let mut z = lock(&self.zone);
-        if z.deferred.is_empty() {
-            return;
-        }
-        let waiting = std::mem::take(&mut z.deferred);
-        for b in waiting {
-            self.release_one(&mut z, b);
-        }
+        let mut guard = lock(&self.zone);
+        let z = &mut *guard;
+        z.deferred.retain(|&b| {
+            if self.is_mapped(b) {
+                return true;
+            }
+            self.set_owner(b, owner::FREE);
+            let freed = z.buddy.free(b.pfn, b.order);
+            debug_assert!(freed.is_ok(), "releasing a deferred block");
+            false
+        });
     }
 
     /// Counters.
@@ -287,9 +372,9 @@ impl Phys {
 
     /// The total of every frame's map count.
     pub(crate) fn total_mapcount(&self) -> u64 {
-        self.mapcount
+        self.frames
             .iter()
-            .map(|c| u64::from(c.load(Ordering::Relaxed)))
+            .map(|w| w.load(Ordering::SeqCst) & COUNT)
             .sum()
     }
 
@@ -300,8 +385,8 @@ impl Phys {
         z.buddy.check().map_err(|e| format!("buddy: {e}"))?;
         let mut owned = 0;
         for pfn in 0..z.grown_pages {
-            let o = self.owner[pfn as usize].load(Ordering::Relaxed);
-            let m = self.mapcount[pfn as usize].load(Ordering::Relaxed);
+            let w = self.frames[pfn as usize].load(Ordering::SeqCst);
+            let (o, m) = (owner_in(w), w & COUNT);
             if o == owner::FREE && m > 0 {
                 return Err(format!("free frame {pfn} is mapped {m} times"));
             }

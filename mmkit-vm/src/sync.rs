@@ -4,11 +4,11 @@
 //! crate). The normal build is unchanged.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+pub(crate) use loom::sync::atomic::AtomicU64;
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+pub(crate) use std::sync::atomic::AtomicU64;
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 

@@ -13,8 +13,9 @@ use std::io;
 use std::ptr;
 
 use rustix::fd::OwnedFd;
-use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
+use rustix::fs::{fstat, ftruncate, memfd_create, MemfdFlags};
 use rustix::mm::{mmap, mmap_anonymous, munmap, MapFlags, ProtFlags};
+use rustix::process::{getrlimit, Resource};
 
 /// The system page size in bytes.
 pub(crate) fn page_size() -> u64 {
@@ -46,10 +47,83 @@ impl Memfd {
     }
 
     /// Sets the file's length; new bytes read as zero and use no memory
-    /// until touched.
-    pub(crate) fn set_len(&self, bytes: u64) -> io::Result<()> {
-        ftruncate(&self.fd, bytes).map_err(os)
+    /// until touched. A length above the process's file-size limit
+    /// (`RLIMIT_FSIZE`) is refused before the call: the kernel would send
+    /// `SIGXFSZ`, whose default action kills the process.
+    pub(crate) fn set_len(&self, bytes: u64) -> Result<(), Grow> {
+        if let Some(limit) = getrlimit(Resource::Fsize).current {
+            if bytes > limit {
+                return Err(Grow::FileSizeLimit(limit));
+            }
+        }
+        match ftruncate(&self.fd, bytes) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::FBIG) => Err(Grow::FileSizeLimit(bytes)),
+            Err(e) => Err(Grow::Os(os(e))),
+        }
     }
+
+    /// The file's inode number, as `/proc/self/maps` shows it.
+    pub(crate) fn inode(&self) -> io::Result<u64> {
+        Ok(fstat(&self.fd).map_err(os)?.st_ino)
+    }
+}
+
+/// Why the memfd did not grow.
+#[derive(Debug)]
+pub(crate) enum Grow {
+    /// The length would pass `RLIMIT_FSIZE` (its soft value, in bytes).
+    FileSizeLimit(u64),
+    /// Another refusal.
+    Os(io::Error),
+}
+
+/// The kernel's limit on mappings (VMAs) per process,
+/// `/proc/sys/vm/max_map_count`; `None` when unreadable.
+pub(crate) fn max_map_count() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?;
+    s.trim().parse().ok()
+}
+
+/// One line of `/proc/self/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MapLine {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    /// The four permission characters, such as `rw-s` or `---p`.
+    pub(crate) perms: [u8; 4],
+    pub(crate) offset: u64,
+    pub(crate) inode: u64,
+}
+
+/// The process's mappings (VMAs), in address order.
+pub(crate) fn mappings() -> io::Result<Vec<MapLine>> {
+    let text = std::fs::read_to_string("/proc/self/maps")?;
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "unexpected /proc/self/maps line",
+        )
+    };
+    text.lines()
+        .map(|line| {
+            let mut f = line.split_ascii_whitespace();
+            let (range, perms, offset) = (f.next(), f.next(), f.next());
+            let (_dev, inode) = (f.next(), f.next());
+            let (start, end) = range.and_then(|r| r.split_once('-')).ok_or_else(bad)?;
+            let hex = |t: &str| u64::from_str_radix(t, 16).map_err(|_| bad());
+            let perms: [u8; 4] = perms
+                .and_then(|p| p.as_bytes().try_into().ok())
+                .ok_or_else(bad)?;
+            Ok(MapLine {
+                start: hex(start)?,
+                end: hex(end)?,
+                perms,
+                offset: hex(offset.ok_or_else(bad)?)?,
+                inode: inode.and_then(|i| i.parse().ok()).ok_or_else(bad)?,
+            })
+        })
+        .collect()
 }
 
 /// One reserved range of address space, `PROT_NONE` and `MAP_NORESERVE`
@@ -132,6 +206,12 @@ impl Drop for Reservation {
         // SAFETY: the reservation is being dropped, and every handle that
         // points into it holds a reference to its owner, so none is alive.
         let r = unsafe { munmap(self.base as *mut std::ffi::c_void, self.len) };
-        debug_assert!(r.is_ok(), "munmap of our own reservation");
+        // Removing a whole range never splits a mapping, so the kernel has
+        // no reason to refuse; if it still does, the range stays reserved
+        // (inaccessible or mapping our memfd, which the mapping keeps
+        // alive) and nothing else can be placed there: leaked, not unsafe.
+        if let Err(e) = r {
+            eprintln!("mmkit-vm: munmap of the reservation failed: {e}");
+        }
     }
 }

@@ -6,10 +6,11 @@ use mmkit::error::AllocError;
 use mmkit::range::{RangeStats, DEFAULT_LAZY_MAX};
 use mmkit::vblock::{ConcurrentVblock, Counters, Policy};
 
+use crate::budget::{MapBudget, HEADROOM, PER_RUN};
 use crate::error::VmError;
 use crate::map_ram::Records;
 use crate::phys::{owner, Block, Phys, PhysStats};
-use crate::space::{Space, SpaceRange, SpaceStats};
+use crate::space::{is_map_refusal, Space, SpaceParts, SpaceRange, SpaceStats};
 use crate::sys::{self, Reservation};
 
 /// How a [`Vm`] is laid out.
@@ -40,6 +41,15 @@ pub struct VmConfig {
     pub cpus: usize,
     /// Geometry of the per-CPU blocks (`page_size` must be the system's).
     pub vblock: mmkit::vblock::Config,
+    /// The mapping budget: how many mappings (VMAs) this `Vm` may hold.
+    /// Each run of consecutive frames mapped is charged two; a request
+    /// that would pass the budget (less a headroom of 64 kept for
+    /// unmappings, which may split a mapping) purges and retries, then
+    /// fails with [`VmError::MapLimit`]. 0 means `/proc/sys/vm/max_map_count`
+    /// less the mappings the process holds when the `Vm` is made, less an
+    /// eighth of the limit (at least 256) for the rest of the process. See
+    /// the crate docs for how many areas fit.
+    pub max_maps: u64,
 }
 
 impl Default for VmConfig {
@@ -51,6 +61,7 @@ impl Default for VmConfig {
             lazy_unmap: true,
             cpus: 0,
             vblock: mmkit::vblock::Config::KERNEL,
+            max_maps: 0,
         }
     }
 }
@@ -121,8 +132,11 @@ impl Vm {
     /// # Errors
     /// [`VmError::Invalid`] for a bad configuration (sizes not page
     /// multiples, a limit below one pageblock or above 2^31 frames, a
-    /// vblock geometry for another page size); [`VmError::Os`] when the
-    /// system refuses the reservation or the memfd.
+    /// vblock geometry for another page size, a mapping budget below its
+    /// headroom); [`VmError::NoMemory`] when the heap refuses the frame
+    /// tables (about 17 bytes a frame of `phys_limit`, under `RLIMIT_AS`
+    /// say); [`VmError::Os`] when the system refuses the reservation or
+    /// the memfd.
     pub fn new(cfg: VmConfig) -> Result<Vm, VmError> {
         let page = sys::page_size();
         // max_alloc first: the records keep a mapping's length in a byte.
@@ -145,17 +159,29 @@ impl Vm {
             n if n > 4096 => return Err(VmError::Invalid("more than 4096 cpus")),
             n => n,
         };
+        let max_maps = match cfg.max_maps {
+            0 => MapBudget::default_limit(),
+            n => n,
+        };
+        if max_maps < HEADROOM + PER_RUN {
+            return Err(match cfg.max_maps {
+                // The process already holds nearly all its mappings.
+                0 => VmError::MapLimit { limit: max_maps },
+                _ => VmError::Invalid("max_maps leaves no mapping above the headroom"),
+            });
+        }
         let phys = Phys::new(cfg.phys_limit, page)?;
         let res = Reservation::new(cfg.virt_size).map_err(|e| VmError::os("mmap", e))?;
         let records = Records::new(res.base(), cfg.vblock.block_size(), page);
-        let space = Arc::new(Space::new(
+        let space = Arc::new(Space::new(SpaceParts {
             res,
             phys,
             records,
             page,
-            cfg.lazy_max,
-            cfg.lazy_unmap,
-        )?);
+            lazy_max: cfg.lazy_max,
+            lazy_unmap: cfg.lazy_unmap,
+            max_maps,
+        })?);
         let vb = if cfg.lazy_unmap {
             let range = SpaceRange(Arc::clone(&space));
             let vb = ConcurrentVblock::new(range, cfg.vblock, Policy::Current, cpus)
@@ -206,8 +232,11 @@ impl Vm {
     ///
     /// # Errors
     /// [`VmError::Invalid`] for 0 or an overflowing size;
-    /// [`VmError::NoVirtualSpace`], [`VmError::LimitReached`] (each after
-    /// one purge and retry), [`VmError::Os`].
+    /// [`VmError::NoVirtualSpace`], [`VmError::LimitReached`],
+    /// [`VmError::MapLimit`] (each after one purge and retry);
+    /// [`VmError::FileSizeLimit`] when `RLIMIT_FSIZE` stops the memory file
+    /// from growing; [`VmError::Os`] (a refused `mmap` is retried once
+    /// after a purge too).
     ///
     /// ```
     /// # let vm = mmkit_vm::Vm::new(Default::default())?;
@@ -320,29 +349,53 @@ impl Vm {
         self.space().phys.free_user(pfn, order)
     }
 
+    /// The frames of `pfns`, each pinned (see [`Phys::pin_user`]) so that
+    /// a concurrent `free_pages` defers it instead of freeing it under the
+    /// mapping being made. Unpin with [`Phys::unpin_user`].
     fn frames_of(&self, pfns: &[u64]) -> Result<Vec<Block>, VmError> {
         if pfns.is_empty() {
             return Err(VmError::Invalid("empty frame list"));
         }
         let phys = &self.space().phys;
-        pfns.iter()
-            .map(|&pfn| match phys.owner_of(pfn) {
-                Some(owner::USER) => Ok(Block { pfn, order: 0 }),
-                _ => Err(VmError::BadFrame { pfn }),
-            })
-            .collect()
+        let mut frames = Vec::new();
+        frames
+            .try_reserve_exact(pfns.len())
+            .map_err(|_| VmError::NoMemory {
+                what: "the frame list",
+                bytes: pfns.len() as u64 * 16,
+            })?;
+        for (i, &pfn) in pfns.iter().enumerate() {
+            if !phys.pin_user(pfn) {
+                phys.unpin_user(&pfns[..i]);
+                return Err(VmError::BadFrame { pfn });
+            }
+            frames.push(Block { pfn, order: 0 });
+        }
+        Ok(frames)
     }
 
     /// Maps the caller's frames (from [`alloc_pages`](Self::alloc_pages))
-    /// into a new area, in order (`vmap`).
+    /// into a new area, in order (`vmap`). A frame freed by another thread
+    /// meanwhile is either refused here or freed once this mapping goes,
+    /// as if the two calls had run one after the other.
     ///
     /// # Errors
     /// [`VmError::BadFrame`] for a frame not allocated by `alloc_pages`,
     /// [`VmError::Invalid`] for an empty list, and as
-    /// [`vmalloc`](Self::vmalloc).
+    /// [`vmalloc`](Self::vmalloc): a list of many runs of consecutive
+    /// frames (`[p; 100_000]` is 100,000 runs) can pass the mapping budget
+    /// ([`VmError::MapLimit`]).
     pub fn vmap(&self, pfns: &[u64]) -> Result<u64, VmError> {
         let frames = self.frames_of(pfns)?;
-        let len = pfns.len() as u64 * self.page_size();
+        let r = self.vmap_pinned(pfns, &frames);
+        self.space().phys.unpin_user(pfns);
+        r
+    }
+
+    fn vmap_pinned(&self, pfns: &[u64], frames: &[Block]) -> Result<u64, VmError> {
+        let len = (pfns.len() as u64)
+            .checked_mul(self.page_size())
+            .ok_or(VmError::Invalid("size overflows"))?;
         self.space().create_area(len, 0, Some(frames), false, false)
     }
 
@@ -386,17 +439,51 @@ impl Vm {
             return self.vmap(pfns);
         };
         let frames = self.frames_of(pfns)?;
+        let r = match self.map_small(vb, pfns, &frames) {
+            Err(e) if is_map_refusal(&e) => {
+                self.vm_unmap_aliases();
+                self.map_small(vb, pfns, &frames)
+            }
+            r => r,
+        };
+        self.space().phys.unpin_user(pfns);
+        r
+    }
+
+    /// Maps `frames` in a slot of the calling CPU's block and records them.
+    fn map_small(
+        &self,
+        vb: &ConcurrentVblock<SpaceRange>,
+        pfns: &[u64],
+        frames: &[Block],
+    ) -> Result<u64, VmError> {
+        let space = self.space();
         let n = pfns.len() as u64;
         let cpu = sys::current_cpu() % self.inner.cpus;
         let addr = vb.map_on(cpu, n).map_err(no_space(n * self.page_size()))?;
-        if let Err(e) = self.space().map_frames(addr, &frames) {
-            // The slot was never recorded: give it back to the front end.
-            let undone = vb.unmap(addr, n);
-            debug_assert!(undone.is_ok(), "just mapped");
-            return Err(e);
+        let p = match space.map_frames(addr, frames) {
+            Ok(runs) => {
+                space.records.insert(addr, pfns, runs);
+                return Ok(addr);
+            }
+            Err(p) => p,
+        };
+        // Undo what was mapped; what the kernel will not unmap now is
+        // recorded as stale, as after vm_unmap_ram, and goes with the
+        // next vm_unmap_aliases or the purge of its block.
+        if p.runs > 0 {
+            let done = &frames[..p.blocks];
+            if space.unmap_range(addr, p.blocks as u64 * self.page_size()) {
+                space.phys.unmapped_blocks(done);
+                space.budget.credit(p.runs);
+            } else {
+                space.records.insert_stale(addr, &pfns[..p.blocks], p.runs);
+            }
         }
-        self.space().records.insert(addr, pfns);
-        Ok(addr)
+        // The slot goes back to the front end, which sees it as unmapped.
+        let undone = vb.unmap(addr, n);
+        debug_assert!(undone.is_ok(), "just mapped");
+        Err(p.err)
     }
 
     /// The front end, when it serves `pages` pages.
@@ -433,13 +520,17 @@ impl Vm {
     }
 
     /// Removes every stale mapping at once (`vm_unmap_aliases`): stale
-    /// pages of live blocks, released blocks, lazily freed areas. After
-    /// it, no frame is reachable through an address that was freed.
+    /// pages of live blocks, released blocks, lazily freed areas, and every
+    /// range whose unmapping failed before. After it, no frame is reachable
+    /// through an address that was freed, except through ranges the kernel
+    /// still refuses to unmap: those stay counted in
+    /// [`SpaceStats::stuck_ranges`], their frames and addresses unused.
     pub fn vm_unmap_aliases(&self) {
         let space = self.space();
-        space
+        let done = space
             .records
             .unmap_stale(&space.phys, |a, n| space.unmap_range(a, n));
+        space.budget.credit(done.runs);
         match &self.inner.vb {
             Some(vb) => {
                 vb.unmap_aliases(&mut |_, _| {});
@@ -452,8 +543,8 @@ impl Vm {
     }
 
     /// Purges now: unmaps every lazily freed area and block (one call per
-    /// run of adjacent ones), returns their frames and addresses. Returns
-    /// whether anything was lazy.
+    /// run of adjacent ones) and retries every stuck one, returns their
+    /// frames and addresses. Returns whether anything was unmapped.
     pub fn purge(&self) -> bool {
         self.space().purge().is_some()
     }
@@ -501,9 +592,11 @@ impl Vm {
 
     /// Verifies that the vmap allocator, the buddy, the per-CPU blocks and
     /// the mappings agree: every allocated range is a live area, a lazily
-    /// freed one or a block; every frame's map count equals the mappings
-    /// that show it; no free frame is mapped. For tests: call it when no
-    /// other thread is using the `Vm`.
+    /// freed one, a stuck one or a block; every frame's map count equals
+    /// the mappings that show it; no free frame is mapped; the mapping
+    /// budget holds two mappings per run mapped. In debug builds it also
+    /// runs [`check_mappings`](Self::check_mappings). For tests: call it
+    /// when no other thread is using the `Vm`.
     ///
     /// # Errors
     /// A [`mmkit::CheckError`] naming the first disagreement.
@@ -512,12 +605,36 @@ impl Vm {
             vb.check()?;
         }
         let space = self.space();
-        space.check(space.records.mapped_pages()).map_err(|e| {
-            // The records disagree with the allocators or page tables.
-            let kind = mmkit::error::Invariant::Structure;
-            mmkit::CheckError::new(module_path!(), kind, None, e)
-        })
+        space
+            .check(space.records.mapped_pages())
+            .map_err(structure)?;
+        if cfg!(debug_assertions) {
+            self.check_mappings()?;
+        }
+        Ok(())
     }
+
+    /// Compares the real mappings inside the reservation, as
+    /// `/proc/self/maps` lists them, with the records: every page mapped
+    /// must belong to a live, lazily freed or stuck area or to a
+    /// `vm_map_ram` block, show the frame recorded (its offset in the
+    /// memory file) read-write; every other page must be reserved
+    /// (`PROT_NONE`). Anything mapped that no record explains is an error.
+    /// [`check`](Self::check) runs it in debug builds. For tests: call it
+    /// when no other thread is using the `Vm`.
+    ///
+    /// # Errors
+    /// A [`mmkit::CheckError`] naming the first difference (or saying why
+    /// the mappings could not be read).
+    pub fn check_mappings(&self) -> Result<(), mmkit::CheckError> {
+        self.space().check_mappings().map_err(structure)
+    }
+}
+
+/// A disagreement of the records with the allocators or page tables.
+fn structure(e: String) -> mmkit::CheckError {
+    let kind = mmkit::error::Invariant::Structure;
+    mmkit::CheckError::new(module_path!(), kind, None, e)
 }
 
 /// Zeroes `[addr, addr + len)`, a live area just allocated.

@@ -17,7 +17,10 @@
 //!   unmapped twice, the block records and map counts agree afterwards;
 //! - a frame freed while a lazily unmapped mapping still shows it, racing
 //!   the purge that drops that mapping: the frame reaches the buddy exactly
-//!   once, after its map count falls to 0.
+//!   once, after its map count falls to 0;
+//! - `vm_map_ram` and `vmap` of a frame racing `free_pages` of it: either
+//!   the mapping is made and the free deferred until it goes, or the free
+//!   comes first and the mapping is refused; never a free frame mapped.
 //!
 //! `Vm::check` runs after every schedule, and the final stats are compared.
 #![cfg(all(loom, target_os = "linux"))]
@@ -66,6 +69,7 @@ fn tiny_vm(blocks: u64, lazy_max: u64) -> Vm {
             max_alloc: 4,
             bits: 16,
         },
+        max_maps: 1 << 20,
     })
     .unwrap()
 }
@@ -170,4 +174,46 @@ fn a_frame_freed_under_a_stale_mapping_reaches_the_buddy_once() {
             assert_empty(&vm);
         },
     );
+}
+
+/// `map` of the frame `p` racing `free_pages(p, 0)`; `vmap` says which
+/// call unmaps.
+fn map_races_free(name: &str, map: fn(&Vm, u64) -> Result<u64, mmkit_vm::VmError>, vmap: bool) {
+    model(name, move || {
+        let vm = tiny_vm(2, u64::MAX);
+        let p = vm.alloc_pages(0).unwrap();
+        let t = {
+            let vm = vm.clone();
+            thread::spawn(move || vm.free_pages(p, 0).unwrap())
+        };
+        let mapped = map(&vm, p);
+        t.join().unwrap();
+        vm.check().unwrap();
+        match mapped {
+            Ok(a) => {
+                assert_eq!(vm.stats().phys.deferred_blocks, 1, "freed under the map");
+                match vmap {
+                    true => vm.vunmap(a).unwrap(),
+                    false => vm.vm_unmap_ram(a, 1).unwrap(),
+                }
+            }
+            Err(e) => assert_eq!(e, mmkit_vm::VmError::BadFrame { pfn: p }),
+        }
+        vm.vm_unmap_aliases();
+        assert_empty(&vm);
+    });
+}
+
+#[test]
+fn vm_map_ram_races_free_pages() {
+    map_races_free(
+        "vm_map_ram_races_free_pages",
+        |vm, p| vm.vm_map_ram(&[p]),
+        false,
+    );
+}
+
+#[test]
+fn vmap_races_free_pages() {
+    map_races_free("vmap_races_free_pages", |vm, p| vm.vmap(&[p]), true);
 }

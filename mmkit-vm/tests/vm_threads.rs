@@ -125,3 +125,72 @@ fn handles_cross_threads() {
     vm.purge();
     vm.check().unwrap();
 }
+
+/// `vm_map_ram` (or `vmap`) of a frame racing `free_pages` of it ends as
+/// one of the two orders on one thread: mapped then freed (the free waits
+/// for the mapping to go), or freed then refused (`BadFrame`). Never a free
+/// frame under a live mapping.
+#[test]
+fn map_and_free_of_one_frame_race() {
+    use std::sync::Barrier;
+    let vm = Vm::new(VmConfig {
+        virt_size: 1 << 30,
+        phys_limit: 64 << 20,
+        cpus: 2,
+        ..VmConfig::default()
+    })
+    .unwrap();
+    let rounds = 2000;
+    let go = Barrier::new(2);
+    let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    let (mapped, refused) = std::thread::scope(|s| {
+        let freer = s.spawn(|| {
+            for p in rx {
+                go.wait();
+                vm.free_pages(p, 0).unwrap();
+                go.wait();
+            }
+        });
+        let (mut mapped, mut refused) = (0, 0);
+        for r in 0..rounds {
+            let p = vm.alloc_pages(0).unwrap();
+            tx.send(p).unwrap();
+            go.wait();
+            let m = if r % 2 == 0 {
+                vm.vm_map_ram(&[p])
+            } else {
+                vm.vmap(&[p])
+            };
+            go.wait();
+            match m {
+                Ok(a) => {
+                    mapped += 1;
+                    // Mapped first: the free was deferred until the unmap.
+                    assert_eq!(vm.stats().phys.deferred_blocks, 1);
+                    if r % 2 == 0 {
+                        vm.vm_unmap_ram(a, 1).unwrap();
+                    } else {
+                        vm.vunmap(a).unwrap();
+                    }
+                    vm.vm_unmap_aliases();
+                }
+                Err(e) => {
+                    assert_eq!(e, mmkit_vm::VmError::BadFrame { pfn: p });
+                    refused += 1;
+                }
+            }
+            assert_eq!(vm.stats().phys.deferred_blocks, 0);
+            if r % 100 == 0 {
+                vm.check().unwrap();
+            }
+        }
+        drop(tx);
+        freer.join().unwrap();
+        (mapped, refused)
+    });
+    vm.vm_unmap_aliases();
+    vm.check().unwrap();
+    let st = vm.stats();
+    assert_eq!(st.phys.free_pages * PAGE, st.phys.grown_bytes, "{st:?}");
+    eprintln!("{mapped} mapped first, {refused} freed first");
+}

@@ -53,6 +53,9 @@ pub enum FreeError {
     /// The request is malformed before any lookup: an order above the
     /// maximum, a zero page count, an address outside the managed space.
     Invalid,
+    /// A free that carries a size (`free_sized`) names a live area of
+    /// another size.
+    SizeMismatch,
 }
 
 impl fmt::Display for FreeError {
@@ -60,6 +63,7 @@ impl fmt::Display for FreeError {
         match self {
             FreeError::NotAllocated => f.write_str("address is not a live allocation"),
             FreeError::Invalid => f.write_str("invalid free request"),
+            FreeError::SizeMismatch => f.write_str("size does not match the live area"),
         }
     }
 }

@@ -111,6 +111,8 @@ pub mod debug;
 pub mod error;
 #[cfg(feature = "lock_api")]
 pub mod lock;
+#[cfg(feature = "lock_api")]
+pub mod nodes;
 pub mod percpu;
 pub mod prelude;
 pub mod range;

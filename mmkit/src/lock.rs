@@ -134,78 +134,30 @@ impl<M: lock_api::RawMutex, A> Guarded<M, A> {
 }
 
 impl<M: lock_api::RawMutex, R: RangeAllocator> Guarded<M, R> {
-    /// [`RangeAllocator::alloc`] under the lock.
+    crate::range::locked_range_calls!(
+        "mmkit::lock::Guarded",
+        "let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());"
+    );
+}
+
+/// Frees that carry the size, on the exact allocator.
+impl<M: lock_api::RawMutex> Guarded<M, crate::vmap::VmapAllocator> {
+    /// [`VmapAllocator::free_sized`](crate::vmap::VmapAllocator::free_sized)
+    /// under the lock.
     ///
     /// # Errors
-    /// As [`RangeAllocator::alloc_in`].
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::lock::Guarded;
-    /// use mmkit::vmap::VmapAllocator;
-    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
-    /// assert_eq!(g.alloc(10, 8), Ok(0));
-    /// assert_eq!(g.alloc(10, 8), Ok(16));
-    /// ```
-    pub fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
-        self.lock().alloc(size, align)
+    /// As `free_sized`.
+    pub fn free_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.lock().free_sized(addr, size)
     }
 
-    /// [`RangeAllocator::alloc_in`] under the lock.
+    /// [`VmapAllocator::free_lazy_sized`](crate::vmap::VmapAllocator::free_lazy_sized)
+    /// under the lock.
     ///
     /// # Errors
-    /// As [`RangeAllocator::alloc_in`].
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::lock::Guarded;
-    /// use mmkit::vmap::VmapAllocator;
-    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
-    /// assert_eq!(g.alloc_in(10, 1, 50, 100), Ok(50));
-    /// ```
-    pub fn alloc_in(
-        &self,
-        size: u64,
-        align: u64,
-        vstart: u64,
-        vend: u64,
-    ) -> Result<u64, AllocError> {
-        self.lock().alloc_in(size, align, vstart, vend)
-    }
-
-    /// [`RangeAllocator::free`] under the lock.
-    ///
-    /// # Errors
-    /// As [`RangeAllocator::free`].
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::lock::Guarded;
-    /// use mmkit::vmap::VmapAllocator;
-    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
-    /// let a = g.alloc(10, 1).unwrap();
-    /// assert_eq!(g.free(a), Ok(10));
-    /// ```
-    pub fn free(&self, addr: u64) -> Result<u64, FreeError> {
-        self.lock().free(addr)
-    }
-
-    /// [`RangeAllocator::free_lazy`] under the lock.
-    ///
-    /// # Errors
-    /// As [`RangeAllocator::free_lazy`].
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::lock::Guarded;
-    /// use mmkit::vmap::VmapAllocator;
-    /// let g: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
-    /// let a = g.alloc(10, 1).unwrap();
-    /// assert_eq!(g.free_lazy(a), Ok(10));
-    /// assert_eq!(g.lock().stats().lazy_bytes, 10);
-    /// ```
-    pub fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
-        self.lock().free_lazy(addr)
+    /// As `free_lazy_sized`.
+    pub fn free_lazy_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.lock().free_lazy_sized(addr, size)
     }
 }
 

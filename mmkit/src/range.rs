@@ -229,6 +229,93 @@ pub fn fit_in(lo: u64, hi: u64, size: u64, align: u64) -> Option<u64> {
     (end <= hi).then_some(a)
 }
 
+/// Writes the four [`RangeAllocator`] calls of a wrapper that puts a
+/// range allocator behind a lock (`alloc`, `alloc_in`, `free`,
+/// `free_lazy`, each taking the lock once through the wrapper's `lock()`),
+/// with their docs: the wrappers differ only in their lock. The examples
+/// import `$import` and declare the wrapper `va` with `$new`.
+#[cfg(any(feature = "std", feature = "lock_api"))]
+macro_rules! locked_range_calls {
+    ($import:literal, $new:literal) => {
+        /// [`RangeAllocator::alloc`] under the lock.
+        ///
+        /// # Errors
+        /// As [`RangeAllocator::alloc_in`].
+        ///
+        /// # Examples
+        /// ```
+        #[doc = concat!("use ", $import, ";")]
+        /// use mmkit::vmap::VmapAllocator;
+        #[doc = $new]
+        /// assert_eq!(va.alloc(10, 8), Ok(0));
+        /// assert_eq!(va.alloc(10, 8), Ok(16));
+        /// ```
+        pub fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
+            self.lock().alloc(size, align)
+        }
+
+        /// [`RangeAllocator::alloc_in`] under the lock.
+        ///
+        /// # Errors
+        /// As [`RangeAllocator::alloc_in`].
+        ///
+        /// # Examples
+        /// ```
+        #[doc = concat!("use ", $import, ";")]
+        /// use mmkit::vmap::VmapAllocator;
+        #[doc = $new]
+        /// assert_eq!(va.alloc_in(10, 1, 50, 100), Ok(50));
+        /// ```
+        pub fn alloc_in(
+            &self,
+            size: u64,
+            align: u64,
+            vstart: u64,
+            vend: u64,
+        ) -> Result<u64, AllocError> {
+            self.lock().alloc_in(size, align, vstart, vend)
+        }
+
+        /// [`RangeAllocator::free`] under the lock.
+        ///
+        /// # Errors
+        /// As [`RangeAllocator::free`].
+        ///
+        /// # Examples
+        /// ```
+        #[doc = concat!("use ", $import, ";")]
+        /// use mmkit::vmap::VmapAllocator;
+        #[doc = $new]
+        /// let a = va.alloc(10, 1).unwrap();
+        /// assert_eq!(va.free(a), Ok(10));
+        /// assert!(va.free(a).is_err());
+        /// ```
+        pub fn free(&self, addr: u64) -> Result<u64, FreeError> {
+            self.lock().free(addr)
+        }
+
+        /// [`RangeAllocator::free_lazy`] under the lock.
+        ///
+        /// # Errors
+        /// As [`RangeAllocator::free_lazy`].
+        ///
+        /// # Examples
+        /// ```
+        #[doc = concat!("use ", $import, ";")]
+        /// use mmkit::vmap::VmapAllocator;
+        #[doc = $new]
+        /// let a = va.alloc(10, 1).unwrap();
+        /// assert_eq!(va.free_lazy(a), Ok(10));
+        /// assert_eq!(va.lock().stats().lazy_bytes, 10);
+        /// ```
+        pub fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
+            self.lock().free_lazy(addr)
+        }
+    };
+}
+#[cfg(any(feature = "std", feature = "lock_api"))]
+pub(crate) use locked_range_calls;
+
 /// A range allocator behind one lock, shareable between threads (the
 /// kernel's single `vmap_area_lock`). Every method takes the lock once.
 ///
@@ -295,80 +382,10 @@ impl<R: RangeAllocator> Locked<R> {
         self.0.lock()
     }
 
-    /// [`RangeAllocator::alloc`] under the lock.
-    ///
-    /// # Errors
-    /// As [`RangeAllocator::alloc_in`].
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::range::Locked;
-    /// use mmkit::vmap::VmapAllocator;
-    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
-    /// assert_eq!(va.alloc(10, 8), Ok(0));
-    /// assert_eq!(va.alloc(10, 8), Ok(16));
-    /// ```
-    pub fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
-        self.lock().alloc(size, align)
-    }
-
-    /// [`RangeAllocator::alloc_in`] under the lock.
-    ///
-    /// # Errors
-    /// As [`RangeAllocator::alloc_in`].
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::range::Locked;
-    /// use mmkit::vmap::VmapAllocator;
-    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
-    /// assert_eq!(va.alloc_in(10, 1, 50, 100), Ok(50));
-    /// ```
-    pub fn alloc_in(
-        &self,
-        size: u64,
-        align: u64,
-        vstart: u64,
-        vend: u64,
-    ) -> Result<u64, AllocError> {
-        self.lock().alloc_in(size, align, vstart, vend)
-    }
-
-    /// [`RangeAllocator::free`] under the lock.
-    ///
-    /// # Errors
-    /// As [`RangeAllocator::free`].
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::range::Locked;
-    /// use mmkit::vmap::VmapAllocator;
-    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
-    /// let a = va.alloc(10, 1).unwrap();
-    /// assert_eq!(va.free(a), Ok(10));
-    /// assert!(va.free(a).is_err());
-    /// ```
-    pub fn free(&self, addr: u64) -> Result<u64, FreeError> {
-        self.lock().free(addr)
-    }
-
-    /// [`RangeAllocator::free_lazy`] under the lock.
-    ///
-    /// # Errors
-    /// As [`RangeAllocator::free_lazy`].
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::range::Locked;
-    /// use mmkit::vmap::VmapAllocator;
-    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
-    /// let a = va.alloc(10, 1).unwrap();
-    /// assert_eq!(va.free_lazy(a), Ok(10));
-    /// assert_eq!(va.lock().stats().lazy_bytes, 10);
-    /// ```
-    pub fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
-        self.lock().free_lazy(addr)
-    }
+    locked_range_calls!(
+        "mmkit::range::Locked",
+        "let va = Locked::new(VmapAllocator::new(0, 100).unwrap());"
+    );
 
     /// Unwraps the allocator.
     ///
@@ -382,5 +399,49 @@ impl<R: RangeAllocator> Locked<R> {
     /// ```
     pub fn into_inner(self) -> R {
         self.0.into_inner()
+    }
+}
+
+/// Frees that carry the size, on the exact allocator.
+#[cfg(feature = "std")]
+impl Locked<crate::vmap::VmapAllocator> {
+    /// [`VmapAllocator::free_sized`](crate::vmap::VmapAllocator::free_sized)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `free_sized`: a wrong size is [`FreeError::SizeMismatch`] where
+    /// the allocator can tell.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::FreeError;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(10, 1).unwrap();
+    /// assert_eq!(va.free_sized(a, 9), Err(FreeError::SizeMismatch));
+    /// assert_eq!(va.free_sized(a, 10), Ok(10));
+    /// ```
+    pub fn free_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.lock().free_sized(addr, size)
+    }
+
+    /// [`VmapAllocator::free_lazy_sized`](crate::vmap::VmapAllocator::free_lazy_sized)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `free_lazy_sized`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::without_busy_index(0, 100).unwrap());
+    /// let a = va.alloc(10, 1).unwrap();
+    /// assert_eq!(va.free_lazy_sized(a, 10), Ok(10));
+    /// assert_eq!(va.lock().stats().lazy_areas, 1);
+    /// ```
+    pub fn free_lazy_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.lock().free_lazy_sized(addr, size)
     }
 }

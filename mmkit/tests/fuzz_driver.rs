@@ -15,11 +15,17 @@ mod fuzz;
 mod seeded;
 
 fn drive(name: &str) {
+    drive_n(name, 2000);
+}
+
+/// [`drive`] with `iters` inputs (for targets whose every step checks
+/// several structures).
+fn drive_n(name: &str, iters: u64) {
     let (_, target) = fuzz::TARGETS
         .iter()
         .find(|(n, _)| *n == name)
         .expect("a target");
-    seeded::drive(name, 2000, *target);
+    seeded::drive(name, iters, *target);
 }
 
 #[test]
@@ -31,11 +37,7 @@ fn vmap() {
 /// `debug-check`, a full check after each).
 #[test]
 fn vmap_deep() {
-    let (_, target) = fuzz::TARGETS
-        .iter()
-        .find(|(n, _)| *n == "vmap_deep")
-        .expect("a target");
-    seeded::drive("vmap_deep", 12, *target);
+    drive_n("vmap_deep", 12);
 }
 
 #[test]
@@ -66,6 +68,16 @@ fn area_map() {
 #[test]
 fn buddy() {
     drive("buddy");
+}
+
+#[test]
+fn vmap_sized() {
+    drive("vmap_sized");
+}
+
+#[test]
+fn vmap_nodes() {
+    drive_n("vmap_nodes", 300);
 }
 
 #[test]

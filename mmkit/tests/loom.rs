@@ -22,6 +22,11 @@
 //!   a drain returns the pools; an allocation that finds no space until it
 //!   drains another CPU's pool, racing that CPU's own frees.
 //!
+//! - `nodes::VmapNodes`: a lazy free found on another node than the
+//!   caller's while that node purges every node (one flush, pools fed and
+//!   decayed); an allocation that finds no space until it drains another
+//!   node's pool, racing that node's own free.
+//!
 //! Not covered: the slot assignment (`NEXT_SLOT`, a relaxed counter whose
 //! every value is valid). `mmkit-vm`'s purge, over real mappings, has its
 //! own loom test (`mmkit-vm/tests/loom.rs`).
@@ -29,6 +34,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
+use mmkit::nodes::{NodesConfig, VmapNodes};
 use mmkit::range::Locked;
 use mmkit::vblock::{ConcurrentVblock, Config, Policy};
 use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
@@ -232,5 +238,66 @@ fn pooled_alloc_drains_another_cpus_pool() {
         p.drain();
         p.check().unwrap();
         assert_eq!(p.with_allocator(|va| va.stats().free_blocks), 1);
+    });
+}
+
+/// Vmap nodes over `pages` pages where every lazy free purges at once.
+fn nodes(pages: u64) -> Arc<VmapNodes<parking_lot::RawMutex>> {
+    let cfg = NodesConfig {
+        nodes: 2,
+        granule: 4096,
+        classes: 4,
+        pool_max: 2,
+        lazy_max: 0,
+    };
+    Arc::new(VmapNodes::new(0, pages * 4096, cfg).unwrap())
+}
+
+#[test]
+fn nodes_free_lazily_and_reuse_while_another_node_purges() {
+    loom::model(|| {
+        let v = nodes(4);
+        let a = v.alloc(0, 4096, 4096).unwrap();
+        let t = {
+            let v = v.clone();
+            thread::spawn(move || {
+                let b = v.alloc(1, 4096, 4096).unwrap();
+                v.free_lazy(1, b).unwrap(); // purges every node
+                v.alloc(1, 4096, 4096).unwrap()
+            })
+        };
+        // Freed from node 1's side: found on node 0, its owner.
+        v.free_lazy_sized(1, a, 4096).unwrap();
+        let b = t.join().unwrap();
+        v.check().unwrap();
+        let s = v.stats();
+        assert_eq!(s.tree.live_areas, s.live + s.lazy + s.pooled);
+        assert_eq!(s.live, 1);
+        assert_eq!(v.free(0, b), Ok(4096));
+        v.drain();
+        v.check().unwrap();
+        assert_eq!(v.with_allocator(|va| va.stats().free_blocks), 1);
+    });
+}
+
+#[test]
+fn nodes_alloc_drains_another_nodes_pool() {
+    loom::model(|| {
+        // Node 0 pools its page; node 1's two-page request fits only after
+        // it drains node 0.
+        let v = nodes(2);
+        let a = v.alloc(0, 4096, 4096).unwrap();
+        let t = {
+            let v = v.clone();
+            thread::spawn(move || v.alloc(1, 8192, 4096))
+        };
+        v.free(0, a).unwrap();
+        if let Ok(b) = t.join().unwrap() {
+            assert_eq!(b, 0);
+            assert_eq!(v.free_sized(1, b, 8192), Ok(8192));
+        }
+        v.drain();
+        v.check().unwrap();
+        assert_eq!(v.with_allocator(|va| va.stats().free_blocks), 1);
     });
 }

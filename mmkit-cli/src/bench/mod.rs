@@ -18,6 +18,7 @@
 mod measure;
 mod mmkit_index;
 mod mmkit_pooled;
+mod mmkit_sized;
 mod mmkit_vmap;
 mod offset_allocator;
 mod range_alloc;
@@ -43,6 +44,7 @@ use workload::{Plan, Workload};
 
 pub use mmkit_index::MmkitIndex;
 pub use mmkit_pooled::MmkitPooled;
+pub use mmkit_sized::{MmkitPooledSized, MmkitSized};
 pub use mmkit_vmap::Mmkit;
 pub use offset_allocator::OffsetAlloc;
 pub use range_alloc::RangeAlloc;
@@ -212,6 +214,8 @@ pub fn allocators() -> Vec<Entry> {
         entry::<Mmkit>(),
         entry::<MmkitPooled>(),
         entry::<MmkitIndex>(),
+        entry::<MmkitSized>(),
+        entry::<MmkitPooledSized>(),
         entry::<VmAllocator>(),
         entry::<RangeAlloc>(),
         entry::<OffsetAlloc>(),
@@ -262,8 +266,12 @@ pub fn main(o: &BenchOptions, out: &mut dyn Write) -> io::Result<ExitCode> {
         tables.push(workload_table(w, rows));
     }
     bar.finish_and_clear();
+    let sized = sized_targets(&summary);
     let summary = Table::of("mmkit against the fastest peer", &SUMMARY_COLS, &summary);
     print(&tables, &summary, out)?;
+    for line in &sized {
+        writeln!(out, "  * {line}")?;
+    }
     let reports: Vec<&Table> = tables.iter().map(|t| &t.0).collect();
     let doc = serde_json::json!({ "machine": machine, "reports": reports, "summary": summary });
     if let Err(e) = outputs.write_json(&doc) {
@@ -494,9 +502,12 @@ struct SummaryRow {
     /// mmkit's free-block index alone (`mmkit-index`), when it ran, over
     /// the fastest peer: the floor of the exact design.
     index_vs_fastest: Option<f64>,
+    /// mmkit freed with the size and no busy index (`mmkit-sized`), when
+    /// it ran, over the fastest peer.
+    sized_vs_fastest: Option<f64>,
 }
 
-const SUMMARY_COLS: [Col; 11] = [
+const SUMMARY_COLS: [Col; 12] = [
     col("workload", "workload", Fmt::Text),
     col("live", "live", Fmt::Text),
     col("mmkit_ns", "mmkit ns", Fmt::Dec(0)),
@@ -508,11 +519,19 @@ const SUMMARY_COLS: [Col; 11] = [
     col("exact_peer_vs_mmkit", "it/mmkit", Fmt::Ratio),
     col("pooled_vs_fastest", "pooled / fastest", Fmt::Ratio),
     col("index_vs_fastest", "index / fastest", Fmt::Ratio),
+    col("sized_vs_fastest", "sized / fastest", Fmt::Ratio),
 ];
 
 /// Whether a row is one of mmkit's own allocators, not a peer.
 fn is_mmkit(name: &str) -> bool {
-    name == Mmkit::name() || name == MmkitPooled::name() || name == MmkitIndex::name()
+    [
+        Mmkit::name(),
+        MmkitPooled::name(),
+        MmkitIndex::name(),
+        MmkitSized::name(),
+        MmkitPooledSized::name(),
+    ]
+    .contains(&name)
 }
 
 /// One summary line per live count: mmkit against the fastest peer.
@@ -561,16 +580,44 @@ fn summarize(w: &Workload, rows: &[BenchRow]) -> Vec<SummaryRow> {
                 exact_peer_vs_mmkit: exact.and_then(|e| ratio(e.ns_per_pair?, m)),
                 pooled_vs_fastest: own(MmkitPooled::name()).and_then(|p| ratio(p, its)),
                 index_vs_fastest: own(MmkitIndex::name()).and_then(|p| ratio(p, its)),
+                sized_vs_fastest: own(MmkitSized::name()).and_then(|p| ratio(p, its)),
             })
         })
         .collect()
+}
+
+/// The free-with-size targets, counted from the summary: `mmkit-sized`
+/// within 1.5x of the fastest peer in at least 20 of 24 cells, at most 2x
+/// in every cell (judged only on a run of all 24 cells).
+fn sized_targets(rows: &[SummaryRow]) -> Vec<String> {
+    let r: Vec<f64> = rows.iter().filter_map(|r| r.sized_vs_fastest).collect();
+    let Some(worst) = r.iter().copied().reduce(f64::max) else {
+        return Vec::new();
+    };
+    let near = r.iter().filter(|&&x| x <= 1.5).count();
+    let verdict = |met: bool| match (r.len() == 24, met) {
+        (false, _) => "not evaluated (not all 24 cells ran)",
+        (true, true) => "met",
+        (true, false) => "NOT met",
+    };
+    vec![
+        format!(
+            "target: mmkit-sized within 1.5x of the fastest peer in >= 20 of 24 cells: {near} of {}: {}",
+            r.len(),
+            verdict(near >= 20)
+        ),
+        format!(
+            "target: mmkit-sized at most 2x the fastest peer in every cell: worst {worst:.2}x: {}",
+            verdict(worst <= 2.0)
+        ),
+    ]
 }
 
 impl BenchRow {
     /// Whether this is mmkit's row and mmkit broke a promise: a violation,
     /// or an answer that was not the lowest fit.
     pub fn mmkit_broke_contract(&self) -> bool {
-        self.allocator == Mmkit::name()
+        (self.allocator == Mmkit::name() || self.allocator == MmkitSized::name())
             && (self.violation.is_some() || self.lowest_fit_pct.is_some_and(|p| p != 100.0))
     }
 }

@@ -11,9 +11,13 @@ use crate::report::{Outputs, Page};
 use crate::run::{lookup, Machine};
 
 pub mod buddy;
+pub mod exactness;
+pub mod kernel;
 pub mod percpu;
 pub mod vm_map_ram;
 pub mod vmalloc;
+mod vmalloc_nodes;
+pub mod vmap_nodes;
 pub mod vmap_scaling;
 
 #[cfg(target_os = "linux")]
@@ -102,11 +106,14 @@ pub const ALL: &[Experiment] = &[
     vmalloc::EXPERIMENT,
     vm_map_ram::EXPERIMENT,
     vmap_scaling::EXPERIMENT,
+    vmap_nodes::EXPERIMENT,
+    exactness::EXPERIMENT,
     vmalloc_real::EXPERIMENT,
     vmap_scaling_real::EXPERIMENT,
     vm_buffers::EXPERIMENT,
     percpu::EXPERIMENT,
     buddy::EXPERIMENT,
+    kernel::EXPERIMENT,
 ];
 
 /// The experiments named in `opts`, all when none.

@@ -32,7 +32,7 @@ type TicketLock<T> = spin::mutex::TicketMutex<T, SpinThenYield>;
 /// the holder or the next ticket, put aside by the scheduler, gets to run.
 /// A pure spin convoys there (a scheduler slice per hand-over); a yield at
 /// every look costs a system call per look when each thread has a CPU.
-struct SpinThenYield;
+pub(super) struct SpinThenYield;
 
 impl spin::relax::RelaxStrategy for SpinThenYield {
     fn relax() {
@@ -53,6 +53,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use super::vmalloc_nodes::on_nodes;
 use super::{Experiment, Options};
 use crate::plot::{self, Axis, Chart};
 use crate::render::{col, Col, Fmt, Report, Table, Target};
@@ -149,7 +150,7 @@ pub fn lazy_max(cpus: usize) -> u64 {
 }
 
 /// A vmalloc'ed area: its address.
-type Area = u64;
+pub type Area = u64;
 
 /// What `test_vmalloc`'s tests call, so the same tests run on a range
 /// allocator (addresses only) and on real memory (`vmalloc-real`).
@@ -479,8 +480,13 @@ struct StressRow {
     baseline_ms: Spread,
     mmkit_ms: Spread,
     ratio: Spread,
+    /// The vmap-node allocator (Linux 6.9's design) on the same tests.
+    nodes_ms: Spread,
+    /// mmkit's one lock over the vmap nodes.
+    mmkit_vs_nodes: Spread,
     failed_baseline: u32,
     failed_mmkit: u32,
+    failed_nodes: u32,
 }
 
 /// A published figure of seed 000 beside ours, in its own unit.
@@ -501,12 +507,14 @@ const PERF_COLS: [Col; 5] = [
     col("ratio", "baseline/mmkit", Fmt::Ratio),
 ];
 
-const STRESS_COLS: [Col; 5] = [
+const STRESS_COLS: [Col; 7] = [
     col("test", "test", Fmt::Text),
     col("loops", "loops", Fmt::Text),
     col("baseline_ms", "baseline ms", Fmt::Spread(1)),
     col("mmkit_ms", "mmkit ms", Fmt::Spread(1)),
     col("ratio", "baseline/mmkit", Fmt::Spread(2)),
+    col("nodes_ms", "vmap nodes ms", Fmt::Spread(1)),
+    col("mmkit_vs_nodes", "mmkit/nodes", Fmt::Spread(2)),
 ];
 
 const SEED_COLS: [Col; 5] = [
@@ -552,10 +560,24 @@ fn perf_rows(loops: u64, base: &ModeResult, new: &ModeResult) -> Vec<PerfRow> {
         .collect()
 }
 
-/// Stress rows over `runs` (baseline, mmkit) pairs.
-fn stress_rows(loops: u64, runs: &[(ModeResult, ModeResult)]) -> Vec<StressRow> {
+/// Stress rows over `runs` (baseline, mmkit) pairs and the vmap nodes'
+/// runs beside them.
+fn stress_rows(
+    loops: u64,
+    runs: &[(ModeResult, ModeResult)],
+    nodes: &[ModeResult],
+) -> Vec<StressRow> {
     let of = |f: &dyn Fn(&(ModeResult, ModeResult)) -> f64| {
         Spread::of(&runs.iter().map(f).collect::<Vec<_>>())
+    };
+    let on_nodes = |f: &dyn Fn(&ModeResult, &ModeResult) -> f64| {
+        Spread::of(
+            &runs
+                .iter()
+                .zip(nodes)
+                .map(|(r, n)| f(&r.1, n))
+                .collect::<Vec<_>>(),
+        )
     };
     lines(loops)
         .map(|(i, test, loops)| StressRow {
@@ -564,8 +586,11 @@ fn stress_rows(loops: u64, runs: &[(ModeResult, ModeResult)]) -> Vec<StressRow> 
             baseline_ms: of(&|r| time(&r.0, i)),
             mmkit_ms: of(&|r| time(&r.1, i)),
             ratio: of(&|r| ratio(time(&r.0, i), time(&r.1, i)).unwrap_or(f64::NAN)),
+            nodes_ms: on_nodes(&|_, n| time(n, i)),
+            mmkit_vs_nodes: on_nodes(&|m, n| ratio(time(m, i), time(n, i)).unwrap_or(f64::NAN)),
             failed_baseline: runs.iter().map(|r| failed(&r.0, i)).sum(),
             failed_mmkit: runs.iter().map(|r| failed(&r.1, i)).sum(),
+            failed_nodes: nodes.iter().map(|n| failed(n, i)).sum(),
         })
         .collect()
 }
@@ -610,11 +635,14 @@ fn seed_rows(perf: &[PerfRow], stress: &[StressRow]) -> Vec<SeedRow> {
 struct Measured {
     perf: (ModeResult, ModeResult),
     stress: Vec<(ModeResult, ModeResult)>,
+    /// Stress mode on the vmap nodes, one run beside each of `stress`.
+    nodes: Vec<ModeResult>,
 }
 
 fn measure(p: Params, threads: usize, runs: usize) -> Measured {
     let per_run = (TESTS.len() + threads * TESTS.len() * runs) as u64;
-    let pb = progress(2 * per_run, "test_vmalloc");
+    let stress_runs = (threads * TESTS.len() * runs) as u64;
+    let pb = progress(2 * per_run + stress_runs, "test_vmalloc");
     let both = |mode: Mode, what: &str| {
         pb.set_message(format!("{what}, baseline"));
         let b = on_allocator(new_baseline(), p, mode, threads, &pb);
@@ -622,11 +650,20 @@ fn measure(p: Params, threads: usize, runs: usize) -> Measured {
         (b, on_allocator(new_vmap(), p, mode, threads, &pb))
     };
     let perf = both(Mode::Performance, "performance");
-    let stress = (0..runs)
-        .map(|i| both(Mode::Stress(threads), &format!("stress {}/{runs}", i + 1)))
-        .collect();
+    let (stress, nodes) = (0..runs)
+        .map(|i| {
+            let what = format!("stress {}/{runs}", i + 1);
+            let pair = both(Mode::Stress(threads), &what);
+            pb.set_message(format!("{what}, vmap nodes"));
+            (pair, on_nodes(p, Mode::Stress(threads), threads, &pb))
+        })
+        .unzip();
     pb.finish_and_clear();
-    Measured { perf, stress }
+    Measured {
+        perf,
+        stress,
+        nodes,
+    }
 }
 
 fn notes(r: &mut Report, m: &Measured, loops: u64, threads: usize) {
@@ -644,7 +681,18 @@ fn notes(r: &mut Report, m: &Measured, loops: u64, threads: usize) {
         ),
         format!("failed test runs: {failed} (align_shift stopping at its first failure is a pass, as in the kernel)"),
         format!("after performance: baseline {}; mmkit {}", m.perf.0.after, m.perf.1.after),
-        format!("after the last stress run: baseline {}; mmkit {}", last.0.after, last.1.after),
+        format!(
+            "after the last stress run: baseline {}; mmkit {}; vmap nodes {}",
+            last.0.after,
+            last.1.after,
+            m.nodes.last().map_or("-", |n| n.after.as_str())
+        ),
+        format!(
+            "vmap nodes: Linux 6.9's design (mmkit::nodes), one node per thread, per-node exact-size \
+             pools up to 256 pages decayed by a quarter at each purge, lazy_max split over the nodes; \
+             not exact while its pools hold areas; failed stress runs on it: {}",
+            m.nodes.iter().flat_map(|n| &n.failed).sum::<u32>()
+        ),
         format!(
             "stress mode ran {} times; its timings depend on how the threads' tests overlap (the baseline \
              suffers most when long_busy_list overlaps other tests), hence the median and the range; the one \
@@ -707,7 +755,7 @@ pub fn run(opts: &Options) -> Report {
     let runs = if opts.quick { 1 } else { STRESS_RUNS };
     let m = measure(Params::kernel(loops, threads), threads, runs);
     let perf = perf_rows(loops, &m.perf.0, &m.perf.1);
-    let stress = stress_rows(loops, &m.stress);
+    let stress = stress_rows(loops, &m.stress, &m.nodes);
     let mut r = Report::new("vmalloc");
     r.tables.extend([
         Table::of(format!("performance mode: 1 thread, tests in order, repeat {PERF_REPEAT}"), &PERF_COLS, &perf),

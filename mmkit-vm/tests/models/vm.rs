@@ -173,6 +173,7 @@ pub fn small_vm(lazy_unmap: bool) -> Vm {
             max_alloc: 8,
             bits: 16,
         },
+        ..VmConfig::default()
     })
     .unwrap()
 }

@@ -277,6 +277,26 @@ impl TableChunk for AreaChunk {
     fn is_empty(&self) -> bool {
         self.live == 0
     }
+
+    fn live(&self) -> u64 {
+        u64::from(self.live)
+    }
+
+    fn free_bytes(&self) -> u64 {
+        u64::from(self.free_size)
+    }
+
+    fn largest_free(&self) -> u64 {
+        u64::from(self.contig_hint)
+    }
+
+    fn metadata_bytes(&self) -> u64 {
+        (self.map.capacity() * 4) as u64
+    }
+
+    fn check(&self) -> Result<(), CheckError> {
+        AreaChunk::check(self)
+    }
 }
 
 impl AreaMapAllocator {
@@ -381,41 +401,23 @@ impl PercpuAlloc for AreaMapAllocator {
     /// # Complexity
     /// O(total areas).
     fn check(&self) -> Result<(), CheckError> {
-        self.table.check(|id, c, at| {
-            crate::ensure!(
-                u64::from(c.unit_size()) == self.unit_size,
-                Structure @ id,
-                "chunk {id}: wrong sentinel"
-            );
-            c.check()
-                .map_err(|e| e.within(alloc::format!("chunk {id}")))?;
-            let want = self.slot_of_chunk(c);
-            crate::ensure!(
-                at == Some(want),
-                Structure @ id,
-                "chunk {id} listed in slot {at:?}, belongs in {want}"
-            );
-            Ok(())
-        })
+        self.table.check_chunks(
+            |id, c| {
+                crate::ensure!(
+                    u64::from(c.unit_size()) == self.unit_size,
+                    Structure @ id,
+                    "chunk {id}: wrong sentinel"
+                );
+                Ok(())
+            },
+            |c| self.slot_of_chunk(c),
+            |_, _| false,
+        )
     }
 
     /// # Complexity
     /// O(chunks + slots).
     fn stats(&self) -> PercpuStats {
-        let mut s = PercpuStats {
-            unit_size: self.unit_size,
-            slot_counts: self.table.slots.counts(),
-            ..PercpuStats::default()
-        };
-        for c in self.table.held() {
-            s.chunks += 1;
-            s.empty_chunks += u64::from(c.live == 0);
-            s.live += u64::from(c.live);
-            s.free_bytes += u64::from(c.free_size);
-            s.largest_free = s.largest_free.max(u64::from(c.contig_hint));
-            s.metadata_bytes += (c.map.capacity() * 4) as u64;
-        }
-        s.used_bytes = s.chunks * self.unit_size - s.free_bytes;
-        s
+        self.table.stats(self.unit_size)
     }
 }

@@ -233,6 +233,26 @@ impl TableChunk for Chunk {
     fn is_empty(&self) -> bool {
         Chunk::is_empty(self)
     }
+
+    fn live(&self) -> u64 {
+        u64::from(self.live)
+    }
+
+    fn free_bytes(&self) -> u64 {
+        u64::from(self.free_bits) * MIN_ALLOC_SIZE
+    }
+
+    fn largest_free(&self) -> u64 {
+        u64::from(self.md.contig_hint) * MIN_ALLOC_SIZE
+    }
+
+    fn metadata_bytes(&self) -> u64 {
+        Chunk::metadata_bytes(self)
+    }
+
+    fn check(&self) -> Result<(), CheckError> {
+        Chunk::check(self)
+    }
 }
 
 impl PercpuAllocator {
@@ -355,39 +375,17 @@ impl PercpuAlloc for PercpuAllocator {
     /// # Complexity
     /// O(chunks * unit_size / 4) bits: recomputes every hint.
     fn check(&self) -> Result<(), CheckError> {
-        self.table.check(|id, c, at| {
-            c.check()
-                .map_err(|e| e.within(alloc::format!("chunk {id}")))?;
-            let want = self.slot_of_chunk(c);
-            let ok = at == Some(want) || (at == Some(0) && want < SLOT_FAIL_THRESHOLD);
-            crate::ensure!(
-                ok,
-                Structure @ id,
-                "chunk {id} listed in slot {at:?}, belongs in {want}"
-            );
-            Ok(())
-        })
+        // A chunk whose allocation failed in a low slot sits in slot 0.
+        self.table.check_chunks(
+            |_, _| Ok(()),
+            |c| self.slot_of_chunk(c),
+            |at, want| at == 0 && want < SLOT_FAIL_THRESHOLD,
+        )
     }
 
     /// # Complexity
     /// O(chunks + slots).
     fn stats(&self) -> PercpuStats {
-        let mut s = PercpuStats {
-            unit_size: self.unit_size,
-            slot_counts: self.table.slots.counts(),
-            ..PercpuStats::default()
-        };
-        for c in self.table.held() {
-            s.chunks += 1;
-            s.empty_chunks += u64::from(c.is_empty());
-            s.live += u64::from(c.live);
-            s.free_bytes += u64::from(c.free_bits) * MIN_ALLOC_SIZE;
-            s.largest_free = s
-                .largest_free
-                .max(u64::from(c.md.contig_hint) * MIN_ALLOC_SIZE);
-            s.metadata_bytes += c.metadata_bytes();
-        }
-        s.used_bytes = s.chunks * self.unit_size - s.free_bytes;
-        s
+        self.table.stats(self.unit_size)
     }
 }

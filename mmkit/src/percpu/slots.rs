@@ -14,6 +14,8 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::PercpuStats;
+
 /// "No chunk" in the link arrays.
 pub(crate) const NIL: u32 = u32::MAX;
 
@@ -206,6 +208,16 @@ impl SlotLists {
 pub(crate) trait TableChunk {
     /// Nothing allocated in it.
     fn is_empty(&self) -> bool;
+    /// Live allocations in it.
+    fn live(&self) -> u64;
+    /// Bytes free in it, per unit.
+    fn free_bytes(&self) -> u64;
+    /// Its longest free run in bytes, as its hints know it.
+    fn largest_free(&self) -> u64;
+    /// Heap bytes of its metadata.
+    fn metadata_bytes(&self) -> u64;
+    /// Checks its own invariants.
+    fn check(&self) -> Result<(), crate::CheckError>;
 }
 
 /// The chunk table of a percpu allocator: chunks by id (ids of released
@@ -318,5 +330,52 @@ impl<C: TableChunk> ChunkTable<C> {
         );
         crate::ensure!(empty <= 1, Bounds, "{empty} free chunks kept (at most 1)");
         Ok(())
+    }
+
+    /// [`check`](Self::check), with for each held chunk: `first(id,
+    /// chunk)`, the allocator's own test of it; the chunk's invariants;
+    /// and its slot: the one `want(chunk)` names, or one `also(listed,
+    /// wanted)` accepts.
+    pub(crate) fn check_chunks(
+        &self,
+        mut first: impl FnMut(u32, &C) -> Result<(), crate::CheckError>,
+        want: impl Fn(&C) -> usize,
+        also: impl Fn(usize, usize) -> bool,
+    ) -> Result<(), crate::CheckError> {
+        self.check(|id, c, at| {
+            first(id, c)?;
+            c.check()
+                .map_err(|e| e.within(alloc::format!("chunk {id}")))?;
+            let want = want(c);
+            crate::ensure!(
+                at == Some(want) || at.is_some_and(|at| also(at, want)),
+                Structure @ id,
+                "chunk {id} listed in slot {at:?}, belongs in {want}"
+            );
+            Ok(())
+        })
+    }
+
+    /// The statistics of the held chunks, whose units are `unit_size`
+    /// bytes.
+    ///
+    /// # Complexity
+    /// O(chunks + slots).
+    pub(crate) fn stats(&self, unit_size: u64) -> PercpuStats {
+        let mut s = PercpuStats {
+            unit_size,
+            slot_counts: self.slots.counts(),
+            ..PercpuStats::default()
+        };
+        for c in self.held() {
+            s.chunks += 1;
+            s.empty_chunks += u64::from(c.is_empty());
+            s.live += c.live();
+            s.free_bytes += c.free_bytes();
+            s.largest_free = s.largest_free.max(c.largest_free());
+            s.metadata_bytes += c.metadata_bytes();
+        }
+        s.used_bytes = s.chunks * unit_size - s.free_bytes;
+        s
     }
 }

@@ -20,9 +20,86 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
 use super::queue::Queue;
-use super::{now, since, Clock, Config, Counters, Policy};
+use super::{now, since, Clock, Config, Counters, Policy, MAX_CPUS};
 use crate::error::{AllocError, FreeError};
 use crate::range::RangeAllocator;
+
+/// Checks a front end's parameters: `cfg` valid (see
+/// [`Config::validate`]) and `1 <= cpus <=` [`MAX_CPUS`].
+pub(crate) fn check_params(cfg: &Config, cpus: usize) -> Result<(), AllocError> {
+    cfg.validate()?;
+    if !(1..=MAX_CPUS).contains(&cpus) {
+        return Err(AllocError::Invalid);
+    }
+    Ok(())
+}
+
+/// Writes the accessors both front ends have (`set_clock`, `config`,
+/// `policy`, `cpus`), with their docs; `$ty` names the front end in the
+/// examples, and `$map` is a map of one page on CPU 0 by it.
+macro_rules! front_accessors {
+    ($ty:literal, $map:literal) => {
+        /// Installs (or removes) the clock that times maps, unmaps, block
+        /// creation and release in the counters.
+        ///
+        /// # Examples
+        /// ```
+        #[doc = concat!("use mmkit::vblock::{monotonic_ns, Config, Policy, ", $ty, "};")]
+        /// use mmkit::vmap::VmapAllocator;
+        /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+        #[doc = concat!("let mut vb = ", $ty, "::new(range, Config::KERNEL, Policy::Current, 1).unwrap();")]
+        /// vb.set_clock(Some(monotonic_ns));
+        #[doc = $map]
+        /// assert!(vb.counters().map_ns > 0);
+        /// ```
+        pub fn set_clock(&mut self, clock: Option<Clock>) {
+            self.clock = clock;
+        }
+
+        /// The geometry.
+        ///
+        /// # Examples
+        /// ```
+        #[doc = concat!("use mmkit::vblock::{Config, Policy, ", $ty, "};")]
+        /// use mmkit::vmap::VmapAllocator;
+        /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+        #[doc = concat!("let vb = ", $ty, "::new(range, Config::KERNEL, Policy::Current, 1).unwrap();")]
+        /// assert_eq!(vb.config(), Config::KERNEL);
+        /// ```
+        pub fn config(&self) -> Config {
+            self.cfg
+        }
+
+        /// The policy.
+        ///
+        /// # Examples
+        /// ```
+        #[doc = concat!("use mmkit::vblock::{Config, Policy, ", $ty, "};")]
+        /// use mmkit::vmap::VmapAllocator;
+        /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+        #[doc = concat!("let vb = ", $ty, "::new(range, Config::KERNEL, Policy::Legacy, 1).unwrap();")]
+        /// assert_eq!(vb.policy(), Policy::Legacy);
+        /// ```
+        pub fn policy(&self) -> Policy {
+            self.policy
+        }
+
+        /// Number of CPU queues.
+        ///
+        /// # Examples
+        /// ```
+        #[doc = concat!("use mmkit::vblock::{Config, Policy, ", $ty, "};")]
+        /// use mmkit::vmap::VmapAllocator;
+        /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+        #[doc = concat!("let vb = ", $ty, "::new(range, Config::KERNEL, Policy::Current, 3).unwrap();")]
+        /// assert_eq!(vb.cpus(), 3);
+        /// ```
+        pub fn cpus(&self) -> usize {
+            self.queues.len()
+        }
+    };
+}
+pub(crate) use front_accessors;
 
 /// Where a queue's blocks come from and how they are found by address: the
 /// range allocator and the block index (`vmap_blocks`).

@@ -30,10 +30,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::vec::Vec;
 
-use super::front::{Blocks, Env, Global};
+use super::front::{check_params, front_accessors, Blocks, Env, Global};
 use super::queue::Queue;
 use super::single::check_all;
-use super::{now, since, Clock, Config, Counters, Policy, MAX_CPUS};
+use super::{now, since, Clock, Config, Counters, Policy};
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::RangeAllocator;
 use crate::sync::{lock, Mutex};
@@ -108,7 +108,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     ///
     /// # Errors
     /// [`AllocError::Invalid`] for an invalid `cfg`, `cpus == 0` or
-    /// `cpus >` [`MAX_CPUS`].
+    /// `cpus >` [`MAX_CPUS`](super::MAX_CPUS).
     ///
     /// # Complexity
     /// O(cpus).
@@ -122,10 +122,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
     /// assert_eq!(vb.cpus(), 4);
     /// ```
     pub fn new(range: R, cfg: Config, policy: Policy, cpus: usize) -> Result<Self, AllocError> {
-        cfg.validate()?;
-        if !(1..=MAX_CPUS).contains(&cpus) {
-            return Err(AllocError::Invalid);
-        }
+        check_params(&cfg, cpus)?;
         let shards = (cpus * 4).next_power_of_two().max(16);
         Ok(ConcurrentVblock {
             cfg,
@@ -139,63 +136,7 @@ impl<R: RangeAllocator> ConcurrentVblock<R> {
         })
     }
 
-    /// Installs (or removes) the clock for the time counters.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::vblock::{monotonic_ns, Config, ConcurrentVblock, Policy};
-    /// use mmkit::vmap::VmapAllocator;
-    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
-    /// let mut vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
-    /// vb.set_clock(Some(monotonic_ns));
-    /// vb.map_on(0, 1).unwrap();
-    /// assert!(vb.counters().map_ns > 0);
-    /// ```
-    pub fn set_clock(&mut self, clock: Option<Clock>) {
-        self.clock = clock;
-    }
-
-    /// The geometry.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
-    /// use mmkit::vmap::VmapAllocator;
-    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
-    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
-    /// assert_eq!(vb.config(), Config::KERNEL);
-    /// ```
-    pub fn config(&self) -> Config {
-        self.cfg
-    }
-
-    /// The policy.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
-    /// use mmkit::vmap::VmapAllocator;
-    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
-    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Legacy, 1).unwrap();
-    /// assert_eq!(vb.policy(), Policy::Legacy);
-    /// ```
-    pub fn policy(&self) -> Policy {
-        self.policy
-    }
-
-    /// Number of CPU queues.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::vblock::{Config, ConcurrentVblock, Policy};
-    /// use mmkit::vmap::VmapAllocator;
-    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
-    /// let vb = ConcurrentVblock::new(range, Config::KERNEL, Policy::Current, 3).unwrap();
-    /// assert_eq!(vb.cpus(), 3);
-    /// ```
-    pub fn cpus(&self) -> usize {
-        self.queues.len()
-    }
+    front_accessors!("ConcurrentVblock", "vb.map_on(0, 1).unwrap();");
 
     /// Runs `f` on the range allocator under its lock (for stats; holding
     /// it stalls block creation and release on every CPU).

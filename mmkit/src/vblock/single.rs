@@ -4,9 +4,9 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
-use super::front::{Blocks, Env, Global};
+use super::front::{check_params, front_accessors, Blocks, Env, Global};
 use super::queue::Queue;
-use super::{now, since, Clock, Config, Counters, Policy, MAX_CPUS};
+use super::{now, since, Clock, Config, Counters, Policy};
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::RangeAllocator;
@@ -80,7 +80,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     ///
     /// # Errors
     /// [`AllocError::Invalid`] for an invalid `cfg` (see
-    /// [`Config::validate`]), `cpus == 0` or `cpus >` [`MAX_CPUS`].
+    /// [`Config::validate`]), `cpus == 0` or `cpus >` [`MAX_CPUS`](super::MAX_CPUS).
     ///
     /// # Complexity
     /// O(cpus).
@@ -96,10 +96,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     /// assert!(VblockAllocator::new(range, Config::KERNEL, Policy::Current, 0).is_err());
     /// ```
     pub fn new(range: R, cfg: Config, policy: Policy, cpus: usize) -> Result<Self, AllocError> {
-        cfg.validate()?;
-        if !(1..=MAX_CPUS).contains(&cpus) {
-            return Err(AllocError::Invalid);
-        }
+        check_params(&cfg, cpus)?;
         Ok(VblockAllocator {
             cfg,
             policy,
@@ -110,64 +107,7 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         })
     }
 
-    /// Installs (or removes) the clock that times maps, unmaps, block
-    /// creation and release in the counters.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::vblock::{monotonic_ns, Config, Policy, VblockAllocator};
-    /// use mmkit::vmap::VmapAllocator;
-    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
-    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
-    /// vb.set_clock(Some(monotonic_ns));
-    /// vb.map(0, 1).unwrap();
-    /// assert!(vb.counters().map_ns > 0);
-    /// ```
-    pub fn set_clock(&mut self, clock: Option<Clock>) {
-        self.clock = clock;
-    }
-
-    /// The geometry.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
-    /// use mmkit::vmap::VmapAllocator;
-    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
-    /// let vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
-    /// assert_eq!(vb.config(), Config::KERNEL);
-    /// ```
-    pub fn config(&self) -> Config {
-        self.cfg
-    }
-
-    /// The policy.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
-    /// use mmkit::vmap::VmapAllocator;
-    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
-    /// let vb = VblockAllocator::new(range, Config::KERNEL, Policy::Legacy, 1).unwrap();
-    /// assert_eq!(vb.policy(), Policy::Legacy);
-    /// ```
-    pub fn policy(&self) -> Policy {
-        self.policy
-    }
-
-    /// Number of CPU queues.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
-    /// use mmkit::vmap::VmapAllocator;
-    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
-    /// let vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 8).unwrap();
-    /// assert_eq!(vb.cpus(), 8);
-    /// ```
-    pub fn cpus(&self) -> usize {
-        self.queues.len()
-    }
+    front_accessors!("VblockAllocator", "vb.map(0, 1).unwrap();");
 
     /// The range allocator (read only: changing it behind the front end's
     /// back would break its invariants).

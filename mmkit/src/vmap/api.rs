@@ -324,6 +324,9 @@ impl VmapAllocator {
     /// # Complexity
     /// O(capacity of the index), no heap allocation.
     ///
+    /// Empty in release builds of an allocator made
+    /// [`without_busy_index`](Self::without_busy_index), which keeps none.
+    ///
     /// # Examples
     /// ```
     /// use mmkit::vmap::VmapAllocator;

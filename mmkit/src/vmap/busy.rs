@@ -223,6 +223,13 @@ impl BusyIndex {
         Some(self.buckets[b].0[i].end)
     }
 
+    /// The end of the area starting at `key`, if present, from `p`,
+    /// [`probe`](Self::probe) of `key` taken with no change since.
+    pub(crate) fn get_probed(&self, key: u64, p: Probe) -> Option<u64> {
+        let (b, i) = self.position_from(key, p)?;
+        Some(self.buckets[b].0[i].end)
+    }
+
     /// Inserts the live area `[key, end)`; the key must not be present.
     ///
     /// A key removed last and inserted again while the slot it left in

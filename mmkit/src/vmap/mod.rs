@@ -37,7 +37,9 @@
 //! count it was found at and whether descending from it has paid), the
 //! tree's last failed search, the bound its last aligned search left with
 //! the path to its leaf, the root's longest block and the busy slot last
-//! emptied, the allocator itself is 872 bytes (`size_of::<VmapAllocator>()`
+//! emptied, the live-area count and the two flags of
+//! [`without_busy_index`](VmapAllocator::without_busy_index), the
+//! allocator itself is 888 bytes (`size_of::<VmapAllocator>()`
 //! on 64-bit targets). Released nodes are reused and none of these shrink,
 //! so steady-state operation allocates no heap memory.
 
@@ -47,11 +49,12 @@ use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::tree::btree::{BTree, Neighbours, Pos};
 
 mod api;
-mod busy;
+pub(crate) mod busy;
 mod isolated;
 mod pending;
 #[cfg(feature = "std")]
 pub mod pooled;
+mod sized;
 use alloc::vec::Vec;
 use busy::{BusyIndex, Probe};
 use isolated::Isolated;
@@ -155,6 +158,14 @@ pub struct VmapAllocator {
     flush_hook: Option<FlushHook>,
     free_bytes: u64,
     live_bytes: u64,
+    /// Live areas (the busy index's length when it holds them all).
+    live_count: u64,
+    /// Made [`without_busy_index`](Self::without_busy_index): frees carry
+    /// their size, and `free(addr)` is refused.
+    sized_only: bool,
+    /// Whether `busy` holds the live areas: always, but in release builds
+    /// of a `sized_only` allocator (see `sized`).
+    indexed: bool,
     purges: u64,
     flushes: u64,
 }
@@ -209,6 +220,9 @@ impl VmapAllocator {
             flush_hook: None,
             free_bytes: end - start,
             live_bytes: 0,
+            live_count: 0,
+            sized_only: false,
+            indexed: true,
             purges: 0,
             flushes: 0,
         })
@@ -231,7 +245,9 @@ impl VmapAllocator {
         self.free.reserve(n);
     }
 
-    /// The size of the live area that starts at `addr`, if there is one.
+    /// The size of the live area that starts at `addr`, if there is one
+    /// (always `None` in release builds of an allocator made
+    /// [`without_busy_index`](Self::without_busy_index)).
     ///
     /// # Complexity
     /// O(1) expected.
@@ -384,13 +400,33 @@ impl VmapAllocator {
     /// Detaches the live area at `addr` from the busy index, from `probe`,
     /// its home bucket read with no change to the index since.
     fn take_busy(&mut self, addr: u64, probe: Probe) -> Result<(u64, u64), FreeError> {
+        if self.sized_only {
+            return Err(FreeError::Invalid);
+        }
         let e = self
             .busy
             .remove_probed(addr, probe)
             .ok_or(FreeError::NotAllocated)?;
         let s = addr;
         self.live_bytes -= e - s;
+        self.live_count -= 1;
         Ok((s, e))
+    }
+
+    /// Puts `[s, e)`, no longer live, on the lazy list; purges when the
+    /// list passes `lazy_max`.
+    fn defer(&mut self, s: u64, e: u64) {
+        let lz = &mut self.lazy;
+        if lz.areas.is_empty() {
+            (lz.lo, lz.hi) = (s, e);
+        } else {
+            (lz.lo, lz.hi) = (lz.lo.min(s), lz.hi.max(e));
+        }
+        lz.areas.push((s, e));
+        lz.bytes += e - s;
+        if self.lazy.bytes > self.lazy_max {
+            self.purge_with_hook();
+        }
     }
 
     /// Purge through the installed hook (threshold and failure purges).
@@ -480,8 +516,11 @@ impl VmapAllocator {
 
     /// Records `[a, a + size)`, already out of the free space, as live.
     fn mark_live(&mut self, a: u64, size: u64) {
-        self.busy.insert(a, a + size);
+        if self.indexed {
+            self.busy.insert(a, a + size);
+        }
         self.live_bytes += size;
+        self.live_count += 1;
     }
 }
 
@@ -536,17 +575,7 @@ impl RangeAllocator for VmapAllocator {
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
         let (s, e) = self.take_busy(addr, self.busy.probe(addr))?;
-        let lz = &mut self.lazy;
-        if lz.areas.is_empty() {
-            (lz.lo, lz.hi) = (s, e);
-        } else {
-            (lz.lo, lz.hi) = (lz.lo.min(s), lz.hi.max(e));
-        }
-        lz.areas.push((s, e));
-        lz.bytes += e - s;
-        if self.lazy.bytes > self.lazy_max {
-            self.purge_with_hook();
-        }
+        self.defer(s, e);
         Ok(e - s)
     }
 
@@ -611,7 +640,7 @@ impl RangeAllocator for VmapAllocator {
             free_blocks: self.free_block_count() as u64,
             free_bytes: self.free_bytes,
             largest_free: self.largest_free(),
-            live_areas: self.busy.len() as u64,
+            live_areas: self.live_count,
             live_bytes: self.live_bytes,
             lazy_areas: self.lazy.areas.len() as u64,
             lazy_bytes: self.lazy.bytes,
@@ -678,6 +707,13 @@ impl RangeAllocator for VmapAllocator {
             ensure!(s < e, Layout @ s, "empty busy area at {s:#x}");
             all.push((s, e, "busy"));
         }
+        ensure!(
+            !self.indexed || self.busy.len() as u64 == self.live_count,
+            Accounting,
+            "busy index holds {} areas, counter {}",
+            self.busy.len(),
+            self.live_count
+        );
         for &(s, e) in &self.lazy.areas {
             ensure!(s < e, Layout @ s, "empty lazy area at {s:#x}");
             ensure!(
@@ -691,6 +727,12 @@ impl RangeAllocator for VmapAllocator {
         let mut sums = [0u64; 3];
         let mut expect = lo;
         for &(s, e, kind) in &all {
+            // Without an index, the gaps between free and lazy ranges are
+            // the live areas.
+            if !self.indexed && s > expect {
+                sums[1] += s - expect;
+                expect = s;
+            }
             ensure!(s == expect, Layout @ s, "{kind} range at {s:#x}: expected one at {expect:#x}");
             expect = e;
             sums[match kind {
@@ -698,6 +740,10 @@ impl RangeAllocator for VmapAllocator {
                 "busy" => 1,
                 _ => 2,
             }] += e - s;
+        }
+        if !self.indexed && expect < hi {
+            sums[1] += hi - expect;
+            expect = hi;
         }
         ensure!(expect == hi, Layout @ expect, "ranges end at {expect:#x}, space at {hi:#x}");
         let [free, live, lazy] = sums;

@@ -321,13 +321,41 @@ impl PooledVmap {
     /// assert_eq!(p.stats(0).lazy, 1); // ...back to its owner, CPU 0
     /// ```
     pub fn free_lazy(&self, cpu: usize, addr: u64) -> Result<u64, FreeError> {
-        let (mut c, end) = self.owner(cpu, addr)?;
+        let (mut c, end) = self.owner(cpu, addr, None)?;
+        self.defer(&mut c, addr, end);
+        Ok(end - addr)
+    }
+
+    /// [`free_lazy`](Self::free_lazy) with the area's size, checked
+    /// against the owner's busy map (every CPU keeps one).
+    ///
+    /// # Errors
+    /// As [`free_lazy`](Self::free_lazy), and [`FreeError::SizeMismatch`]
+    /// when the live area at `addr` has another size.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::FreeError;
+    /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
+    /// let a = p.alloc(0, 4096, 4096).unwrap();
+    /// assert_eq!(p.free_lazy_sized(0, a, 8192), Err(FreeError::SizeMismatch));
+    /// assert_eq!(p.free_lazy_sized(0, a, 4096), Ok(4096));
+    /// ```
+    pub fn free_lazy_sized(&self, cpu: usize, addr: u64, size: u64) -> Result<u64, FreeError> {
+        let (mut c, end) = self.owner(cpu, addr, Some(size))?;
+        self.defer(&mut c, addr, end);
+        Ok(size)
+    }
+
+    /// Puts `[addr, end)` on `c`'s lazy list, purging it past `lazy_max`.
+    fn defer(&self, c: &mut Cpu, addr: u64, end: u64) {
         c.lazy.push((addr, end));
         c.lazy_bytes += end - addr;
         if c.lazy_bytes > self.cfg.lazy_max {
-            self.purge(&mut c);
+            self.purge(c);
         }
-        Ok(end - addr)
     }
 
     /// Frees the live area at `addr` at once, into the pool of its size of
@@ -348,26 +376,64 @@ impl PooledVmap {
     /// assert_eq!(p.stats(0).pooled, 1);
     /// ```
     pub fn free(&self, cpu: usize, addr: u64) -> Result<u64, FreeError> {
-        let (mut c, end) = self.owner(cpu, addr)?;
+        let (mut c, end) = self.owner(cpu, addr, None)?;
+        self.pool_now(&mut c, addr, end);
+        Ok(end - addr)
+    }
+
+    /// [`free`](Self::free) with the area's size, checked against the
+    /// owner's busy map.
+    ///
+    /// # Errors
+    /// As [`free_lazy_sized`](Self::free_lazy_sized).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::FreeError;
+    /// let p = PooledVmap::new(VmapAllocator::new(0, 1 << 20).unwrap(), PooledConfig::default()).unwrap();
+    /// let a = p.alloc(0, 4096, 4096).unwrap();
+    /// assert_eq!(p.free_sized(0, a, 1), Err(FreeError::SizeMismatch));
+    /// assert_eq!(p.free_sized(0, a, 4096), Ok(4096));
+    /// assert_eq!(p.stats(0).pooled, 1);
+    /// ```
+    pub fn free_sized(&self, cpu: usize, addr: u64, size: u64) -> Result<u64, FreeError> {
+        let (mut c, end) = self.owner(cpu, addr, Some(size))?;
+        self.pool_now(&mut c, addr, end);
+        Ok(size)
+    }
+
+    /// Pools `[addr, end)` on `c`, or gives it back when it has no pool.
+    fn pool_now(&self, c: &mut Cpu, addr: u64, end: u64) {
         let mut back = Vec::new();
-        self.pool(&mut c, addr, end, &mut back);
+        self.pool(c, addr, end, &mut back);
         if !back.is_empty() {
             self.give_back(&back);
         }
-        Ok(end - addr)
     }
 
     /// The CPU that owns the live area at `addr`, locked, with the area
     /// taken out of its busy map, and the area's end: `cpu`'s own map is
-    /// looked at first, then the others', one lock at a time.
-    fn owner(&self, cpu: usize, addr: u64) -> Result<(MutexGuard<'_, Cpu>, u64), FreeError> {
-        if cpu >= self.cpus.len() {
+    /// looked at first, then the others', one lock at a time. With `size`,
+    /// an area of another size stays and is refused.
+    fn owner(
+        &self,
+        cpu: usize,
+        addr: u64,
+        size: Option<u64>,
+    ) -> Result<(MutexGuard<'_, Cpu>, u64), FreeError> {
+        if cpu >= self.cpus.len() || size == Some(0) {
             return Err(FreeError::Invalid);
         }
         let n = self.cpus.len();
         for c in (0..n).map(|k| (cpu + k) % n) {
             let mut g = lock(&self.cpus[c].0);
-            if let Some(end) = g.busy.remove(addr) {
+            if let Some(end) = g.busy.get(addr) {
+                if size.is_some_and(|s| addr.checked_add(s) != Some(end)) {
+                    return Err(FreeError::SizeMismatch);
+                }
+                g.busy.remove(addr);
                 return Ok((g, end));
             }
         }
@@ -376,21 +442,22 @@ impl PooledVmap {
 
     /// Puts the free area `[s, e)` in `c`'s pool of its size, or on `back`
     /// for the exact allocator.
-    fn pool(&self, c: &mut Cpu, s: u64, e: u64, back: &mut Vec<u64>) {
+    fn pool(&self, c: &mut Cpu, s: u64, e: u64, back: &mut Vec<(u64, u64)>) {
         match self.class_of(e - s) {
             Some(k) if c.pools[k].len() < self.cfg.pool_max => {
                 c.pools[k].push(s);
             }
-            _ => back.push(s),
+            _ => back.push((s, e)),
         }
     }
 
-    /// Frees `areas` in the exact allocator under one lock acquisition.
-    fn give_back(&self, areas: &[u64]) {
+    /// Frees `areas` in the exact allocator under one lock acquisition,
+    /// with their sizes (so an allocator without a busy index serves too).
+    fn give_back(&self, areas: &[(u64, u64)]) {
         let mut g = lock(&self.global);
-        for &a in areas {
+        for &(s, e) in areas {
             // Cannot fail: pooled and lazy areas are live in `g`.
-            let freed = g.free(a);
+            let freed = g.free_sized(s, e - s);
             debug_assert!(freed.is_ok(), "a pooled area is live");
         }
     }
@@ -438,7 +505,10 @@ impl PooledVmap {
         for c in self.cpus.iter() {
             let mut c = lock(&c.0);
             self.purge(&mut c);
-            let back: Vec<u64> = c.pools.iter_mut().flat_map(|p| p.drain(..)).collect();
+            let g = self.cfg.granule;
+            let back: Vec<(u64, u64)> = (c.pools.iter_mut().enumerate())
+                .flat_map(|(k, p)| p.drain(..).map(move |a| (a, a + (k as u64 + 1) * g)))
+                .collect();
             self.give_back(&back);
         }
     }
@@ -522,6 +592,22 @@ impl PooledVmap {
             }
         }
         held.sort_unstable();
+        if !g.indexed {
+            // An allocator without a busy index knows only the totals.
+            let (n, bytes) = (
+                held.len() as u64,
+                held.iter().map(|h| h.1 - h.0).sum::<u64>(),
+            );
+            let st = g.stats();
+            ensure!(
+                n == st.live_areas && bytes == st.live_bytes,
+                Accounting,
+                "front end holds {n} areas of {bytes} bytes, the allocator {} of {}",
+                st.live_areas,
+                st.live_bytes
+            );
+            return Ok(());
+        }
         let mut live: Vec<(u64, u64)> = g.live_areas().map(|r| (r.start, r.end)).collect();
         live.sort_unstable();
         ensure!(

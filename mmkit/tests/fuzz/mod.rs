@@ -91,6 +91,46 @@ pub mod range {
     }
 }
 
+/// Frees that carry the size (`tests/sized_model.rs`), on both kinds of
+/// exact allocator.
+pub mod sized {
+    #![allow(dead_code, unused_imports)]
+    include!("../models/range.rs");
+    include!("../models/sized.rs");
+    use arbitrary::Unstructured;
+
+    /// Runs the decoded operations on an allocator with a busy index or
+    /// without one (the first byte says which) and on the model.
+    pub fn fuzz(data: &[u8]) {
+        let mut u = Unstructured::new(data);
+        let sized_only = u.arbitrary::<bool>().unwrap_or(false);
+        let space = super::range::space(&mut u);
+        let ops: Vec<SizedOp> = super::ops(&mut u);
+        let make = if sized_only { untracked } else { tree };
+        if let Err(e) = run_sized(make, space, &ops, sized_only) {
+            panic!("space {space:x?}, without index {sized_only}: {e}");
+        }
+    }
+}
+
+/// The vmap nodes' model (`tests/nodes_model.rs`).
+pub mod nodes {
+    #![allow(dead_code, unused_imports)]
+    include!("../models/nodes.rs");
+    use arbitrary::Unstructured;
+
+    /// Runs the decoded operations on a `VmapNodes` of a small
+    /// configuration and on the model.
+    pub fn fuzz(data: &[u8]) {
+        let mut u = Unstructured::new(data);
+        let cfg = nodes_cfg(u.arbitrary().unwrap_or(0), u.arbitrary().unwrap_or(0));
+        let ops: Vec<NodesOp> = super::ops(&mut u);
+        if let Err(e) = run_nodes(cfg, &ops) {
+            panic!("{cfg:?}: {e}");
+        }
+    }
+}
+
 /// The percpu allocators' model (`tests/percpu_model.rs`).
 pub mod percpu {
     #![allow(dead_code, unused_imports)]
@@ -317,7 +357,7 @@ pub mod policy {
 pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target, by name.
-pub const TARGETS: [Target; 8] = [
+pub const TARGETS: [Target; 10] = [
     ("vmap", |d| range::fuzz(d, range::tree_for_fuzz)),
     ("vmap_deep", range::fuzz_deep),
     ("linear_vmap", |d| range::fuzz(d, range::linear_for_fuzz)),
@@ -338,4 +378,6 @@ pub const TARGETS: [Target; 8] = [
     }),
     ("buddy", buddy::fuzz),
     ("vmap_policy", policy::fuzz),
+    ("vmap_sized", sized::fuzz),
+    ("vmap_nodes", nodes::fuzz),
 ];

@@ -97,8 +97,10 @@ mod tests;
 pub use finger::Neighbours;
 pub use walk::Iter;
 
-/// Blocks per leaf, at most. Both powers of two, at most 32: the searches
-/// use fixed-step binary searches and `u64` masks.
+/// Blocks per leaf, at most (with [`FANOUT`], the sizes that measured
+/// best on the bench's workloads: docs/bench-history.md). Both powers of
+/// two, at most 32: the searches use fixed-step binary searches and `u64`
+/// masks.
 pub const LEAF_CAP: usize = 16;
 /// Children per inner node, at most.
 pub const FANOUT: usize = 16;

@@ -557,6 +557,28 @@ fn finger_answers_as_a_descent_does() {
     );
 }
 
+/// Highest fits at the very top of the space: no bound overflows, in the
+/// wilderness or in the tree below it.
+#[test]
+fn highest_fit_near_u64_max() {
+    let top = u64::MAX;
+    let mut t = BTree::new();
+    t.insert(top - 300, top - 200);
+    t.insert(top - 100, top);
+    let fit = |t: &BTree, size: u64, align: u64, hi: u64| {
+        highest(t, size, align, 0, hi).map(|(p, a)| (t.get(&p), a))
+    };
+    assert_eq!(fit(&t, 10, 1, top), Some(((top - 100, top), top - 10)));
+    assert_eq!(fit(&t, 10, 16, top).map(|r| r.1), Some((top - 10) & !15));
+    assert_eq!(fit(&t, 101, 1, top), None);
+    assert_eq!(fit(&t, 1, 1 << 63, top), None);
+    assert_eq!(
+        fit(&t, 10, 1, top - 150),
+        Some(((top - 300, top - 200), top - 210))
+    );
+    t.check(0, top).unwrap();
+}
+
 mod deep {
     use super::*;
     use alloc::collections::BTreeMap;

@@ -44,8 +44,9 @@
 //! [`AlignSummary::of_subtree`] is the definition: unpack each part's
 //! deficits into lanes, add its *base* (how many granules it is shorter
 //! than the longest range), take the minimum per lane, clamp at "no fit",
-//! pack. The tree recomputes a summary at every node an update touches,
-//! so it uses [`AlignSummary::combine`] instead, which gives the same word
+//! pack. Where a block joins a set whose summary is known (a block
+//! inserted or grown, up every level of the tree), the tree uses
+//! [`AlignSummary::combine`] instead, which gives the same word
 //! bit for bit (a proptest compares them on arbitrary words) without
 //! unpacking: the ten class fields are operated on in place, as lanes of
 //! one `u64` of uneven widths (SWAR).
@@ -78,7 +79,7 @@
 //! is a lone fieldwise minimum. [`AlignSummary::of_range`] is the combine
 //! of a lone range.
 //!
-//! A B+tree node has up to 16 parts, not three, and is recomputed whole:
+//! A node recomputed whole has up to 16 parts:
 //! [`AlignSummary::of_ranges`] (a leaf's blocks) and
 //! [`AlignSummary::of_children`] (an inner node's entries) are
 //! `of_subtree` read straight from the node's arrays, bit for bit (proptests
@@ -318,10 +319,11 @@ impl AlignSummary {
         pack(smax, g, &d)
     }
 
-    /// [`of_subtree`](Self::of_subtree) of a tree node: its own range
-    /// `[start, end)` and its children `(smax, summary)`, where `smax` is
-    /// the longest of the three. The same value, bit for bit, computed on
-    /// the packed words (see "The fast combine" in the module docs).
+    /// [`of_subtree`](Self::of_subtree) of a range `[start, end)` and up
+    /// to two summarized sets `(smax, summary)`, where `smax` is the
+    /// longest of the parts (the B+tree passes one set: the blocks the
+    /// range joins). The same value, bit for bit, computed on the packed
+    /// words (see "The fast combine" in the module docs).
     ///
     /// # Complexity
     /// O(1): a few dozen word operations.

@@ -8,6 +8,7 @@
 //!              g = guard page, never mapped: an overrun faults
 //!  areas       start -> Area { frames, pages, pieces }       live
 //!  lazy        Lazy { start, span, what }                    freed, mapped
+//!  stuck       Lazy { start, span, what }                    unmapping refused
 //! ```
 //!
 //! A freed area stays mapped and allocated in the vmap allocator until a
@@ -16,11 +17,21 @@
 //! frees the ranges for reuse. So an address is never reused while a stale
 //! mapping (the kernel's stale TLB entry) could still reach old frames.
 //! Purges run when the lazily freed bytes exceed `lazy_max`, when an
-//! allocation finds no space or no memory (then the allocation is retried
-//! once), and on request.
+//! allocation finds no space, no memory or no mapping budget (then the
+//! allocation is retried once), and on request.
 //!
 //! With `lazy_unmap` off every free unmaps at once: the design before 2008,
 //! kept as the experiments' baseline.
+//!
+//! No mapping is forgotten. A range whose unmapping the kernel refuses
+//! (`ENOMEM` when it would have to split a mapping at the process's limit)
+//! moves to the *stuck* list with everything it holds: its frames keep
+//! their map counts (so they are not reused), its addresses stay allocated,
+//! and every later purge tries it again. A map that fails half way is
+//! undone the same way: what was mapped is unmapped, or kept as stuck.
+//! Every run mapped is charged to the mapping budget (`crate::budget`)
+//! before its `mmap`; a refused charge, like `ENOMEM` from `mmap`, purges
+//! and retries once.
 
 use std::sync::atomic::Ordering;
 
@@ -28,11 +39,18 @@ use mmkit::error::{AllocError, CheckError, FreeError};
 use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
 use mmkit::vmap::VmapAllocator;
 
+use crate::budget::{runs_of, MapBudget};
 use crate::error::VmError;
 use crate::map_ram::Records;
 use crate::phys::{Block, Phys};
 use crate::sync::{lock, AtomicU64, HashMap, Mutex};
 use crate::sys::Reservation;
+
+mod check;
+mod purge;
+
+pub use purge::SpaceStats;
+use purge::{Counters, Lazy, What};
 
 /// A live area: `[start, start + span)` in the vmap allocator, its first
 /// `pages` pages mapped, then at least one guard page.
@@ -55,6 +73,8 @@ pub(crate) struct Area {
     pub(crate) handle: bool,
     /// The frames are mapped twice, back to back.
     pub(crate) mirror: bool,
+    /// Runs of consecutive frames mapped (one `mmap` each), every copy.
+    pub(crate) runs: u64,
 }
 
 impl Area {
@@ -63,28 +83,22 @@ impl Area {
     }
 }
 
-/// What a lazily freed range holds until the purge.
+/// A map that failed: the error, and how far it got (the first `blocks`
+/// blocks are mapped, in `runs` runs, and charged).
 #[derive(Debug)]
-enum Lazy {
-    /// An area's range and the frames still mapped in it.
-    Area {
-        start: u64,
-        span: u64,
-        vmap: Vec<u64>,
-        frames: Vec<Block>,
-        maps: u64,
-        free_frames: bool,
-    },
-    /// A per-CPU block released by the front end; its frames are in the
-    /// block's record.
-    Block { start: u64, span: u64 },
+pub(crate) struct Partial {
+    pub(crate) err: VmError,
+    pub(crate) blocks: usize,
+    pub(crate) runs: u64,
 }
 
-impl Lazy {
-    fn range(&self) -> (u64, u64) {
-        match *self {
-            Lazy::Area { start, span, .. } | Lazy::Block { start, span } => (start, span),
-        }
+/// Whether `e` is a refused mapping: the budget, or the kernel's `ENOMEM`.
+pub(crate) fn is_map_refusal(e: &VmError) -> bool {
+    let enomem = rustix::io::Errno::NOMEM.raw_os_error();
+    match e {
+        VmError::MapLimit { .. } => true,
+        VmError::Os { op, errno } => *op == "mmap" && *errno == enomem,
+        _ => false,
     }
 }
 
@@ -94,47 +108,10 @@ struct State {
     lazy: Vec<Lazy>,
     lazy_bytes: u64,
     lazy_max: u64,
+    /// Ranges whose unmapping failed, retried by every purge.
+    stuck: Vec<Lazy>,
     /// Blocks the per-CPU front end holds: (count, bytes).
     blocks: (u64, u64),
-}
-
-/// Counters of the virtual layer (system calls included).
-#[derive(Debug, Default)]
-struct Counters {
-    map_calls: AtomicU64,
-    unmap_calls: AtomicU64,
-    purges: AtomicU64,
-    purged_areas: AtomicU64,
-    realloc_in_place: AtomicU64,
-    realloc_moved: AtomicU64,
-    remapped_pages: AtomicU64,
-}
-
-/// Counters of the virtual layer, as [`Vm::stats`](crate::Vm::stats) reports
-/// them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SpaceStats {
-    /// `mmap` calls that mapped frames (one per run of consecutive frames).
-    pub map_calls: u64,
-    /// Unmapping system calls (one per run of adjacent areas in a purge,
-    /// one per area when unmapping eagerly).
-    pub unmap_calls: u64,
-    /// Purges that unmapped something (each is one batched TLB flush).
-    pub purges: u64,
-    /// Areas and blocks unmapped by those purges.
-    pub purged_areas: u64,
-    /// Live areas (vmalloc, vmap, mirror).
-    pub live_areas: u64,
-    /// Areas and blocks freed and waiting for a purge.
-    pub lazy_areas: u64,
-    /// Bytes of those.
-    pub lazy_bytes: u64,
-    /// `vrealloc` calls that grew the area in place.
-    pub realloc_in_place: u64,
-    /// `vrealloc` calls that moved the mappings to a new area.
-    pub realloc_moved: u64,
-    /// Pages whose mapping moved without a byte being copied.
-    pub remapped_pages: u64,
 }
 
 /// The reservation, the physical memory, and everything mapped (see the
@@ -143,6 +120,7 @@ pub(crate) struct Space {
     pub(crate) res: Reservation,
     pub(crate) phys: Phys,
     pub(crate) records: Records,
+    pub(crate) budget: MapBudget,
     pub(crate) page: u64,
     lazy_unmap: bool,
     state: Mutex<State>,
@@ -155,29 +133,35 @@ pub(crate) struct Space {
     counters: Counters,
 }
 
+/// How a [`Space`] is set up.
+pub(crate) struct SpaceParts {
+    pub(crate) res: Reservation,
+    pub(crate) phys: Phys,
+    pub(crate) records: Records,
+    pub(crate) page: u64,
+    pub(crate) lazy_max: u64,
+    pub(crate) lazy_unmap: bool,
+    pub(crate) max_maps: u64,
+}
+
 impl Space {
-    pub(crate) fn new(
-        res: Reservation,
-        phys: Phys,
-        records: Records,
-        page: u64,
-        lazy_max: u64,
-        lazy_unmap: bool,
-    ) -> Result<Self, VmError> {
-        let vmap = VmapAllocator::new(res.base(), res.base() + res.len())
+    pub(crate) fn new(p: SpaceParts) -> Result<Self, VmError> {
+        let vmap = VmapAllocator::new(p.res.base(), p.res.base() + p.res.len())
             .map_err(|_| VmError::Invalid("empty virtual space"))?;
         Ok(Space {
-            res,
-            phys,
-            records,
-            page,
-            lazy_unmap,
+            res: p.res,
+            phys: p.phys,
+            records: p.records,
+            budget: MapBudget::new(p.max_maps),
+            page: p.page,
+            lazy_unmap: p.lazy_unmap,
             state: Mutex::new(State {
                 vmap,
                 areas: HashMap::default(),
                 lazy: Vec::new(),
                 lazy_bytes: 0,
-                lazy_max,
+                lazy_max: p.lazy_max,
+                stuck: Vec::new(),
                 blocks: (0, 0),
             }),
             purge_lock: Mutex::new(()),
@@ -260,9 +244,16 @@ impl Space {
     }
 
     /// Maps `frames` in order from `addr`, one `mmap` per run of
-    /// consecutive frames. On failure nothing stays mapped.
-    pub(crate) fn map_frames(&self, addr: u64, frames: &[Block]) -> Result<(), VmError> {
-        let (mut off, mut i) = (0, 0);
+    /// consecutive frames, after charging the runs to the budget. Returns
+    /// the runs. On failure the runs not mapped are credited back and the
+    /// caller undoes the ones that were ([`Partial`]).
+    pub(crate) fn map_frames(&self, addr: u64, frames: &[Block]) -> Result<u64, Partial> {
+        let total = runs_of(frames.iter().map(|b| (b.pfn, b.pages())));
+        if let Err(err) = self.budget.charge(total) {
+            let (blocks, runs) = (0, 0);
+            return Err(Partial { err, blocks, runs });
+        }
+        let (mut off, mut i, mut runs) = (0, 0, 0);
         while i < frames.len() {
             let first = i;
             let (pfn, mut n) = (frames[i].pfn, frames[i].pages());
@@ -276,27 +267,50 @@ impl Space {
                 .res
                 .map(at, n * self.page, &self.phys.mem, self.phys.offset(pfn));
             if let Err(e) = r {
-                if off > 0 {
-                    self.unmap_range(addr, off * self.page);
-                }
-                self.phys.unmapped_blocks(&frames[..first]);
-                return Err(VmError::os("mmap", e));
+                self.budget.credit(total - runs);
+                let err = VmError::os("mmap", e);
+                return Err(Partial {
+                    err,
+                    blocks: first,
+                    runs,
+                });
             }
             self.counters.map_calls.fetch_add(1, Ordering::Relaxed);
             self.phys.mapped(pfn, n);
             off += n;
+            runs += 1;
         }
-        Ok(())
+        Ok(total)
     }
 
-    /// One unmapping system call over `[addr, addr + len)`.
-    pub(crate) fn unmap_range(&self, addr: u64, len: u64) {
-        let r = self.res.unmap(addr, len);
-        // Replacing our own reserved pages only fails when the kernel is out
-        // of memory for its own bookkeeping; the range stays mapped and
-        // allocated then, which is safe.
-        debug_assert!(r.is_ok(), "unmap of {addr:#x}+{len:#x}: {r:?}");
+    /// One unmapping system call over `[addr, addr + len)`. Returns whether
+    /// the kernel did it; a refusal is counted, and the caller keeps the
+    /// range (see the module docs).
+    pub(crate) fn unmap_range(&self, addr: u64, len: u64) -> bool {
         self.counters.unmap_calls.fetch_add(1, Ordering::Relaxed);
+        let ok = self.res.unmap(addr, len).is_ok();
+        if !ok {
+            self.counters.unmap_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// Undoes a map that failed half way: `mapped` (the frames mapped from
+    /// `start` on, in `runs` runs) is unmapped with `[start, start + span)`
+    /// and the ranges `vmap` freed, or all of it kept on the stuck list.
+    fn undo(&self, start: u64, span: u64, mapped: Vec<Block>, runs: u64, vmap: Vec<u64>) {
+        if runs == 0 {
+            self.free_va(&vmap);
+            return;
+        }
+        let what = What::Area {
+            vmap,
+            frames: mapped,
+            maps: 1,
+            runs,
+            free_frames: false,
+        };
+        self.teardown(vec![Lazy::new(start, span, what)]);
     }
 
     // -----------------------------------------------------------------
@@ -304,13 +318,26 @@ impl Space {
     // -----------------------------------------------------------------
 
     /// Reserves a span aligned to `align` for `len` bytes (twice over for a
-    /// mirror), takes frames (or uses the caller's), maps them and records
-    /// the area.
+    /// mirror), takes frames (or maps the caller's `user` frames), maps
+    /// them and records the area. A refused mapping purges and retries.
     pub(crate) fn create_area(
         &self,
         len: u64,
         align: u64,
-        frames: Option<Vec<Block>>,
+        user: Option<&[Block]>,
+        mirror: bool,
+        handle: bool,
+    ) -> Result<u64, VmError> {
+        self.with_purge_retry(is_map_refusal, || {
+            self.try_create_area(len, align, user, mirror, handle)
+        })
+    }
+
+    fn try_create_area(
+        &self,
+        len: u64,
+        align: u64,
+        user: Option<&[Block]>,
         mirror: bool,
         handle: bool,
     ) -> Result<u64, VmError> {
@@ -326,9 +353,9 @@ impl Space {
                 .ok_or(VmError::Invalid("size overflows"))?,
         )?;
         let addr = self.alloc_span(span, align)?;
-        let owns_frames = frames.is_none();
-        let frames = match frames {
-            Some(f) => f,
+        let owns_frames = user.is_none();
+        let frames = match user {
+            Some(f) => f.to_vec(),
             None => {
                 let mut f = Vec::new();
                 if let Err(e) = self.alloc_frames(pages, &mut f) {
@@ -338,20 +365,28 @@ impl Space {
                 f
             }
         };
-        let mut mapped = self.map_frames(addr, &frames);
-        if mirror && mapped.is_ok() {
-            mapped = self.map_frames(addr + pages * self.page, &frames);
-            if mapped.is_err() {
-                self.unmap_range(addr, pages * self.page);
-                self.phys.unmapped_blocks(&frames);
+        let mut runs = 0;
+        let mut failed = None;
+        for copy in 0..1 + u64::from(mirror) {
+            match self.map_frames(addr + copy * pages * self.page, &frames) {
+                Ok(r) => runs += r,
+                Err(p) => {
+                    failed = Some((copy, p));
+                    break;
+                }
             }
         }
-        if let Err(e) = mapped {
+        if let Some((copy, p)) = failed {
+            let mut mapped = Vec::new();
+            for _ in 0..copy {
+                mapped.extend_from_slice(&frames);
+            }
+            mapped.extend_from_slice(&frames[..p.blocks]);
+            self.undo(addr, span, mapped, runs + p.runs, vec![addr]);
             if owns_frames {
                 self.phys.release(&frames);
             }
-            self.free_va(&[addr]);
-            return Err(e);
+            return Err(p.err);
         }
         let area = Area {
             len,
@@ -362,6 +397,7 @@ impl Space {
             owns_frames,
             handle,
             mirror,
+            runs,
         };
         lock(&self.state).areas.insert(addr, area);
         Ok(addr)
@@ -386,15 +422,16 @@ impl Space {
     /// `by_handle` that the caller is its handle.
     pub(crate) fn free_area(&self, addr: u64, owns: bool, by_handle: bool) -> Result<(), VmError> {
         let mut st = lock(&self.state);
-        match st.areas.get(&addr) {
+        let area = match st.areas.get(&addr) {
             Some(a) if a.owns_frames != owns => return Err(VmError::NotAllocated { addr }),
             Some(a) if a.handle && !by_handle => return Err(VmError::OwnedByHandle { addr }),
-            Some(_) => {}
+            Some(_) => st.areas.remove(&addr),
             None => return Err(VmError::NotAllocated { addr }),
-        }
-        let area = st.areas.remove(&addr).expect("checked above");
+        };
         drop(st);
-        self.retire(addr, area, owns);
+        if let Some(area) = area {
+            self.retire(addr, area, owns);
+        }
         Ok(())
     }
 
@@ -403,15 +440,14 @@ impl Space {
     fn retire(&self, addr: u64, area: Area, free_frames: bool) {
         let mut vmap = vec![addr];
         vmap.extend_from_slice(&area.pieces);
-        let lazy = Lazy::Area {
-            start: addr,
-            span: area.span,
+        let what = What::Area {
             vmap,
             maps: area.maps_per_frame(),
             frames: area.frames,
+            runs: area.runs,
             free_frames,
         };
-        self.retire_lazy(lazy);
+        self.retire_lazy(Lazy::new(addr, area.span, what));
     }
 
     fn retire_lazy(&self, lazy: Lazy) {
@@ -420,7 +456,7 @@ impl Space {
             return;
         }
         let mut st = lock(&self.state);
-        st.lazy_bytes += lazy.range().1;
+        st.lazy_bytes += lazy.span;
         st.lazy.push(lazy);
         let over = st.lazy_bytes > st.lazy_max;
         drop(st);
@@ -431,11 +467,16 @@ impl Space {
 
     /// Grows or shrinks the area at `addr` to `len` bytes without copying:
     /// in place when the range after it is free, otherwise by mapping its
-    /// frames into a new area. Returns the (possibly new) address.
+    /// frames into a new area. Returns the (possibly new) address. A
+    /// refused mapping purges and retries.
     pub(crate) fn realloc(&self, addr: u64, len: u64, by_handle: bool) -> Result<u64, VmError> {
+        self.with_purge_retry(is_map_refusal, || self.try_realloc(addr, len, by_handle))
+    }
+
+    fn try_realloc(&self, addr: u64, len: u64, by_handle: bool) -> Result<u64, VmError> {
         let (pages, _) = self.pages_for(len)?;
         let mut st = lock(&self.state);
-        match st.areas.get_mut(&addr) {
+        let mut area = match st.areas.get_mut(&addr) {
             None => return Err(VmError::NotAllocated { addr }),
             Some(a) if a.handle && !by_handle => return Err(VmError::OwnedByHandle { addr }),
             Some(a) if !a.owns_frames || a.mirror => {
@@ -445,9 +486,11 @@ impl Space {
                 a.len = len;
                 return Ok(addr);
             }
-            Some(_) => {}
-        }
-        let mut area = st.areas.remove(&addr).expect("checked above");
+            Some(_) => match st.areas.remove(&addr) {
+                Some(a) => a,
+                None => return Err(VmError::NotAllocated { addr }),
+            },
+        };
         let extra = pages - area.pages;
         let grow = extra * self.page;
         let end = addr + area.span;
@@ -467,6 +510,10 @@ impl Space {
         result
     }
 
+    /// Maps `extra` more pages after the area, in the range `piece` just
+    /// allocated after its guard. When the map fails half way, the pages
+    /// it did map join the area (which then has more pages than its length
+    /// needs, as after a shrink): nothing is left to undo.
     fn grow_in_place(
         &self,
         addr: u64,
@@ -475,18 +522,33 @@ impl Space {
         extra: u64,
     ) -> Result<u64, VmError> {
         let mut more = Vec::new();
-        let mapped = self
-            .alloc_frames(extra, &mut more)
-            .and_then(|()| self.map_frames(addr + area.pages * self.page, &more));
-        if let Err(e) = mapped {
-            self.phys.release(&more);
+        if let Err(e) = self.alloc_frames(extra, &mut more) {
             self.free_va(&[piece]);
             return Err(e);
         }
+        let (done, result) = match self.map_frames(addr + area.pages * self.page, &more) {
+            Ok(runs) => (more.len(), Ok(runs)),
+            Err(p) => (p.blocks, Err(p)),
+        };
+        let runs = match &result {
+            Ok(r) => *r,
+            Err(p) => p.runs,
+        };
+        if runs == 0 {
+            self.phys.release(&more);
+            self.free_va(&[piece]);
+            return Err(result
+                .err()
+                .map_or(VmError::Invalid("empty growth"), |p| p.err));
+        }
+        self.phys.release(&more[done..]);
+        more.truncate(done);
         area.pieces.push(piece);
         area.span += extra * self.page;
-        area.pages += extra;
+        area.pages += more.iter().map(|b| b.pages()).sum::<u64>();
         area.frames.extend(more);
+        area.runs += runs;
+        result.map_err(|p| p.err)?;
         self.counters
             .realloc_in_place
             .fetch_add(1, Ordering::Relaxed);
@@ -501,18 +563,24 @@ impl Space {
             self.free_va(&[to]);
             return Err(e);
         }
-        if let Err(e) = self.map_frames(to, &area.frames) {
-            self.phys.release(&more);
-            self.free_va(&[to]);
-            return Err(e);
-        }
-        if let Err(e) = self.map_frames(to + area.pages * self.page, &more) {
-            self.unmap_range(to, area.pages * self.page);
-            self.phys.unmapped_blocks(&area.frames);
-            self.phys.release(&more);
-            self.free_va(&[to]);
-            return Err(e);
-        }
+        let kept = match self.map_frames(to, &area.frames) {
+            Ok(r) => r,
+            Err(p) => {
+                self.undo(to, span, area.frames[..p.blocks].to_vec(), p.runs, vec![to]);
+                self.phys.release(&more);
+                return Err(p.err);
+            }
+        };
+        let added = match self.map_frames(to + area.pages * self.page, &more) {
+            Ok(r) => r,
+            Err(p) => {
+                let mut mapped = area.frames.clone();
+                mapped.extend_from_slice(&more[..p.blocks]);
+                self.undo(to, span, mapped, kept + p.runs, vec![to]);
+                self.phys.release(&more);
+                return Err(p.err);
+            }
+        };
         // The old mapping is retired like a freed area, keeping its frames.
         let old = Area {
             len: area.len,
@@ -523,89 +591,35 @@ impl Space {
             owns_frames: false,
             handle: false,
             mirror: false,
+            runs: area.runs,
         };
-        self.counters
-            .remapped_pages
-            .fetch_add(area.pages, Ordering::Relaxed);
-        self.counters.realloc_moved.fetch_add(1, Ordering::Relaxed);
         area.span = span;
         area.pages = pages;
         area.frames.extend(more);
+        area.runs = kept + added;
+        let copied = self.moved_bytes(&old.frames, &area.frames);
+        self.counters
+            .realloc_copied_bytes
+            .fetch_add(copied, Ordering::Relaxed);
+        self.counters
+            .remapped_pages
+            .fetch_add(old.pages, Ordering::Relaxed);
+        self.counters.realloc_moved.fetch_add(1, Ordering::Relaxed);
         self.retire(addr, old, false);
         Ok(to)
     }
 
-    // -----------------------------------------------------------------
-    // Purge
-    // -----------------------------------------------------------------
-
-    /// Unmaps every lazily freed range, gives their frames back and makes
-    /// their addresses reusable. Returns the range covering them, or `None`
-    /// when nothing was lazy.
-    pub(crate) fn purge(&self) -> Option<(u64, u64)> {
-        let _one_at_a_time = lock(&self.purge_lock);
-        let list = {
-            let mut st = lock(&self.state);
-            st.lazy_bytes = 0;
-            std::mem::take(&mut st.lazy)
-        };
-        if list.is_empty() {
-            return None;
-        }
-        self.counters.purges.fetch_add(1, Ordering::Relaxed);
-        let covered = self.teardown(list);
-        self.purges_done.fetch_add(1, Ordering::Release);
-        Some(covered)
-    }
-
-    /// Unmaps `list` (one call per run of adjacent ranges), releases frames,
-    /// frees the ranges. Returns the covering range.
-    fn teardown(&self, mut list: Vec<Lazy>) -> (u64, u64) {
-        // A stable sort: the list is mostly in address order already.
-        list.sort_by_key(|l| l.range().0);
-        let lo = list[0].range().0;
-        let mut run = list[0].range();
-        for l in &list[1..] {
-            let (s, n) = l.range();
-            if s == run.0 + run.1 {
-                run.1 += n;
-            } else {
-                self.unmap_range(run.0, run.1);
-                run = (s, n);
-            }
-        }
-        self.unmap_range(run.0, run.1);
-        let hi = run.0 + run.1;
-        self.counters
-            .purged_areas
-            .fetch_add(list.len() as u64, Ordering::Relaxed);
-        let mut starts = Vec::with_capacity(list.len());
-        for l in list {
-            match l {
-                Lazy::Area {
-                    vmap,
-                    frames,
-                    maps,
-                    free_frames,
-                    ..
-                } => {
-                    for _ in 0..maps {
-                        self.phys.unmapped_blocks(&frames);
-                    }
-                    if free_frames {
-                        self.phys.release(&frames);
-                    }
-                    starts.extend(vmap);
-                }
-                Lazy::Block { start, .. } => {
-                    self.records.drop_block(start, &self.phys);
-                    starts.push(start);
-                }
-            }
-        }
-        self.phys.retry_deferred();
-        self.free_va(&starts);
-        (lo, hi)
+    /// Bytes of the old area whose page is not in the same frame in the
+    /// new one (both lists in address order): what a move had to copy.
+    fn moved_bytes(&self, old: &[Block], new: &[Block]) -> u64 {
+        let kept: u64 = old
+            .iter()
+            .zip(new)
+            .take_while(|(a, b)| a == b)
+            .map(|(a, _)| a.pages())
+            .sum();
+        let total: u64 = old.iter().map(|b| b.pages()).sum();
+        (total - kept) * self.page
     }
 
     // -----------------------------------------------------------------
@@ -622,7 +636,10 @@ impl Space {
 
     fn block_free(&self, addr: u64, lazy: bool) -> Result<u64, FreeError> {
         let mut st = lock(&self.state);
-        let is_area = st.areas.contains_key(&addr) || st.lazy.iter().any(|l| l.range().0 == addr);
+        let listed = |l: &Lazy| l.start == addr;
+        let is_area = st.areas.contains_key(&addr)
+            || st.lazy.iter().any(listed)
+            || st.stuck.iter().any(listed);
         let size = match st.vmap.area_size(addr) {
             Some(s) if !is_area => s,
             _ => return Err(FreeError::NotAllocated),
@@ -630,10 +647,7 @@ impl Space {
         st.blocks.0 -= 1;
         st.blocks.1 -= size;
         drop(st);
-        let block = Lazy::Block {
-            start: addr,
-            span: size,
-        };
+        let block = Lazy::new(addr, size, What::Block);
         if lazy {
             self.retire_lazy(block);
         } else {
@@ -642,86 +656,12 @@ impl Space {
         Ok(size)
     }
 
-    // -----------------------------------------------------------------
-    // Stats and check
-    // -----------------------------------------------------------------
-
     pub(crate) fn set_lazy_max(&self, bytes: u64) {
         lock(&self.state).lazy_max = bytes;
     }
 
-    pub(crate) fn stats(&self) -> SpaceStats {
-        let st = lock(&self.state);
-        let c = &self.counters;
-        SpaceStats {
-            map_calls: c.map_calls.load(Ordering::Relaxed),
-            unmap_calls: c.unmap_calls.load(Ordering::Relaxed),
-            purges: c.purges.load(Ordering::Relaxed),
-            purged_areas: c.purged_areas.load(Ordering::Relaxed),
-            live_areas: st.areas.len() as u64,
-            lazy_areas: st.lazy.len() as u64,
-            lazy_bytes: st.lazy_bytes,
-            realloc_in_place: c.realloc_in_place.load(Ordering::Relaxed),
-            realloc_moved: c.realloc_moved.load(Ordering::Relaxed),
-            remapped_pages: c.remapped_pages.load(Ordering::Relaxed),
-        }
-    }
-
     pub(crate) fn vmap_stats(&self) -> RangeStats {
         lock(&self.state).vmap.stats()
-    }
-
-    /// Checks that the vmap allocator, the areas, the lazy list, the
-    /// blocks and the frames' map counts agree. `record_maps` is the
-    /// mappings the block records hold.
-    pub(crate) fn check(&self, record_maps: u64) -> Result<(), String> {
-        let _no_purge = lock(&self.purge_lock);
-        let st = lock(&self.state);
-        st.vmap.check().map_err(|e| format!("vmap: {e}"))?;
-        let mut ranges = 0u64;
-        let mut maps = record_maps;
-        for (&a, area) in &st.areas {
-            if st.vmap.area_size(a).is_none() {
-                return Err(format!("area {a:#x} not allocated in vmap"));
-            }
-            let frames: u64 = area.frames.iter().map(|b| b.pages()).sum();
-            if frames != area.pages {
-                return Err(format!(
-                    "area {a:#x}: {frames} frames for {} pages",
-                    area.pages
-                ));
-            }
-            ranges += 1 + area.pieces.len() as u64;
-            maps += area.pages * area.maps_per_frame();
-        }
-        for l in &st.lazy {
-            match l {
-                Lazy::Area {
-                    vmap,
-                    frames,
-                    maps: m,
-                    ..
-                } => {
-                    ranges += vmap.len() as u64;
-                    maps += m * frames.iter().map(|b| b.pages()).sum::<u64>();
-                }
-                Lazy::Block { .. } => ranges += 1,
-            }
-        }
-        let live = st.vmap.stats().live_areas;
-        if live != ranges + st.blocks.0 {
-            return Err(format!(
-                "vmap holds {live} areas; areas, lazy and blocks make {}",
-                ranges + st.blocks.0
-            ));
-        }
-        let counted = self.phys.total_mapcount();
-        if counted != maps {
-            return Err(format!(
-                "frames are mapped {counted} times, the areas say {maps}"
-            ));
-        }
-        self.phys.check()
     }
 }
 

@@ -1,0 +1,161 @@
+//! The kernel's 4-level page tables for the vmalloc area. The boot PML4
+//! (identity map of 0-4 GiB in 2 MiB pages) gets one more entry: a PDPT
+//! for the higher-half vmalloc area, mapped in 4 KiB pages whose
+//! intermediate tables come from the buddy allocator on demand and stay.
+//! PTEs are atomic words: CPUs map disjoint areas concurrently; table
+//! creation takes a lock.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use spin::Mutex;
+
+use crate::{boot, phys};
+
+/// Start of the vmalloc area (the kernel's `VMALLOC_START` of 4-level
+/// paging).
+pub const VMALLOC_START: u64 = 0xffff_c900_0000_0000;
+/// Bytes of vmalloc area.
+pub const VMALLOC_SIZE: u64 = 64 << 30;
+
+const PRESENT: u64 = 1;
+const WRITABLE: u64 = 2;
+const HUGE: u64 = 1 << 7;
+const NX: u64 = 1 << 63;
+const ADDR: u64 = 0x000f_ffff_ffff_f000;
+
+/// Page-table pages allocated for the vmalloc area.
+pub static TABLE_PAGES: AtomicU64 = AtomicU64::new(0);
+static GROW: Mutex<()> = Mutex::new(());
+
+type Table = [AtomicU64; 512];
+
+fn table(pa: u64) -> &'static Table {
+    debug_assert_eq!(pa & 0xfff, 0);
+    // SAFETY: `pa` is a page-table page: the boot PML4 or a zeroed frame
+    // this module took from the buddy allocator and never frees. RAM is
+    // identity mapped, the page is 4 KiB aligned, and AtomicU64 has u64's
+    // layout, so a shared reference of atomics is sound with other CPUs
+    // and the MMU reading and writing it.
+    unsafe { &*(pa as *const Table) }
+}
+
+fn idx(va: u64, level: u32) -> usize {
+    ((va >> (12 + 9 * level)) & 511) as usize
+}
+
+/// Creates the vmalloc area's PDPT (boot CPU, before any mapping).
+pub fn init() {
+    let pml4 = table(boot::pml4_phys());
+    let pdpt = new_table().expect("a page for the vmalloc area's PDPT at boot");
+    pml4[idx(VMALLOC_START, 3)].store(pdpt | PRESENT | WRITABLE, Ordering::Release);
+}
+
+fn new_table() -> Option<u64> {
+    let pfn = phys::alloc(crate::arch::cpu_id(), 0, true)?;
+    TABLE_PAGES.fetch_add(1, Ordering::Relaxed);
+    Some(pfn * phys::PAGE)
+}
+
+/// The next-level table under `e`, created if absent (`None` when no
+/// frame is left for it).
+fn next(e: &AtomicU64) -> Option<u64> {
+    let v = e.load(Ordering::Acquire);
+    if v & PRESENT != 0 {
+        return Some(v & ADDR);
+    }
+    let _g = GROW.lock();
+    let v = e.load(Ordering::Acquire);
+    if v & PRESENT != 0 {
+        return Some(v & ADDR);
+    }
+    let t = new_table()?;
+    e.store(t | PRESENT | WRITABLE, Ordering::Release);
+    Some(t)
+}
+
+fn in_area(va: u64) -> bool {
+    (VMALLOC_START..VMALLOC_START + VMALLOC_SIZE).contains(&va)
+}
+
+fn pte(va: u64, create: bool) -> Option<&'static AtomicU64> {
+    if !in_area(va) {
+        return None;
+    }
+    let mut t = table(boot::pml4_phys());
+    for level in (1..=3).rev() {
+        let e = &t[idx(va, level)];
+        let pa = if create {
+            next(e)?
+        } else {
+            let v = e.load(Ordering::Acquire);
+            if v & PRESENT == 0 {
+                return None;
+            }
+            v & ADDR
+        };
+        t = table(pa);
+    }
+    Some(&t[idx(va, 0)])
+}
+
+/// Maps the page at `va` (in the vmalloc area) to frame `pfn`, writable,
+/// not executable. False when `va` is outside the area or no frame is left
+/// for a page-table page.
+#[must_use]
+pub fn map(va: u64, pfn: u64) -> bool {
+    let Some(e) = pte(va, true) else { return false };
+    e.store((pfn << 12) | PRESENT | WRITABLE | NX, Ordering::Release);
+    true
+}
+
+/// Clears the PTE of `va`; returns the frame it mapped.
+pub fn clear(va: u64) -> Option<u64> {
+    let old = pte(va, false)?.swap(0, Ordering::AcqRel);
+    (old & PRESENT != 0).then_some((old & ADDR) >> 12)
+}
+
+/// The frame `va` maps, if any.
+pub fn translate(va: u64) -> Option<u64> {
+    let v = pte(va, false)?.load(Ordering::Acquire);
+    (v & PRESENT != 0).then_some((v & ADDR) >> 12)
+}
+
+/// Whether the PTE of `va` is writable and not executable, as mapped here.
+pub fn flags_ok(va: u64) -> bool {
+    pte(va, false).is_some_and(|e| {
+        let v = e.load(Ordering::Acquire);
+        v & (PRESENT | WRITABLE | NX | HUGE) == PRESENT | WRITABLE | NX
+    })
+}
+
+/// Calls `f(va, pfn)` for every present PTE of the vmalloc area, walking
+/// the tables (not the allocators' records).
+pub fn walk(f: &mut dyn FnMut(u64, u64)) {
+    let pml4 = table(boot::pml4_phys());
+    let top = pml4[idx(VMALLOC_START, 3)].load(Ordering::Acquire);
+    let pdpt = table(top & ADDR);
+    for (i3, e3) in pdpt.iter().enumerate() {
+        let v3 = e3.load(Ordering::Acquire);
+        if v3 & PRESENT == 0 {
+            continue;
+        }
+        let pd = table(v3 & ADDR);
+        for (i2, e2) in pd.iter().enumerate() {
+            let v2 = e2.load(Ordering::Acquire);
+            if v2 & PRESENT == 0 {
+                continue;
+            }
+            let pt = table(v2 & ADDR);
+            for (i1, e1) in pt.iter().enumerate() {
+                let v1 = e1.load(Ordering::Acquire);
+                if v1 & PRESENT != 0 {
+                    let va = VMALLOC_START
+                        + ((i3 as u64) << 30)
+                        + ((i2 as u64) << 21)
+                        + ((i1 as u64) << 12);
+                    f(va, (v1 & ADDR) >> 12);
+                }
+            }
+        }
+    }
+}

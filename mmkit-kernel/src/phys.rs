@@ -1,0 +1,175 @@
+//! Physical memory: the usable RAM of `hvm_start_info`'s memory map under
+//! `mmkit::buddy`, behind per-CPU page lists (`PcpZone`) keyed by the
+//! CPU id. The heap takes its region first (the buddy allocator's tables
+//! live on it).
+
+use core::ptr::read_volatile;
+
+use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+use spin::Mutex;
+
+use crate::{boot, heap, println};
+
+/// Bytes per page.
+pub const PAGE: u64 = 4096;
+/// Bytes of RAM the heap takes (at most a quarter of RAM).
+const HEAP_MAX: u64 = 48 << 20;
+
+/// The zone with its per-CPU lists.
+static ZONE: Mutex<Option<PcpZone>> = Mutex::new(None);
+
+/// A usable RAM range from the boot memory map.
+#[derive(Debug, Clone, Copy)]
+pub struct Ram {
+    /// First byte.
+    pub start: u64,
+    /// One past the last byte.
+    pub end: u64,
+}
+
+fn read_u32(pa: u64) -> u32 {
+    // SAFETY: `pa` lies in hvm_start_info or its memory map, which the boot
+    // loader placed in identity-mapped RAM that nothing else writes.
+    unsafe { read_volatile(pa as *const u32) }
+}
+
+fn read_u64(pa: u64) -> u64 {
+    u64::from(read_u32(pa)) | u64::from(read_u32(pa + 4)) << 32
+}
+
+/// Reads the usable ranges (type 1) of the memory map: up to 32.
+pub fn memory_map(info: u64) -> ([Ram; 32], usize) {
+    assert_eq!(read_u32(info), 0x336e_c578, "hvm_start_info magic");
+    let map = read_u64(info + 40);
+    let n = read_u32(info + 48) as u64;
+    let mut out = [Ram { start: 0, end: 0 }; 32];
+    let mut k = 0;
+    for i in 0..n {
+        let e = map + i * 24;
+        let (addr, size, ty) = (read_u64(e), read_u64(e + 8), read_u32(e + 16));
+        if ty == 1 && k < out.len() {
+            out[k] = Ram {
+                start: addr,
+                end: addr + size,
+            };
+            k += 1;
+        }
+    }
+    (out, k)
+}
+
+/// The kernel command line (`-append`), up to `buf.len()` bytes.
+pub fn cmdline(info: u64, buf: &mut [u8]) -> &str {
+    let at = read_u64(info + 24);
+    let mut n = 0;
+    if at != 0 {
+        while n < buf.len() {
+            // SAFETY: the command line is a NUL-terminated string the boot
+            // loader placed in identity-mapped RAM.
+            let b = unsafe { read_volatile((at + n as u64) as *const u8) };
+            if b == 0 {
+                break;
+            }
+            buf[n] = b;
+            n += 1;
+        }
+    }
+    core::str::from_utf8(&buf[..n]).unwrap_or("")
+}
+
+/// Sets up the heap and the buddy allocator from the memory map at `info`.
+/// Below 1 MiB and the kernel image stay out. Returns usable pages.
+pub fn init(info: u64, cpus: usize) -> u64 {
+    let (ram, n) = memory_map(info);
+    let (_, kend) = boot::kernel_range();
+    let floor = (kend + PAGE - 1) & !(PAGE - 1);
+    let total: u64 = ram[..n].iter().map(|r| r.end - r.start).sum();
+    let heap_size = HEAP_MAX.min(total / 4) & !(PAGE - 1);
+    let mut heap_at = None;
+    for r in &ram[..n] {
+        let s = r.start.max(floor);
+        if heap_at.is_none() && r.end > s && r.end - s >= heap_size {
+            heap_at = Some(s);
+        }
+    }
+    let heap_start = heap_at.expect("a RAM range large enough for the heap");
+    heap::init(heap_start, heap_start + heap_size);
+    let end_pfn = ram[..n].iter().map(|r| r.end / PAGE).max().unwrap_or(0);
+    let mut zone =
+        BuddyAllocator::new(0, end_pfn, BuddyConfig::default()).expect("buddy allocator");
+    let mut pages = 0;
+    for r in &ram[..n] {
+        let mut s = r.start.max(floor);
+        if (heap_start..heap_start + heap_size).contains(&s) {
+            s = heap_start + heap_size;
+        }
+        let s = s.div_ceil(PAGE);
+        let e = r.end / PAGE;
+        if e > s {
+            zone.add_free_range(s, e - s)
+                .expect("memory map ranges are disjoint");
+            pages += e - s;
+        }
+    }
+    println!(
+        "phys: {} MiB usable, heap {} MiB at {:#x}, buddy {} pages, {} per-CPU lists",
+        total >> 20,
+        heap_size >> 20,
+        heap_start,
+        pages,
+        cpus
+    );
+    let cfg = PcpConfig {
+        cpus,
+        ..PcpConfig::default()
+    };
+    *ZONE.lock() = Some(PcpZone::new(zone, cfg).expect("per-CPU lists"));
+    pages
+}
+
+fn with<T>(f: impl FnOnce(&mut PcpZone) -> T) -> T {
+    f(ZONE.lock().as_mut().expect("phys::init ran"))
+}
+
+/// An order-`order` block from `cpu`'s lists (or the zone), zeroed if
+/// `zero`.
+pub fn alloc(cpu: usize, order: u8, zero: bool) -> Option<u64> {
+    let pfn = with(|z| z.alloc(cpu, order, MigrateType::Movable)).ok()?;
+    if zero {
+        zero_frames(pfn, 1 << order);
+    }
+    Some(pfn)
+}
+
+fn zero_frames(pfn: u64, n: u64) {
+    // SAFETY: the frames were just allocated from the buddy allocator, so
+    // nothing else refers to them; RAM is identity mapped.
+    unsafe { core::ptr::write_bytes((pfn * PAGE) as *mut u8, 0, (n * PAGE) as usize) };
+}
+
+/// Frees a block to `cpu`'s lists.
+pub fn free(cpu: usize, pfn: u64, order: u8) {
+    with(|z| z.free(cpu, pfn, order)).expect("freeing a block allocated here");
+}
+
+/// Order of the allocated block starting at `pfn` as the buddy allocator
+/// sees it (pages on per-CPU lists count as allocated there).
+pub fn allocated_order(pfn: u64) -> Option<u8> {
+    ZONE.try_lock()?.as_ref()?.zone().allocated_order(pfn)
+}
+
+/// Runs `check()` of the zone and its lists.
+pub fn check() -> Result<(), mmkit::CheckError> {
+    with(|z| z.check())
+}
+
+/// Returns every per-CPU list's pages to the zone.
+pub fn drain_all() {
+    with(|z| z.drain_all())
+}
+
+/// Traffic of `cpu`'s lists.
+pub fn stats(cpu: usize) -> mmkit::buddy::pcp::PcpStats {
+    with(|z| z.stats(cpu))
+}

@@ -1,0 +1,459 @@
+//! The tests every boot runs: each returns `Err(reason)` on failure and
+//! the boot ends with the failing exit code. After each, [`check_all`]
+//! runs every allocator's `check()` and compares a walk of the page tables
+//! with the layers.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crate::mm::{self, KernelMmu};
+use crate::paging::{self, VMALLOC_SIZE, VMALLOC_START};
+use crate::{arch, fault, percpu, phys, println, smp, tlb};
+use mmkit_vmalloc::{Mmu, Where, PAGE};
+
+/// Every allocator's `check()`, and the page-table walk against the layers.
+pub fn check_all() -> Result<(), String> {
+    phys::check().map_err(|e| format!("buddy/pcp: {e}"))?;
+    crate::pervar::check().map_err(|e| format!("percpu: {e}"))?;
+    let cpus = percpu::online();
+    let mut ram_pages = 0;
+    for cpu in 0..cpus {
+        let m = mm::map_ram(cpu).lock();
+        m.check()
+            .map_err(|e| format!("vm_map_ram cpu {cpu}: {e}"))?;
+        ram_pages += m.vblock().live_pages();
+    }
+    let half = VMALLOC_START + VMALLOC_SIZE / 2;
+    let mut low = Vec::new();
+    let mut high = Vec::new();
+    let mut bad_flags = 0u64;
+    paging::walk(&mut |va, pfn| {
+        if !paging::flags_ok(va) {
+            bad_flags += 1;
+        }
+        if va < half {
+            low.push((va, pfn));
+        } else {
+            high.push((va, pfn));
+        }
+    });
+    if bad_flags != 0 {
+        return Err(format!("{bad_flags} PTEs not present+writable+NX"));
+    }
+    // Frames mapped more than once are vm_map_ram aliases only.
+    let mut frames: Vec<u64> = low.iter().chain(high.iter()).map(|&(_, p)| p).collect();
+    frames.sort_unstable();
+    let dups = frames.windows(2).filter(|w| w[0] == w[1]).count() as u64;
+    let tree = mm::locked(mm::tree());
+    tree.check(&KernelMmu)
+        .map_err(|e| format!("tree layer: {e}"))?;
+    let in_blocks = tree
+        .check_walk(low.iter().copied())
+        .map_err(|e| format!("tree walk: {e}"))?;
+    drop(tree);
+    let linear = mm::locked(mm::linear());
+    linear
+        .check(&KernelMmu)
+        .map_err(|e| format!("list layer: {e}"))?;
+    let in_blocks2 = linear
+        .check_walk(high.iter().copied())
+        .map_err(|e| format!("list walk: {e}"))?;
+    drop(linear);
+    if in_blocks2 != 0 {
+        return Err(format!(
+            "{in_blocks2} PTEs in the list layer's blocks (it has none)"
+        ));
+    }
+    if in_blocks != ram_pages {
+        return Err(format!(
+            "{in_blocks} PTEs in vm_map_ram blocks, {ram_pages} pages mapped there"
+        ));
+    }
+    if dups > ram_pages {
+        return Err(format!(
+            "{dups} frames mapped twice, only vm_map_ram may alias"
+        ));
+    }
+    for &pfn in &frames {
+        if phys::allocated_order(pfn).is_none() {
+            return Err(format!(
+                "frame {pfn:#x} is mapped but free in the buddy allocator"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs every test; returns how many passed, or the first failure.
+pub fn run_all(cycles: u64) -> Result<usize, String> {
+    type Test<'a> = (&'a str, &'a dyn Fn() -> Result<(), String>);
+    let tests: [Test<'_>; 8] = [
+        ("ipi_reaches_every_cpu", &ipi_reaches_every_cpu),
+        ("vmalloc_maps_real_frames", &vmalloc_maps_real_frames),
+        ("use_after_vfree_faults", &use_after_vfree_faults),
+        ("map_ram_on_every_cpu", &map_ram_on_every_cpu),
+        ("bad_input_changes_nothing", &bad_input_changes_nothing),
+        (
+            "percpu_counters_on_every_cpu",
+            &percpu_counters_on_every_cpu,
+        ),
+        ("stale_tlb_caught_without_flush", &|| {
+            stale_tlb_caught(cycles.min(8))
+        }),
+        ("stale_tlb_none_with_flush", &|| {
+            stale_tlb_none(per_cpu_share(cycles))
+        }),
+    ];
+    for (name, t) in tests.iter() {
+        let t0 = arch::rdtsc();
+        t().map_err(|e| format!("{name}: {e}"))?;
+        check_all().map_err(|e| format!("{name}: check after: {e}"))?;
+        println!(
+            "TEST {name} ok ({} ms)",
+            crate::time::ns(arch::rdtsc() - t0) / 1_000_000
+        );
+    }
+    Ok(tests.len())
+}
+
+/// `n` scaled by 2 / CPUs above 2 CPUs (at least a tenth of `n`): each
+/// cycle of a cross-CPU test waits for every other CPU.
+pub fn per_cpu_share(n: u64) -> u64 {
+    let cpus = percpu::online().max(2) as u64;
+    (n * 2 / cpus).max(n / 10).max(1)
+}
+
+fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+fn ipi_reaches_every_cpu() -> Result<(), String> {
+    let others = percpu::online() as u64 - 1;
+    let before = tlb::HANDLED.load(Ordering::SeqCst);
+    for _ in 0..10 {
+        tlb::flush_range(VMALLOC_START, VMALLOC_START + PAGE);
+    }
+    let got = tlb::HANDLED.load(Ordering::SeqCst) - before;
+    ensure(got == 10 * others, || {
+        format!("{got} IPIs handled, {} expected", 10 * others)
+    })
+}
+
+fn vmalloc_maps_real_frames() -> Result<(), String> {
+    let mut areas = Vec::new();
+    for (i, pages) in [1u64, 3, 16, 64, 100].iter().enumerate() {
+        let a = mm::vmalloc(mm::tree(), *pages, PAGE).map_err(|e| format!("tree vmalloc: {e}"))?;
+        let b =
+            mm::vmalloc(mm::linear(), *pages, PAGE).map_err(|e| format!("list vmalloc: {e}"))?;
+        for &(va, tag) in &[(a, 1u64), (b, 2)] {
+            for p in 0..*pages {
+                let v = (i as u64) << 32 | tag << 16 | p;
+                ensure(fault::probe_write(va + p * PAGE, v), || {
+                    format!("write {va:#x} faulted")
+                })?;
+            }
+            areas.push((va, *pages, tag, i));
+        }
+    }
+    check_all()?;
+    for &(va, pages, tag, i) in &areas {
+        for p in 0..pages {
+            let want = (i as u64) << 32 | tag << 16 | p;
+            let got = fault::probe_read(va + p * PAGE);
+            ensure(got == Some(want), || {
+                format!("{va:#x}+{p}: read {got:?}, wrote {want:#x}")
+            })?;
+        }
+        let guard = va + pages * PAGE;
+        ensure(
+            matches!(mm::whereabouts(guard), Some(Where::Guard { .. })),
+            || format!("guard page of {va:#x} not known as one"),
+        )?;
+    }
+    for (va, _, tag, _) in areas {
+        let layer = if tag == 1 {
+            mm::vfree(mm::tree(), va)
+        } else {
+            mm::vfree(mm::linear(), va)
+        };
+        layer.map_err(|e| format!("vfree {va:#x}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn use_after_vfree_faults() -> Result<(), String> {
+    let va = mm::vmalloc(mm::tree(), 2, PAGE).map_err(|e| format!("vmalloc: {e}"))?;
+    ensure(fault::probe_write(va, 7), || {
+        "write to a live area faulted".into()
+    })?;
+    let guard = va + 2 * PAGE;
+    let before = fault::CAUGHT.load(Ordering::SeqCst);
+    ensure(fault::probe_read(guard).is_none(), || {
+        "the guard page read did not fault".into()
+    })?;
+    mm::vfree(mm::tree(), va).map_err(|e| format!("vfree: {e}"))?;
+    let lazy = mm::whereabouts(va);
+    ensure(matches!(lazy, Some(Where::Lazy { .. })), || {
+        format!("after vfree: {lazy:?}, not lazy")
+    })?;
+    mm::locked(mm::tree()).purge(&mut KernelMmu);
+    let got = fault::probe_read(va + 8);
+    ensure(got.is_none(), || {
+        format!("read after vfree+purge returned {got:?}")
+    })?;
+    let caught = fault::CAUGHT.load(Ordering::SeqCst) - before;
+    let at = fault::LAST_ADDR.load(Ordering::SeqCst);
+    ensure(caught == 2 && at == va + 8, || {
+        format!("handler caught {caught} faults, last at {at:#x}")
+    })?;
+    let what = fault::describe(at);
+    println!("  fault at {at:#x} reported: {what}");
+    ensure(
+        matches!(mm::whereabouts(at), Some(Where::Freed { .. })),
+        || format!("reported as: {what}"),
+    )
+}
+
+fn map_ram_on_every_cpu() -> Result<(), String> {
+    static FAILS: AtomicUsize = AtomicUsize::new(0);
+    static DONE: AtomicUsize = AtomicUsize::new(0);
+    FAILS.store(0, Ordering::SeqCst);
+    DONE.store(0, Ordering::SeqCst);
+    let cpus = percpu::online();
+    smp::run_on(cpus, move |cpu| {
+        let cpu_real = arch::cpu_id();
+        if cpu_real != cpu {
+            FAILS.fetch_add(1, Ordering::SeqCst);
+        }
+        let frames: Vec<u64> = (0..64)
+            .filter_map(|_| phys::alloc(cpu_real, 0, false))
+            .collect();
+        let mut maps = Vec::new();
+        let mut mmu = KernelMmu;
+        for n in [1usize, 2, 3, 4, 8, 17, 64] {
+            match mm::map_ram(cpu_real).lock().map(&mut mmu, 0, &frames[..n]) {
+                Ok(va) => maps.push((va, n)),
+                Err(_) => {
+                    FAILS.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+        for &(va, n) in &maps {
+            for p in 0..n as u64 {
+                if !fault::probe_write(va + p * PAGE, va + p)
+                    || mmu.translate(va + p * PAGE) != Some(frames[p as usize])
+                {
+                    FAILS.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+        for &(va, n) in &maps {
+            if mm::map_ram(cpu_real).lock().unmap(&mut mmu, va, n).is_err()
+                || mmu.translate(va).is_some()
+            {
+                FAILS.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        for p in frames {
+            phys::free(cpu_real, p, 0);
+        }
+        DONE.fetch_add(1, Ordering::SeqCst);
+    });
+    let f = FAILS.load(Ordering::SeqCst);
+    ensure(f == 0 && DONE.load(Ordering::SeqCst) == cpus, || {
+        format!("{f} failures")
+    })?;
+    for cpu in 0..cpus {
+        mm::map_ram(cpu).lock().unmap_aliases(&mut KernelMmu);
+    }
+    Ok(())
+}
+
+fn percpu_counters_on_every_cpu() -> Result<(), String> {
+    use alloc::sync::Arc;
+    let live0 = crate::pervar::check().map_err(|e| format!("percpu: {e}"))?;
+    let cpus = percpu::online();
+    let c = Arc::new(crate::pervar::Counter::new().ok_or("no per-CPU counter")?);
+    let c2 = Arc::clone(&c);
+    smp::run_on(cpus, move |cpu| {
+        for _ in 0..1000 {
+            c2.add(cpu as u64 + 1);
+        }
+    });
+    for cpu in 0..cpus {
+        let got = c.get(cpu);
+        ensure(got == 1000 * (cpu as u64 + 1), || {
+            format!("cpu {cpu}'s copy is {got}")
+        })?;
+    }
+    let mut addrs: Vec<u64> = (0..cpus).map(|cpu| c.addr(cpu)).collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    ensure(addrs.len() == cpus, || "two CPUs share a copy".into())?;
+    let n = cpus as u64;
+    ensure(c.sum() == 1000 * n * (n + 1) / 2, || {
+        format!("sum {}", c.sum())
+    })?;
+    let live = crate::pervar::check().map_err(|e| format!("percpu: {e}"))?;
+    ensure(live == live0 + 1, || {
+        format!("{live} live per-CPU allocations, {} expected", live0 + 1)
+    })?;
+    drop(c);
+    let back = crate::pervar::check().map_err(|e| format!("percpu: {e}"))?;
+    ensure(back == live0, || {
+        format!("{back} live after the free, {live0} expected")
+    })
+}
+
+fn bad_input_changes_nothing() -> Result<(), String> {
+    let va = mm::vmalloc(mm::tree(), 4, PAGE).map_err(|e| format!("vmalloc: {e}"))?;
+    ensure(mm::vfree(mm::tree(), va + PAGE).is_err(), || {
+        "vfree of an interior address accepted".into()
+    })?;
+    ensure(mm::vfree(mm::linear(), va).is_err(), || {
+        "vfree in the wrong layer accepted".into()
+    })?;
+    let cpu = arch::cpu_id();
+    let f = phys::alloc(cpu, 0, false).ok_or("no frame")?;
+    let mut mmu = KernelMmu;
+    let m = mm::map_ram(cpu)
+        .lock()
+        .map(&mut mmu, 0, &[f, f])
+        .map_err(|e| format!("map: {e}"))?;
+    let wrong = mm::map_ram(cpu).lock().unmap(&mut mmu, m, 1);
+    ensure(wrong.is_err(), || {
+        "vm_unmap_ram with the wrong page count accepted".into()
+    })?;
+    ensure(
+        mmu.translate(m) == Some(f) && mmu.translate(m + PAGE) == Some(f),
+        || "a refused unmap changed PTEs".into(),
+    )?;
+    check_all()?;
+    mm::map_ram(cpu)
+        .lock()
+        .unmap(&mut mmu, m, 2)
+        .map_err(|e| format!("unmap: {e}"))?;
+    phys::free(cpu, f, 0);
+    mm::vfree(mm::tree(), va).map_err(|e| format!("vfree: {e}"))
+}
+
+/// The stale-TLB detector: CPU 0 remaps `PAGES` pages to new frames each
+/// cycle (clear PTEs, flush, write the cycle number into the new frames,
+/// map them); every CPU, having read the pages in the previous cycle (so
+/// its TLB holds them), reads them again and counts values that are not
+/// the current cycle's. Returns the stale reads.
+fn stale_reads(cycles: u64, skip_at: Option<u64>) -> Result<u64, String> {
+    const PAGES: u64 = 16;
+    static GEN: AtomicU64 = AtomicU64::new(0);
+    static ACKS: AtomicU64 = AtomicU64::new(0);
+    static STALE: AtomicU64 = AtomicU64::new(0);
+    static UNWRITTEN: AtomicU64 = AtomicU64::new(0);
+    UNWRITTEN.store(0, Ordering::SeqCst);
+    let cpus = percpu::online();
+    let cpu0 = arch::cpu_id();
+    let pools: Vec<u64> = (0..2 * PAGES)
+        .filter_map(|_| phys::alloc(cpu0, 0, true))
+        .collect();
+    if pools.len() != 2 * PAGES as usize {
+        return Err("no frames".into());
+    }
+    let va = mm::vmalloc(mm::tree(), PAGES, PAGE).map_err(|e| format!("vmalloc: {e}"))?;
+    // The area's own frames are kept aside; the detector maps its pools.
+    let own: Vec<u64> = (0..PAGES)
+        .filter_map(|p| paging::translate(va + p * PAGE))
+        .collect();
+    GEN.store(0, Ordering::SeqCst);
+    ACKS.store(0, Ordering::SeqCst);
+    STALE.store(0, Ordering::SeqCst);
+    for p in 0..PAGES {
+        // Zeroed at allocation: the value of cycle 0.
+        paging::clear(va + p * PAGE);
+        // The area's tables exist: the remap needs no new page.
+        ensure(paging::map(va + p * PAGE, pools[p as usize]), || {
+            "remap failed".into()
+        })?;
+    }
+    tlb::flush_range(va, va + PAGES * PAGE);
+    let pools2 = pools.clone();
+    smp::run_on(cpus, move |cpu| {
+        let read_all = |g: u64| {
+            for p in 0..PAGES {
+                if fault::probe_read(va + p * PAGE) != Some(g) {
+                    STALE.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        };
+        if cpu != 0 {
+            let mut seen = 0;
+            while seen < cycles {
+                let g = GEN.load(Ordering::Acquire);
+                if g == seen {
+                    arch::pause();
+                    continue;
+                }
+                read_all(g);
+                seen = g;
+                ACKS.fetch_add(1, Ordering::AcqRel);
+            }
+            return;
+        }
+        read_all(0);
+        for g in 1..=cycles {
+            let pool = &pools2[((g % 2) * PAGES) as usize..][..PAGES as usize];
+            for p in 0..PAGES {
+                paging::clear(va + p * PAGE);
+            }
+            if skip_at == Some(g) {
+                tlb::skip_next_flush();
+            }
+            tlb::flush_range(va, va + PAGES * PAGE);
+            for (p, &f) in pool.iter().enumerate() {
+                if !mm::write_frame(f, g) || !paging::map(va + p as u64 * PAGE, f) {
+                    UNWRITTEN.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            GEN.store(g, Ordering::Release);
+            read_all(g);
+            while ACKS.load(Ordering::Acquire) < g * (cpus as u64 - 1) {
+                arch::pause();
+            }
+        }
+    });
+    for p in 0..PAGES {
+        paging::clear(va + p * PAGE);
+        ensure(paging::map(va + p * PAGE, own[p as usize]), || {
+            "remap failed".into()
+        })?;
+    }
+    tlb::flush_range(va, va + PAGES * PAGE);
+    mm::vfree(mm::tree(), va).map_err(|e| format!("vfree: {e}"))?;
+    for f in pools {
+        phys::free(cpu0, f, 0);
+    }
+    let unwritten = UNWRITTEN.load(Ordering::SeqCst);
+    ensure(unwritten == 0, || {
+        format!("{unwritten} frame writes refused")
+    })?;
+    Ok(STALE.load(Ordering::SeqCst))
+}
+
+fn stale_tlb_caught(cycles: u64) -> Result<(), String> {
+    let stale = stale_reads(cycles.max(3), Some(2))?;
+    println!("STALE skipped_flush={stale}");
+    ensure(stale > 0, || "a skipped flush went unnoticed".into())
+}
+
+fn stale_tlb_none(cycles: u64) -> Result<(), String> {
+    let stale = stale_reads(cycles, None)?;
+    let cpus = percpu::online() as u64;
+    println!("STALE flushing cycles={cycles} pages=16 cpus={cpus} stale={stale}");
+    ensure(stale == 0, || {
+        format!("{stale} stale reads with flushing on")
+    })
+}

@@ -1,0 +1,95 @@
+//! TLB flushing as the kernel does it: a local `invlpg` per page (a CR3
+//! reload past 32 pages), then an IPI to every other online CPU, which
+//! flushes the same range and acknowledges; the sender waits for every
+//! acknowledgement. One shootdown at a time (a lock), so the request words
+//! are the sender's until the last acknowledgement.
+
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use spin::Mutex;
+
+use crate::arch::{flush_tlb_local, invlpg, pause};
+use crate::idt::TLB_VECTOR;
+use crate::{apic, percpu};
+
+/// Above this many pages a flush reloads CR3 instead of `invlpg` per page
+/// (the kernel's `tlb_single_page_flush_ceiling`).
+const CEILING: u64 = 32;
+
+static SHOOTDOWN: Mutex<()> = Mutex::new(());
+static REQ_START: AtomicU64 = AtomicU64::new(0);
+static REQ_END: AtomicU64 = AtomicU64::new(0);
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// TLB-flush IPIs sent (one per target CPU).
+pub static IPIS: AtomicU64 = AtomicU64::new(0);
+/// Flushes of a range on every CPU.
+pub static FLUSHES: AtomicU64 = AtomicU64::new(0);
+/// Pages those flushes covered.
+pub static PAGES: AtomicU64 = AtomicU64::new(0);
+/// IPIs handled, on any CPU.
+pub static HANDLED: AtomicU64 = AtomicU64::new(0);
+
+/// Test-only: the next flush is skipped (so the stale-TLB detector can be
+/// seen to catch a missing flush).
+static SKIP_NEXT: AtomicBool = AtomicBool::new(false);
+
+/// Makes the next [`flush_range`] do nothing (tests only).
+pub fn skip_next_flush() {
+    SKIP_NEXT.store(true, Ordering::SeqCst);
+}
+
+fn local(start: u64, end: u64) {
+    if (end - start) / 4096 > CEILING {
+        flush_tlb_local();
+    } else {
+        let mut va = start;
+        while va < end {
+            invlpg(va);
+            va += 4096;
+        }
+    }
+}
+
+/// Removes `[start, end)` from every online CPU's TLB and returns once each
+/// has acknowledged.
+pub fn flush_range(start: u64, end: u64) {
+    if SKIP_NEXT.swap(false, Ordering::SeqCst) {
+        return;
+    }
+    FLUSHES.fetch_add(1, Ordering::Relaxed);
+    PAGES.fetch_add((end - start) / 4096, Ordering::Relaxed);
+    local(start, end);
+    let others = percpu::online().saturating_sub(1);
+    if others == 0 {
+        return;
+    }
+    let _g = SHOOTDOWN.lock();
+    REQ_START.store(start, Ordering::Relaxed);
+    REQ_END.store(end, Ordering::Relaxed);
+    PENDING.store(others, Ordering::Release);
+    apic::send_all_but_self(TLB_VECTOR);
+    IPIS.fetch_add(others as u64, Ordering::Relaxed);
+    while PENDING.load(Ordering::Acquire) != 0 {
+        pause();
+    }
+}
+
+/// The shootdown IPI's handler (interrupts off, no locks).
+pub fn on_ipi() {
+    local(
+        REQ_START.load(Ordering::Acquire),
+        REQ_END.load(Ordering::Acquire),
+    );
+    HANDLED.fetch_add(1, Ordering::Relaxed);
+    PENDING.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// `(IPIs, flushes, pages)` so far.
+pub fn counters() -> (u64, u64, u64) {
+    (
+        IPIS.load(Ordering::Relaxed),
+        FLUSHES.load(Ordering::Relaxed),
+        PAGES.load(Ordering::Relaxed),
+    )
+}

@@ -1,0 +1,291 @@
+//! The layer against a model machine: PTEs in a map and a TLB that keeps
+//! every translation it has been asked for until a flush covers it, so a
+//! range mapped again while a TLB may still hold it is seen.
+
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use mmkit::baseline::linear_vmap::LinearVmap;
+use mmkit::vmap::VmapAllocator;
+
+use super::*;
+
+const START: u64 = 0x1000_0000;
+const END: u64 = 0x2000_0000;
+
+#[derive(Default)]
+struct Machine {
+    ptes: BTreeMap<u64, u64>,
+    tlb: BTreeMap<u64, u64>,
+    flushes: Vec<(u64, u64)>,
+    /// Pages mapped while the TLB still held a translation of them.
+    stale_maps: u64,
+}
+
+impl Machine {
+    /// A read through the TLB: a cached translation wins over the PTE.
+    fn read(&mut self, va: u64) -> Option<u64> {
+        if let Some(&pfn) = self.tlb.get(&va) {
+            return Some(pfn);
+        }
+        let pfn = *self.ptes.get(&va)?;
+        self.tlb.insert(va, pfn);
+        Some(pfn)
+    }
+}
+
+impl Mmu for Machine {
+    fn map(&mut self, va: u64, pfns: &[u64]) -> Result<(), VmError> {
+        for (i, &pfn) in pfns.iter().enumerate() {
+            let at = va + i as u64 * PAGE;
+            self.stale_maps += u64::from(self.tlb.contains_key(&at));
+            self.ptes.insert(at, pfn);
+        }
+        Ok(())
+    }
+
+    fn clear(&mut self, va: u64, pages: u64) {
+        for i in 0..pages {
+            self.ptes.remove(&(va + i * PAGE));
+        }
+    }
+
+    fn flush(&mut self, start: u64, end: u64) {
+        self.tlb.retain(|&va, _| !(start..end).contains(&va));
+        self.flushes.push((start, end));
+    }
+
+    fn translate(&self, va: u64) -> Option<u64> {
+        self.ptes.get(&va).copied()
+    }
+}
+
+fn tree(flush: Flush) -> Vmalloc<VmapAllocator> {
+    Vmalloc::new(VmapAllocator::new(START, END).unwrap(), flush)
+}
+
+fn walk(m: &Machine) -> impl Iterator<Item = (u64, u64)> + '_ {
+    m.ptes.iter().map(|(&va, &pfn)| (va, pfn))
+}
+
+#[test]
+fn vmap_maps_the_frames_and_a_guard_page() {
+    let mut m = Machine::default();
+    let mut v = tree(Flush::Eager);
+    let a = v.vmap(&mut m, vec![7, 8, 9], PAGE).unwrap();
+    assert_eq!(
+        (m.translate(a), m.translate(a + 2 * PAGE)),
+        (Some(7), Some(9))
+    );
+    assert_eq!(v.lookup(a + PAGE), Where::Mapped { area: a, pfn: 8 });
+    assert_eq!(v.lookup(a + 3 * PAGE), Where::Guard { area: a });
+    assert_eq!(m.translate(a + 3 * PAGE), None);
+    v.check(&m).unwrap();
+    assert_eq!(v.check_walk(walk(&m)), Ok(0));
+}
+
+#[test]
+fn eager_unmap_flushes_before_the_range_is_free() {
+    let mut m = Machine::default();
+    let mut v = tree(Flush::Eager);
+    let a = v.vmap(&mut m, vec![1, 2], PAGE).unwrap();
+    assert_eq!(m.read(a), Some(1));
+    assert_eq!(v.vunmap(&mut m, a), Ok(vec![1, 2]));
+    assert_eq!(m.flushes, [(a, a + 3 * PAGE)]);
+    assert_eq!(v.lookup(a), Where::Freed { area: a });
+    let b = v.vmap(&mut m, vec![3], PAGE).unwrap();
+    assert_eq!(b, a); // the lowest fit: the same range, flushed
+    assert_eq!((m.read(b), m.stale_maps), (Some(3), 0));
+    assert_eq!(v.stats().flushes, 1);
+}
+
+#[test]
+fn lazy_unmap_clears_now_and_flushes_at_the_purge() {
+    let mut m = Machine::default();
+    let mut v = tree(Flush::Lazy { max_bytes: 1 << 20 });
+    let a = v.vmap(&mut m, vec![1], PAGE).unwrap();
+    assert_eq!(m.read(a), Some(1));
+    v.vunmap(&mut m, a).unwrap();
+    assert_eq!(m.translate(a), None); // PTE cleared at once
+    assert!(m.flushes.is_empty()); // the TLB may still hold it
+    assert_eq!(v.lookup(a), Where::Lazy { area: a });
+    let b = v.vmap(&mut m, vec![2], PAGE).unwrap();
+    assert_ne!(b, a, "a lazily freed range is not reused before its flush");
+    assert!(v.purge(&mut m));
+    assert_eq!(m.flushes.len(), 1);
+    assert_eq!(v.lookup(a), Where::Freed { area: a });
+    assert_eq!(m.stale_maps, 0);
+}
+
+#[test]
+fn past_lazy_max_one_flush_purges_everything() {
+    let mut m = Machine::default();
+    let mut v = tree(Flush::Lazy {
+        max_bytes: 8 * PAGE,
+    });
+    for i in 0..4 {
+        let a = v.vmap(&mut m, vec![i], PAGE).unwrap();
+        v.vunmap(&mut m, a).unwrap();
+    }
+    // 4 areas of 2 pages (guard included) = 8 pages: not above the maximum.
+    assert!(m.flushes.is_empty());
+    let a = v.vmap(&mut m, vec![9], PAGE).unwrap();
+    v.vunmap(&mut m, a).unwrap();
+    assert_eq!(m.flushes.len(), 1);
+    assert_eq!(v.stats().purges, 1);
+}
+
+#[test]
+fn a_full_space_purges_and_retries() {
+    let mut m = Machine::default();
+    let mut v = Vmalloc::new(
+        VmapAllocator::new(START, START + 4 * PAGE).unwrap(),
+        Flush::Lazy {
+            max_bytes: u64::MAX,
+        },
+    );
+    let a = v.vmap(&mut m, vec![1, 2, 3], PAGE).unwrap();
+    v.vunmap(&mut m, a).unwrap();
+    assert_eq!(v.vmap(&mut m, vec![4, 5, 6], PAGE), Ok(a));
+    assert_eq!(m.flushes.len(), 1);
+}
+
+/// Random maps and unmaps on both range allocators and both policies: no
+/// range is mapped again while a TLB may hold it, and every check passes.
+#[test]
+fn no_range_is_reused_before_its_flush() {
+    for flush in [
+        Flush::Eager,
+        Flush::Lazy {
+            max_bytes: 64 * PAGE,
+        },
+    ] {
+        let mut m = Machine::default();
+        let mut t = tree(flush);
+        let mut l = Vmalloc::new(LinearVmap::new(END, 2 * END - START).unwrap(), flush);
+        let mut live: Vec<(bool, u64, usize)> = Vec::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for step in 0..2000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x % 3 != 0 || live.is_empty() {
+                let pages = (x >> 8) % 5 + 1;
+                let frames: Vec<u64> = (0..pages).map(|p| step * 8 + p).collect();
+                let on_tree = x & 1 == 0;
+                let a = if on_tree {
+                    t.vmap(&mut m, frames, PAGE)
+                } else {
+                    l.vmap(&mut m, frames, PAGE)
+                }
+                .unwrap();
+                for p in 0..pages {
+                    m.read(a + p * PAGE); // every CPU touches it: the TLB holds it
+                }
+                live.push((on_tree, a, pages as usize));
+            } else {
+                let (on_tree, a, pages) = live.swap_remove((x >> 16) as usize % live.len());
+                let frames = if on_tree {
+                    t.vunmap(&mut m, a)
+                } else {
+                    l.vunmap(&mut m, a)
+                }
+                .unwrap();
+                assert_eq!(frames.len(), pages);
+            }
+        }
+        assert_eq!(m.stale_maps, 0, "{flush:?}");
+        t.check(&m).unwrap();
+        l.check(&m).unwrap();
+        let in_tree = walk(&m).filter(|&(va, _)| t.lookup(va) != Where::Free);
+        assert_eq!(t.check_walk(in_tree), Ok(0));
+    }
+}
+
+#[test]
+fn bad_requests_change_nothing() {
+    let mut m = Machine::default();
+    let mut v = tree(Flush::Eager);
+    assert_eq!(v.vmap(&mut m, vec![], PAGE), Err(VmError::Invalid));
+    assert_eq!(v.vmap(&mut m, vec![1], 3 * PAGE), Err(VmError::Invalid));
+    assert_eq!(v.vmap(&mut m, vec![1], 1), Err(VmError::Invalid));
+    let a = v.vmap(&mut m, vec![1, 2], PAGE).unwrap();
+    assert_eq!(v.vunmap(&mut m, a + PAGE), Err(VmError::Invalid));
+    assert_eq!(v.free_block(&mut m, a), Err(VmError::Invalid));
+    assert_eq!(m.ptes.len(), 2);
+    assert!(m.flushes.is_empty());
+    v.check(&m).unwrap();
+}
+
+#[test]
+fn check_walk_finds_a_stray_pte() {
+    let mut m = Machine::default();
+    let mut v = tree(Flush::Eager);
+    let a = v.vmap(&mut m, vec![1], PAGE).unwrap();
+    m.ptes.insert(a + PAGE, 5); // the guard page mapped behind the layer
+    assert!(v.check(&m).is_err());
+    assert!(v.check_walk(walk(&m)).is_err());
+}
+
+type Spin = spin::Mutex<()>;
+
+#[test]
+fn map_ram_takes_blocks_from_a_shared_layer() {
+    let layer: &'static lock_api::Mutex<Spin, Vmalloc<VmapAllocator>> =
+        Box::leak(Box::new(lock_api::Mutex::new(tree(Flush::Lazy {
+            max_bytes: 1 << 30,
+        }))));
+    let mut m = Machine::default();
+    let mut rams: Vec<_> = (0..2)
+        .map(|_| {
+            MapRam::new(
+                BlockSource::new(layer, Machine::default()),
+                1,
+                Flush::Lazy { max_bytes: 1 << 30 },
+            )
+            .unwrap()
+        })
+        .collect();
+    let a = rams[0].map(&mut m, 0, &[1, 2, 3]).unwrap();
+    let b = rams[1].map(&mut m, 0, &[4]).unwrap();
+    assert_eq!(layer.lock().lookup(a), Where::Block { start: a });
+    assert_ne!(
+        a & !((4u64 << 20) - 1),
+        b & !((4u64 << 20) - 1),
+        "one block per CPU"
+    );
+    assert_eq!(layer.lock().check_walk(walk(&m)), Ok(4));
+    // A wrong page count is refused and leaves the PTEs as they were.
+    assert_eq!(rams[0].unmap(&mut m, a, 2), Err(VmError::Invalid));
+    assert_eq!(
+        (m.translate(a), m.translate(a + 2 * PAGE)),
+        (Some(1), Some(3))
+    );
+    rams[0].unmap(&mut m, a, 3).unwrap();
+    assert_eq!(m.translate(a), None);
+    assert!(m.flushes.is_empty(), "lazy: flushed with the block");
+    assert!(rams[0].unmap_aliases(&mut m));
+    assert_eq!(m.flushes.len(), 1);
+    for r in &rams {
+        r.check().unwrap();
+    }
+    assert_eq!(rams[1].vblock().live_pages(), 1);
+    assert_eq!(rams[0].map(&mut m, 0, &[]), Err(VmError::Invalid));
+    assert_eq!(
+        rams[0].map(&mut m, 0, &[0; MAX_PAGES + 1]),
+        Err(VmError::Invalid)
+    );
+}
+
+#[test]
+fn eager_map_ram_flushes_every_unmap() {
+    let layer: &'static lock_api::Mutex<Spin, Vmalloc<VmapAllocator>> =
+        Box::leak(Box::new(lock_api::Mutex::new(tree(Flush::Eager))));
+    let mut m = Machine::default();
+    let mut r = MapRam::new(BlockSource::new(layer, Machine::default()), 1, Flush::Eager).unwrap();
+    let a = r.map(&mut m, 0, &[1, 2]).unwrap();
+    r.unmap(&mut m, a, 2).unwrap();
+    assert_eq!(m.flushes, [(a, a + 2 * PAGE)]);
+}

@@ -1,0 +1,480 @@
+//! [`VmapNodes`]: the range allocator as Linux runs it since 6.9 (Uladzislau
+//! Rezki, "Mitigate a vmap lock contention"): one *vmap node* per CPU, each
+//! with its own lock, in front of the exact allocator's free tree, which
+//! has a lock of its own and is touched only on a pool miss, a pool
+//! overflow and a purge.
+//!
+//! ```text
+//!   node 0 (lock): busy {live areas it handed out}  lazy [..]  pools: 1 granule [..] .. 256 [..]
+//!   node 1 (lock): busy {..}                        lazy [..]  pools: ...
+//!   ...
+//!   purge (lock):  the flush hook; serialises purges
+//!   global (lock): VmapAllocator made without a busy index: the free
+//!                  tree, lowest fit; pooled and lazy areas are live there
+//! ```
+//!
+//! # What each call does
+//! - `alloc(cpu, size, align)`: node `cpu % nodes`. A size of `k` granules
+//!   (`1 <= k <= classes`) whose pool's newest area is aligned takes it (a
+//!   *hit*: the node's lock only). Otherwise (a *miss*) the global free
+//!   tree gives the exact lowest fit, under its lock. Either way the area
+//!   enters the node's busy index. A miss that finds no space drains every
+//!   node (lazy lists and pools, all of them) and asks once more, so
+//!   `NoSpace` means nothing fits in the whole space.
+//! - `free_lazy(cpu, addr)`: the area leaves its node's busy index for the
+//!   node's lazy list (node `cpu % nodes` is looked at first, then the
+//!   others, one lock at a time). When a node's lazy bytes pass `lazy_max`,
+//!   every node is purged.
+//! - `purge()`: takes every node's lazy list, calls the flush hook once
+//!   with the range covering them all, then, node by node, puts each area
+//!   in its node's pool of its size (while the pool holds fewer than
+//!   `pool_max`) and decays every pool by a quarter (its oldest `len / 4`
+//!   areas), as the kernel's `decay_va_pool_node`; what is not pooled
+//!   goes back to the free tree under one global lock acquisition.
+//! - `free(cpu, addr)`: as `free_lazy` then a purge of that area alone with
+//!   no flush (the caller vouches that no stale translation remains): it
+//!   goes to its node's pool, or back to the free tree.
+//! - `free_sized` / `free_lazy_sized`: the same, the size checked against
+//!   the node's busy index (a wrong one is `SizeMismatch`).
+//!
+//! # Exactness
+//! With every pool empty and no lazy area, every answer is the exact lowest
+//! fit of the free space. A hit is the newest pooled area of that size on
+//! the caller's node, wherever it lies: not the lowest fit, and a pooled
+//! area is not free to the other nodes (nor to other sizes) until a purge
+//! decays it or a failing allocation drains it. [`drain`](VmapNodes::drain)
+//! makes the free tree whole again.
+//!
+//! # Where it differs from the kernel
+//! The kernel files a busy area on the node of its address (`(addr / 16
+//! pages) % nodes`), so that a free on any CPU finds it under one lock;
+//! here it stays on the node that handed it out, so a thread that frees
+//! what it allocated touches only its own node's lock, and a free on
+//! another node looks at each node in turn. The kernel's pools have no
+//! length limit (a purge decays them); here `pool_max` bounds them, since
+//! `free` pools without a purge. A misaligned newest area is a miss here;
+//! the kernel rotates it to the pool's tail.
+//!
+//! # Locks
+//! Lock order: the purge lock, then one node, then the global lock. No
+//! thread holds two nodes but [`check`](VmapNodes::check) (in index
+//! order, under the purge lock). The flush hook runs under the purge lock:
+//! it must not call back into the allocator.
+
+use alloc::boxed::Box;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::error::{AllocError, FreeError};
+use crate::range::FlushHook;
+use crate::vmap::busy::BusyIndex;
+use crate::vmap::VmapAllocator;
+
+mod check;
+pub use check::NodesStats;
+mod lock;
+mod purge;
+#[cfg(test)]
+mod tests;
+
+use lock::Lock;
+
+/// The sizes of a [`VmapNodes`].
+///
+/// ```
+/// use mmkit::nodes::NodesConfig;
+/// let c = NodesConfig::default();
+/// assert_eq!((c.nodes, c.granule, c.classes, c.pool_max), (2, 4096, 256, 64));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NodesConfig {
+    /// Nodes (the kernel: one per CPU, at most 128), 1 to 4096.
+    pub nodes: usize,
+    /// The pools' size unit in bytes, a power of two (4096: a page).
+    pub granule: u64,
+    /// Pooled sizes: 1 to `classes` granules (the kernel: 256 pages), 1 to
+    /// 4096.
+    pub classes: usize,
+    /// Areas one node pools per size; more go back to the free tree.
+    pub pool_max: usize,
+    /// Lazily freed bytes one node holds before it purges every node.
+    pub lazy_max: u64,
+}
+
+impl Default for NodesConfig {
+    fn default() -> Self {
+        NodesConfig {
+            nodes: 2,
+            granule: 4096,
+            classes: 256,
+            pool_max: 64,
+            lazy_max: crate::range::DEFAULT_LAZY_MAX,
+        }
+    }
+}
+
+impl NodesConfig {
+    fn valid(&self) -> bool {
+        (1..=4096).contains(&self.nodes)
+            && self.granule.is_power_of_two()
+            && (1..=4096).contains(&self.classes)
+    }
+}
+
+/// One node's counters.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct NodeStats {
+    /// Allocations served from a pool (no global lock).
+    pub hits: u64,
+    /// Allocations the free tree served.
+    pub misses: u64,
+    /// Live areas filed on this node.
+    pub live: u64,
+    /// Areas on its lazy list.
+    pub lazy: u64,
+    /// Areas in its pools.
+    pub pooled: u64,
+}
+
+/// One vmap node: the live areas it handed out, its lazy list, its pools.
+#[derive(Debug)]
+struct Node {
+    busy: BusyIndex,
+    lazy: Vec<(u64, u64)>,
+    lazy_bytes: u64,
+    /// `pools[k]`: starts of free areas of `k + 1` granules, oldest first.
+    pools: Vec<Vec<u64>>,
+    hits: u64,
+    misses: u64,
+}
+
+/// A lock on its own cache lines: nodes share none.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// The purge lock's contents.
+struct Purger {
+    hook: Option<FlushHook>,
+    purges: u64,
+}
+
+/// Linux 6.9's vmap nodes over the exact allocator, `Send + Sync`, behind
+/// any [`lock_api::RawMutex`] (a spin lock in a kernel, `parking_lot`'s in
+/// user space): see the [module docs](self).
+///
+/// # Examples
+/// ```
+/// use mmkit::nodes::{NodesConfig, VmapNodes};
+/// type Nodes = VmapNodes<parking_lot::RawMutex>;
+/// let v = Nodes::new(0, 1 << 30, NodesConfig::default()).unwrap();
+/// let a = v.alloc(0, 8192, 4096).unwrap(); // a miss: the lowest fit, 0
+/// assert_eq!(a, 0);
+/// v.free(0, a).unwrap(); // into node 0's pool of 2 pages
+/// assert_eq!(v.alloc(1, 8192, 4096), Ok(8192)); // node 1: its pool is empty
+/// assert_eq!(v.alloc(0, 8192, 4096), Ok(0)); // node 0: a hit
+/// assert_eq!(v.node_stats(0).hits, 1);
+/// v.check().unwrap();
+/// ```
+pub struct VmapNodes<R: lock_api::RawMutex> {
+    cfg: NodesConfig,
+    nodes: Box<[Padded<Lock<R, Node>>]>,
+    purger: Lock<R, Purger>,
+    global: Padded<Lock<R, VmapAllocator>>,
+}
+
+/// [`VmapNodes`] behind `parking_lot`'s lock.
+#[cfg(feature = "std")]
+pub type StdVmapNodes = VmapNodes<parking_lot::RawMutex>;
+
+impl<R: lock_api::RawMutex> core::fmt::Debug for VmapNodes<R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("VmapNodes")
+            .field("config", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: lock_api::RawMutex> VmapNodes<R> {
+    /// Nodes over the space `[start, end)`, all of it free.
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] for `start >= end` or a configuration out
+    /// of its limits.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::{NodesConfig, StdVmapNodes};
+    /// use mmkit::AllocError;
+    /// let bad = NodesConfig { nodes: 0, ..NodesConfig::default() };
+    /// assert_eq!(StdVmapNodes::new(0, 1 << 20, bad).unwrap_err(), AllocError::Invalid);
+    /// assert!(StdVmapNodes::new(5, 5, NodesConfig::default()).is_err());
+    /// ```
+    pub fn new(start: u64, end: u64, cfg: NodesConfig) -> Result<Self, AllocError> {
+        if !cfg.valid() {
+            return Err(AllocError::Invalid);
+        }
+        let va = VmapAllocator::without_busy_index(start, end)?;
+        let node = || {
+            Padded(Lock::new(Node {
+                busy: BusyIndex::new(),
+                lazy: Vec::new(),
+                lazy_bytes: 0,
+                pools: vec![Vec::new(); cfg.classes],
+                hits: 0,
+                misses: 0,
+            }))
+        };
+        Ok(VmapNodes {
+            cfg,
+            nodes: (0..cfg.nodes).map(|_| node()).collect(),
+            purger: Lock::new(Purger {
+                hook: None,
+                purges: 0,
+            }),
+            global: Padded(Lock::new(va)),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> NodesConfig {
+        self.cfg
+    }
+
+    /// Installs the flush every purge calls once with the range covering
+    /// its areas. It runs under the purge lock: it must not call back into
+    /// this allocator.
+    pub fn set_flush_hook(&self, hook: Option<FlushHook>) {
+        self.purger.lock().hook = hook;
+    }
+
+    /// The pool index of a `size`-byte area, if that size is pooled.
+    fn class_of(&self, size: u64) -> Option<usize> {
+        let g = self.cfg.granule;
+        let k = size / g;
+        (size % g == 0 && k >= 1 && k <= self.cfg.classes as u64).then(|| k as usize - 1)
+    }
+
+    /// Allocates `size` bytes aligned to `align` on node `cpu % nodes`:
+    /// from its pool of that size when the newest pooled area is aligned,
+    /// else the lowest fit of the free tree (see the [module docs](self)).
+    ///
+    /// # Errors
+    /// [`AllocError::Invalid`] for `size == 0` or an alignment that is not
+    /// a power of two; [`AllocError::NoSpace`] when nothing fits, also
+    /// after every node was drained.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::{NodesConfig, StdVmapNodes};
+    /// use mmkit::AllocError;
+    /// let v = StdVmapNodes::new(0, 1 << 20, NodesConfig::default()).unwrap();
+    /// assert_eq!(v.alloc(0, 4096, 4096), Ok(0));
+    /// assert_eq!(v.alloc(7, 4096, 4096), Ok(4096)); // node 7 % 2 = 1
+    /// assert_eq!(v.alloc(0, 0, 4096), Err(AllocError::Invalid));
+    /// assert_eq!(v.alloc(0, 1 << 21, 1), Err(AllocError::NoSpace));
+    /// ```
+    pub fn alloc(&self, cpu: usize, size: u64, align: u64) -> Result<u64, AllocError> {
+        if size == 0 || !align.is_power_of_two() {
+            return Err(AllocError::Invalid);
+        }
+        let at = &self.nodes[cpu % self.nodes.len()].0;
+        let mut n = at.lock();
+        if let Some(k) = self.class_of(size) {
+            if let Some(&a) = n.pools[k].last() {
+                if a % align == 0 {
+                    n.pools[k].pop();
+                    n.hits += 1;
+                    n.busy.insert(a, a + size);
+                    return Ok(a);
+                }
+            }
+        }
+        n.misses += 1;
+        let got = self.global.0.lock().alloc(size, align);
+        let a = match got {
+            Err(AllocError::NoSpace) => {
+                // Pooled and lazy areas may hold the space: every node gives
+                // them back (this one's lock released first: a drain takes
+                // each node's), then the free tree is asked once more.
+                drop(n);
+                self.drain();
+                n = at.lock();
+                self.global.0.lock().alloc(size, align)?
+            }
+            r => r?,
+        };
+        n.busy.insert(a, a + size);
+        Ok(a)
+    }
+
+    /// [`alloc`](Self::alloc) on this thread's node: threads are given
+    /// nodes round robin on their first call ([`crate::vblock::current_slot`]),
+    /// a stand-in for the CPU the thread runs on.
+    ///
+    /// # Errors
+    /// As [`alloc`](Self::alloc).
+    #[cfg(feature = "std")]
+    pub fn alloc_here(&self, size: u64, align: u64) -> Result<u64, AllocError> {
+        self.alloc(crate::vblock::current_slot(), size, align)
+    }
+
+    /// Frees the live area at `addr` lazily: it waits on its node's lazy
+    /// list for a purge (one flush per batch), then goes to that node's
+    /// pool of its size. Node `cpu % nodes` is looked at first. Returns the
+    /// area's size.
+    ///
+    /// # Errors
+    /// [`FreeError::NotAllocated`] when no live area starts at `addr`
+    /// (double free included). Nothing changes then.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::{NodesConfig, StdVmapNodes};
+    /// use mmkit::FreeError;
+    /// let v = StdVmapNodes::new(0, 1 << 20, NodesConfig::default()).unwrap();
+    /// let a = v.alloc(0, 4096, 4096).unwrap();
+    /// assert_eq!(v.free_lazy(1, a), Ok(4096)); // any CPU may free it...
+    /// assert_eq!(v.free_lazy(1, a), Err(FreeError::NotAllocated));
+    /// assert_eq!(v.node_stats(0).lazy, 1); // ...on the node that owns it
+    /// assert!(v.purge());
+    /// assert_eq!(v.node_stats(0).pooled, 1);
+    /// ```
+    pub fn free_lazy(&self, cpu: usize, addr: u64) -> Result<u64, FreeError> {
+        self.lazy_on_owner(cpu, addr, None)
+    }
+
+    /// [`free_lazy`](Self::free_lazy) with the area's size, checked
+    /// against its node's busy index.
+    ///
+    /// # Errors
+    /// As [`free_lazy`](Self::free_lazy); [`FreeError::SizeMismatch`] for a
+    /// live area of another size, [`FreeError::Invalid`] for `size == 0`.
+    pub fn free_lazy_sized(&self, cpu: usize, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.lazy_on_owner(cpu, addr, Some(size))
+    }
+
+    /// Frees the live area at `addr` at once, into its node's pool of its
+    /// size (or back to the free tree when it has no pool or the pool is
+    /// full). Node `cpu % nodes` is looked at first. Returns its size.
+    ///
+    /// # Errors
+    /// As [`free_lazy`](Self::free_lazy).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::{NodesConfig, StdVmapNodes};
+    /// let v = StdVmapNodes::new(0, 1 << 30, NodesConfig::default()).unwrap();
+    /// let a = v.alloc(0, 4096, 4096).unwrap();
+    /// let big = v.alloc(0, 1 << 21, 4096).unwrap(); // 512 pages: never pooled
+    /// assert_eq!(v.free(0, a), Ok(4096));
+    /// assert_eq!(v.free(0, big), Ok(1 << 21));
+    /// assert_eq!(v.node_stats(0).pooled, 1);
+    /// ```
+    pub fn free(&self, cpu: usize, addr: u64) -> Result<u64, FreeError> {
+        self.pool_on_owner(cpu, addr, None)
+    }
+
+    /// [`free`](Self::free) with the area's size, checked against its
+    /// node's busy index.
+    ///
+    /// # Errors
+    /// As [`free_lazy_sized`](Self::free_lazy_sized).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::{NodesConfig, StdVmapNodes};
+    /// use mmkit::FreeError;
+    /// let v = StdVmapNodes::new(0, 1 << 20, NodesConfig::default()).unwrap();
+    /// let a = v.alloc(0, 4096, 4096).unwrap();
+    /// assert_eq!(v.free_sized(0, a, 8192), Err(FreeError::SizeMismatch));
+    /// assert_eq!(v.free_sized(0, a, 4096), Ok(4096));
+    /// ```
+    pub fn free_sized(&self, cpu: usize, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.pool_on_owner(cpu, addr, Some(size))
+    }
+
+    fn lazy_on_owner(&self, cpu: usize, addr: u64, size: Option<u64>) -> Result<u64, FreeError> {
+        let (mut n, end) = self.owner(cpu, addr, size)?;
+        n.lazy.push((addr, end));
+        n.lazy_bytes += end - addr;
+        let over = n.lazy_bytes > self.cfg.lazy_max;
+        drop(n);
+        if over {
+            self.purge();
+        }
+        Ok(end - addr)
+    }
+
+    fn pool_on_owner(&self, cpu: usize, addr: u64, size: Option<u64>) -> Result<u64, FreeError> {
+        let (mut n, end) = self.owner(cpu, addr, size)?;
+        let mut back = Vec::new();
+        self.pool(&mut n, addr, end, &mut back);
+        if !back.is_empty() {
+            self.give_back(&back);
+        }
+        Ok(end - addr)
+    }
+
+    /// The node that owns the live area at `addr`, locked, with the area
+    /// taken out of its busy index, and the area's end: node `cpu % nodes`
+    /// first, then the others, one lock at a time. With `size`, an area
+    /// of another size stays and is refused.
+    fn owner(
+        &self,
+        cpu: usize,
+        addr: u64,
+        size: Option<u64>,
+    ) -> Result<(lock::Guard<'_, R, Node>, u64), FreeError> {
+        if size == Some(0) {
+            return Err(FreeError::Invalid);
+        }
+        let k = self.nodes.len();
+        for i in (0..k).map(|j| (cpu % k + j) % k) {
+            let mut n = self.nodes[i].0.lock();
+            let probe = n.busy.probe(addr);
+            if let Some(end) = n.busy.get_probed(addr, probe) {
+                if size.is_some_and(|s| addr.checked_add(s) != Some(end)) {
+                    return Err(FreeError::SizeMismatch);
+                }
+                n.busy.remove_probed(addr, probe);
+                return Ok((n, end));
+            }
+        }
+        Err(FreeError::NotAllocated)
+    }
+
+    /// Puts the free area `[s, e)` in `n`'s pool of its size, or on `back`
+    /// for the free tree.
+    fn pool(&self, n: &mut Node, s: u64, e: u64, back: &mut Vec<(u64, u64)>) {
+        match self.class_of(e - s) {
+            Some(k) if n.pools[k].len() < self.cfg.pool_max => n.pools[k].push(s),
+            _ => back.push((s, e)),
+        }
+    }
+
+    /// Frees `areas` in the free tree under one lock acquisition.
+    fn give_back(&self, areas: &[(u64, u64)]) {
+        let mut g = self.global.0.lock();
+        for &(s, e) in areas {
+            // Cannot fail: pooled and lazy areas are live in the tree.
+            let freed = g.free_sized(s, e - s);
+            debug_assert!(freed.is_ok(), "a pooled area is live");
+        }
+    }
+
+    /// Runs `f` on the exact allocator under its lock (pooled and lazy
+    /// areas count as live there).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::{NodesConfig, StdVmapNodes};
+    /// let v = StdVmapNodes::new(0, 1 << 20, NodesConfig::default()).unwrap();
+    /// v.alloc(0, 4096, 4096).unwrap();
+    /// assert_eq!(v.with_allocator(|va| va.stats().live_areas), 1);
+    /// ```
+    pub fn with_allocator<T>(&self, f: impl FnOnce(&mut VmapAllocator) -> T) -> T {
+        f(&mut self.global.0.lock())
+    }
+}

@@ -1,0 +1,102 @@
+//! Purges: every node's lazy list flushed once and pooled, every pool
+//! decayed by a quarter ([`VmapNodes::purge`]) or emptied
+//! ([`VmapNodes::drain`]).
+
+use alloc::vec::Vec;
+
+use super::{Node, VmapNodes};
+
+impl<R: lock_api::RawMutex> VmapNodes<R> {
+    /// Takes every node's lazy list, calls the flush hook once with the
+    /// range covering them all, then pools their areas on their nodes and
+    /// decays every pool by a quarter (its oldest `len / 4` areas back to
+    /// the free tree), as the kernel's purge does. Returns whether any
+    /// area was lazy (no flush and no decay otherwise).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::{NodesConfig, StdVmapNodes};
+    /// let v = StdVmapNodes::new(0, 1 << 30, NodesConfig::default()).unwrap();
+    /// let areas: Vec<u64> = (0..8).map(|_| v.alloc(0, 4096, 4096).unwrap()).collect();
+    /// for &a in &areas {
+    ///     v.free(0, a).unwrap(); // 8 areas in node 0's pool of one page
+    /// }
+    /// assert!(!v.purge()); // nothing lazy: nothing to do
+    /// let b = v.alloc(1, 4096, 4096).unwrap();
+    /// v.free_lazy(1, b).unwrap();
+    /// assert!(v.purge());
+    /// assert_eq!(v.node_stats(0).pooled, 6); // 8 - 8 / 4
+    /// assert_eq!(v.node_stats(1).pooled, 1); // 1 - 1 / 4
+    /// ```
+    pub fn purge(&self) -> bool {
+        self.purge_with(false)
+    }
+
+    /// Purges every lazy list and returns every pooled area to the free
+    /// tree, which is then the whole free space: the next allocations are
+    /// exact until areas are pooled again.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::{NodesConfig, StdVmapNodes};
+    /// let v = StdVmapNodes::new(0, 1 << 20, NodesConfig::default()).unwrap();
+    /// let a = v.alloc(0, 4096, 4096).unwrap();
+    /// let b = v.alloc(0, 4096, 4096).unwrap();
+    /// v.free(0, a).unwrap();
+    /// v.free_lazy(0, b).unwrap();
+    /// v.drain();
+    /// assert_eq!(v.stats().pooled, 0);
+    /// assert_eq!(v.with_allocator(|va| va.stats().free_blocks), 1);
+    /// ```
+    pub fn drain(&self) {
+        self.purge_with(true);
+    }
+
+    /// A purge; `full` decays every pool to empty, even with nothing lazy.
+    fn purge_with(&self, full: bool) -> bool {
+        let mut p = self.purger.lock();
+        let batches: Vec<Vec<(u64, u64)>> = (self.nodes.iter())
+            .map(|n| {
+                let mut n = n.0.lock();
+                n.lazy_bytes = 0;
+                core::mem::take(&mut n.lazy)
+            })
+            .collect();
+        let all = batches.iter().flatten();
+        let lo = all.clone().map(|a| a.0).min();
+        let hi = all.map(|a| a.1).max();
+        let any = lo.is_some();
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            p.purges += 1;
+            if let Some(f) = p.hook.as_mut() {
+                f(lo, hi);
+            }
+        }
+        if !any && !full {
+            return false;
+        }
+        let mut back = Vec::new();
+        for (n, batch) in self.nodes.iter().zip(batches) {
+            let mut n = n.0.lock();
+            for (s, e) in batch {
+                self.pool(&mut n, s, e, &mut back);
+            }
+            self.decay(&mut n, full, &mut back);
+        }
+        if !back.is_empty() {
+            self.give_back(&back);
+        }
+        any
+    }
+
+    /// Moves the oldest quarter of each of `n`'s pools (all of it when
+    /// `full`) onto `back`.
+    fn decay(&self, n: &mut Node, full: bool, back: &mut Vec<(u64, u64)>) {
+        let g = self.cfg.granule;
+        for (k, pool) in n.pools.iter_mut().enumerate() {
+            let d = if full { pool.len() } else { pool.len() / 4 };
+            let size = (k as u64 + 1) * g;
+            back.extend(pool.drain(..d).map(|a| (a, a + size)));
+        }
+    }
+}

@@ -1,0 +1,145 @@
+use super::*;
+use crate::error::AllocError;
+
+type Spin = spin::Mutex<()>;
+
+fn nodes(n: usize) -> VmapNodes<Spin> {
+    let cfg = NodesConfig {
+        nodes: n,
+        ..NodesConfig::default()
+    };
+    VmapNodes::new(0, 1 << 30, cfg).unwrap()
+}
+
+fn assert_send_sync<T: Send + Sync>() {}
+
+#[test]
+fn nodes_are_send_and_sync_behind_any_raw_lock() {
+    assert_send_sync::<VmapNodes<Spin>>();
+    #[cfg(feature = "std")]
+    assert_send_sync::<StdVmapNodes>();
+}
+
+#[test]
+fn a_pooled_area_returns_to_its_own_node_only() {
+    let v = nodes(2);
+    let a = v.alloc(0, 4096, 4096).unwrap();
+    v.free(1, a).unwrap(); // freed from node 1: pooled on node 0, its owner
+    assert_eq!(v.node_stats(0).pooled, 1);
+    assert_eq!(v.alloc(1, 4096, 4096), Ok(4096)); // node 1 misses
+    assert_eq!(v.alloc(0, 4096, 4096), Ok(a)); // node 0 hits
+    v.check().unwrap();
+}
+
+#[test]
+fn a_misaligned_pooled_area_is_a_miss() {
+    let v = nodes(1);
+    v.alloc(0, 4096, 4096).unwrap();
+    let a = v.alloc(0, 4096, 4096).unwrap(); // 0x1000
+    v.free(0, a).unwrap();
+    assert_eq!(v.alloc(0, 4096, 8192), Ok(0x2000));
+    assert_eq!(v.node_stats(0).misses, 3);
+    assert_eq!(v.node_stats(0).pooled, 1);
+    v.check().unwrap();
+}
+
+#[test]
+fn no_space_drains_every_node_then_answers_exactly() {
+    let cfg = NodesConfig {
+        nodes: 2,
+        ..NodesConfig::default()
+    };
+    let v: VmapNodes<Spin> = VmapNodes::new(0, 4 * 4096, cfg).unwrap();
+    let areas: Vec<u64> = (0..4).map(|i| v.alloc(i, 4096, 4096).unwrap()).collect();
+    v.free(0, areas[0]).unwrap(); // node 0's pool
+    v.free_lazy(1, areas[1]).unwrap(); // node 1's lazy list
+                                       // Two pages fit only once both are back in the tree, merged.
+    assert_eq!(v.alloc(1, 8192, 4096), Ok(0));
+    assert_eq!(v.stats().pooled, 0);
+    assert_eq!(v.alloc(0, 4096, 1), Err(AllocError::NoSpace));
+    v.check().unwrap();
+}
+
+#[test]
+fn bad_frees_change_nothing() {
+    let v = nodes(3);
+    let a = v.alloc(2, 8192, 4096).unwrap();
+    let before = v.stats();
+    assert_eq!(v.free(0, a + 1), Err(FreeError::NotAllocated));
+    assert_eq!(v.free_sized(0, a, 4096), Err(FreeError::SizeMismatch));
+    assert_eq!(v.free_lazy_sized(0, a, 0), Err(FreeError::Invalid));
+    assert_eq!(v.stats(), before);
+    assert_eq!(v.free_sized(1, a, 8192), Ok(8192));
+    assert_eq!(v.free(1, a), Err(FreeError::NotAllocated));
+    v.check().unwrap();
+}
+
+#[test]
+fn a_lazy_list_past_its_limit_purges_every_node_with_one_flush() {
+    let cfg = NodesConfig {
+        nodes: 2,
+        lazy_max: 2 * 4096,
+        ..NodesConfig::default()
+    };
+    let v: VmapNodes<Spin> = VmapNodes::new(0, 1 << 20, cfg).unwrap();
+    let flushes = alloc::sync::Arc::new(spin::Mutex::new(Vec::new()));
+    let f = flushes.clone();
+    v.set_flush_hook(Some(Box::new(move |s, e| f.lock().push((s, e)))));
+    let a: Vec<u64> = (0..4)
+        .map(|i| v.alloc(i % 2, 4096, 4096).unwrap())
+        .collect();
+    v.free_lazy(1, a[1]).unwrap();
+    v.free_lazy(0, a[0]).unwrap();
+    v.free_lazy(0, a[2]).unwrap();
+    assert!(flushes.lock().is_empty());
+    v.free_lazy(1, a[3]).unwrap(); // node 1 holds 2 pages: not past 2
+    assert!(flushes.lock().is_empty());
+    let b = v.alloc(1, 4096, 4096).unwrap();
+    v.free_lazy(1, b).unwrap(); // 3 pages on node 1: every node purges
+    assert_eq!(*flushes.lock(), [(0, 0x5000)]);
+    assert_eq!(v.stats().lazy, 0);
+    assert_eq!(v.stats().purges, 1);
+    v.check().unwrap();
+}
+
+#[cfg(feature = "std")]
+#[test]
+fn threads_churning_their_own_nodes_keep_every_invariant() {
+    use std::sync::Arc;
+    let v = Arc::new(nodes(4));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let v = Arc::clone(&v);
+            std::thread::spawn(move || {
+                let mut live = Vec::new();
+                let mut x = t as u64 + 1;
+                for i in 0..3000u64 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    if live.len() > 50 || (x >> 62) == 0 && !live.is_empty() {
+                        let (a, size) = live.swap_remove((x >> 33) as usize % live.len());
+                        // Some frees on another node than the allocation's.
+                        let cpu = if i % 7 == 0 { t + 1 } else { t };
+                        match i % 3 {
+                            0 => assert_eq!(v.free_lazy_sized(cpu, a, size), Ok(size)),
+                            1 => assert_eq!(v.free(cpu, a), Ok(size)),
+                            _ => assert_eq!(v.free_lazy(cpu, a), Ok(size)),
+                        }
+                    } else {
+                        let size = 4096 * (1 + (x >> 40) % 300);
+                        live.push((v.alloc(t, size, 4096).unwrap(), size));
+                    }
+                    if i % 1000 == 0 {
+                        v.check().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    v.check().unwrap();
+    v.drain();
+    let s = v.stats();
+    assert_eq!(s.tree.live_areas, s.live);
+}
