@@ -118,3 +118,48 @@ proptest! {
         run_policy_ops_from(v, m, &ops).map_err(TestCaseError::fail)?;
     }
 }
+
+/// Requests aligned to the granule every block start has (16 here), with
+/// a window that starts inside the first free block long enough: the
+/// tree's plain descent declines them (that block starts below the
+/// window) and its general search answers, at every policy, as the model
+/// does. Frees between the requests keep the holes changing.
+#[test]
+fn floor_aligned_requests_with_a_window_inside_the_first_long_block() {
+    let (mut v, mut m) = fragmented((0, 1 << 20), DEEP_POLICY_AREAS, 7);
+    let mut cut = 0;
+    for i in 0..400u64 {
+        let size = 16 * (1 + i % 4);
+        let Some(&(s, e)) = m.free.iter().find(|&&(s, e)| e - s >= size) else {
+            break;
+        };
+        // Into the block by 1 to 47 bytes, never past its end.
+        let lo = (s + 1 + (i * 7) % 47).min(e - 1);
+        let hi = if i % 3 == 0 { 1 << 20 } else { e + 4096 };
+        let place = match i % 3 {
+            0 => Place::Lowest,
+            1 => Place::Highest,
+            _ => Place::Exact((lo + 15) & !15),
+        };
+        let align = if i % 5 == 0 { 4 } else { 16 };
+        cut += usize::from(s < lo && lo < e && matches!(place, Place::Lowest));
+        let ops = [
+            Op::Alloc {
+                size,
+                align,
+                window: Some((lo, hi)),
+                place,
+            },
+            Op::Free(i as usize * 31),
+        ];
+        let ops = if i % 2 == 0 { &ops[..] } else { &ops[..1] };
+        for op in ops {
+            step(&mut v, &mut m, op).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        }
+    }
+    assert!(
+        cut > 100,
+        "{cut} lowest requests cut into the first long block"
+    );
+    v.check().unwrap();
+}

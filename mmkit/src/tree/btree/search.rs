@@ -218,7 +218,9 @@ impl BTree {
     /// its alignment (`k` at most the granule floor) and that block starts
     /// inside the window. Each level takes its first child whose longest
     /// block is long enough, with no key read and no backing up; `None`
-    /// when the general search must answer (the block starts below `lo`).
+    /// when the general search must answer (the block starts below `lo`,
+    /// or `k` is above the floor). The general search takes every `k`,
+    /// the floor's own included.
     #[inline]
     pub(super) fn plain_fit(&self, q: Request, pos: &mut Pos) -> Option<Option<u64>> {
         if q.k > self.floor || self.height == 0 {
@@ -240,6 +242,10 @@ impl BTree {
         let i = at_least(&l.size, q.size).trailing_zeros() as usize;
         debug_assert!(i < LEAF_CAP, "a child's maximum was long enough");
         let s = l.start[i];
+        debug_assert!(
+            s & (q.align - 1) == 0,
+            "a block start without the request's alignment"
+        );
         if s < q.lo {
             return None;
         }

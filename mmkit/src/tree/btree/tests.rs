@@ -668,3 +668,37 @@ mod deep {
         t.check(0, u64::MAX).unwrap();
     }
 }
+
+/// A request aligned to the granule floor whose window starts inside the
+/// first block long enough: the plain descent declines it and the general
+/// search answers, at the floor's own alignment and below it, as the
+/// linear scans do.
+#[test]
+fn floor_aligned_requests_with_a_window_inside_the_first_long_block() {
+    let mut t = BTree::new();
+    // Short blocks of one granule (16) below 32_000, then 96-byte ones:
+    // a tree of several levels, every start and end a multiple of 16.
+    for i in 0..500u64 {
+        t.insert(i * 64, i * 64 + 16);
+    }
+    for j in 0..50u64 {
+        t.insert(40_000 + j * 128, 40_000 + j * 128 + 96);
+    }
+    assert_eq!(t.granule_floor(), 4);
+    for k in 0..=4u32 {
+        let align = 1u64 << k;
+        for size in [17u64, 32, 48, 80, 96] {
+            for lo in (40_000 - 8..40_000 + 3 * 128).step_by(3) {
+                for hi in [40_000 + 100, 40_000 + 300, u64::MAX] {
+                    let want = t.lowest_fit_linear(size, align, lo, hi);
+                    let got = lowest(&mut t, size, align, lo, hi).map(|(_, a)| a);
+                    assert_eq!(got, want, "lowest {size} aligned {align} in [{lo}, {hi})");
+                    let want = t.highest_fit_linear(size, align, lo, hi);
+                    let got = highest(&t, size, align, lo, hi).map(|(_, a)| a);
+                    assert_eq!(got, want, "highest {size} aligned {align} in [{lo}, {hi})");
+                }
+            }
+        }
+    }
+    t.check(0, u64::MAX).unwrap();
+}
