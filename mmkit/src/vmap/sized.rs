@@ -120,25 +120,7 @@ impl VmapAllocator {
     pub fn free_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
         let end = self.sized_end(addr, size)?;
-        if self.indexed {
-            // The home bucket first, as `free` reads it, used after the
-            // descent.
-            let probe = self.busy.probe(addr);
-            self.settle_pending();
-            self.free.neighbours_near(addr, &mut self.nb);
-            match self.busy.get_probed(addr, probe) {
-                None => return Err(FreeError::NotAllocated),
-                Some(e) if e != end => return Err(FreeError::SizeMismatch),
-                Some(_) => {}
-            }
-            self.busy.remove_probed(addr, probe);
-        } else {
-            self.settle_pending();
-            self.free.neighbours_near(addr, &mut self.nb);
-            self.trusted(addr, end)?;
-        }
-        self.live_bytes -= size;
-        self.live_count -= 1;
+        self.take_sized(addr, end, true)?;
         self.release(addr, end, true);
         Ok(size)
     }
@@ -161,8 +143,23 @@ impl VmapAllocator {
     pub fn free_lazy_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
         let end = self.sized_end(addr, size)?;
+        self.take_sized(addr, end, false)?;
+        self.defer(addr, end);
+        Ok(size)
+    }
+
+    /// Takes the live area `[addr, end)` out of the books: out of the busy
+    /// index when there is one (its size checked), else checked against the
+    /// free blocks around it. `descend` finds the neighbours for an eager
+    /// release (the home bucket read first, as `free` reads it); without a
+    /// busy index the check needs them anyway.
+    fn take_sized(&mut self, addr: u64, end: u64, descend: bool) -> Result<(), FreeError> {
         if self.indexed {
             let probe = self.busy.probe(addr);
+            if descend {
+                self.settle_pending();
+                self.free.neighbours_near(addr, &mut self.nb);
+            }
             match self.busy.get_probed(addr, probe) {
                 None => return Err(FreeError::NotAllocated),
                 Some(e) if e != end => return Err(FreeError::SizeMismatch),
@@ -174,10 +171,9 @@ impl VmapAllocator {
             self.free.neighbours_near(addr, &mut self.nb);
             self.trusted(addr, end)?;
         }
-        self.live_bytes -= size;
+        self.live_bytes -= end - addr;
         self.live_count -= 1;
-        self.defer(addr, end);
-        Ok(size)
+        Ok(())
     }
 
     /// The end of `[addr, addr + size)`, a range inside the space.
