@@ -183,3 +183,143 @@ fn low_slot_chunks_that_fail_a_fit_are_parked_until_a_free() {
     );
     a.check().unwrap();
 }
+
+/// A chunk (the allocator's first, of one unit) with its holes: everything
+/// else taken by fillers. `holes` are (byte offset, length) in increasing
+/// order, all multiples of 4; the fillers' pointers are returned with the
+/// holes'.
+fn holes_in_one_chunk(a: &mut PercpuAllocator, holes: &[(u32, u64)]) -> (u32, Vec<PcpuPtr>) {
+    let unit = a.unit_size() as u32;
+    let mut at = 0u64;
+    let mut made = Vec::new();
+    let mut chunk = None;
+    for &(off, len) in holes.iter().chain([(unit, 0)].iter()) {
+        for (size, hole) in [(u64::from(off) - at, false), (len, true)] {
+            if size == 0 {
+                continue;
+            }
+            let p = a.alloc(size, 4).unwrap();
+            assert_eq!(p.offset as u64, at, "set-up not packed");
+            assert_eq!(
+                *chunk.get_or_insert(p.chunk),
+                p.chunk,
+                "set-up spans chunks"
+            );
+            made.push((p, hole));
+            at += size;
+        }
+    }
+    for &(p, hole) in &made {
+        if hole {
+            a.free(p).unwrap();
+        }
+    }
+    a.check().unwrap();
+    (chunk.unwrap(), made.iter().map(|m| m.0).collect())
+}
+
+/// The scan hint (the longest run before the contig hint) lets a request
+/// longer than it skip the runs before; a request exactly as long as it
+/// must still take it, the lowest fit.
+#[test]
+fn a_request_as_long_as_the_scan_hint_takes_that_run() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    // A 20-byte hole at 4, then the rest of the chunk free after a filler.
+    let (c, _) = holes_in_one_chunk(&mut a, &[(4, 20), (28, 4068)]);
+    // 24 bytes do not fit the hole: they cut the contig run at its start,
+    // and the rescan that follows makes the hole the scan hint.
+    let p = a.alloc(24, 4).unwrap();
+    assert_eq!((p.chunk, p.offset), (c, 28));
+    a.check().unwrap();
+    assert_eq!(
+        a.alloc(20, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 4
+        })
+    );
+    a.check().unwrap();
+}
+
+/// Of two free runs of the same length, a block's contig hint names the
+/// better aligned one (`pcpu_block_update`), so an aligned request that
+/// fits only there is served from this chunk, not a new one.
+#[test]
+fn equal_runs_keep_the_better_aligned_contig_hint() {
+    for (first, second) in [(64u32, 132u32), (132, 256)] {
+        let mut a = PercpuAllocator::new(4096).unwrap();
+        let (c, _) = holes_in_one_chunk(&mut a, &[(first, 64), (second, 64)]);
+        let aligned = if first % 64 == 0 { first } else { second };
+        assert_eq!(
+            a.alloc(64, 64),
+            Ok(PcpuPtr {
+                chunk: c,
+                offset: aligned
+            }),
+            "holes at {first} and {second}"
+        );
+        a.check().unwrap();
+    }
+}
+
+/// An allocation at the start of a block's longest run, when that run does
+/// not reach the end of the block: the hints are rescanned, not derived as
+/// for a run that reaches the end (`check()` compares them with the bitmap).
+#[test]
+fn a_cut_at_the_start_of_a_run_that_ends_inside_the_block() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    // Bits [2, 514): a run of 512 bits, 2 * 512 = the block's 1024 bits.
+    let (c, _) = holes_in_one_chunk(&mut a, &[(8, 2048)]);
+    assert_eq!(
+        a.alloc(40, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 8
+        })
+    );
+    a.check().unwrap();
+    assert_eq!(
+        a.alloc(2008, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 48
+        })
+    );
+    a.check().unwrap();
+}
+
+/// A free run across a block edge is carried from one block's right_free
+/// into the next one's left_free. One too short for the request must not
+/// stop the search: the fit in a later block of the same chunk is taken.
+#[test]
+fn a_short_run_across_a_block_edge_does_not_end_the_search() {
+    let mut a = PercpuAllocator::new(16384).unwrap();
+    // 20 bytes before the first block edge (4096), 8 after: 28 bytes, too
+    // short for 32; a 64-byte hole in the last block.
+    let (c, _) = holes_in_one_chunk(&mut a, &[(4076, 28), (13000, 64)]);
+    assert_eq!(
+        a.alloc(32, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 13000
+        })
+    );
+    a.check().unwrap();
+}
+
+/// The one empty chunk the allocator keeps is listed as wholly free: the
+/// next request that no chunk in use can serve takes it rather than a new
+/// chunk, and freeing the last allocation of a chunk keeps it as the spare.
+#[test]
+fn the_spare_empty_chunk_is_kept_and_reused() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    let full = a.alloc(4096, 4).unwrap();
+    let p = a.alloc(4, 4).unwrap();
+    assert_ne!(p.chunk, full.chunk);
+    assert_eq!(a.free(p), Ok(4));
+    assert_eq!(a.stats().chunks, 2, "the spare was released");
+    let q = a.alloc(4096, 4).unwrap();
+    assert_eq!(q, p, "a new chunk was made beside the spare");
+    assert_eq!(a.stats().chunks, 2);
+    a.check().unwrap();
+}
