@@ -288,20 +288,26 @@ fn a_cut_at_the_start_of_a_run_that_ends_inside_the_block() {
     a.check().unwrap();
 }
 
-/// A free run across a block edge is carried from one block's right_free
-/// into the next one's left_free. One too short for the request must not
-/// stop the search: the fit in a later block of the same chunk is taken.
+/// The block walk of `pcpu_find_block_fit`: a free run across a block edge
+/// is carried from one block's right_free into the next one's left_free,
+/// and each block's contig hint is tried at its place in the chunk. Runs
+/// too short once aligned must not stop the search: the fit in a later
+/// block of the same chunk is taken.
 #[test]
 fn a_short_run_across_a_block_edge_does_not_end_the_search() {
     let mut a = PercpuAllocator::new(16384).unwrap();
-    // 20 bytes before the first block edge (4096), 8 after: 28 bytes, too
-    // short for 32; a 64-byte hole in the last block.
-    let (c, _) = holes_in_one_chunk(&mut a, &[(4076, 28), (13000, 64)]);
+    // In bits (4 bytes each), for 8 bits aligned to 8: [1, 10) is long
+    // enough but not aligned, so the scan hint does not skip the runs
+    // before the fit; [1018, 1028) crosses the edge at 1024, 6 + 4 bits,
+    // too short once aligned; [1035, 1044), the second block's longest,
+    // is not aligned either; [3256, 3272) in the last block fits.
+    let holes = [(4, 36), (4072, 40), (4140, 36), (13024, 64)];
+    let (c, _) = holes_in_one_chunk(&mut a, &holes);
     assert_eq!(
-        a.alloc(32, 4),
+        a.alloc(32, 32),
         Ok(PcpuPtr {
             chunk: c,
-            offset: 13000
+            offset: 13024
         })
     );
     a.check().unwrap();
