@@ -185,37 +185,36 @@ fn low_slot_chunks_that_fail_a_fit_are_parked_until_a_free() {
 }
 
 /// A chunk (the allocator's first, of one unit) with its holes: everything
-/// else taken by fillers. `holes` are (byte offset, length) in increasing
-/// order, all multiples of 4; the fillers' pointers are returned with the
-/// holes'.
-fn holes_in_one_chunk(a: &mut PercpuAllocator, holes: &[(u32, u64)]) -> (u32, Vec<PcpuPtr>) {
+/// else taken by fillers, then the holes freed in the order given. `holes`
+/// are (byte offset, length), apart, all multiples of 4.
+fn holes_in_one_chunk(a: &mut PercpuAllocator, holes: &[(u32, u64)]) -> u32 {
     let unit = a.unit_size() as u32;
+    let mut sorted = holes.to_vec();
+    sorted.sort_unstable();
     let mut at = 0u64;
-    let mut made = Vec::new();
+    let mut made = BTreeMap::new();
     let mut chunk = None;
-    for &(off, len) in holes.iter().chain([(unit, 0)].iter()) {
-        for (size, hole) in [(u64::from(off) - at, false), (len, true)] {
+    for &(off, len) in sorted.iter().chain([(unit, 0)].iter()) {
+        for size in [u64::from(off) - at, len] {
             if size == 0 {
                 continue;
             }
             let p = a.alloc(size, 4).unwrap();
-            assert_eq!(p.offset as u64, at, "set-up not packed");
+            assert_eq!(u64::from(p.offset), at, "set-up not packed");
             assert_eq!(
                 *chunk.get_or_insert(p.chunk),
                 p.chunk,
                 "set-up spans chunks"
             );
-            made.push((p, hole));
+            made.insert(p.offset, p);
             at += size;
         }
     }
-    for &(p, hole) in &made {
-        if hole {
-            a.free(p).unwrap();
-        }
+    for &(off, _) in holes {
+        a.free(made[&off]).unwrap();
     }
     a.check().unwrap();
-    (chunk.unwrap(), made.iter().map(|m| m.0).collect())
+    chunk.unwrap()
 }
 
 /// The scan hint (the longest run before the contig hint) lets a request
@@ -225,7 +224,7 @@ fn holes_in_one_chunk(a: &mut PercpuAllocator, holes: &[(u32, u64)]) -> (u32, Ve
 fn a_request_as_long_as_the_scan_hint_takes_that_run() {
     let mut a = PercpuAllocator::new(4096).unwrap();
     // A 20-byte hole at 4, then the rest of the chunk free after a filler.
-    let (c, _) = holes_in_one_chunk(&mut a, &[(4, 20), (28, 4068)]);
+    let c = holes_in_one_chunk(&mut a, &[(4, 20), (28, 4068)]);
     // 24 bytes do not fit the hole: they cut the contig run at its start,
     // and the rescan that follows makes the hole the scan hint.
     let p = a.alloc(24, 4).unwrap();
@@ -248,7 +247,7 @@ fn a_request_as_long_as_the_scan_hint_takes_that_run() {
 fn equal_runs_keep_the_better_aligned_contig_hint() {
     for (first, second) in [(64u32, 132u32), (132, 256)] {
         let mut a = PercpuAllocator::new(4096).unwrap();
-        let (c, _) = holes_in_one_chunk(&mut a, &[(first, 64), (second, 64)]);
+        let c = holes_in_one_chunk(&mut a, &[(first, 64), (second, 64)]);
         let aligned = if first % 64 == 0 { first } else { second };
         assert_eq!(
             a.alloc(64, 64),
@@ -269,7 +268,7 @@ fn equal_runs_keep_the_better_aligned_contig_hint() {
 fn a_cut_at_the_start_of_a_run_that_ends_inside_the_block() {
     let mut a = PercpuAllocator::new(4096).unwrap();
     // Bits [2, 514): a run of 512 bits, 2 * 512 = the block's 1024 bits.
-    let (c, _) = holes_in_one_chunk(&mut a, &[(8, 2048)]);
+    let c = holes_in_one_chunk(&mut a, &[(8, 2048)]);
     assert_eq!(
         a.alloc(40, 4),
         Ok(PcpuPtr {
@@ -302,7 +301,7 @@ fn a_short_run_across_a_block_edge_does_not_end_the_search() {
     // too short once aligned; [1035, 1044), the second block's longest,
     // is not aligned either; [3256, 3272) in the last block fits.
     let holes = [(4, 36), (4072, 40), (4140, 36), (13024, 64)];
-    let (c, _) = holes_in_one_chunk(&mut a, &holes);
+    let c = holes_in_one_chunk(&mut a, &holes);
     assert_eq!(
         a.alloc(32, 32),
         Ok(PcpuPtr {
@@ -328,4 +327,38 @@ fn the_spare_empty_chunk_is_kept_and_reused() {
     assert_eq!(q, p, "a new chunk was made beside the spare");
     assert_eq!(a.stats().chunks, 2);
     a.check().unwrap();
+}
+
+/// A free that stays inside one block updates the chunk's record with the
+/// run clipped to that block (`pcpu_block_update_hint_free`): the chunk's
+/// contig hint may lag behind a run that the free joined across a block
+/// edge, until a refresh. The chunk is judged by that record, so a request
+/// that only the joined run could hold goes to a new chunk.
+#[test]
+fn a_free_inside_one_block_leaves_the_chunk_record_behind() {
+    // Bits [100, 128) (28) free first, then [1000, 1024) and [1024, 1030)
+    // in either order: they join into a run of 30 across the block edge.
+    for last_first in [false, true] {
+        let mut a = PercpuAllocator::new(8192).unwrap();
+        let mut holes = vec![(400, 112), (4000, 96), (4096, 24)];
+        if last_first {
+            holes.swap(1, 2);
+        }
+        let c = holes_in_one_chunk(&mut a, &holes);
+        let p = a.alloc(120, 4).unwrap();
+        assert_ne!(
+            p.chunk, c,
+            "the chunk record did not lag ({holes:?}): {p:?}"
+        );
+        a.check().unwrap();
+        // The record's own run still serves what fits it.
+        assert_eq!(
+            a.alloc(112, 4),
+            Ok(PcpuPtr {
+                chunk: c,
+                offset: 400
+            })
+        );
+        a.check().unwrap();
+    }
 }
