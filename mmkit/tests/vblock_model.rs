@@ -465,3 +465,50 @@ fn absurd_cpu_counts_are_refused_before_allocating() {
         assert_eq!(r.err(), Some(AllocError::Invalid), "{cpus} cpus");
     }
 }
+
+/// Every event counter, summed over the CPU queues, against the count of
+/// calls made here; with a clock that ticks on every read, every time
+/// counter moves.
+#[test]
+fn counters_add_up_over_the_cpus() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static TICKS: AtomicU64 = AtomicU64::new(0);
+    fn tick() -> u64 {
+        TICKS.fetch_add(1, Ordering::Relaxed) + 1
+    }
+    assert_eq!(
+        (Policy::Legacy.name(), Policy::Current.name()),
+        ("legacy", "current")
+    );
+    let mut vb = VblockAllocator::new(range(), SMALL, Policy::Current, 2).unwrap();
+    vb.set_clock(Some(tick));
+    // On each CPU: one block filled with four maps of 8 pages, and one
+    // large map (above max_alloc); then everything unmapped.
+    let mut maps = Vec::new();
+    for cpu in 0..2 {
+        for _ in 0..4 {
+            maps.push((vb.map(cpu, 8).unwrap(), 8));
+        }
+        maps.push((vb.map(cpu, 9).unwrap(), 9));
+    }
+    for &(a, pages) in &maps {
+        vb.unmap(a, pages).unwrap();
+    }
+    assert!(vb.unmap_aliases(&mut |_, _| {}));
+    let c = vb.counters();
+    assert_eq!(
+        (c.map_calls, c.unmap_calls, c.large_maps, c.large_unmaps),
+        (10, 10, 2, 2),
+        "{c:?}"
+    );
+    assert_eq!(
+        (c.blocks_created, c.blocks_released, c.flushes),
+        (2, 2, 1),
+        "{c:?}"
+    );
+    assert!(
+        c.map_ns > 0 && c.unmap_ns > 0 && c.create_ns > 0 && c.release_ns > 0,
+        "{c:?}"
+    );
+    vb.check().unwrap();
+}
