@@ -182,6 +182,13 @@ fn compare(b: &BuddyAllocator, m: &Model) -> Result<(), TestCaseError> {
     if let Some(d) = m.kern.differs(b) {
         return Err(TestCaseError::fail(d));
     }
+    // Each list's length, as `/proc/pagetypeinfo` reads it (0 past max_order).
+    for order in 0..=m.kern.max_order + 1 {
+        for mt in (0..).map_while(MigrateType::from_index) {
+            let want = m.kern.lists.get(&(order, mt)).map_or(0, |l| l.len() as u64);
+            prop_assert_eq!(b.free_count(order, mt), want, "free_count({}, {:?})", order, mt);
+        }
+    }
     for f in b.free_blocks() {
         prop_assert_eq!(f.mt == MigrateType::HighAtomic, m.ha(f.pfn));
     }
