@@ -41,8 +41,11 @@ pub struct Scale {
     pub stress_full_fit: u64,
     /// Buddy alloc/free pairs per CPU.
     pub buddy_pairs: u64,
-    /// Stale-TLB detector remap cycles at 2 CPUs; scaled by 2 / CPUs above.
+    /// Stale-TLB detector cycles at 2 CPUs; scaled by 2 / CPUs above.
     pub cycles: u64,
+    /// Stale-TLB detector cycles at any CPU count (`stale_cycles=`: the
+    /// dedicated run); 0 when unset.
+    pub stale_cycles: u64,
     /// The word `tests-only`: no experiments.
     pub tests_only: bool,
 }
@@ -60,6 +63,7 @@ impl Scale {
         stress_full_fit: 16,
         buddy_pairs: 20000,
         cycles: 200,
+        stale_cycles: 0,
         tests_only: false,
     };
 
@@ -72,6 +76,16 @@ impl Scale {
             busy: f(self.stress_busy),
             full_fit: f(self.stress_full_fit),
             ..self
+        }
+    }
+
+    /// The detector's cycles at the CPUs online: `stale_cycles` when set,
+    /// `cycles` scaled otherwise.
+    pub fn detector_cycles(self) -> u64 {
+        if self.stale_cycles > 0 {
+            self.stale_cycles
+        } else {
+            crate::tests::per_cpu_share(self.cycles)
         }
     }
 
@@ -98,6 +112,7 @@ impl Scale {
                 "full_fit" => s.full_fit = v,
                 "buddy_pairs" => s.buddy_pairs = v,
                 "cycles" => s.cycles = v,
+                "stale_cycles" => s.stale_cycles = v,
                 _ => {}
             }
         }

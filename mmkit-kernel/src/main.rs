@@ -19,6 +19,7 @@ mod pervar;
 mod phys;
 mod serial;
 mod smp;
+mod stale;
 mod tests;
 mod time;
 mod tlb;
@@ -66,7 +67,7 @@ extern "C" fn kmain(info: u64) -> ! {
     let cmdline = phys::cmdline(info, &mut buf);
     let scale = bench::Scale::parse(cmdline);
     println!(
-        "SCALE cpus={} seed_iters={} seed_old_iters={} loops={} busy={} full_fit={} stress_loops={} stress_busy={} stress_full_fit={} buddy_pairs={} cycles={} lazy_max_mib={}",
+        "SCALE cpus={} seed_iters={} seed_old_iters={} loops={} busy={} full_fit={} stress_loops={} stress_busy={} stress_full_fit={} buddy_pairs={} cycles={} stale_cycles={} lazy_max_mib={}",
         online,
         scale.seed_iters,
         scale.seed_old_iters,
@@ -78,6 +79,7 @@ extern "C" fn kmain(info: u64) -> ! {
         scale.stress_full_fit,
         scale.buddy_pairs,
         scale.cycles,
+        scale.detector_cycles(),
         mm::lazy_max(online) >> 20
     );
     match run(scale) {
@@ -99,7 +101,7 @@ extern "C" fn kmain(info: u64) -> ! {
 
 /// The tests, then the experiments, each followed by every check.
 fn run(scale: bench::Scale) -> Result<usize, alloc::string::String> {
-    let n = tests::run_all(scale.cycles)?;
+    let n = tests::run_all(scale.detector_cycles())?;
     if scale.tests_only {
         return Ok(n);
     }

@@ -294,11 +294,11 @@ pub fn boot(
 pub fn scale(quick: bool, loops: Option<u64>) -> String {
     let mut s = if quick {
         "seed_iters=200 seed_old_iters=20 loops=20 busy=100 full_fit=64 stress_loops=4 stress_busy=16 \
-         stress_full_fit=8 buddy_pairs=6400 cycles=20"
+         stress_full_fit=8 buddy_pairs=6400 cycles=100000"
             .to_string()
     } else {
         "seed_iters=2000 seed_old_iters=100 loops=100 busy=1000 full_fit=256 stress_loops=10 \
-         stress_busy=50 stress_full_fit=16 buddy_pairs=20000 cycles=200"
+         stress_busy=50 stress_full_fit=16 buddy_pairs=20000 cycles=100000"
             .to_string()
     };
     if let Some(l) = loops {
@@ -361,6 +361,91 @@ struct BootRow {
     verdict: String,
     buddy_ns_per_pair: f64,
     stale_reads: String,
+}
+
+#[derive(Serialize)]
+struct StaleRow {
+    vcpus: usize,
+    cycles: u64,
+    reads: u64,
+    flushes: u64,
+    stale: u64,
+    seconds: f64,
+    us_per_cycle: f64,
+    caught: String,
+    passed: bool,
+}
+
+const STALE_COLS: [Col; 8] = [
+    col("vcpus", "vCPUs", Fmt::Text),
+    col("cycles", "cycles", Fmt::Text),
+    col("reads", "reads", Fmt::Text),
+    col("flushes", "flushes", Fmt::Text),
+    col("stale", "stale reads", Fmt::Text),
+    col("seconds", "s", Fmt::Dec(1)),
+    col("us_per_cycle", "us/cycle", Fmt::Dec(1)),
+    col("caught", "caught with one flush skipped", Fmt::Text),
+];
+
+/// Cycles of the dedicated stale-TLB detector boots.
+pub const STALE_CYCLES: u64 = 1_000_000;
+/// The same at the quick scale.
+pub const STALE_CYCLES_QUICK: u64 = 100_000;
+
+/// vCPU counts of the dedicated detector boots.
+fn stale_smp_counts(quick: bool) -> &'static [usize] {
+    if quick {
+        &[2]
+    } else {
+        &[2, 4]
+    }
+}
+
+fn stale_row(b: &Boot) -> Option<StaleRow> {
+    let on = b.lines.iter().find(|l| l.starts_with("STALE flushing"))?;
+    let skipped = b
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("STALE skipped_flush="));
+    let n = |k: &str| field(on, k).and_then(|v| v.parse::<u64>().ok());
+    let cycles = n("cycles")?;
+    let ms = n("ms").unwrap_or(0) as f64;
+    Some(StaleRow {
+        vcpus: b.smp,
+        cycles,
+        reads: n("reads").unwrap_or(0),
+        flushes: n("flushes").unwrap_or(0),
+        stale: n("stale")?,
+        seconds: ms / 1e3,
+        us_per_cycle: ms * 1e3 / cycles.max(1) as f64,
+        caught: skipped.map_or("-".into(), |k| {
+            format!(
+                "{} of {}",
+                k.split_whitespace().next().unwrap_or_default(),
+                field(k, "of").unwrap_or_default()
+            )
+        }),
+        passed: b.passed,
+    })
+}
+
+fn stale_targets(accel: Accel, rows: &[StaleRow], asked: u64) -> Vec<Target> {
+    rows.iter()
+        .map(|r| {
+            Target::new(
+                format!(
+                    "stale-TLB detector: zero stale reads over {asked} cycles with flushing on, a skipped flush caught, at {} vCPUs ({})",
+                    r.vcpus,
+                    accel.name()
+                ),
+                format!(
+                    "{} stale of {} cycles; {} caught",
+                    r.stale, r.cycles, r.caught
+                ),
+                r.passed && r.stale == 0 && r.cycles >= asked,
+            )
+        })
+        .collect()
 }
 
 const SEED_COLS: [Col; 10] = [
@@ -483,20 +568,24 @@ fn test_rows(b: &Boot) -> Vec<TestRow> {
         .collect()
 }
 
+/// The value of word `k=value` in `line`.
+fn field(line: &str, k: &str) -> Option<String> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(k)?.strip_prefix('='))
+        .map(str::to_string)
+}
+
 fn boot_row(b: &Boot) -> BootRow {
-    let field = |l: &str, k: &str| {
-        l.split_whitespace()
-            .find_map(|w| w.strip_prefix(k)?.strip_prefix('='))
-            .map(str::to_string)
-    };
     let skipped = b
         .lines
         .iter()
-        .find_map(|l| field(l.strip_prefix("STALE ")?, "skipped_flush"));
+        .find_map(|l| l.strip_prefix("STALE skipped_flush="));
     let on = b.lines.iter().find(|l| l.starts_with("STALE flushing"));
     let stale = match (skipped, on) {
         (Some(k), Some(l)) => format!(
-            "{k} caught with a flush skipped; {} of {} cycles x 16 pages with flushing",
+            "{} of {} caught with a flush skipped; {} stale of {} cycles with flushing",
+            k.split_whitespace().next().unwrap_or_default(),
+            field(k, "of").unwrap_or_default(),
             field(l, "stale").unwrap_or_default(),
             field(l, "cycles").unwrap_or_default()
         ),
@@ -660,6 +749,23 @@ fn run(opts: &Options) -> Report {
         }
     }
     let total = t0.elapsed();
+    let asked = if opts.quick {
+        STALE_CYCLES_QUICK
+    } else {
+        STALE_CYCLES
+    };
+    let mut stale_boots = Vec::new();
+    for &smp in stale_smp_counts(opts.quick) {
+        let cmd = format!("{append} tests-only stale_cycles={asked}");
+        match boot(&elf, smp, &cmd, Duration::from_secs(600), accel, None) {
+            Ok(b) => stale_boots.push(b),
+            Err(e) => {
+                skip(&mut report, e);
+                return report;
+            }
+        }
+    }
+    let stale_rows: Vec<StaleRow> = stale_boots.iter().filter_map(stale_row).collect();
     let a = accel.name();
     let seeds: Vec<SeedRow> = boots.iter().filter_map(seed_row).collect();
     let modes: Vec<ModeRow> = boots.iter().filter_map(mode_row).collect();
@@ -688,11 +794,29 @@ fn run(opts: &Options) -> Report {
         &BOOT_COLS,
         &boots.iter().map(boot_row).collect::<Vec<_>>(),
     ));
+    report.tables.push(Table::of(
+        format!(
+            "stale-TLB detector, dedicated boots (tests only, stale_cycles={asked}): a cycle is one page unmapped, \
+             flushed, remapped to a new frame and read by every CPU ({a})"
+        ),
+        &STALE_COLS,
+        &stale_rows,
+    ));
     report.targets = targets(accel, &boots, &seeds, &modes, total, opts.quick);
+    report
+        .targets
+        .extend(stale_targets(accel, &stale_rows, asked));
+    if stale_rows.len() < stale_boots.len() {
+        report.targets.push(Target::new(
+            format!("stale-TLB detector boots report their run ({a})"),
+            format!("{} of {}", stale_rows.len(), stale_boots.len()),
+            false,
+        ));
+    }
     report.notes.push(format!(
         "accelerator: {a} ({qemu}); kernel command line (the scale): {append}; sizes are per CPU at 2 vCPUs; above 2, stress-mode \
          sizes scale by (2/vCPUs)^2, the old design's seed 002 iterations and the stale-TLB cycles by 2/vCPUs; \
-         {:.0} s for every boot",
+         {:.0} s for every boot of the suite (the dedicated stale-TLB detector boots not counted)",
         total.as_secs_f64()
     ));
     if accel == Accel::Tcg {
@@ -704,7 +828,7 @@ fn run(opts: &Options) -> Report {
                 .into(),
         );
     }
-    for b in boots.iter().filter(|b| !b.passed) {
+    for b in boots.iter().chain(&stale_boots).filter(|b| !b.passed) {
         report.notes.push(format!(
             "{} vCPUs: {}; last lines: {}",
             b.smp,
@@ -734,6 +858,11 @@ pub struct BootOptions {
     /// Run the in-kernel tests only, no experiments.
     #[arg(long)]
     pub tests_only: bool,
+    /// Run the stale-TLB detector with flushing on for this many cycles
+    /// (one page unmapped, flushed, remapped to a new frame and read by
+    /// every CPU), at any vCPU count; 0 keeps the scale's count.
+    #[arg(long, default_value_t = 0)]
+    pub stale_cycles: u64,
     /// Kill QEMU after this many seconds.
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
@@ -758,6 +887,9 @@ pub fn main(opts: &BootOptions, out: &mut dyn Write) -> std::io::Result<ExitCode
     let mut append = scale(opts.quick, None);
     if opts.tests_only {
         append.push_str(" tests-only");
+    }
+    if opts.stale_cycles > 0 {
+        append.push_str(&format!(" stale_cycles={}", opts.stale_cycles));
     }
     writeln!(
         out,

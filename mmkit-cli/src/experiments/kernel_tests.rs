@@ -62,16 +62,32 @@ fn a_boot_row_reads_the_stale_tlb_lines() {
     let b = boot_of(
         2,
         &[
-            "STALE skipped_flush=32",
-            "STALE flushing cycles=20 pages=16 cpus=2 stale=0",
+            "STALE skipped_flush=1500 of=2112 whole=1436 chunk=64",
+            "STALE flushing cycles=1000512 pages=1024 cpus=2 reads=2003072 flushes=1289 stale=0 ms=20000 ns_per_cycle=19990",
         ],
     );
     let r = boot_row(&b);
     assert_eq!(
         r.stale_reads,
-        "32 caught with a flush skipped; 0 of 20 cycles x 16 pages with flushing"
+        "1500 of 2112 caught with a flush skipped; 0 stale of 1000512 cycles with flushing"
     );
     assert_eq!(r.verdict, "pass");
+    let s = stale_row(&b).expect("a detector row");
+    assert_eq!((s.cycles, s.stale, s.flushes), (1000512, 0, 1289));
+    assert_eq!(s.caught, "1500 of 2112");
+    assert!((s.seconds - 20.0).abs() < 1e-9);
+    let t = stale_targets(Accel::Tcg, &[s], STALE_CYCLES);
+    assert_eq!(t[0].met, Some(true));
+    // Short of the count asked, or any stale read: missed.
+    let few = boot_of(2, &["STALE flushing cycles=1024 stale=0 ms=1"]);
+    let bad = boot_of(2, &["STALE flushing cycles=1000512 stale=3 ms=1"]);
+    for b in [few, bad] {
+        let rows = [stale_row(&b).expect("a row")];
+        assert_eq!(
+            stale_targets(Accel::Tcg, &rows, STALE_CYCLES)[0].met,
+            Some(false)
+        );
+    }
 }
 
 #[test]
