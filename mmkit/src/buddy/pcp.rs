@@ -37,9 +37,10 @@
 //!
 //! A per-frame *owner tag* records which blocks are in the caller's hands,
 //! so a double free or a free of a page sitting on a pcp list is refused
-//! without taking any lock. [`ConcurrentZone`] (feature `std`) keeps the
-//! same structure behind one lock per CPU, uncontended when each thread
-//! uses its own CPU, and takes the zone lock only to refill and drain.
+//! without taking any lock. [`LockedZone`] (feature `lock_api`, `no_std`;
+//! [`ConcurrentZone`] with `std`) keeps the same structure behind one lock
+//! per CPU, uncontended when each thread uses its own CPU, and takes the
+//! zone lock only to refill and drain.
 //!
 //! # Invariants (checked by [`PcpZone::check`])
 //! - every block on a pcp list is an allocated block of the buddy allocator
@@ -670,85 +671,101 @@ impl PcpZone {
     /// pcp.check().unwrap();
     /// ```
     pub fn check(&self) -> Result<(), CheckError> {
-        self.zone.check()?;
-        let pb = self.zone.cfg.pageblock_order;
-        let mut seen = vec![false; self.owner.len()];
-        let mut pcp = 0u64;
-        for (cpu, lists) in self.cpus.iter().enumerate() {
-            let mut count = 0u64;
-            for (li, list) in lists.lists.iter().enumerate() {
-                let (order, mt) = slot_of(li, pb);
-                for &pfn in list {
-                    let i = self.zone.idx(pfn);
-                    let ok = i.is_some_and(|i| {
-                        self.owner[i] == 0
-                            && self.zone.frame(i) == Frame::Alloc { order, mt }
-                            && !core::mem::replace(&mut seen[i], true)
-                    });
-                    crate::ensure!(
-                        ok,
-                        Structure @ pfn,
-                        "cpu {cpu}: pcp page {pfn:#x} ({order}, {mt:?}) not an idle allocated block or listed twice"
-                    );
-                    count += 1u64 << order;
-                }
-            }
-            crate::ensure!(
-                count == lists.count,
-                Accounting @ cpu,
-                "cpu {cpu}: count {} but lists hold {count}",
-                lists.count
-            );
-            pcp += count;
-        }
-        let mut user = 0u64;
-        for (i, &t) in self.owner.iter().enumerate() {
-            if t == 0 {
-                continue;
-            }
-            let ok = untag(t).is_some_and(|(order, mt)| {
-                user += 1u64 << order;
-                self.zone.frame(i) == Frame::Alloc { order, mt }
-            });
-            crate::ensure!(
-                ok,
-                Structure @ i,
-                "frame index {i}: owner tag {t:#x} does not match the zone"
-            );
-        }
-        let z = &self.zone;
-        crate::ensure!(
-            z.free_pages() + pcp + user == z.present_pages(),
-            Accounting,
-            "free {} + pcp {pcp} + user {user} != present {}",
-            z.free_pages(),
-            z.present_pages()
-        );
-        Ok(())
+        let cpus: Vec<&PcpLists> = self.cpus.iter().collect();
+        check_parts(&self.zone, &cpus, |i| self.owner[i], self.owner.len())
     }
+}
+
+/// The invariants of [`PcpZone::check`] over a zone, its CPUs' lists and
+/// the owner tags of its `span` frames.
+fn check_parts(
+    z: &BuddyAllocator,
+    cpus: &[&PcpLists],
+    owner: impl Fn(usize) -> u8,
+    span: usize,
+) -> Result<(), CheckError> {
+    z.check()?;
+    let pb = z.cfg.pageblock_order;
+    let mut seen = vec![false; span];
+    let mut pcp = 0u64;
+    for (cpu, lists) in cpus.iter().enumerate() {
+        let mut count = 0u64;
+        for (li, list) in lists.lists.iter().enumerate() {
+            let (order, mt) = slot_of(li, pb);
+            for &pfn in list {
+                let i = z.idx(pfn);
+                let ok = i.is_some_and(|i| {
+                    owner(i) == 0
+                        && z.frame(i) == Frame::Alloc { order, mt }
+                        && !core::mem::replace(&mut seen[i], true)
+                });
+                crate::ensure!(
+                    ok,
+                    Structure @ pfn,
+                    "cpu {cpu}: pcp page {pfn:#x} ({order}, {mt:?}) not an idle allocated block or listed twice"
+                );
+                count += 1u64 << order;
+            }
+        }
+        crate::ensure!(
+            count == lists.count,
+            Accounting @ cpu,
+            "cpu {cpu}: count {} but lists hold {count}",
+            lists.count
+        );
+        pcp += count;
+    }
+    let mut user = 0u64;
+    for i in 0..span {
+        let t = owner(i);
+        if t == 0 {
+            continue;
+        }
+        let ok = untag(t).is_some_and(|(order, mt)| {
+            user += 1u64 << order;
+            z.frame(i) == Frame::Alloc { order, mt }
+        });
+        crate::ensure!(
+            ok,
+            Structure @ i,
+            "frame index {i}: owner tag {t:#x} does not match the zone"
+        );
+    }
+    crate::ensure!(
+        z.free_pages() + pcp + user == z.present_pages(),
+        Accounting,
+        "free {} + pcp {pcp} + user {user} != present {}",
+        z.free_pages(),
+        z.present_pages()
+    );
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
 // Concurrent zone
 // ---------------------------------------------------------------------------
 
-#[cfg(feature = "std")]
-pub use concurrent::ConcurrentZone;
+#[cfg(feature = "lock_api")]
+pub use concurrent::LockedZone;
 
+/// [`LockedZone`] behind `parking_lot`'s mutex: the zone for threads.
 #[cfg(feature = "std")]
+pub type ConcurrentZone = LockedZone<parking_lot::RawMutex>;
+
+#[cfg(feature = "lock_api")]
 mod concurrent {
-    use std::boxed::Box;
-    use std::sync::atomic::{AtomicU8, Ordering};
-    use std::sync::{Mutex, MutexGuard};
+    use alloc::boxed::Box;
+    use core::sync::atomic::{AtomicU8, Ordering};
+    use lock_api::{Mutex, MutexGuard, RawMutex};
 
     use super::*;
 
     /// One CPU's lists on their own cache lines.
     #[repr(align(128))]
-    struct Padded(Mutex<PcpLists>);
+    struct Padded<M: RawMutex>(Mutex<M, PcpLists>);
 
-    fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-        m.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock<M: RawMutex, T>(m: &Mutex<M, T>) -> MutexGuard<'_, M, T> {
+        m.lock()
     }
 
     /// The owner tags of a shared zone, striped so that frames next to each
@@ -785,11 +802,13 @@ mod concurrent {
         }
     }
 
-    /// A zone shared by threads: per-CPU lists behind one lock each (the
-    /// kernel's `pcp->lock`, uncontended when each thread uses its own CPU)
-    /// and the buddy allocator behind the zone lock, taken only to refill,
-    /// drain, and for requests without a pcp list. Lock order: a CPU's
-    /// lists, then the zone.
+    /// A zone shared by threads or CPUs: per-CPU lists behind one lock each
+    /// (the kernel's `pcp->lock`, uncontended when each caller uses its own
+    /// CPU) and the buddy allocator behind the zone lock, taken only to
+    /// refill, drain, and for requests without a pcp list. Lock order: a
+    /// CPU's lists, then the zone. The lock is any `lock_api` raw mutex (a
+    /// spin lock in a kernel, `no_std`); [`ConcurrentZone`](super::ConcurrentZone)
+    /// is this behind `parking_lot`'s (feature `std`).
     ///
     /// ```
     /// use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig};
@@ -809,28 +828,28 @@ mod concurrent {
     /// z.drain_all();
     /// assert_eq!(z.with_zone(|b| b.free_pages()), 4096);
     /// ```
-    pub struct ConcurrentZone {
+    pub struct LockedZone<M: RawMutex> {
         start: u64,
         max_order: u8,
         pageblock_order: u8,
         cfg: PcpConfig,
-        zone: Mutex<BuddyAllocator>,
-        cpus: Box<[Padded]>,
+        zone: Mutex<M, BuddyAllocator>,
+        cpus: Box<[Padded<M>]>,
         /// Frames in the span.
         span: usize,
         owner: Tags,
     }
 
-    impl core::fmt::Debug for ConcurrentZone {
+    impl<M: RawMutex> core::fmt::Debug for LockedZone<M> {
         fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.debug_struct("ConcurrentZone")
+            f.debug_struct("LockedZone")
                 .field("start_pfn", &self.start)
                 .field("config", &self.cfg)
                 .finish()
         }
     }
 
-    impl ConcurrentZone {
+    impl<M: RawMutex> LockedZone<M> {
         /// Puts per-CPU lists in front of `zone` (see [`PcpZone::new`]).
         ///
         /// # Errors
@@ -859,7 +878,7 @@ mod concurrent {
                 return Err(AllocError::Invalid);
             }
             let span = zone.frames.len();
-            Ok(ConcurrentZone {
+            Ok(LockedZone {
                 start: zone.start,
                 max_order: zone.cfg.max_order,
                 pageblock_order: zone.cfg.pageblock_order,
@@ -950,7 +969,7 @@ mod concurrent {
         #[inline(never)]
         fn alloc_slow(
             &self,
-            c: &Padded,
+            c: &Padded<M>,
             li: Option<usize>,
             order: u8,
             mt: MigrateType,
@@ -1024,7 +1043,7 @@ mod concurrent {
         /// A free without a pcp list: straight to the zone.
         #[cold]
         #[inline(never)]
-        fn free_direct(&self, c: &Padded, pfn: u64, order: u8) -> Result<(), FreeError> {
+        fn free_direct(&self, c: &Padded<M>, pfn: u64, order: u8) -> Result<(), FreeError> {
             lock(&c.0).stats.direct += 1;
             lock(&self.zone).free(pfn, order)
         }
@@ -1061,6 +1080,42 @@ mod concurrent {
             }
         }
 
+        /// The invariants of [`PcpZone::check`], under every CPU's lock and
+        /// the zone lock. The owner tags change outside the locks, so call
+        /// it with no `alloc` or `free` in flight (a quiescent zone).
+        ///
+        /// # Errors
+        /// The first broken invariant.
+        ///
+        /// # Examples
+        /// ```
+        /// use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig};
+        /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+        /// let mut zone = BuddyAllocator::new(0, 1024, BuddyConfig::default()).unwrap();
+        /// zone.add_free_range(0, 1024).unwrap();
+        /// let z = ConcurrentZone::new(zone, PcpConfig::default()).unwrap();
+        /// let p = z.alloc(1, 0, MigrateType::Movable).unwrap();
+        /// z.check().unwrap();
+        /// z.free(0, p, 0).unwrap();
+        /// z.check().unwrap();
+        /// ```
+        pub fn check(&self) -> Result<(), CheckError> {
+            let guards: Vec<_> = self.cpus.iter().map(|c| lock(&c.0)).collect();
+            let lists: Vec<&PcpLists> = guards.iter().map(|g| &**g).collect();
+            let zone = lock(&self.zone);
+            check_parts(
+                &zone,
+                &lists,
+                |i| self.owner.at(i).load(Ordering::Acquire),
+                self.span,
+            )
+        }
+
+        /// Pages on `cpu`'s lists (0 for an unknown CPU).
+        pub fn pcp_pages(&self, cpu: usize) -> u64 {
+            self.cpus.get(cpu).map_or(0, |c| lock(&c.0).count)
+        }
+
         /// Drains the lists and takes the state out as a [`PcpZone`]
         /// (whose `check` then covers it).
         ///
@@ -1079,10 +1134,10 @@ mod concurrent {
                 .cpus
                 .into_vec()
                 .into_iter()
-                .map(|c| c.0.into_inner().unwrap_or_else(|e| e.into_inner()))
+                .map(|c| c.0.into_inner())
                 .collect();
             PcpZone {
-                zone: self.zone.into_inner().unwrap_or_else(|e| e.into_inner()),
+                zone: self.zone.into_inner(),
                 cfg: self.cfg,
                 cpus,
                 owner: (0..self.span)
