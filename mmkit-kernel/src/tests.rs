@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::mm::{self, KernelMmu};
-use crate::paging::{self, VMALLOC_SIZE, VMALLOC_START};
+use crate::paging::{self, VMALLOC_START};
 use crate::{arch, fault, percpu, phys, println, smp, stale, tlb};
 use mmkit_vmalloc::{Mmu, Where, PAGE};
 
@@ -25,25 +25,36 @@ pub fn check_all() -> Result<(), String> {
             .map_err(|e| format!("vm_map_ram cpu {cpu}: {e}"))?;
         ram_pages += m.vblock().live_pages();
     }
-    let half = VMALLOC_START + VMALLOC_SIZE / 2;
-    let mut low = Vec::new();
-    let mut high = Vec::new();
+    // The present PTEs by layer: tree, eager list, lazy list, none.
+    let mut by_layer: [Vec<(u64, u64)>; 4] = Default::default();
     let mut bad_flags = 0u64;
     paging::walk(&mut |va, pfn| {
         if !paging::flags_ok(va) {
             bad_flags += 1;
         }
-        if va < half {
-            low.push((va, pfn));
-        } else {
-            high.push((va, pfn));
-        }
+        let k = [mm::TREE_RANGE, mm::LINEAR_RANGE, mm::LINEAR_LAZY_RANGE]
+            .iter()
+            .position(|r| (r.0..r.1).contains(&va))
+            .unwrap_or(3);
+        by_layer[k].push((va, pfn));
     });
     if bad_flags != 0 {
         return Err(format!("{bad_flags} PTEs not present+writable+NX"));
     }
+    let [low, eager, lazy, outside] = by_layer;
+    if let Some((va, _)) = outside.first() {
+        return Err(format!(
+            "{} PTEs outside every layer, the first at {va:#x}",
+            outside.len()
+        ));
+    }
     // Frames mapped more than once are vm_map_ram aliases only.
-    let mut frames: Vec<u64> = low.iter().chain(high.iter()).map(|&(_, p)| p).collect();
+    let mut frames: Vec<u64> = low
+        .iter()
+        .chain(&eager)
+        .chain(&lazy)
+        .map(|&(_, p)| p)
+        .collect();
     frames.sort_unstable();
     let dups = frames.windows(2).filter(|w| w[0] == w[1]).count() as u64;
     let tree = mm::locked(mm::tree());
@@ -53,14 +64,17 @@ pub fn check_all() -> Result<(), String> {
         .check_walk(low.iter().copied())
         .map_err(|e| format!("tree walk: {e}"))?;
     drop(tree);
-    let linear = mm::locked(mm::linear());
-    linear
-        .check(&KernelMmu)
-        .map_err(|e| format!("list layer: {e}"))?;
-    let in_blocks2 = linear
-        .check_walk(high.iter().copied())
-        .map_err(|e| format!("list walk: {e}"))?;
-    drop(linear);
+    let mut in_blocks2 = 0;
+    for (name, layer, ptes) in [
+        ("list layer", mm::linear(), eager),
+        ("lazy list layer", mm::linear_lazy(), lazy),
+    ] {
+        let l = mm::locked(layer);
+        l.check(&KernelMmu).map_err(|e| format!("{name}: {e}"))?;
+        in_blocks2 += l
+            .check_walk(ptes.into_iter())
+            .map_err(|e| format!("{name} walk: {e}"))?;
+    }
     if in_blocks2 != 0 {
         return Err(format!(
             "{in_blocks2} PTEs in the list layer's blocks (it has none)"

@@ -40,14 +40,7 @@ fn targets_follow_the_measured_rows() {
     let seeds: Vec<SeedRow> = [&one, &two].iter().filter_map(|b| seed_row(b)).collect();
     assert_eq!(seeds.len(), 2);
     assert_eq!(seeds[1].ratio, Some(5000.0 / 150.0));
-    let t = targets(
-        Accel::Tcg,
-        &[one, two],
-        &seeds,
-        &[],
-        Duration::from_secs(1),
-        true,
-    );
+    let t = targets(Accel::Tcg, &[one, two], &seeds, &[], Duration::from_secs(1));
     let verdict = |what: &str| t.iter().find(|t| t.what.contains(what)).and_then(|t| t.met);
     // 10^6 against 2 x 10^4 is 50x: missed.
     assert_eq!(verdict("IPIs per 10^6 unmaps"), Some(false));
@@ -98,4 +91,29 @@ fn a_scale_names_every_size() {
             assert!(s.contains(k), "{s} lacks {k}");
         }
     }
+}
+
+#[test]
+fn test_vmalloc_targets_compare_new_with_both_baselines() {
+    let b = boot_of(
+        2,
+        &[
+            "ROW test_vmalloc mode=performance design=old test=total ns=40000000",
+            "ROW test_vmalloc mode=performance design=old_lazy test=total ns=20000000",
+            "ROW test_vmalloc mode=performance design=new test=total ns=10000000",
+            "ROW test_vmalloc mode=stress design=old test=total ns=2000000000 ipis=300",
+            "ROW test_vmalloc mode=stress design=old_lazy test=total ns=50000000 ipis=20",
+            "ROW test_vmalloc mode=stress design=new test=total ns=10000000 ipis=10",
+        ],
+    );
+    let m = mode_row(&b).expect("a row");
+    assert_eq!(m.perf_lazy_ratio, Some(2.0));
+    assert_eq!(m.stress_lazy_ipis, 20.0);
+    let t = targets(Accel::Tcg, &[b], &[], &[m], Duration::from_secs(1));
+    let verdict = |what: &str| t.iter().find(|t| t.what.contains(what)).and_then(|t| t.met);
+    // 4x and 200x against the eager busy list; 2x and 5x against the lazy one.
+    assert_eq!(verdict("performance mode new vs old >= "), Some(true));
+    assert_eq!(verdict("stress mode new vs old >= "), Some(true));
+    assert_eq!(verdict("performance mode new vs old-lazy"), Some(false));
+    assert_eq!(verdict("stress mode new vs old-lazy"), Some(false));
 }
