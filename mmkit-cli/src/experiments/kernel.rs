@@ -837,14 +837,17 @@ fn run(opts: &Options) -> Report {
         &seeds,
     ));
     report.tables.push(Table::of(
-        format!("test_vmalloc on real mappings: busy list + eager flush (old) vs tree + lazy flush (new), total ms ({a})"),
+        format!(
+            "test_vmalloc on real mappings: busy list + eager flush (old), busy list + lazy flush (old-lazy, seed 000's \
+             before) and tree + lazy flush (new), total ms ({a})"
+        ),
         &MODE_COLS,
         &modes,
     ));
     if let Some(b) = boots.iter().find(|b| b.smp == 2).or(boots.first()) {
         report.tables.push(Table::of(
             format!(
-                "test_vmalloc performance mode per test at {} vCPUs, 3 runs each ({a})",
+                "test_vmalloc performance mode per test at {} vCPUs, 3 timed runs each after an untimed one ({a})",
                 b.smp
             ),
             &TEST_COLS,
