@@ -1,3 +1,4 @@
+use super::qemu::parse_row;
 use super::*;
 
 #[test]
