@@ -512,3 +512,22 @@ fn counters_add_up_over_the_cpus() {
     );
     vb.check().unwrap();
 }
+
+/// Maps of 64 pages or more (the kernel's `VMAP_MAX_ALLOC` is 64): the
+/// legacy policy finds an aligned region of whole bitmap words, the lowest
+/// one wholly clear.
+#[test]
+fn legacy_maps_of_whole_words_take_the_lowest_clear_region() {
+    let cfg = Config {
+        page_size: 4096,
+        max_alloc: 64,
+        bits: 256,
+    };
+    let mut vb = VblockAllocator::new(range(), cfg, Policy::Legacy, 1).unwrap();
+    let a = vb.map(0, 1).unwrap();
+    let b = vb.map(0, 64).unwrap();
+    assert_eq!(b - a, 64 * 4096, "the first word holds page 0");
+    let c = vb.map(0, 33).unwrap();
+    assert_eq!(c - a, 128 * 4096, "a 33-page map takes a 64-page region");
+    vb.check().unwrap();
+}
