@@ -23,7 +23,9 @@ fn pooled(cpus: usize, pool_max: usize, lazy_max: u64) -> PooledVmap {
         pool_max,
         lazy_max,
     };
-    PooledVmap::new(VmapAllocator::new(0, SPACE).unwrap(), cfg).unwrap()
+    let p = PooledVmap::new(VmapAllocator::new(0, SPACE).unwrap(), cfg).unwrap();
+    assert_eq!(p.config(), cfg, "the configuration given");
+    p
 }
 
 #[derive(Debug, Clone)]
