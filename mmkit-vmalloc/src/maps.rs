@@ -8,7 +8,7 @@ use alloc::vec::Vec;
 use mmkit::range::RangeAllocator;
 use mmkit::AllocError;
 
-use super::lazy::{Gone, Retired};
+use super::lazy::{Gone, Outcome, Retired};
 use super::{Flush, Mmu, VmError, PAGE};
 
 /// What an area holds, as the layer needs to know it: its extent, the
@@ -199,7 +199,6 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// mapped).
     pub fn insert(&mut self, va: u64, a: A) {
         self.areas.insert(va, a);
-        self.stats.maps += 1;
     }
 
     /// The live area at `va`.
@@ -267,8 +266,9 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         Ok(va)
     }
 
-    /// Frees a raw range as an unmap does (see [`retire`](Self::retire)).
-    /// Returns its size and what that released.
+    /// Frees a raw range as an unmap does (see [`retire`](Self::retire)),
+    /// flushing it at once with `now`. Returns its size and what that
+    /// released.
     ///
     /// # Errors
     /// [`VmError::Invalid`] when `va` does not start a raw range.
@@ -276,10 +276,11 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         &mut self,
         mmu: &mut impl Mmu,
         va: u64,
-    ) -> Result<(u64, super::lazy::Outcome<A>), VmError> {
+        now: bool,
+    ) -> Result<(u64, Outcome<A>), VmError> {
         self.stats.block_ops += 1;
         let size = self.blocks.remove(&va).ok_or(VmError::Invalid)?;
-        Ok((size, self.retire(mmu, va, size, Gone::Block, false)))
+        Ok((size, self.retire(mmu, va, size, Gone::Block, now)))
     }
 
     /// What the layer knows of `va`.
@@ -367,6 +368,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             return Err(f.err);
         }
         self.insert(va, Area { frames });
+        self.stats.maps += 1;
         Ok(va)
     }
 

@@ -156,7 +156,7 @@ impl<M: RawMutex, R: RangeAllocator, U: Mmu> RangeAllocator for BlockSource<M, R
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
         let mut layer = self.layer.lock();
         let (size, out) = layer
-            .free_block(&mut self.mmu, addr)
+            .free_block(&mut self.mmu, addr, false)
             .map_err(|_| FreeError::NotAllocated)?;
         if out.purge_due {
             layer.purge(&mut self.mmu);

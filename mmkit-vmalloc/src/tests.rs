@@ -214,7 +214,10 @@ fn bad_requests_change_nothing() {
     assert_eq!(v.vmap(&mut m, vec![1], 1), Err(VmError::Invalid));
     let a = v.vmap(&mut m, vec![1, 2], PAGE).unwrap();
     assert_eq!(v.vunmap(&mut m, a + PAGE), Err(VmError::Invalid));
-    assert!(matches!(v.free_block(&mut m, a), Err(VmError::Invalid)));
+    assert!(matches!(
+        v.free_block(&mut m, a, false),
+        Err(VmError::Invalid)
+    ));
     assert_eq!(m.ptes.len(), 2);
     assert!(m.flushes.is_empty());
     v.check(&m).unwrap();

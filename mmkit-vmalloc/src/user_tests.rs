@@ -88,25 +88,9 @@ impl Mmu for UserMachine {
     }
 }
 
-/// An area that keeps its frames until its range is released.
-#[derive(Debug, PartialEq, Eq)]
-struct Held {
-    frames: Vec<u64>,
-}
-
-impl AreaData for Held {
-    fn span(&self) -> u64 {
-        (self.frames.len() as u64 + 1) * PAGE
-    }
-    fn frame_at(&self, off: u64) -> Option<u64> {
-        self.frames.get((off / PAGE) as usize).copied()
-    }
-    fn mapped_pages(&self) -> u64 {
-        self.frames.len() as u64
-    }
-}
-
-type Layer = Vmalloc<VmapAllocator, Held>;
+/// Driven through the low-level steps, an [`Area`] keeps its frames until
+/// its range is released.
+type Layer = Vmalloc<VmapAllocator, Area>;
 
 fn layer(pages: u64, flush: Flush) -> Layer {
     Vmalloc::new(
@@ -134,12 +118,11 @@ fn alloc(
         }
     };
     if let Err(f) = m.map(va, &frames) {
-        let held = Held { frames: Vec::new() };
-        let out = v.retire(m, va, span, Gone::Area(held), true);
+        let out = v.retire(m, va, span, Gone::Area(Area::default()), true);
         give_back(out.released, back);
         return Err(f.err);
     }
-    v.insert(va, Held { frames });
+    v.insert(va, Area { frames });
     Ok(va)
 }
 
@@ -152,7 +135,7 @@ fn free(v: &mut Layer, m: &mut UserMachine, va: u64, back: &mut Vec<u64>) {
     }
 }
 
-fn give_back(released: Vec<Released<Held>>, back: &mut Vec<u64>) {
+fn give_back(released: Vec<Released<Area>>, back: &mut Vec<u64>) {
     for r in released {
         if let Gone::Area(a) = r.what {
             back.extend(a.frames);
