@@ -65,9 +65,10 @@ pub struct Purged<A> {
 
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// Frees the range `[start, start + span)` that held `what`, its range
-    /// still allocated and no longer in the books as live: clears it, then
-    /// flushes it now (eager policy, or `now`) or puts it on the lazy list.
-    /// A flush that refuses it leaves it on the stuck list.
+    /// still allocated and no longer in the books as live: clears it (an
+    /// area; a raw block's pages were cleared by its user), then flushes it
+    /// now (eager policy, or `now`) or puts it on the lazy list. A flush
+    /// that refuses it leaves it on the stuck list.
     pub fn retire(
         &mut self,
         mmu: &mut impl Mmu,
@@ -76,7 +77,9 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         what: Gone<A>,
         now: bool,
     ) -> Outcome<A> {
-        mmu.clear(start, span / PAGE);
+        if matches!(what, Gone::Area(_)) {
+            mmu.clear(start, span / PAGE);
+        }
         let r = Retired {
             start,
             span,

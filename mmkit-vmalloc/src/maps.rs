@@ -249,6 +249,11 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         (self.blocks.len() as u64, self.blocks.values().sum())
     }
 
+    /// The size of the raw range (`vm_map_ram` block) at `va`, if any.
+    pub fn block_size(&self, va: u64) -> Option<u64> {
+        self.blocks.get(&va).copied()
+    }
+
     /// Reserves a raw range (a `vm_map_ram` block) without purging; its
     /// pages are mapped and cleared by its user.
     ///
@@ -266,9 +271,9 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         Ok(va)
     }
 
-    /// Frees a raw range as an unmap does (see [`retire`](Self::retire)),
-    /// flushing it at once with `now`. Returns its size and what that
-    /// released.
+    /// Frees a raw range whose pages its user has cleared, as an unmap
+    /// does (see [`retire`](Self::retire)), flushing it at once with `now`.
+    /// Returns its size and what that released.
     ///
     /// # Errors
     /// [`VmError::Invalid`] when `va` does not start a raw range.

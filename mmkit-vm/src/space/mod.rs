@@ -46,7 +46,7 @@ use std::sync::atomic::Ordering;
 use mmkit::error::{AllocError, CheckError, FreeError};
 use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
 use mmkit::vmap::VmapAllocator;
-use mmkit_vmalloc::{AreaData, Flush, Gone, Outcome, Vmalloc};
+use mmkit_vmalloc::{AreaData, Flush, Gone, Mmu, Outcome, Vmalloc};
 
 use crate::budget::{runs_of, MapBudget};
 use crate::error::VmError;
@@ -541,9 +541,14 @@ impl Space {
         )
     }
 
+    /// Frees a block of the front end: its whole range is cleared (its
+    /// live and stale `vm_map_ram` pages go with the flush), then freed
+    /// through the layer.
     fn block_free(&self, addr: u64, lazy: bool) -> Result<u64, FreeError> {
         let mut st = self.state();
         let (layer, mut mmu) = st.split(self);
+        let size = layer.block_size(addr).ok_or(FreeError::NotAllocated)?;
+        mmu.clear(addr, size / mmkit_vmalloc::PAGE);
         let (size, out) = layer
             .free_block(&mut mmu, addr, !lazy)
             .map_err(|_| FreeError::NotAllocated)?;
