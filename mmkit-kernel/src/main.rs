@@ -19,6 +19,7 @@ mod pervar;
 mod phys;
 mod serial;
 mod smp;
+mod stale;
 mod tests;
 mod time;
 mod tlb;
@@ -66,7 +67,7 @@ extern "C" fn kmain(info: u64) -> ! {
     let cmdline = phys::cmdline(info, &mut buf);
     let scale = bench::Scale::parse(cmdline);
     println!(
-        "SCALE cpus={} seed_iters={} seed_old_iters={} loops={} busy={} full_fit={} stress_loops={} stress_busy={} stress_full_fit={} buddy_pairs={} cycles={} lazy_max_mib={}",
+        "SCALE cpus={} seed_iters={} seed_old_iters={} loops={} busy={} full_fit={} stress_loops={} stress_busy={} stress_full_fit={} buddy_pairs={} cycles={} stale_cycles={} lazy_max_mib={}",
         online,
         scale.seed_iters,
         scale.seed_old_iters,
@@ -78,6 +79,7 @@ extern "C" fn kmain(info: u64) -> ! {
         scale.stress_full_fit,
         scale.buddy_pairs,
         scale.cycles,
+        scale.detector_cycles(),
         mm::lazy_max(online) >> 20
     );
     match run(scale) {
@@ -99,7 +101,7 @@ extern "C" fn kmain(info: u64) -> ! {
 
 /// The tests, then the experiments, each followed by every check.
 fn run(scale: bench::Scale) -> Result<usize, alloc::string::String> {
-    let n = tests::run_all(scale.cycles)?;
+    let n = tests::run_all(scale.detector_cycles())?;
     if scale.tests_only {
         return Ok(n);
     }
@@ -114,6 +116,10 @@ fn run(scale: bench::Scale) -> Result<usize, alloc::string::String> {
         ("buddy_pcp", bench::buddy_pcp),
     ];
     for (name, step) in steps {
+        // Each experiment starts with the lazy lists empty: what the tests
+        // or the last experiment left lazily freed is not its debt.
+        mm::locked(mm::tree()).purge(&mut mm::KernelMmu);
+        mm::locked(mm::linear_lazy()).purge(&mut mm::KernelMmu);
         let t0 = arch::rdtsc();
         step(scale)?;
         tests::check_all().map_err(|e| alloc::format!("after {name}: {e}"))?;

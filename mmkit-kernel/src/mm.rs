@@ -1,7 +1,12 @@
 //! The kernel's memory management, wired from the generic layer: the MMU
-//! (page tables + shootdown), two vmalloc layers over halves of the
-//! vmalloc area (mmkit's tree, and the busy-list baseline the seeds
-//! replaced), and per-CPU `vm_map_ram` front ends keyed by the CPU id.
+//! (page tables + shootdown), three vmalloc layers over parts of the
+//! vmalloc area (mmkit's tree; the busy-list baseline the seeds replaced,
+//! with eager flush and with lazy flush as Linux 4.20 had it), and per-CPU
+//! `vm_map_ram` front ends keyed by the CPU id.
+//!
+//! Each layer has 16 GiB whose base is aligned to 16 GiB and no more, so
+//! that every layer can satisfy the same alignments (`test_vmalloc`'s
+//! `align_shift_alloc_test` asks for every power of two up to a failure).
 
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +15,7 @@ use mmkit::baseline::linear_vmap::LinearVmap;
 use mmkit::vmap::VmapAllocator;
 use spin::Once;
 
-use crate::paging::{self, VMALLOC_SIZE, VMALLOC_START};
+use crate::paging::{self, VMALLOC_START};
 use crate::percpu::MAX_CPUS;
 use crate::{arch, phys, tlb};
 use mmkit_vmalloc::{
@@ -53,15 +58,30 @@ impl Mmu for KernelMmu {
     }
 }
 
-/// mmkit's vmap tree over the lower half of the vmalloc area.
+/// mmkit's vmap tree over [`TREE_RANGE`].
 pub type TreeLayer = Vmalloc<VmapAllocator>;
-/// The busy-list baseline over the upper half.
+/// The busy-list baseline.
 pub type LinearLayer = Vmalloc<LinearVmap>;
 /// A CPU's `vm_map_ram` front end, its blocks from the tree layer.
 pub type CpuMapRam = MapRam<BlockSource<spin::Mutex<()>, VmapAllocator, KernelMmu>>;
 
 static TREE: Once<Lock<TreeLayer>> = Once::new();
 static LINEAR: Once<Lock<LinearLayer>> = Once::new();
+static LINEAR_LAZY: Once<Lock<LinearLayer>> = Once::new();
+
+/// The tree layer's range (the `vm_map_ram` blocks come from it too).
+pub const TREE_RANGE: (u64, u64) = layer_range(1);
+/// The eager busy-list layer's range.
+pub const LINEAR_RANGE: (u64, u64) = layer_range(3);
+/// The lazy busy-list layer's range.
+pub const LINEAR_LAZY_RANGE: (u64, u64) = layer_range(5);
+
+/// The `k`th 16 GiB of the vmalloc area (odd `k`: a base aligned to
+/// exactly 16 GiB).
+const fn layer_range(k: u64) -> (u64, u64) {
+    let size = 16 << 30;
+    (VMALLOC_START + k * size, VMALLOC_START + (k + 1) * size)
+}
 static MAP_RAM: [Once<spin::Mutex<CpuMapRam>>; MAX_CPUS] = [const { Once::new() }; MAX_CPUS];
 
 /// Acquisitions of a layer's (global) lock.
@@ -75,18 +95,20 @@ pub fn lazy_max(cpus: usize) -> u64 {
 
 /// Builds the layers and one `vm_map_ram` front end per CPU.
 pub fn init(cpus: usize) {
-    let half = VMALLOC_SIZE / 2;
     let lazy = Flush::Lazy {
         max_bytes: lazy_max(cpus),
     };
     TREE.call_once(|| {
-        let r = VmapAllocator::new(VMALLOC_START, VMALLOC_START + half).expect("tree range");
+        let r = VmapAllocator::new(TREE_RANGE.0, TREE_RANGE.1).expect("tree range");
         Lock::new(Vmalloc::new(r, lazy))
     });
     LINEAR.call_once(|| {
-        let r = LinearVmap::new(VMALLOC_START + half, VMALLOC_START + VMALLOC_SIZE)
-            .expect("list range");
+        let r = LinearVmap::new(LINEAR_RANGE.0, LINEAR_RANGE.1).expect("list range");
         Lock::new(Vmalloc::new(r, Flush::Eager))
+    });
+    LINEAR_LAZY.call_once(|| {
+        let r = LinearVmap::new(LINEAR_LAZY_RANGE.0, LINEAR_LAZY_RANGE.1).expect("list range");
+        Lock::new(Vmalloc::new(r, lazy))
     });
     for slot in MAP_RAM.iter().take(cpus) {
         slot.call_once(|| {
@@ -101,9 +123,14 @@ pub fn tree() -> &'static Lock<TreeLayer> {
     TREE.get().expect("mm::init ran")
 }
 
-/// The baseline layer (global lock).
+/// The baseline layer, eager flush (global lock).
 pub fn linear() -> &'static Lock<LinearLayer> {
     LINEAR.get().expect("mm::init ran")
+}
+
+/// The baseline layer with lazy flush, seed 000's "before" (global lock).
+pub fn linear_lazy() -> &'static Lock<LinearLayer> {
+    LINEAR_LAZY.get().expect("mm::init ran")
 }
 
 /// Takes a layer's lock, counting the acquisition.
@@ -162,11 +189,15 @@ pub fn vfree<R: mmkit::range::RangeAllocator>(
 /// What the allocators know of `va`, without waiting for a lock (the
 /// page-fault path): `None` when a layer is busy.
 pub fn whereabouts(va: u64) -> Option<Where> {
-    let half = VMALLOC_START + VMALLOC_SIZE / 2;
-    if va < half {
+    let within = |r: (u64, u64)| (r.0..r.1).contains(&va);
+    if within(TREE_RANGE) {
         TREE.get()?.try_lock().map(|l| l.lookup(va))
-    } else {
+    } else if within(LINEAR_RANGE) {
         LINEAR.get()?.try_lock().map(|l| l.lookup(va))
+    } else if within(LINEAR_LAZY_RANGE) {
+        LINEAR_LAZY.get()?.try_lock().map(|l| l.lookup(va))
+    } else {
+        Some(Where::Free)
     }
 }
 

@@ -14,8 +14,8 @@ use crate::{boot, phys};
 /// Start of the vmalloc area (the kernel's `VMALLOC_START` of 4-level
 /// paging).
 pub const VMALLOC_START: u64 = 0xffff_c900_0000_0000;
-/// Bytes of vmalloc area.
-pub const VMALLOC_SIZE: u64 = 64 << 30;
+/// Bytes of vmalloc area (within one PML4 entry).
+pub const VMALLOC_SIZE: u64 = 128 << 30;
 
 const PRESENT: u64 = 1;
 const WRITABLE: u64 = 2;

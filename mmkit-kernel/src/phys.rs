@@ -1,13 +1,15 @@
 //! Physical memory: the usable RAM of `hvm_start_info`'s memory map under
-//! `mmkit::buddy`, behind per-CPU page lists (`PcpZone`) keyed by the
-//! CPU id. The heap takes its region first (the buddy allocator's tables
-//! live on it).
+//! `mmkit::buddy`, behind per-CPU page lists (`LockedZone`) keyed by the
+//! CPU id: each CPU's lists have their own spin lock, and the zone lock is
+//! taken only to refill and drain them, as the kernel's `pcp->lock` and
+//! `zone->lock`. The heap takes its region first (the buddy allocator's
+//! tables live on it).
 
 use core::ptr::read_volatile;
 
-use mmkit::buddy::pcp::{PcpConfig, PcpZone};
+use mmkit::buddy::pcp::{LockedZone, PcpConfig};
 use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
-use spin::Mutex;
+use spin::Once;
 
 use crate::{boot, heap, println};
 
@@ -16,8 +18,8 @@ pub const PAGE: u64 = 4096;
 /// Bytes of RAM the heap takes (at most a quarter of RAM).
 const HEAP_MAX: u64 = 48 << 20;
 
-/// The zone with its per-CPU lists.
-static ZONE: Mutex<Option<PcpZone>> = Mutex::new(None);
+/// The zone with its per-CPU lists, each behind its own lock.
+static ZONE: Once<LockedZone<spin::Mutex<()>>> = Once::new();
 
 /// A usable RAM range from the boot memory map.
 #[derive(Debug, Clone, Copy)]
@@ -124,18 +126,18 @@ pub fn init(info: u64, cpus: usize) -> u64 {
         cpus,
         ..PcpConfig::default()
     };
-    *ZONE.lock() = Some(PcpZone::new(zone, cfg).expect("per-CPU lists"));
+    ZONE.call_once(|| LockedZone::new(zone, cfg).expect("per-CPU lists"));
     pages
 }
 
-fn with<T>(f: impl FnOnce(&mut PcpZone) -> T) -> T {
-    f(ZONE.lock().as_mut().expect("phys::init ran"))
+fn zone() -> &'static LockedZone<spin::Mutex<()>> {
+    ZONE.get().expect("phys::init ran")
 }
 
 /// An order-`order` block from `cpu`'s lists (or the zone), zeroed if
 /// `zero`.
 pub fn alloc(cpu: usize, order: u8, zero: bool) -> Option<u64> {
-    let pfn = with(|z| z.alloc(cpu, order, MigrateType::Movable)).ok()?;
+    let pfn = zone().alloc(cpu, order, MigrateType::Movable).ok()?;
     if zero {
         zero_frames(pfn, 1 << order);
     }
@@ -150,26 +152,29 @@ fn zero_frames(pfn: u64, n: u64) {
 
 /// Frees a block to `cpu`'s lists.
 pub fn free(cpu: usize, pfn: u64, order: u8) {
-    with(|z| z.free(cpu, pfn, order)).expect("freeing a block allocated here");
+    zone()
+        .free(cpu, pfn, order)
+        .expect("freeing a block allocated here");
 }
 
 /// Order of the allocated block starting at `pfn` as the buddy allocator
 /// sees it (pages on per-CPU lists count as allocated there).
 pub fn allocated_order(pfn: u64) -> Option<u8> {
-    ZONE.try_lock()?.as_ref()?.zone().allocated_order(pfn)
+    zone().with_zone(|b| b.allocated_order(pfn))
 }
 
-/// Runs `check()` of the zone and its lists.
+/// Runs `check()` of the zone and its lists (no allocation or free may be
+/// in flight on another CPU).
 pub fn check() -> Result<(), mmkit::CheckError> {
-    with(|z| z.check())
+    zone().check()
 }
 
 /// Returns every per-CPU list's pages to the zone.
 pub fn drain_all() {
-    with(|z| z.drain_all())
+    zone().drain_all()
 }
 
 /// Traffic of `cpu`'s lists.
 pub fn stats(cpu: usize) -> mmkit::buddy::pcp::PcpStats {
-    with(|z| z.stats(cpu))
+    zone().stats(cpu)
 }

@@ -6,11 +6,11 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::mm::{self, KernelMmu};
-use crate::paging::{self, VMALLOC_SIZE, VMALLOC_START};
-use crate::{arch, fault, percpu, phys, println, smp, tlb};
+use crate::paging::{self, VMALLOC_START};
+use crate::{arch, fault, percpu, phys, println, smp, stale, tlb};
 use mmkit_vmalloc::{Mmu, Where, PAGE};
 
 /// Every allocator's `check()`, and the page-table walk against the layers.
@@ -25,25 +25,36 @@ pub fn check_all() -> Result<(), String> {
             .map_err(|e| format!("vm_map_ram cpu {cpu}: {e}"))?;
         ram_pages += m.vblock().live_pages();
     }
-    let half = VMALLOC_START + VMALLOC_SIZE / 2;
-    let mut low = Vec::new();
-    let mut high = Vec::new();
+    // The present PTEs by layer: tree, eager list, lazy list, none.
+    let mut by_layer: [Vec<(u64, u64)>; 4] = Default::default();
     let mut bad_flags = 0u64;
     paging::walk(&mut |va, pfn| {
         if !paging::flags_ok(va) {
             bad_flags += 1;
         }
-        if va < half {
-            low.push((va, pfn));
-        } else {
-            high.push((va, pfn));
-        }
+        let k = [mm::TREE_RANGE, mm::LINEAR_RANGE, mm::LINEAR_LAZY_RANGE]
+            .iter()
+            .position(|r| (r.0..r.1).contains(&va))
+            .unwrap_or(3);
+        by_layer[k].push((va, pfn));
     });
     if bad_flags != 0 {
         return Err(format!("{bad_flags} PTEs not present+writable+NX"));
     }
+    let [low, eager, lazy, outside] = by_layer;
+    if let Some((va, _)) = outside.first() {
+        return Err(format!(
+            "{} PTEs outside every layer, the first at {va:#x}",
+            outside.len()
+        ));
+    }
     // Frames mapped more than once are vm_map_ram aliases only.
-    let mut frames: Vec<u64> = low.iter().chain(high.iter()).map(|&(_, p)| p).collect();
+    let mut frames: Vec<u64> = low
+        .iter()
+        .chain(&eager)
+        .chain(&lazy)
+        .map(|&(_, p)| p)
+        .collect();
     frames.sort_unstable();
     let dups = frames.windows(2).filter(|w| w[0] == w[1]).count() as u64;
     let tree = mm::locked(mm::tree());
@@ -53,14 +64,17 @@ pub fn check_all() -> Result<(), String> {
         .check_walk(low.iter().copied())
         .map_err(|e| format!("tree walk: {e}"))?;
     drop(tree);
-    let linear = mm::locked(mm::linear());
-    linear
-        .check(&KernelMmu)
-        .map_err(|e| format!("list layer: {e}"))?;
-    let in_blocks2 = linear
-        .check_walk(high.iter().copied())
-        .map_err(|e| format!("list walk: {e}"))?;
-    drop(linear);
+    let mut in_blocks2 = 0;
+    for (name, layer, ptes) in [
+        ("list layer", mm::linear(), eager),
+        ("lazy list layer", mm::linear_lazy(), lazy),
+    ] {
+        let l = mm::locked(layer);
+        l.check(&KernelMmu).map_err(|e| format!("{name}: {e}"))?;
+        in_blocks2 += l
+            .check_walk(ptes.into_iter())
+            .map_err(|e| format!("{name} walk: {e}"))?;
+    }
     if in_blocks2 != 0 {
         return Err(format!(
             "{in_blocks2} PTEs in the list layer's blocks (it has none)"
@@ -99,12 +113,8 @@ pub fn run_all(cycles: u64) -> Result<usize, String> {
             "percpu_counters_on_every_cpu",
             &percpu_counters_on_every_cpu,
         ),
-        ("stale_tlb_caught_without_flush", &|| {
-            stale_tlb_caught(cycles.min(8))
-        }),
-        ("stale_tlb_none_with_flush", &|| {
-            stale_tlb_none(per_cpu_share(cycles))
-        }),
+        ("stale_tlb_caught_without_flush", &stale_tlb_caught),
+        ("stale_tlb_none_with_flush", &|| stale_tlb_none(cycles)),
     ];
     for (name, t) in tests.iter() {
         let t0 = arch::rdtsc();
@@ -343,117 +353,40 @@ fn bad_input_changes_nothing() -> Result<(), String> {
     mm::vfree(mm::tree(), va).map_err(|e| format!("vfree: {e}"))
 }
 
-/// The stale-TLB detector: CPU 0 remaps `PAGES` pages to new frames each
-/// cycle (clear PTEs, flush, write the cycle number into the new frames,
-/// map them); every CPU, having read the pages in the previous cycle (so
-/// its TLB holds them), reads them again and counts values that are not
-/// the current cycle's. Returns the stale reads.
-fn stale_reads(cycles: u64, skip_at: Option<u64>) -> Result<u64, String> {
-    const PAGES: u64 = 16;
-    static GEN: AtomicU64 = AtomicU64::new(0);
-    static ACKS: AtomicU64 = AtomicU64::new(0);
-    static STALE: AtomicU64 = AtomicU64::new(0);
-    static UNWRITTEN: AtomicU64 = AtomicU64::new(0);
-    UNWRITTEN.store(0, Ordering::SeqCst);
-    let cpus = percpu::online();
-    let cpu0 = arch::cpu_id();
-    let pools: Vec<u64> = (0..2 * PAGES)
-        .filter_map(|_| phys::alloc(cpu0, 0, true))
-        .collect();
-    if pools.len() != 2 * PAGES as usize {
-        return Err("no frames".into());
+fn stale_tlb_caught() -> Result<(), String> {
+    // After 20 rounds of steady use: round 21 flushes the whole area,
+    // round 24 a chunk; the flush skipped is one of each kind.
+    let mut caught = [0; 2];
+    for (k, skip) in [21u64, 24].into_iter().enumerate() {
+        caught[k] = stale::run(skip + 1, Some(skip))?.stale;
     }
-    let va = mm::vmalloc(mm::tree(), PAGES, PAGE).map_err(|e| format!("vmalloc: {e}"))?;
-    // The area's own frames are kept aside; the detector maps its pools.
-    let own: Vec<u64> = (0..PAGES)
-        .filter_map(|p| paging::translate(va + p * PAGE))
-        .collect();
-    GEN.store(0, Ordering::SeqCst);
-    ACKS.store(0, Ordering::SeqCst);
-    STALE.store(0, Ordering::SeqCst);
-    for p in 0..PAGES {
-        // Zeroed at allocation: the value of cycle 0.
-        paging::clear(va + p * PAGE);
-        // The area's tables exist: the remap needs no new page.
-        ensure(paging::map(va + p * PAGE, pools[p as usize]), || {
-            "remap failed".into()
-        })?;
-    }
-    tlb::flush_range(va, va + PAGES * PAGE);
-    let pools2 = pools.clone();
-    smp::run_on(cpus, move |cpu| {
-        let read_all = |g: u64| {
-            for p in 0..PAGES {
-                if fault::probe_read(va + p * PAGE) != Some(g) {
-                    STALE.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        };
-        if cpu != 0 {
-            let mut seen = 0;
-            while seen < cycles {
-                let g = GEN.load(Ordering::Acquire);
-                if g == seen {
-                    arch::pause();
-                    continue;
-                }
-                read_all(g);
-                seen = g;
-                ACKS.fetch_add(1, Ordering::AcqRel);
-            }
-            return;
-        }
-        read_all(0);
-        for g in 1..=cycles {
-            let pool = &pools2[((g % 2) * PAGES) as usize..][..PAGES as usize];
-            for p in 0..PAGES {
-                paging::clear(va + p * PAGE);
-            }
-            if skip_at == Some(g) {
-                tlb::skip_next_flush();
-            }
-            tlb::flush_range(va, va + PAGES * PAGE);
-            for (p, &f) in pool.iter().enumerate() {
-                if !mm::write_frame(f, g) || !paging::map(va + p as u64 * PAGE, f) {
-                    UNWRITTEN.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-            GEN.store(g, Ordering::Release);
-            read_all(g);
-            while ACKS.load(Ordering::Acquire) < g * (cpus as u64 - 1) {
-                arch::pause();
-            }
-        }
-    });
-    for p in 0..PAGES {
-        paging::clear(va + p * PAGE);
-        ensure(paging::map(va + p * PAGE, own[p as usize]), || {
-            "remap failed".into()
-        })?;
-    }
-    tlb::flush_range(va, va + PAGES * PAGE);
-    mm::vfree(mm::tree(), va).map_err(|e| format!("vfree: {e}"))?;
-    for f in pools {
-        phys::free(cpu0, f, 0);
-    }
-    let unwritten = UNWRITTEN.load(Ordering::SeqCst);
-    ensure(unwritten == 0, || {
-        format!("{unwritten} frame writes refused")
-    })?;
-    Ok(STALE.load(Ordering::SeqCst))
+    let possible = (stale::PAGES + tlb::CEILING) * percpu::online() as u64;
+    println!(
+        "STALE skipped_flush={} of={possible} whole={} chunk={}",
+        caught[0] + caught[1],
+        caught[0],
+        caught[1]
+    );
+    ensure(caught.iter().all(|&c| c > 0), || {
+        format!("a skipped flush went unnoticed (stale reads {caught:?})")
+    })
 }
 
-fn stale_tlb_caught(cycles: u64) -> Result<(), String> {
-    let stale = stale_reads(cycles.max(3), Some(2))?;
-    println!("STALE skipped_flush={stale}");
-    ensure(stale > 0, || "a skipped flush went unnoticed".into())
-}
-
+/// The detector with flushing on over at least `cycles` cycles.
 fn stale_tlb_none(cycles: u64) -> Result<(), String> {
-    let stale = stale_reads(cycles, None)?;
-    let cpus = percpu::online() as u64;
-    println!("STALE flushing cycles={cycles} pages=16 cpus={cpus} stale={stale}");
-    ensure(stale == 0, || {
-        format!("{stale} stale reads with flushing on")
+    let r = stale::run(stale::rounds_for(cycles), None)?;
+    println!(
+        "STALE flushing cycles={} pages={} cpus={} reads={} flushes={} stale={} ms={} ns_per_cycle={}",
+        r.cycles,
+        stale::PAGES,
+        percpu::online(),
+        r.reads,
+        r.flushes,
+        r.stale,
+        r.ns / 1_000_000,
+        r.ns / r.cycles.max(1)
+    );
+    ensure(r.stale == 0, || {
+        format!("{} stale reads with flushing on", r.stale)
     })
 }

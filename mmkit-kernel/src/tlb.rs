@@ -14,7 +14,7 @@ use crate::{apic, percpu};
 
 /// Above this many pages a flush reloads CR3 instead of `invlpg` per page
 /// (the kernel's `tlb_single_page_flush_ceiling`).
-const CEILING: u64 = 32;
+pub const CEILING: u64 = 32;
 
 static SHOOTDOWN: Mutex<()> = Mutex::new(());
 static REQ_START: AtomicU64 = AtomicU64::new(0);

@@ -75,7 +75,9 @@
 //! - **Small mappings per CPU** over any range allocator:
 //!   [`vblock::VblockAllocator`].
 //! - **Sharing one**: [`lock::Guarded`] puts any allocator behind any
-//!   `lock_api` lock (a spin lock in `no_std`); with `std`, `range::Locked`,
+//!   `lock_api` lock (a spin lock in `no_std`), and
+//!   [`buddy::pcp::LockedZone`] gives each CPU's page lists their own such
+//!   lock; with `std`, `range::Locked`,
 //!   `vblock::ConcurrentVblock` and `buddy::pcp::ConcurrentZone`. Where
 //!   many threads churn address space and the lowest fit does not matter,
 //!   `vmap::pooled::PooledVmap` (`std`) keeps freed areas in per-CPU pools

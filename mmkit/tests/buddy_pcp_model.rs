@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use mmkit::buddy::pcp::{ConcurrentZone, PcpConfig, PcpZone};
+use mmkit::buddy::pcp::{ConcurrentZone, LockedZone, PcpConfig, PcpZone};
 use mmkit::buddy::{BuddyAllocator, BuddyConfig, CompactResult, FreeBlock, MigrateType, Placement};
 use mmkit::{AllocError, FreeError};
 use proptest::prelude::*;
@@ -279,19 +279,23 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(100))]
 
-    /// `ConcurrentZone` used from one thread answers every call exactly as
+    /// `ConcurrentZone` and a `LockedZone` behind a spin lock (the
+    /// kernel's kind), used from one thread, answer every call exactly as
     /// `PcpZone` does (same lists, same slow paths, same errors for bad
-    /// CPUs, orders, pfns and double frees), and ends in the same state.
+    /// CPUs, orders, pfns and double frees), pass `check` after each, and
+    /// end in the same state.
     #[test]
     fn concurrent_zone_answers_as_pcp_zone(s in setup(), ops in prop::collection::vec(op(), 1..200)) {
         let (mut z, _) = build(&s);
         let c = ConcurrentZone::new(z.zone().clone(), s.pcp).unwrap();
+        let sz = LockedZone::<spin::Mutex<()>>::new(z.zone().clone(), s.pcp).unwrap();
         let mut held: Vec<(u64, u8)> = Vec::new();
         for op in &ops {
             match *op {
                 Op::Alloc { cpu, order, mt } => {
                     let a = z.alloc(cpu, order, TYPES[mt]);
                     prop_assert_eq!(a, c.alloc(cpu, order, TYPES[mt]), "{:?}", op);
+                    prop_assert_eq!(a, sz.alloc(cpu, order, TYPES[mt]), "{:?}", op);
                     if let Ok(p) = a {
                         held.push((p, order));
                     }
@@ -300,22 +304,33 @@ proptest! {
                     // Sometimes a double free: the block stays listed.
                     let k = pick % held.len();
                     let (p, o) = if pick % 7 == 0 { held[k] } else { held.swap_remove(k) };
-                    prop_assert_eq!(z.free(cpu, p, o), c.free(cpu, p, o), "{:?}", op);
+                    let f = z.free(cpu, p, o);
+                    prop_assert_eq!(f, c.free(cpu, p, o), "{:?}", op);
+                    prop_assert_eq!(f, sz.free(cpu, p, o), "{:?}", op);
                 }
                 Op::FreeRaw { cpu, off, order } => {
                     let pfn = (s.start + off).saturating_sub(8);
-                    prop_assert_eq!(z.free(cpu, pfn, order), c.free(cpu, pfn, order), "{:?}", op);
+                    let f = z.free(cpu, pfn, order);
+                    prop_assert_eq!(f, c.free(cpu, pfn, order), "{:?}", op);
+                    prop_assert_eq!(f, sz.free(cpu, pfn, order), "{:?}", op);
                     held.retain(|&(p, _)| p != pfn);
                 }
                 Op::DrainAll => {
                     z.drain_all();
                     c.drain_all();
+                    sz.drain_all();
                 }
                 _ => {}
+            }
+            c.check().map_err(|e| TestCaseError::fail(format!("{op:?}: {e}")))?;
+            sz.check().map_err(|e| TestCaseError::fail(format!("{op:?}: {e}")))?;
+            for cpu in 0..s.pcp.cpus {
+                prop_assert_eq!(z.pcp_pages(cpu), c.pcp_pages(cpu));
             }
         }
         for cpu in 0..s.pcp.cpus {
             prop_assert_eq!(z.stats(cpu), c.stats(cpu));
+            prop_assert_eq!(z.stats(cpu), sz.stats(cpu));
         }
         z.drain_all();
         let pz = c.into_pcp_zone();

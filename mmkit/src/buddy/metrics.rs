@@ -29,6 +29,7 @@ use alloc::format;
 use alloc::string::String;
 
 use super::migrate::{MigrateType, MIGRATE_TYPES};
+use super::BuddyAllocator;
 
 /// Orders beyond this are ignored, so sums times 1000 fit in 128 bits.
 const MAX_ORDERS: usize = 32;
@@ -313,6 +314,163 @@ impl PageTypeCounts {
         }
         s.push('\n');
         s
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A zone's indexes and text formats
+// ---------------------------------------------------------------------------
+
+impl BuddyAllocator {
+    /// The unusable free space index for order `k`, in thousandths (see
+    /// [`unusable_free_index`]).
+    ///
+    /// # Complexity
+    /// O(orders × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// assert_eq!(zone.unusable_free_index(6), 0); // all free memory is one block
+    /// zone.alloc(0, MigrateType::Movable).unwrap();
+    /// assert_eq!(zone.unusable_free_index(6), 1000); // none of it is usable at order 6
+    /// ```
+    pub fn unusable_free_index(&self, k: u8) -> u32 {
+        unusable_free_index(&self.nr_free_all(), k)
+    }
+
+    /// The fragmentation index for order `k`, in thousandths (see
+    /// [`fragmentation_index`]).
+    ///
+    /// # Complexity
+    /// O(orders × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// assert_eq!(zone.fragmentation_index(6), -1000); // would succeed
+    /// zone.alloc(0, MigrateType::Movable).unwrap();
+    /// assert!(zone.fragmentation_index(6) > 0); // fails for fragmentation
+    /// ```
+    pub fn fragmentation_index(&self, k: u8) -> i32 {
+        fragmentation_index(&self.nr_free_all(), k)
+    }
+
+    /// The unusable percentage for order `k` (see [`extfrag_for_order`]).
+    ///
+    /// # Complexity
+    /// O(orders × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// zone.alloc(0, MigrateType::Movable).unwrap();
+    /// assert_eq!(zone.extfrag_for_order(0), 0);
+    /// assert_eq!(zone.extfrag_for_order(6), 100);
+    /// ```
+    pub fn extfrag_for_order(&self, k: u8) -> u32 {
+        extfrag_for_order(&self.nr_free_all(), k)
+    }
+
+    /// This zone's `/proc/buddyinfo` line.
+    ///
+    /// # Complexity
+    /// O(orders × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, ZoneId};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let line = zone.buddyinfo(ZoneId::new(0, "Normal"));
+    /// assert!(line.starts_with("Node 0, zone   Normal"), "{line}");
+    /// ```
+    pub fn buddyinfo(&self, zone: ZoneId<'_>) -> alloc::string::String {
+        buddyinfo_line(zone, &self.nr_free_all())
+    }
+
+    /// This zone's `/sys/kernel/debug/extfrag/unusable_index` line.
+    ///
+    /// # Complexity
+    /// O(orders² × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, ZoneId};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let line = zone.unusable_index_line(ZoneId::new(0, "Normal"));
+    /// assert!(line.contains("0.000"), "{line}");
+    /// ```
+    pub fn unusable_index_line(&self, zone: ZoneId<'_>) -> alloc::string::String {
+        unusable_index_line(zone, &self.nr_free_all())
+    }
+
+    /// This zone's `/sys/kernel/debug/extfrag/extfrag_index` line.
+    ///
+    /// # Complexity
+    /// O(orders² × types).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, ZoneId};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let line = zone.extfrag_index_line(ZoneId::new(0, "Normal"));
+    /// assert!(line.contains("-1.000"), "{line}"); // every order would succeed
+    /// ```
+    pub fn extfrag_index_line(&self, zone: ZoneId<'_>) -> alloc::string::String {
+        extfrag_index_line(zone, &self.nr_free_all())
+    }
+
+    /// Free-list lengths per order and type, and pageblocks per type (every
+    /// pageblock the span touches).
+    ///
+    /// # Complexity
+    /// O(orders × types + pageblocks).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let c = zone.pagetype_counts();
+    /// assert_eq!(c.free[6][MigrateType::Movable.index()], 1);
+    /// assert_eq!(c.blocks[MigrateType::Movable.index()], 1);
+    /// ```
+    pub fn pagetype_counts(&self) -> PageTypeCounts {
+        let free = (0..=self.cfg.max_order)
+            .map(|o| MigrateType::ALL.map(|t| self.list(o, t).len))
+            .collect();
+        let mut blocks = [0u64; MIGRATE_TYPES];
+        for t in &self.blocks {
+            blocks[t.index()] += 1;
+        }
+        PageTypeCounts { free, blocks }
+    }
+
+    /// This zone's `/proc/pagetypeinfo` text.
+    ///
+    /// # Complexity
+    /// O(orders × types + pageblocks).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::buddy::{BuddyAllocator, BuddyConfig, ZoneId};
+    /// let mut zone = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    /// zone.add_free_range(0, 64).unwrap();
+    /// let text = zone.pagetypeinfo(ZoneId::new(0, "Normal"));
+    /// assert!(text.contains("Movable"), "{text}");
+    /// ```
+    pub fn pagetypeinfo(&self, zone: ZoneId<'_>) -> alloc::string::String {
+        self.pagetype_counts()
+            .pagetypeinfo(zone, self.cfg.pageblock_order)
     }
 }
 

@@ -1,0 +1,291 @@
+//! Building mmkit-kernel and booting it under QEMU: the accelerator, the
+//! serial lines, the `ROW` lines they carry, and the scale of a run.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// The kernel's crate, beside this one.
+pub fn kernel_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../mmkit-kernel")
+}
+
+/// How to install what the kernel needs.
+pub const INSTALL: &str = "install QEMU (Debian/Ubuntu: apt-get install qemu-system-x86) and the \
+     target (rustup target add x86_64-unknown-none)";
+
+/// The accelerator QEMU runs the kernel on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Accel {
+    /// Hardware virtualization.
+    Kvm,
+    /// QEMU's multi-threaded code translator (one host thread per vCPU).
+    Tcg,
+}
+
+impl Accel {
+    /// KVM where /dev/kvm exists and the CPU has `vmx` or `svm`; TCG
+    /// otherwise (a KVM without them runs ring 0 about 1000x slower).
+    pub fn here() -> Self {
+        let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let hw = flags
+            .lines()
+            .filter(|l| l.starts_with("flags"))
+            .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
+        if hw && Path::new("/dev/kvm").exists() {
+            Accel::Kvm
+        } else {
+            Accel::Tcg
+        }
+    }
+
+    /// Its name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Accel::Kvm => "KVM",
+            Accel::Tcg => "TCG",
+        }
+    }
+
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Accel::Kvm => &["-accel", "kvm", "-cpu", "host"],
+            Accel::Tcg => &["-accel", "tcg,thread=multi"],
+        }
+    }
+}
+
+/// QEMU's version line, or what to install.
+///
+/// # Errors
+/// QEMU is missing or does not run.
+pub fn qemu_version() -> Result<String, String> {
+    let out = Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("qemu-system-x86_64 not found ({e}): {INSTALL}"))?;
+    let v = String::from_utf8_lossy(&out.stdout);
+    Ok(v.lines().next().unwrap_or("qemu-system-x86_64").to_string())
+}
+
+/// Builds the kernel (`cargo build --release` in its crate, for
+/// `x86_64-unknown-none`) and returns the ELF's path.
+///
+/// # Errors
+/// The build failed; the message says how to install the target when that
+/// is what is missing.
+pub fn build() -> Result<PathBuf, String> {
+    let dir = kernel_dir();
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir.join("target"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--release", "--quiet"])
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(6).collect();
+        let hint = if err.contains("x86_64-unknown-none") || err.contains("can't find crate") {
+            format!(" ({INSTALL})")
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "building mmkit-kernel failed{hint}: {}",
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    Ok(target_dir.join("x86_64-unknown-none/release/mmkit-kernel"))
+}
+
+/// One boot's serial output and outcome.
+#[derive(Debug, Clone)]
+pub struct Boot {
+    /// vCPUs.
+    pub smp: usize,
+    /// Every line printed on the serial port.
+    pub lines: Vec<String>,
+    /// The kernel reported a pass through `isa-debug-exit` (status 33).
+    pub passed: bool,
+    /// Why it did not pass, if it did not.
+    pub failure: Option<String>,
+    /// From starting QEMU to the first serial line.
+    pub first_line: Option<Duration>,
+    /// The whole run.
+    pub wall: Duration,
+}
+
+impl Boot {
+    /// The `ROW` lines of experiment `name`, as key-value maps.
+    pub fn rows(&self, name: &str) -> Vec<BTreeMap<String, String>> {
+        self.lines
+            .iter()
+            .filter_map(|l| parse_row(l, name))
+            .collect()
+    }
+
+    pub(super) fn find(
+        &self,
+        name: &str,
+        want: &[(&str, &str)],
+    ) -> Option<BTreeMap<String, String>> {
+        self.rows(name).into_iter().find(|r| {
+            want.iter()
+                .all(|(k, v)| r.get(*k).map(String::as_str) == Some(*v))
+        })
+    }
+}
+
+/// Parses `ROW <name> k=v k=v ...`.
+pub fn parse_row(line: &str, name: &str) -> Option<BTreeMap<String, String>> {
+    let rest = line
+        .strip_prefix("ROW ")?
+        .strip_prefix(name)?
+        .strip_prefix(' ')?;
+    Some(
+        rest.split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+pub(super) fn num(r: &BTreeMap<String, String>, k: &str) -> f64 {
+    r.get(k).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+}
+
+/// Boots `elf` at `smp` vCPUs with the command line `append`, echoing the
+/// serial lines to `echo` when given; QEMU is killed after `timeout`.
+///
+/// # Errors
+/// QEMU could not be started.
+pub fn boot(
+    elf: &Path,
+    smp: usize,
+    append: &str,
+    timeout: Duration,
+    accel: Accel,
+    mut echo: Option<&mut dyn Write>,
+) -> Result<Boot, String> {
+    let t0 = Instant::now();
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(accel.args())
+        .args([
+            "-M",
+            "q35",
+            "-m",
+            "512M",
+            "-display",
+            "none",
+            "-serial",
+            "stdio",
+            "-no-reboot",
+        ])
+        .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
+        .arg("-smp")
+        .arg(smp.to_string())
+        .arg("-kernel")
+        .arg(elf)
+        .arg("-append")
+        .arg(append)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting qemu-system-x86_64: {e} ({INSTALL})"))?;
+    let stdout = child.stdout.take().ok_or("no stdout from QEMU")?;
+    let mut stderr = child.stderr.take().ok_or("no stderr from QEMU")?;
+    // Drained on its own thread, so a chatty QEMU never blocks on a full pipe.
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        // What could be read is kept; QEMU's stderr only explains a failure.
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let mut first_line = None;
+    let mut timed_out = false;
+    loop {
+        let left = timeout.saturating_sub(t0.elapsed());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                first_line.get_or_insert_with(|| t0.elapsed());
+                if let Some(w) = echo.as_deref_mut() {
+                    // Echo is best effort: a closed terminal does not stop the boot.
+                    let _ = writeln!(w, "{line}");
+                }
+                lines.push(line);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                timed_out = true;
+                // Already exited, or killed now: either way it ends.
+                let _ = child.kill();
+                break;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let status = child.wait().map_err(|e| format!("waiting for QEMU: {e}"))?;
+    // The readers end with QEMU's pipes.
+    let _ = reader.join();
+    let errors = errors.join().unwrap_or_default();
+    let code = status.code();
+    let passed = !timed_out && code == Some(33);
+    let failure = (!passed).then(|| {
+        if timed_out {
+            format!("timed out after {} s", timeout.as_secs())
+        } else {
+            let last = lines
+                .iter()
+                .rev()
+                .find(|l| l.starts_with("DONE") || l.contains("PANIC") || l.contains("FAULT"));
+            format!(
+                "QEMU exit status {code:?}: {} {}",
+                last.map_or("no verdict printed", String::as_str),
+                errors.lines().next().unwrap_or("")
+            )
+        }
+    });
+    Ok(Boot {
+        smp,
+        lines,
+        passed,
+        failure,
+        first_line,
+        wall: t0.elapsed(),
+    })
+}
+
+/// The kernel command line of a scale: quick (CI smoke) or full.
+pub fn scale(quick: bool, loops: Option<u64>) -> String {
+    let mut s = if quick {
+        "seed_iters=200 seed_old_iters=20 loops=20 busy=100 full_fit=64 stress_loops=4 stress_busy=16 \
+         stress_full_fit=8 buddy_pairs=6400 cycles=100000"
+            .to_string()
+    } else {
+        "seed_iters=2000 seed_old_iters=100 loops=100 busy=1000 full_fit=256 stress_loops=50 \
+         stress_busy=50 stress_full_fit=16 buddy_pairs=20000 cycles=100000"
+            .to_string()
+    };
+    if let Some(l) = loops {
+        s.push_str(&format!(" loops={l}"));
+    }
+    s
+}

@@ -1,0 +1,120 @@
+use super::qemu::parse_row;
+use super::*;
+
+#[test]
+fn rows_parse_into_key_values() {
+    let r = parse_row("ROW seed002 design=old cpus=2 ns_per_op=123", "seed002").expect("a row");
+    assert_eq!(r.get("design").map(String::as_str), Some("old"));
+    assert_eq!(num(&r, "ns_per_op"), 123.0);
+    assert!(num(&r, "missing").is_nan());
+    assert!(parse_row("ROW seed0023 design=old", "seed002").is_none());
+    assert!(parse_row("TEST x ok", "seed002").is_none());
+}
+
+fn boot_of(smp: usize, lines: &[&str]) -> Boot {
+    Boot {
+        smp,
+        lines: lines.iter().map(|l| l.to_string()).collect(),
+        passed: true,
+        failure: None,
+        first_line: Some(Duration::from_millis(100)),
+        wall: Duration::from_secs(1),
+    }
+}
+
+#[test]
+fn targets_follow_the_measured_rows() {
+    let one = boot_of(
+        1,
+        &[
+            "ROW seed002 design=old ns_per_op=1000 ipis_per_1e6_unmaps=0 locks_per_op_x1000=2000",
+            "ROW seed002 design=new ns_per_op=100 ipis_per_1e6_unmaps=0 locks_per_op_x1000=0",
+        ],
+    );
+    let two = boot_of(
+        2,
+        &[
+            "ROW seed002 design=old ns_per_op=5000 ipis_per_1e6_unmaps=1000000 locks_per_op_x1000=2000",
+            "ROW seed002 design=new ns_per_op=150 ipis_per_1e6_unmaps=20000 locks_per_op_x1000=5",
+        ],
+    );
+    let seeds: Vec<SeedRow> = [&one, &two].iter().filter_map(|b| seed_row(b)).collect();
+    assert_eq!(seeds.len(), 2);
+    assert_eq!(seeds[1].ratio, Some(5000.0 / 150.0));
+    let t = targets(Accel::Tcg, &[one, two], &seeds, &[], Duration::from_secs(1));
+    let verdict = |what: &str| t.iter().find(|t| t.what.contains(what)).and_then(|t| t.met);
+    // 10^6 against 2 x 10^4 is 50x: missed.
+    assert_eq!(verdict("IPIs per 10^6 unmaps"), Some(false));
+    // 150 ns at 2 vCPUs against 100 at 1 is 1.5x: missed.
+    assert_eq!(verdict("<= 1.2x"), Some(false));
+    assert_eq!(verdict(">= 5x slower"), Some(true));
+    assert!(t.iter().all(|t| t.what.contains("TCG") || t.met.is_none()));
+}
+
+#[test]
+fn a_boot_row_reads_the_stale_tlb_lines() {
+    let b = boot_of(
+        2,
+        &[
+            "STALE skipped_flush=1500 of=2112 whole=1436 chunk=64",
+            "STALE flushing cycles=1000512 pages=1024 cpus=2 reads=2003072 flushes=1289 stale=0 ms=20000 ns_per_cycle=19990",
+        ],
+    );
+    let r = boot_row(&b);
+    assert_eq!(
+        r.stale_reads,
+        "1500 of 2112 caught with a flush skipped; 0 stale of 1000512 cycles with flushing"
+    );
+    assert_eq!(r.verdict, "pass");
+    let s = stale_row(&b).expect("a detector row");
+    assert_eq!((s.cycles, s.stale, s.flushes), (1000512, 0, 1289));
+    assert_eq!(s.caught, "1500 of 2112");
+    assert!((s.seconds - 20.0).abs() < 1e-9);
+    let t = stale_targets(Accel::Tcg, &[s], STALE_CYCLES);
+    assert_eq!(t[0].met, Some(true));
+    // Short of the count asked, or any stale read: missed.
+    let few = boot_of(2, &["STALE flushing cycles=1024 stale=0 ms=1"]);
+    let bad = boot_of(2, &["STALE flushing cycles=1000512 stale=3 ms=1"]);
+    for b in [few, bad] {
+        let rows = [stale_row(&b).expect("a row")];
+        assert_eq!(
+            stale_targets(Accel::Tcg, &rows, STALE_CYCLES)[0].met,
+            Some(false)
+        );
+    }
+}
+
+#[test]
+fn a_scale_names_every_size() {
+    for quick in [true, false] {
+        let s = scale(quick, Some(7));
+        for k in ["seed_iters=", "loops=7", "busy=", "full_fit=", "cycles="] {
+            assert!(s.contains(k), "{s} lacks {k}");
+        }
+    }
+}
+
+#[test]
+fn test_vmalloc_targets_compare_new_with_both_baselines() {
+    let b = boot_of(
+        2,
+        &[
+            "ROW test_vmalloc mode=performance design=old test=total ns=40000000",
+            "ROW test_vmalloc mode=performance design=old_lazy test=total ns=20000000",
+            "ROW test_vmalloc mode=performance design=new test=total ns=10000000",
+            "ROW test_vmalloc mode=stress design=old test=total ns=2000000000 ipis=300",
+            "ROW test_vmalloc mode=stress design=old_lazy test=total ns=50000000 ipis=20",
+            "ROW test_vmalloc mode=stress design=new test=total ns=10000000 ipis=10",
+        ],
+    );
+    let m = mode_row(&b).expect("a row");
+    assert_eq!(m.perf_lazy_ratio, Some(2.0));
+    assert_eq!(m.stress_lazy_ipis, 20.0);
+    let t = targets(Accel::Tcg, &[b], &[], &[m], Duration::from_secs(1));
+    let verdict = |what: &str| t.iter().find(|t| t.what.contains(what)).and_then(|t| t.met);
+    // 4x and 200x against the eager busy list; 2x and 5x against the lazy one.
+    assert_eq!(verdict("performance mode new vs old >= "), Some(true));
+    assert_eq!(verdict("stress mode new vs old >= "), Some(true));
+    assert_eq!(verdict("performance mode new vs old-lazy"), Some(false));
+    assert_eq!(verdict("stress mode new vs old-lazy"), Some(false));
+}
