@@ -18,7 +18,9 @@ use spin::Once;
 use crate::paging::{self, VMALLOC_START};
 use crate::percpu::MAX_CPUS;
 use crate::{arch, phys, tlb};
-use mmkit_vmalloc::{BlockSource, Flush, MapRam, Mmu, VmError, Vmalloc, Where, PAGE};
+use mmkit_vmalloc::{
+    BlockSource, Flush, MapFailed, MapRam, Mmu, Refused, VmError, Vmalloc, Where, PAGE,
+};
 
 /// A lock of the `lock_api` kind (what `BlockSource` needs).
 pub type Lock<T> = spin::lock_api::Mutex<T>;
@@ -28,12 +30,12 @@ pub type Lock<T> = spin::lock_api::Mutex<T>;
 pub struct KernelMmu;
 
 impl Mmu for KernelMmu {
-    fn map(&mut self, va: u64, pfns: &[u64]) -> Result<(), VmError> {
+    fn map(&mut self, va: u64, pfns: &[u64]) -> Result<(), MapFailed> {
         for (i, &pfn) in pfns.iter().enumerate() {
             if !paging::map(va + i as u64 * PAGE, pfn) {
-                // Nothing stays mapped: the pages were not mapped before.
-                self.clear(va, i as u64);
-                return Err(VmError::NoMemory);
+                // The layer clears what was mapped.
+                let (err, mapped) = (VmError::NoMemory, i as u64);
+                return Err(MapFailed { err, mapped });
             }
         }
         Ok(())
@@ -45,8 +47,10 @@ impl Mmu for KernelMmu {
         }
     }
 
-    fn flush(&mut self, start: u64, end: u64) {
+    /// Never refuses: the IPIs are acknowledged before it returns.
+    fn flush(&mut self, start: u64, end: u64) -> Refused {
         tlb::flush_range(start, end);
+        Refused::new()
     }
 
     fn translate(&self, va: u64) -> Option<u64> {

@@ -9,13 +9,19 @@
 //!   |            VBuf (owning handle), MirrorRing (double-mapped ring)
 //!   +-- vblock   mmkit::vblock::ConcurrentVblock: per-CPU blocks for small
 //!   |            vm_map_ram requests, CPU from sched_getcpu     (seeds 001, 002)
-//!   +-- space    one PROT_NONE reservation = the vmalloc area, managed by
-//!   |            mmkit::vmap::VmapAllocator, guard page per area, lazy list
-//!   |            unmapped in batches by purges                  (seeds 000, 002)
+//!   +-- space    one PROT_NONE reservation = the vmalloc area: the shared
+//!   |            layer mmkit_vmalloc::Vmalloc over mmkit::vmap::VmapAllocator
+//!   |            (areas, guard pages, lazy and stuck lists, purge), driving
+//!   |            the memfd machine (space::mmu) as its Mmu     (seeds 000, 002)
 //!   +-- phys     a memfd = physical memory, frames managed by
 //!   |            mmkit::buddy::BuddyAllocator, grown a pageblock at a time
 //!   +-- sys      the system calls (rustix): memfd, mmap, the only unsafe
 //! ```
+//!
+//! The vmalloc layer is the one `mmkit-kernel` runs over real page tables:
+//! this crate is its user-space machine, where clearing and flushing a
+//! range are one `munmap`, and adds what only user space has (the mapping
+//! budget, mirror areas, handles, growth in place).
 //!
 //! The "seeds" are the kernel patches mmkit follows (see the `mmkit`
 //! crate's docs): 000 is Uladzislau Rezki's augmented free-block tree for

@@ -216,7 +216,7 @@ impl Vm {
         (r.base(), r.base() + r.len())
     }
 
-    fn space(&self) -> &Space {
+    pub(crate) fn space(&self) -> &Space {
         &self.inner.space
     }
 

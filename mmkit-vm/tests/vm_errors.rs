@@ -237,3 +237,29 @@ fn lazy_max_batches_unmapping() {
     assert!(!vm.purge(), "nothing left to purge");
     vm.check().unwrap();
 }
+
+/// The purge's one flush over the lazy list's span unmaps the freed areas,
+/// one call per run of adjacent ones, and leaves a live area inside the
+/// span mapped and readable.
+#[test]
+fn a_purge_unmaps_runs_of_freed_areas_around_a_live_one() {
+    let vm = vm(64 << 20);
+    let a: Vec<u64> = (0..5).map(|_| vm.vmalloc(PAGE).unwrap()).collect();
+    assert!(a.windows(2).all(|w| w[1] == w[0] + 2 * PAGE), "{a:x?}");
+    // SAFETY: the area is live and a page long.
+    unsafe { (a[2] as *mut u8).write(9) };
+    for i in [0, 1, 3, 4] {
+        vm.vfree(a[i]).unwrap();
+    }
+    assert!(vm.purge());
+    let s = vm.stats().space;
+    assert_eq!(
+        (s.purges, s.unmap_calls, s.purged_areas),
+        (1, 2, 4),
+        "{s:?}"
+    );
+    // SAFETY: still live.
+    assert_eq!(unsafe { (a[2] as *const u8).read() }, 9);
+    vm.check().unwrap();
+    vm.check_mappings().unwrap();
+}

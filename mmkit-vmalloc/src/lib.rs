@@ -1,33 +1,76 @@
-//! One vmalloc layer for any machine: the areas, the lazy list, the purge,
-//! the `vm_map_ram` wiring and `check()`, written once over a
-//! memory-management unit ([`Mmu`]) that writes and clears page-table
-//! entries and flushes TLBs. No `unsafe` and no kernel dependency: the
-//! kernel's page tables and shootdown IPIs are one [`Mmu`]; a user-space
-//! one (memfd + `mmap`, where clearing and flushing are one `munmap`) would
-//! be another.
+//! One vmalloc layer for any machine: the areas, the lazy list, the stuck
+//! list, the purge, the `vm_map_ram` wiring and `check()`, written once
+//! over a memory-management unit ([`Mmu`]) that writes and clears
+//! page-table entries and flushes TLBs. No `unsafe` and no kernel
+//! dependency. Two machines drive it:
+//!
+//! - `mmkit-kernel`: real page tables; `clear` writes the PTEs now, `flush`
+//!   is `invlpg` plus a shootdown IPI to every CPU, and never fails;
+//! - `mmkit-vm` (user space): a memfd as physical memory and `mmap` in a
+//!   reserved range. Clearing and flushing are one system call there, so
+//!   `clear` only records the range (the mapping stays, and the layer keeps
+//!   its frames and addresses, until the flush), and `flush` unmaps the
+//!   recorded ranges with one call per run of adjacent ones. The kernel may
+//!   refuse an unmapping: `flush` reports the ranges it could not release,
+//!   and the layer keeps them allocated on its *stuck* list, retried by
+//!   every later purge.
 //!
 //! ```text
-//!  vmalloc/vfree, vmap/vunmap ──> Vmalloc<R>: areas (va -> frames), guard page,
+//!  vmalloc/vfree, vmap/vunmap ──> Vmalloc<R, A>: areas (va -> A), guard page,
 //!                                  Flush::Eager (clear + flush + free) or
-//!                                  Flush::Lazy (clear, free_lazy, purge past lazy_max)
+//!                                  Flush::Lazy (clear, lazy list, purge past max)
+//!                                  lazy / stuck: freed, still allocated in R
 //!  vm_map_ram/vm_unmap_ram ─────> MapRam<R>: mmkit::vblock per-CPU blocks, blocks from R
-//!  both ──> Mmu: map (write PTEs) / clear (PTEs only) / flush (TLBs of every CPU)
+//!  both ──> Mmu: map (write PTEs) / clear (PTEs only) / flush (TLBs of every CPU,
+//!                may refuse ranges) / translate (for checks)
 //! ```
+//!
+//! A freed range stays allocated in the range allocator `R` until the flush
+//! that covers it has succeeded, so no address is handed out again while a
+//! TLB (or, in user space, a mapping) may still reach its old frames. What
+//! an area holds is the caller's type `A` ([`AreaData`]): frames for the
+//! kernel, frames with their map counts, growth pieces and mirror copies
+//! for `mmkit-vm`. A purge hands back every area it released
+//! ([`Released`]) so the caller frees what the area held.
 #![no_std]
 #![forbid(unsafe_code)]
 
 extern crate alloc;
 
+mod check;
+mod lazy;
 mod maps;
 mod ram;
 
-pub use maps::{Area, LayerStats, Vmalloc, Where};
+pub use lazy::{Gone, Outcome, Purged, Released, Retired};
+pub use maps::{Area, AreaData, LayerStats, Vmalloc, Where};
 pub use ram::{BlockSource, MapRam, MAX_PAGES};
 
+use alloc::vec::Vec;
 use core::fmt;
 
 /// Bytes per page.
 pub const PAGE: u64 = 4096;
+
+/// Ranges `[start, end)` a flush could not release: they are still mapped
+/// (or cached) and must not be reused. Empty when the flush succeeded.
+pub type Refused = Vec<(u64, u64)>;
+
+/// A map that failed: why, and how many pages from its start it had mapped
+/// (the layer takes those down through `clear` and `flush`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapFailed {
+    /// Why.
+    pub err: VmError,
+    /// Pages mapped from the start before the failure.
+    pub mapped: u64,
+}
+
+impl From<MapFailed> for VmError {
+    fn from(f: MapFailed) -> Self {
+        f.err
+    }
+}
 
 /// The machine under the layer.
 pub trait Mmu {
@@ -35,13 +78,19 @@ pub trait Mmu {
     /// flush is needed: the pages were not mapped).
     ///
     /// # Errors
-    /// [`VmError::NoMemory`] when a page-table page cannot be allocated;
-    /// nothing stays mapped then.
-    fn map(&mut self, va: u64, pfns: &[u64]) -> Result<(), VmError>;
-    /// Clears the PTEs of `pages` pages from `va`; TLBs may still hold them.
+    /// [`MapFailed`] with [`VmError::NoMemory`] when a page-table page
+    /// cannot be allocated, saying how many pages it mapped.
+    fn map(&mut self, va: u64, pfns: &[u64]) -> Result<(), MapFailed>;
+    /// Clears the PTEs of `pages` pages from `va` (an area's whole range,
+    /// guard page included; clearing a page that is not mapped does
+    /// nothing); TLBs may still hold them until a flush covers them.
     fn clear(&mut self, va: u64, pages: u64);
-    /// Removes every translation of `[start, end)` from every CPU's TLB.
-    fn flush(&mut self, start: u64, end: u64);
+    /// Removes every translation of what was cleared in `[start, end)` from
+    /// every CPU's TLB. Returns the ranges it could not release (empty when
+    /// it succeeded): those stay reachable, and the layer keeps them
+    /// allocated until a later flush releases them.
+    #[must_use]
+    fn flush(&mut self, start: u64, end: u64) -> Refused;
     /// The frame `va` maps, if any (for `check` and fault reports).
     fn translate(&self, va: u64) -> Option<u64>;
 }
@@ -95,3 +144,5 @@ impl From<mmkit::FreeError> for VmError {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod user_tests;

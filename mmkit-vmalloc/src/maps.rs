@@ -1,24 +1,54 @@
 //! [`Vmalloc`]: areas of mapped frames over any range allocator, each with
-//! a guard page, unmapped eagerly or lazily.
+//! a guard page, unmapped eagerly or lazily (the lists and the purge are in
+//! `lazy.rs`, the checkers in `check.rs`).
 
-use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
-use alloc::format;
-use alloc::string::String;
-use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU64, Ordering};
 
 use mmkit::range::RangeAllocator;
 use mmkit::AllocError;
 
+use super::lazy::{Gone, Outcome, Retired};
 use super::{Flush, Mmu, VmError, PAGE};
 
-/// A live area: `pages` mapped pages from its start, then one guard page.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What an area holds, as the layer needs to know it: its extent, the
+/// further ranges it grew by, and the frame behind each mapped page.
+pub trait AreaData {
+    /// Bytes reserved from the area's start, guard page included.
+    fn span(&self) -> u64;
+    /// Further ranges of the range allocator that continue the area (grown
+    /// in place), freed with it.
+    fn pieces(&self) -> &[u64] {
+        &[]
+    }
+    /// The frame mapped at byte offset `off` of the area, if that page is
+    /// mapped (for fault reports and checks).
+    fn frame_at(&self, off: u64) -> Option<u64>;
+    /// Pages mapped (for checks).
+    fn mapped_pages(&self) -> u64;
+}
+
+/// A live area of the plain layer: `frames.len()` mapped pages from its
+/// start, then one guard page. Its frames go back to the caller at
+/// `vunmap`, before the flush (as the kernel frees them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Area {
     /// The frames mapped, in page order.
     pub frames: Vec<u64>,
+}
+
+impl AreaData for Area {
+    fn span(&self) -> u64 {
+        (self.frames.len() as u64 + 1) * PAGE
+    }
+
+    fn frame_at(&self, off: u64) -> Option<u64> {
+        self.frames.get((off / PAGE) as usize).copied()
+    }
+
+    fn mapped_pages(&self) -> u64 {
+        self.frames.len() as u64
+    }
 }
 
 /// What the layer knows of an address (the page-fault report).
@@ -31,7 +61,7 @@ pub enum Where {
         /// The frame the page maps.
         pfn: u64,
     },
-    /// The guard page after the live area at `area`.
+    /// Inside a live area's range but not mapped: its guard page.
     Guard {
         /// The area's start.
         area: u64,
@@ -41,8 +71,9 @@ pub enum Where {
         /// The block's start.
         start: u64,
     },
-    /// Inside a recently freed area that is still on the lazy list: its
-    /// PTEs are cleared, TLBs may still hold them.
+    /// Inside a freed area whose flush has not happened (on the lazy list)
+    /// or was refused (on the stuck list): its PTEs are cleared, TLBs (or
+    /// user-space mappings) may still hold them.
     Lazy {
         /// The freed area's start.
         area: u64,
@@ -67,79 +98,55 @@ pub struct LayerStats {
     pub flushes: u64,
     /// Pages those flushes covered.
     pub pages_flushed: u64,
-    /// Purges of the lazy list.
+    /// Purges of the lazy and stuck lists that had something to flush.
     pub purges: u64,
     /// Raw-range operations (blocks handed out or freed, purges through a
     /// front end): each one lock acquisition of a shared layer.
     pub block_ops: u64,
-}
-
-/// The span a range allocator purged by itself (its retry when an
-/// allocation finds no space), to be flushed before the space is mapped.
-#[derive(Debug)]
-struct Pending {
-    lo: AtomicU64,
-    hi: AtomicU64,
+    /// Areas and blocks whose flush succeeded and whose ranges were freed.
+    pub released: u64,
+    /// Ranges a flush refused to release (each kept on the stuck list).
+    pub refusals: u64,
 }
 
 /// Freed areas remembered for fault reports.
-const HISTORY: usize = 64;
+pub(crate) const HISTORY: usize = 64;
 
-/// Areas of mapped frames over the range allocator `R`.
-pub struct Vmalloc<R> {
-    range: R,
-    flush: Flush,
-    areas: BTreeMap<u64, Area>,
-    blocks: BTreeMap<u64, u64>,
-    lazy_bytes: u64,
-    /// Purges so far; a freed area with `gen == purge_gen` is still lazy.
-    purge_gen: u64,
-    history: [(u64, u64, u64); HISTORY],
-    next_hist: usize,
-    stats: LayerStats,
-    pending: Arc<Pending>,
+/// Areas of mapped frames over the range allocator `R`; `A` is what an
+/// area holds.
+pub struct Vmalloc<R, A = Area> {
+    pub(crate) range: R,
+    pub(crate) flush: Flush,
+    pub(crate) areas: BTreeMap<u64, A>,
+    pub(crate) blocks: BTreeMap<u64, u64>,
+    /// Freed, cleared, waiting for the purge's flush (still allocated in R).
+    pub(crate) lazy: Vec<Retired<A>>,
+    pub(crate) lazy_bytes: u64,
+    /// Freed, but their flush was refused: retried by every purge.
+    pub(crate) stuck: Vec<Retired<A>>,
+    /// Ranges released lately: `(start, end)`.
+    pub(crate) history: [(u64, u64); HISTORY],
+    pub(crate) next_hist: usize,
+    pub(crate) stats: LayerStats,
 }
 
-impl<R: RangeAllocator> Vmalloc<R> {
-    /// A layer over `range` (its own automatic purge is switched off: the
-    /// layer purges, through the [`Mmu`]).
+impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
+    /// A layer over `range`. The layer keeps its own lazy list (a freed
+    /// range stays allocated in `range` until its flush), so the range
+    /// allocator's automatic purge is switched off.
     pub fn new(mut range: R, flush: Flush) -> Self {
         range.set_lazy_max(u64::MAX);
-        let pending = Arc::new(Pending {
-            lo: AtomicU64::new(u64::MAX),
-            hi: AtomicU64::new(0),
-        });
-        let p = Arc::clone(&pending);
-        range.set_flush_hook(Some(Box::new(move |s, e| {
-            p.lo.fetch_min(s, Ordering::Relaxed);
-            p.hi.fetch_max(e, Ordering::Relaxed);
-        })));
         Vmalloc {
             range,
             flush,
             areas: BTreeMap::new(),
             blocks: BTreeMap::new(),
+            lazy: Vec::new(),
             lazy_bytes: 0,
-            purge_gen: 0,
-            history: [(0, 0, u64::MAX); HISTORY],
+            stuck: Vec::new(),
+            history: [(0, 0); HISTORY],
             next_hist: 0,
             stats: LayerStats::default(),
-            pending,
-        }
-    }
-
-    /// Flushes what the range allocator purged by itself, before anything
-    /// is mapped in it.
-    fn flush_pending(&mut self, mmu: &mut impl Mmu) {
-        let lo = self.pending.lo.swap(u64::MAX, Ordering::Relaxed);
-        let hi = self.pending.hi.swap(0, Ordering::Relaxed);
-        if lo < hi {
-            mmu.flush(lo, hi);
-            self.stats.flushes += 1;
-            self.stats.purges += 1;
-            self.stats.pages_flushed += (hi - lo) / PAGE;
-            self.lazy_bytes = 0;
-            self.purge_gen += 1;
         }
     }
 
@@ -153,24 +160,184 @@ impl<R: RangeAllocator> Vmalloc<R> {
         self.stats
     }
 
-    /// Reserves `size` bytes at `align` from the range allocator, purging
-    /// the lazy list once when it is full (the kernel's retry).
-    fn reserve(
+    /// The flush policy.
+    pub fn flush_policy(&self) -> Flush {
+        self.flush
+    }
+
+    /// Sets the flush policy (a new lazy threshold, say).
+    pub fn set_flush_policy(&mut self, flush: Flush) {
+        self.flush = flush;
+    }
+
+    /// Reserves `size` bytes at `align` in `window` from the range
+    /// allocator, without purging (the caller decides whether to purge and
+    /// retry).
+    ///
+    /// # Errors
+    /// As the range allocator's `alloc_in`.
+    pub fn reserve(
+        &mut self,
+        size: u64,
+        align: u64,
+        window: (u64, u64),
+    ) -> Result<u64, AllocError> {
+        self.range.alloc_in(size, align, window.0, window.1)
+    }
+
+    /// Gives back a range [`reserve`](Self::reserve) handed out and nothing
+    /// was mapped in.
+    ///
+    /// # Errors
+    /// [`VmError::Invalid`] when `va` does not start an allocated range.
+    pub fn unreserve(&mut self, va: u64) -> Result<(), VmError> {
+        self.range.free(va)?;
+        Ok(())
+    }
+
+    /// Records the live area `a` at `va` (its range reserved, its pages
+    /// mapped).
+    pub fn insert(&mut self, va: u64, a: A) {
+        self.areas.insert(va, a);
+    }
+
+    /// The live area at `va`.
+    pub fn area(&self, va: u64) -> Option<&A> {
+        self.areas.get(&va)
+    }
+
+    /// The live area at `va`, to change (grow, shrink).
+    pub fn area_mut(&mut self, va: u64) -> Option<&mut A> {
+        self.areas.get_mut(&va)
+    }
+
+    /// Takes the live area at `va` out of the books; its range stays
+    /// allocated until it is [`retire`](Self::retire)d or put back.
+    pub fn take(&mut self, va: u64) -> Option<A> {
+        self.areas.remove(&va)
+    }
+
+    /// Live areas, by address.
+    pub fn areas(&self) -> impl Iterator<Item = (u64, &A)> {
+        self.areas.iter().map(|(&va, a)| (va, a))
+    }
+
+    /// Freed ranges not released yet: the lazy list, then the stuck list
+    /// (`true`).
+    pub fn retired(&self) -> impl Iterator<Item = (&Retired<A>, bool)> {
+        let lazy = self.lazy.iter().map(|r| (r, false));
+        lazy.chain(self.stuck.iter().map(|r| (r, true)))
+    }
+
+    /// Live areas.
+    pub fn live_areas(&self) -> usize {
+        self.areas.len()
+    }
+
+    /// Freed ranges on the lazy list, and their bytes.
+    pub fn lazy(&self) -> (usize, u64) {
+        (self.lazy.len(), self.lazy_bytes)
+    }
+
+    /// Freed ranges whose flush was refused, waiting for a retry.
+    pub fn stuck(&self) -> usize {
+        self.stuck.len()
+    }
+
+    /// Live raw ranges (`vm_map_ram` blocks): how many, and their bytes.
+    pub fn blocks(&self) -> (u64, u64) {
+        (self.blocks.len() as u64, self.blocks.values().sum())
+    }
+
+    /// The size of the raw range (`vm_map_ram` block) at `va`, if any.
+    pub fn block_size(&self, va: u64) -> Option<u64> {
+        self.blocks.get(&va).copied()
+    }
+
+    /// Reserves a raw range (a `vm_map_ram` block) without purging; its
+    /// pages are mapped and cleared by its user.
+    ///
+    /// # Errors
+    /// As the range allocator's `alloc_in`.
+    pub fn reserve_block(
+        &mut self,
+        size: u64,
+        align: u64,
+        window: (u64, u64),
+    ) -> Result<u64, AllocError> {
+        self.stats.block_ops += 1;
+        let va = self.reserve(size, align, window)?;
+        self.blocks.insert(va, size);
+        Ok(va)
+    }
+
+    /// Frees a raw range whose pages its user has cleared, as an unmap
+    /// does (see [`retire`](Self::retire)), flushing it at once with `now`.
+    /// Returns its size and what that released.
+    ///
+    /// # Errors
+    /// [`VmError::Invalid`] when `va` does not start a raw range.
+    pub fn free_block(
+        &mut self,
+        mmu: &mut impl Mmu,
+        va: u64,
+        now: bool,
+    ) -> Result<(u64, Outcome<A>), VmError> {
+        self.stats.block_ops += 1;
+        let size = self.blocks.remove(&va).ok_or(VmError::Invalid)?;
+        Ok((size, self.retire(mmu, va, size, Gone::Block, now)))
+    }
+
+    /// What the layer knows of `va`.
+    pub fn lookup(&self, va: u64) -> Where {
+        if let Some((&s, a)) = self.areas.range(..=va).next_back() {
+            if va < s + a.span() {
+                return match a.frame_at(va - s) {
+                    Some(pfn) => Where::Mapped { area: s, pfn },
+                    None => Where::Guard { area: s },
+                };
+            }
+        }
+        if let Some((&s, &size)) = self.blocks.range(..=va).next_back() {
+            if va < s + size {
+                return Where::Block { start: s };
+            }
+        }
+        if let Some((r, _)) = self
+            .retired()
+            .find(|(r, _)| (r.start..r.start + r.span).contains(&va))
+        {
+            return Where::Lazy { area: r.start };
+        }
+        // The newest record first: a range reused and freed again.
+        for k in 1..=HISTORY {
+            let (s, e) = self.history[(self.next_hist + HISTORY - k) % HISTORY];
+            if (s..e).contains(&va) {
+                return Where::Freed { area: s };
+            }
+        }
+        Where::Free
+    }
+}
+
+/// The plain layer: areas of frames the caller owns again at `vunmap`.
+impl<R: RangeAllocator> Vmalloc<R, Area> {
+    /// Reserves `size` bytes at `align`, purging the lazy and stuck lists
+    /// once when nothing fits (the kernel's retry).
+    fn reserve_or_purge(
         &mut self,
         mmu: &mut impl Mmu,
         size: u64,
         align: u64,
         window: (u64, u64),
     ) -> Result<u64, AllocError> {
-        let r = match self.range.alloc_in(size, align, window.0, window.1) {
-            Err(AllocError::NoSpace) if self.lazy_bytes > 0 => {
+        match self.reserve(size, align, window) {
+            Err(AllocError::NoSpace) if !self.lazy.is_empty() || !self.stuck.is_empty() => {
                 self.purge(mmu);
-                self.range.alloc_in(size, align, window.0, window.1)
+                self.reserve(size, align, window)
             }
             r => r,
-        };
-        self.flush_pending(mmu);
-        r
+        }
     }
 
     /// `vmap`: maps `frames` at a new area aligned to `align` (a power of
@@ -179,7 +346,7 @@ impl<R: RangeAllocator> Vmalloc<R> {
     /// # Errors
     /// [`VmError::Invalid`] for no frames or a bad alignment;
     /// [`VmError::NoMemory`] when no space is left after a purge or the MMU
-    /// has no page-table memory.
+    /// has no page-table memory (what it mapped is taken down again).
     pub fn vmap(
         &mut self,
         mmu: &mut impl Mmu,
@@ -187,23 +354,25 @@ impl<R: RangeAllocator> Vmalloc<R> {
         align: u64,
     ) -> Result<u64, VmError> {
         let n = frames.len() as u64;
-        if n == 0 {
+        if n == 0 || !align.is_power_of_two() || align < PAGE {
             return Err(VmError::Invalid);
         }
         let size = n
             .checked_add(1)
             .and_then(|p| p.checked_mul(PAGE))
             .ok_or(VmError::Invalid)?;
-        if !align.is_power_of_two() || align < PAGE {
-            return Err(VmError::Invalid);
+        let va = self.reserve_or_purge(mmu, size, align, self.range.space())?;
+        if let Err(f) = mmu.map(va, &frames) {
+            if f.mapped == 0 {
+                // Just handed out: the free succeeds.
+                let _ = self.range.free(va);
+            } else {
+                // Nothing to give back: the frames stay the caller's.
+                let _ = self.retire(mmu, va, size, Gone::Area(Area::default()), true);
+            }
+            return Err(f.err);
         }
-        let va = self.reserve(mmu, size, align, self.range.space())?;
-        if let Err(e) = mmu.map(va, &frames) {
-            // Just handed out: the free succeeds.
-            let _ = self.range.free(va);
-            return Err(e);
-        }
-        self.areas.insert(va, Area { frames });
+        self.insert(va, Area { frames });
         self.stats.maps += 1;
         Ok(va)
     }
@@ -214,69 +383,36 @@ impl<R: RangeAllocator> Vmalloc<R> {
     /// # Errors
     /// [`VmError::Invalid`] when `va` does not start a live area.
     pub fn vunmap(&mut self, mmu: &mut impl Mmu, va: u64) -> Result<Vec<u64>, VmError> {
-        let area = self.areas.remove(&va).ok_or(VmError::Invalid)?;
-        let pages = area.frames.len() as u64;
-        mmu.clear(va, pages);
-        self.release(mmu, va, (pages + 1) * PAGE)?;
+        let area = self.take(va).ok_or(VmError::Invalid)?;
+        let span = area.span();
+        let out = self.retire(mmu, va, span, Gone::Area(Area::default()), false);
+        if out.purge_due {
+            self.purge(mmu);
+        }
         self.stats.unmaps += 1;
         Ok(area.frames)
     }
 
-    /// Frees a range whose PTEs are clear: flushes it first (eager) or
-    /// puts it on the lazy list (lazy).
-    fn release(&mut self, mmu: &mut impl Mmu, va: u64, size: u64) -> Result<(), VmError> {
-        match self.flush {
-            Flush::Eager => {
-                mmu.flush(va, va + size);
-                self.stats.flushes += 1;
-                self.stats.pages_flushed += size / PAGE;
-                self.range.free(va)?;
-                self.remember(va, size, self.purge_gen.wrapping_sub(1));
-            }
-            Flush::Lazy { max_bytes } => {
-                self.range.free_lazy(va)?;
-                self.lazy_bytes += size;
-                self.remember(va, size, self.purge_gen);
-                if self.lazy_bytes > max_bytes {
-                    self.purge(mmu);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn remember(&mut self, va: u64, size: u64, gen: u64) {
-        self.history[self.next_hist] = (va, va + size, gen);
-        self.next_hist = (self.next_hist + 1) % HISTORY;
-    }
-
-    /// Flushes the span of the lazy list on every CPU and makes it free.
-    /// Returns whether anything was lazy.
+    /// Flushes the span of the lazy and stuck lists on every CPU and frees
+    /// what the flush released. Returns whether anything was flushed.
     pub fn purge(&mut self, mmu: &mut impl Mmu) -> bool {
-        self.purge_with(&mut |s, e| mmu.flush(s, e))
+        self.purge_released(mmu).flushed.is_some()
     }
 
-    /// [`purge`](Self::purge) through the flush `flush` (a `vm_map_ram`
-    /// front end's, which widens the range by its dirty pages).
+    /// [`purge`](Self::purge) through the flush `flush`, which cannot
+    /// refuse (a `vm_map_ram` front end's, which widens the range by its
+    /// dirty pages).
     pub fn purge_with(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
         self.stats.block_ops += 1;
-        let mut span = (0, 0);
-        let purged = self.range.purge(&mut |s, e| {
+        let mut flush = |s, e| {
             flush(s, e);
-            span = (s, e);
-        });
-        if purged {
-            self.stats.flushes += 1;
-            self.stats.purges += 1;
-            self.stats.pages_flushed += (span.1 - span.0) / PAGE;
-        }
-        self.lazy_bytes = 0;
-        self.purge_gen += 1;
-        purged
+            Vec::new()
+        };
+        self.purge_through(&mut flush).flushed.is_some()
     }
 
-    /// Hands out a raw range (a `vm_map_ram` block); its pages are mapped
-    /// and cleared by its user.
+    /// Hands out a raw range (a `vm_map_ram` block), purging once when
+    /// nothing fits; its pages are mapped and cleared by its user.
     ///
     /// # Errors
     /// As the range allocator's `alloc_in`, after one purge.
@@ -288,111 +424,8 @@ impl<R: RangeAllocator> Vmalloc<R> {
         window: (u64, u64),
     ) -> Result<u64, AllocError> {
         self.stats.block_ops += 1;
-        let va = self.reserve(mmu, size, align, window)?;
+        let va = self.reserve_or_purge(mmu, size, align, window)?;
         self.blocks.insert(va, size);
         Ok(va)
-    }
-
-    /// Frees a raw range whose PTEs are clear, as an unmap does.
-    ///
-    /// # Errors
-    /// [`VmError::Invalid`] when `va` does not start a raw range.
-    pub fn free_block(&mut self, mmu: &mut impl Mmu, va: u64) -> Result<u64, VmError> {
-        self.stats.block_ops += 1;
-        let size = *self.blocks.get(&va).ok_or(VmError::Invalid)?;
-        self.release(mmu, va, size)?;
-        self.blocks.remove(&va);
-        Ok(size)
-    }
-
-    /// What the layer knows of `va`.
-    pub fn lookup(&self, va: u64) -> Where {
-        if let Some((&s, a)) = self.areas.range(..=va).next_back() {
-            let pages = a.frames.len() as u64;
-            if va < s + pages * PAGE {
-                let pfn = a.frames[((va - s) / PAGE) as usize];
-                return Where::Mapped { area: s, pfn };
-            }
-            if va < s + (pages + 1) * PAGE {
-                return Where::Guard { area: s };
-            }
-        }
-        if let Some((&s, &size)) = self.blocks.range(..=va).next_back() {
-            if va < s + size {
-                return Where::Block { start: s };
-            }
-        }
-        // The newest record first: a range reused and freed again.
-        for k in 1..=HISTORY {
-            let (s, e, gen) = self.history[(self.next_hist + HISTORY - k) % HISTORY];
-            if (s..e).contains(&va) {
-                return if gen == self.purge_gen {
-                    Where::Lazy { area: s }
-                } else {
-                    Where::Freed { area: s }
-                };
-            }
-        }
-        Where::Free
-    }
-
-    /// Checks the range allocator, and that every live area maps exactly
-    /// its frames with its guard page unmapped.
-    ///
-    /// # Errors
-    /// A description of the first disagreement.
-    pub fn check(&self, mmu: &impl Mmu) -> Result<(), String> {
-        self.range
-            .check()
-            .map_err(|e| format!("range allocator: {e}"))?;
-        let live = self.range.stats().live_areas;
-        let ours = (self.areas.len() + self.blocks.len()) as u64;
-        if live != ours {
-            return Err(format!("{live} live ranges, the layer knows {ours}"));
-        }
-        for (&s, a) in &self.areas {
-            for (i, &pfn) in a.frames.iter().enumerate() {
-                let va = s + i as u64 * PAGE;
-                if mmu.translate(va) != Some(pfn) {
-                    return Err(format!(
-                        "{va:#x} maps {:?}, not frame {pfn:#x}",
-                        mmu.translate(va)
-                    ));
-                }
-            }
-            let guard = s + a.frames.len() as u64 * PAGE;
-            if mmu.translate(guard).is_some() {
-                return Err(format!("guard page {guard:#x} is mapped"));
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks a walk of the page tables against the layer: every present
-    /// `(va, pfn)` is a page of a live area mapping that frame, or a page
-    /// of a raw block (counted in the result: the caller compares it with
-    /// the `vm_map_ram` mappings it knows).
-    ///
-    /// # Errors
-    /// The first PTE no live area or block explains.
-    pub fn check_walk(&self, present: impl Iterator<Item = (u64, u64)>) -> Result<u64, String> {
-        let mut in_blocks = 0;
-        let mut in_areas = 0;
-        for (va, pfn) in present {
-            match self.lookup(va) {
-                Where::Mapped { pfn: p, .. } if p == pfn => in_areas += 1,
-                Where::Block { .. } => in_blocks += 1,
-                w => {
-                    return Err(format!(
-                        "PTE {va:#x} -> frame {pfn:#x} is mapped, but the layer says {w:?}"
-                    ))
-                }
-            }
-        }
-        let want: u64 = self.areas.values().map(|a| a.frames.len() as u64).sum();
-        if in_areas != want {
-            return Err(format!("{in_areas} area pages mapped, {want} expected"));
-        }
-        Ok(in_blocks)
     }
 }

@@ -1,5 +1,7 @@
 //! [`MapRam`]: `vm_map_ram` / `vm_unmap_ram` through mmkit's per-CPU vmap
 //! blocks, with blocks taken from a shared [`Vmalloc`] ([`BlockSource`]).
+//! Its MMU must be one whose flush never refuses (the kernel's): a refused
+//! `vm_map_ram` page has nowhere to wait.
 
 use lock_api::{Mutex, RawMutex};
 use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
@@ -44,10 +46,12 @@ impl<R: RangeAllocator> MapRam<R> {
         }
         let n = pfns.len() as u64;
         let va = self.vb.map(cpu, n)?;
-        if let Err(e) = mmu.map(va, pfns) {
-            // Just mapped: the unmap succeeds.
+        if let Err(f) = mmu.map(va, pfns) {
+            // Never used yet: clearing what was mapped is enough. Just
+            // mapped: the unmap succeeds.
+            mmu.clear(va, f.mapped);
             let _ = self.vb.unmap(va, n);
-            return Err(e);
+            return Err(f.err);
         }
         Ok(va)
     }
@@ -75,14 +79,18 @@ impl<R: RangeAllocator> MapRam<R> {
             return Err(e.into());
         }
         if self.flush == Flush::Eager {
-            mmu.flush(va, va + pages as u64 * PAGE);
+            let refused = mmu.flush(va, va + pages as u64 * PAGE);
+            debug_assert!(refused.is_empty(), "a vm_map_ram MMU never refuses");
         }
         Ok(())
     }
 
     /// `vm_unmap_aliases`: one flush over every dirty page and lazy area.
     pub fn unmap_aliases(&mut self, mmu: &mut impl Mmu) -> bool {
-        self.vb.unmap_aliases(&mut |s, e| mmu.flush(s, e))
+        self.vb.unmap_aliases(&mut |s, e| {
+            let refused = mmu.flush(s, e);
+            debug_assert!(refused.is_empty(), "a vm_map_ram MMU never refuses");
+        })
     }
 
     /// The front end's invariants.
@@ -146,11 +154,14 @@ impl<M: RawMutex, R: RangeAllocator, U: Mmu> RangeAllocator for BlockSource<M, R
     }
 
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
-        let size = self
-            .layer
-            .lock()
-            .free_block(&mut self.mmu, addr)
+        let mut layer = self.layer.lock();
+        let (size, out) = layer
+            .free_block(&mut self.mmu, addr, false)
             .map_err(|_| FreeError::NotAllocated)?;
+        if out.purge_due {
+            layer.purge(&mut self.mmu);
+        }
+        drop(layer);
         self.live -= 1;
         self.live_bytes -= size;
         Ok(size)

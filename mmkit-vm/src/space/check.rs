@@ -2,7 +2,8 @@
 //! against the page tables, as `/proc/self/maps` shows them
 //! ([`Space::check_mappings`]).
 
-use super::purge::What;
+use mmkit_vmalloc::Gone;
+
 use super::{Area, Space, State};
 use crate::budget::PER_RUN;
 use crate::phys::Block;
@@ -51,12 +52,12 @@ impl Space {
                 }
             }
         };
-        for (&a, area) in &st.areas {
+        for (a, area) in st.layer.areas() {
             put(a, &area.frames, area.maps_per_frame());
         }
-        for l in st.lazy.iter().chain(&st.stuck) {
-            if let What::Area { frames, maps, .. } = &l.what {
-                put(l.start, frames, *maps);
+        for (r, _) in st.layer.retired() {
+            if let Gone::Area(area) = &r.what {
+                put(r.start, &area.frames, area.maps_per_frame());
             }
         }
         self.records.each_mapped(|addr, pfn| {
@@ -120,46 +121,40 @@ impl Space {
         Ok(())
     }
 
-    /// Checks that the vmap allocator, the areas, the lazy and stuck lists,
-    /// the blocks, the frames' map counts and the mapping budget agree.
-    /// `record_maps` is the mappings the block records hold.
+    /// Checks that the vmap allocator, the areas, the lazy and stuck lists
+    /// (the layer's own check), the ranges recorded as cleared, the blocks,
+    /// the frames' map counts and the mapping budget agree. `record_maps`
+    /// is the mappings the block records hold.
     pub(crate) fn check(&self, record_maps: u64) -> Result<(), String> {
         let _no_purge = lock(&self.purge_lock);
-        let st = lock(&self.state);
-        st.vmap.check().map_err(|e| format!("vmap: {e}"))?;
-        let mut ranges = 0u64;
+        let st = self.state();
+        st.layer.check_books().map_err(|e| format!("vmap: {e}"))?;
         let mut maps = record_maps;
         let mut runs = self.records.runs();
-        for (&a, area) in &st.areas {
-            if st.vmap.area_size(a).is_none() {
+        for (a, area) in st.layer.areas() {
+            if st.layer.range().area_size(a).is_none() {
                 return Err(format!("area {a:#x} not allocated in vmap"));
             }
             check_area(a, area, self.page)?;
-            ranges += 1 + area.pieces.len() as u64;
             maps += area.pages * area.maps_per_frame();
             runs += area.runs;
         }
-        for l in st.lazy.iter().chain(&st.stuck) {
-            match &l.what {
-                What::Area {
-                    vmap,
-                    frames,
-                    maps: m,
-                    runs: r,
-                    ..
-                } => {
-                    ranges += vmap.len() as u64;
-                    maps += m * frames.iter().map(|b| b.pages()).sum::<u64>();
-                    runs += r;
-                }
-                What::Block => ranges += 1,
+        let mut retired = Vec::new();
+        for (r, _) in st.layer.retired() {
+            retired.push((r.start, r.start + r.span));
+            if let Gone::Area(area) = &r.what {
+                maps += area.pages * area.maps_per_frame();
+                runs += area.runs;
             }
         }
-        let live = st.vmap.stats().live_areas;
-        if live != ranges + st.blocks.0 {
+        retired.sort_unstable();
+        let mut cleared = st.cleared.clone();
+        cleared.sort_unstable();
+        if retired != cleared {
             return Err(format!(
-                "vmap holds {live} areas; areas, lazy, stuck and blocks make {}",
-                ranges + st.blocks.0
+                "{} ranges lazy or stuck, {} recorded as cleared",
+                retired.len(),
+                cleared.len()
             ));
         }
         let counted = self.phys.total_mapcount();

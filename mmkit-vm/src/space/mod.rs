@@ -1,21 +1,29 @@
 //! The virtual space: one address-space reservation managed by
-//! [`mmkit::vmap::VmapAllocator`], the areas mapped in it, and the lazy
-//! list that batches their unmapping (seeds 000 and 002).
+//! [`mmkit::vmap::VmapAllocator`] through the shared vmalloc layer
+//! ([`mmkit_vmalloc::Vmalloc`]), which keeps the areas, the lazy list, the
+//! stuck list and the purge; this module is the machine under it (the
+//! memfd, `mmap`, the mapping budget, frame ownership) and what only user
+//! space has: mirror areas, in-place growth, handles (seeds 000 and 002).
 //!
 //! ```text
 //!  reservation [base ................................................ end)
 //!  vmap        |area|g|   |block (vm_map_ram)|  |area|g|  |lazy area|g|
 //!              g = guard page, never mapped: an overrun faults
-//!  areas       start -> Area { frames, pages, pieces }       live
-//!  lazy        Lazy { start, span, what }                    freed, mapped
-//!  stuck       Lazy { start, span, what }                    unmapping refused
+//!  layer       areas: start -> Area { frames, pages, pieces }   live
+//!              lazy:  Retired { start, span, Gone::Area/Block } freed, mapped
+//!              stuck: Retired { .. }                            unmapping refused
+//!  MemfdMmu    cleared: the ranges of lazy and stuck, still mapped
 //! ```
 //!
 //! A freed area stays mapped and allocated in the vmap allocator until a
-//! purge: the purge takes the whole lazy list, unmaps it with one system
-//! call per run of adjacent areas, gives the frames back, and only then
-//! frees the ranges for reuse. So an address is never reused while a stale
-//! mapping (the kernel's stale TLB entry) could still reach old frames.
+//! purge: the layer's `clear` only records its range ([`mmu::MemfdMmu`]),
+//! and the purge's one flush unmaps every recorded range with one system
+//! call per run of adjacent ones; then, under the same lock, the layer frees
+//! the ranges and this module gives the frames and mapping budget back. So
+//! an address is never reused while a stale mapping (the kernel's stale TLB
+//! entry) could still reach old frames. The purge holds the space's lock
+//! through its system calls (the kernel serialises them on the process's
+//! `mmap` lock anyway), so a free never races a flush that covers it.
 //! Purges run when the lazily freed bytes exceed `lazy_max`, when an
 //! allocation finds no space, no memory or no mapping budget (then the
 //! allocation is retried once), and on request.
@@ -38,19 +46,25 @@ use std::sync::atomic::Ordering;
 use mmkit::error::{AllocError, CheckError, FreeError};
 use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
 use mmkit::vmap::VmapAllocator;
+use mmkit_vmalloc::{AreaData, Flush, Gone, Mmu, Outcome, Vmalloc};
 
 use crate::budget::{runs_of, MapBudget};
 use crate::error::VmError;
 use crate::map_ram::Records;
 use crate::phys::{Block, Phys};
-use crate::sync::{lock, AtomicU64, HashMap, Mutex};
+use crate::sync::{lock, AtomicU64, Mutex, MutexGuard};
 use crate::sys::Reservation;
 
 mod check;
+mod mmu;
 mod purge;
+mod realloc;
+#[cfg(test)]
+mod tests;
 
+use mmu::MemfdMmu;
+use purge::Counters;
 pub use purge::SpaceStats;
-use purge::{Counters, Lazy, What};
 
 /// A live area: `[start, start + span)` in the vmap allocator, its first
 /// `pages` pages mapped, then at least one guard page.
@@ -75,11 +89,60 @@ pub(crate) struct Area {
     pub(crate) mirror: bool,
     /// Runs of consecutive frames mapped (one `mmap` each), every copy.
     pub(crate) runs: u64,
+    /// Bytes per page.
+    pub(crate) page: u64,
 }
 
 impl Area {
     fn maps_per_frame(&self) -> u64 {
         1 + u64::from(self.mirror)
+    }
+
+    /// The frames of a half-done map (`frames`, mapped once in `runs`
+    /// runs), kept only to be taken down: they go back to nobody.
+    fn partial(span: u64, frames: Vec<Block>, runs: u64, page: u64) -> Self {
+        let pages = frames.iter().map(|b| b.pages()).sum();
+        Area {
+            len: pages * page,
+            pages,
+            span,
+            pieces: Vec::new(),
+            frames,
+            owns_frames: false,
+            handle: false,
+            mirror: false,
+            runs,
+            page,
+        }
+    }
+}
+
+impl AreaData for Area {
+    fn span(&self) -> u64 {
+        self.span
+    }
+
+    fn pieces(&self) -> &[u64] {
+        &self.pieces
+    }
+
+    fn frame_at(&self, off: u64) -> Option<u64> {
+        let page = off / self.page;
+        if page >= self.pages * self.maps_per_frame() {
+            return None;
+        }
+        let mut left = page % self.pages;
+        for b in &self.frames {
+            if left < b.pages() {
+                return Some(b.pfn + left);
+            }
+            left -= b.pages();
+        }
+        None
+    }
+
+    fn mapped_pages(&self) -> u64 {
+        self.pages * self.maps_per_frame() * (self.page / mmkit_vmalloc::PAGE)
     }
 }
 
@@ -102,16 +165,25 @@ pub(crate) fn is_map_refusal(e: &VmError) -> bool {
     }
 }
 
+/// The shared layer (areas, blocks, lazy and stuck lists over the vmap
+/// allocator), and the ranges its MMU has been asked to clear.
 struct State {
-    vmap: VmapAllocator,
-    areas: HashMap<u64, Area>,
-    lazy: Vec<Lazy>,
-    lazy_bytes: u64,
-    lazy_max: u64,
-    /// Ranges whose unmapping failed, retried by every purge.
-    stuck: Vec<Lazy>,
-    /// Blocks the per-CPU front end holds: (count, bytes).
-    blocks: (u64, u64),
+    layer: Vmalloc<VmapAllocator, Area>,
+    cleared: Vec<(u64, u64)>,
+}
+
+impl State {
+    /// The layer with its MMU.
+    fn split<'a>(
+        &'a mut self,
+        space: &'a Space,
+    ) -> (&'a mut Vmalloc<VmapAllocator, Area>, MemfdMmu<'a>) {
+        let mmu = MemfdMmu {
+            space,
+            cleared: &mut self.cleared,
+        };
+        (&mut self.layer, mmu)
+    }
 }
 
 /// The reservation, the physical memory, and everything mapped (see the
@@ -122,7 +194,6 @@ pub(crate) struct Space {
     pub(crate) records: Records,
     pub(crate) budget: MapBudget,
     pub(crate) page: u64,
-    lazy_unmap: bool,
     state: Mutex<State>,
     /// Serialises purges, so a purge-and-retry waits for a purge in flight.
     purge_lock: Mutex<()>,
@@ -154,15 +225,9 @@ impl Space {
             records: p.records,
             budget: MapBudget::new(p.max_maps),
             page: p.page,
-            lazy_unmap: p.lazy_unmap,
             state: Mutex::new(State {
-                vmap,
-                areas: HashMap::default(),
-                lazy: Vec::new(),
-                lazy_bytes: 0,
-                lazy_max: p.lazy_max,
-                stuck: Vec::new(),
-                blocks: (0, 0),
+                layer: Vmalloc::new(vmap, policy(p.lazy_unmap, p.lazy_max)),
+                cleared: Vec::new(),
             }),
             purge_lock: Mutex::new(()),
             purges_done: AtomicU64::new(0),
@@ -171,6 +236,18 @@ impl Space {
     }
 
     /// Pages for `len` bytes (at least one), and the span with a guard page.
+    /// The `mmap` and unmapping calls made so far.
+    #[cfg(test)]
+    fn stats_calls(&self) -> (u64, u64) {
+        let c = &self.counters;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        (load(&c.map_calls), load(&c.unmap_calls))
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
     pub(crate) fn pages_for(&self, len: u64) -> Result<(u64, u64), VmError> {
         if len == 0 {
             return Err(VmError::Invalid("size 0"));
@@ -198,7 +275,7 @@ impl Space {
     ) -> Result<u64, AllocError> {
         self.with_purge_retry(
             |e| *e == AllocError::NoSpace,
-            || lock(&self.state).vmap.alloc_in(size, align, lo, hi),
+            || self.state().layer.reserve(size, align, (lo, hi)),
         )
     }
 
@@ -297,20 +374,35 @@ impl Space {
 
     /// Undoes a map that failed half way: `mapped` (the frames mapped from
     /// `start` on, in `runs` runs) is unmapped with `[start, start + span)`
-    /// and the ranges `vmap` freed, or all of it kept on the stuck list.
-    fn undo(&self, start: u64, span: u64, mapped: Vec<Block>, runs: u64, vmap: Vec<u64>) {
+    /// and the range freed, or all of it kept on the stuck list.
+    fn undo(&self, start: u64, span: u64, mapped: Vec<Block>, runs: u64) {
         if runs == 0 {
-            self.free_va(&vmap);
+            self.free_va(&[start]);
             return;
         }
-        let what = What::Area {
-            vmap,
-            frames: mapped,
-            maps: 1,
-            runs,
-            free_frames: false,
-        };
-        self.teardown(vec![Lazy::new(start, span, what)]);
+        self.retire(start, Area::partial(span, mapped, runs, self.page), true);
+    }
+
+    /// Retires `area` at `start` through the layer (see
+    /// [`Vmalloc::retire`]): lazily, or at once with `now`; then frees what
+    /// that released and purges when the lazy list is full.
+    fn retire(&self, start: u64, area: Area, now: bool) {
+        let span = area.span;
+        let mut st = self.state();
+        let (layer, mut mmu) = st.split(self);
+        let out = layer.retire(&mut mmu, start, span, Gone::Area(area), now);
+        self.settled(st, out);
+    }
+
+    /// Frees what a retirement released, before the lock `st` lets its
+    /// ranges be handed out again (a block's records must be gone first);
+    /// then purges when the lazy list is full.
+    fn settled(&self, st: MutexGuard<'_, State>, out: Outcome<Area>) {
+        self.dispose(out.released);
+        drop(st);
+        if out.purge_due {
+            self.purge();
+        }
     }
 
     // -----------------------------------------------------------------
@@ -382,7 +474,7 @@ impl Space {
                 mapped.extend_from_slice(&frames);
             }
             mapped.extend_from_slice(&frames[..p.blocks]);
-            self.undo(addr, span, mapped, runs + p.runs, vec![addr]);
+            self.undo(addr, span, mapped, runs + p.runs);
             if owns_frames {
                 self.phys.release(&frames);
             }
@@ -398,22 +490,23 @@ impl Space {
             handle,
             mirror,
             runs,
+            page: self.page,
         };
-        lock(&self.state).areas.insert(addr, area);
+        self.state().layer.insert(addr, area);
         Ok(addr)
     }
 
     fn free_va(&self, starts: &[u64]) {
-        let mut st = lock(&self.state);
+        let mut st = self.state();
         for &a in starts {
-            let freed = st.vmap.free(a);
+            let freed = st.layer.unreserve(a);
             debug_assert!(freed.is_ok(), "freeing our own range {a:#x}");
         }
     }
 
     /// The requested length of the live area at `addr`.
     pub(crate) fn area_len(&self, addr: u64) -> Option<u64> {
-        lock(&self.state).areas.get(&addr).map(|a| a.len)
+        self.state().layer.area(addr).map(|a| a.len)
     }
 
     /// Frees the area at `addr`: lazily (unmapped by a later purge) or, with
@@ -421,205 +514,20 @@ impl Space {
     /// (frames owned) or a vmap area (the caller's frames) is expected,
     /// `by_handle` that the caller is its handle.
     pub(crate) fn free_area(&self, addr: u64, owns: bool, by_handle: bool) -> Result<(), VmError> {
-        let mut st = lock(&self.state);
-        let area = match st.areas.get(&addr) {
+        let mut st = self.state();
+        match st.layer.area(addr) {
             Some(a) if a.owns_frames != owns => return Err(VmError::NotAllocated { addr }),
             Some(a) if a.handle && !by_handle => return Err(VmError::OwnedByHandle { addr }),
-            Some(_) => st.areas.remove(&addr),
+            Some(_) => {}
             None => return Err(VmError::NotAllocated { addr }),
-        };
-        drop(st);
-        if let Some(area) = area {
-            self.retire(addr, area, owns);
+        }
+        let (layer, mut mmu) = st.split(self);
+        if let Some(area) = layer.take(addr) {
+            let span = area.span;
+            let out = layer.retire(&mut mmu, addr, span, Gone::Area(area), false);
+            self.settled(st, out);
         }
         Ok(())
-    }
-
-    /// Retires the mapping of `area` at `addr`: onto the lazy list or torn
-    /// down now. `free_frames` gives its frames back afterwards.
-    fn retire(&self, addr: u64, area: Area, free_frames: bool) {
-        let mut vmap = vec![addr];
-        vmap.extend_from_slice(&area.pieces);
-        let what = What::Area {
-            vmap,
-            maps: area.maps_per_frame(),
-            frames: area.frames,
-            runs: area.runs,
-            free_frames,
-        };
-        self.retire_lazy(Lazy::new(addr, area.span, what));
-    }
-
-    fn retire_lazy(&self, lazy: Lazy) {
-        if !self.lazy_unmap {
-            self.teardown(vec![lazy]);
-            return;
-        }
-        let mut st = lock(&self.state);
-        st.lazy_bytes += lazy.span;
-        st.lazy.push(lazy);
-        let over = st.lazy_bytes > st.lazy_max;
-        drop(st);
-        if over {
-            self.purge();
-        }
-    }
-
-    /// Grows or shrinks the area at `addr` to `len` bytes without copying:
-    /// in place when the range after it is free, otherwise by mapping its
-    /// frames into a new area. Returns the (possibly new) address. A
-    /// refused mapping purges and retries.
-    pub(crate) fn realloc(&self, addr: u64, len: u64, by_handle: bool) -> Result<u64, VmError> {
-        self.with_purge_retry(is_map_refusal, || self.try_realloc(addr, len, by_handle))
-    }
-
-    fn try_realloc(&self, addr: u64, len: u64, by_handle: bool) -> Result<u64, VmError> {
-        let (pages, _) = self.pages_for(len)?;
-        let mut st = lock(&self.state);
-        let mut area = match st.areas.get_mut(&addr) {
-            None => return Err(VmError::NotAllocated { addr }),
-            Some(a) if a.handle && !by_handle => return Err(VmError::OwnedByHandle { addr }),
-            Some(a) if !a.owns_frames || a.mirror => {
-                return Err(VmError::Invalid("only vmalloc areas can be resized"))
-            }
-            Some(a) if pages <= a.pages => {
-                a.len = len;
-                return Ok(addr);
-            }
-            Some(_) => match st.areas.remove(&addr) {
-                Some(a) => a,
-                None => return Err(VmError::NotAllocated { addr }),
-            },
-        };
-        let extra = pages - area.pages;
-        let grow = extra * self.page;
-        let end = addr + area.span;
-        let in_place = end
-            .checked_add(grow)
-            .and_then(|hi| st.vmap.alloc_in(grow, self.page, end, hi).ok());
-        drop(st);
-        let result = match in_place {
-            Some(piece) => self.grow_in_place(addr, &mut area, piece, extra),
-            None => self.move_area(addr, &mut area, pages),
-        };
-        let at = *result.as_ref().unwrap_or(&addr);
-        if result.is_ok() {
-            area.len = len;
-        }
-        lock(&self.state).areas.insert(at, area);
-        result
-    }
-
-    /// Maps `extra` more pages after the area, in the range `piece` just
-    /// allocated after its guard. When the map fails half way, the pages
-    /// it did map join the area (which then has more pages than its length
-    /// needs, as after a shrink): nothing is left to undo.
-    fn grow_in_place(
-        &self,
-        addr: u64,
-        area: &mut Area,
-        piece: u64,
-        extra: u64,
-    ) -> Result<u64, VmError> {
-        let mut more = Vec::new();
-        if let Err(e) = self.alloc_frames(extra, &mut more) {
-            self.free_va(&[piece]);
-            return Err(e);
-        }
-        let (done, result) = match self.map_frames(addr + area.pages * self.page, &more) {
-            Ok(runs) => (more.len(), Ok(runs)),
-            Err(p) => (p.blocks, Err(p)),
-        };
-        let runs = match &result {
-            Ok(r) => *r,
-            Err(p) => p.runs,
-        };
-        if runs == 0 {
-            self.phys.release(&more);
-            self.free_va(&[piece]);
-            return Err(result
-                .err()
-                .map_or(VmError::Invalid("empty growth"), |p| p.err));
-        }
-        self.phys.release(&more[done..]);
-        more.truncate(done);
-        area.pieces.push(piece);
-        area.span += extra * self.page;
-        area.pages += more.iter().map(|b| b.pages()).sum::<u64>();
-        area.frames.extend(more);
-        area.runs += runs;
-        result.map_err(|p| p.err)?;
-        self.counters
-            .realloc_in_place
-            .fetch_add(1, Ordering::Relaxed);
-        Ok(addr)
-    }
-
-    fn move_area(&self, addr: u64, area: &mut Area, pages: u64) -> Result<u64, VmError> {
-        let (_, span) = self.pages_for(pages * self.page)?;
-        let to = self.alloc_span(span, self.page)?;
-        let mut more = Vec::new();
-        if let Err(e) = self.alloc_frames(pages - area.pages, &mut more) {
-            self.free_va(&[to]);
-            return Err(e);
-        }
-        let kept = match self.map_frames(to, &area.frames) {
-            Ok(r) => r,
-            Err(p) => {
-                self.undo(to, span, area.frames[..p.blocks].to_vec(), p.runs, vec![to]);
-                self.phys.release(&more);
-                return Err(p.err);
-            }
-        };
-        let added = match self.map_frames(to + area.pages * self.page, &more) {
-            Ok(r) => r,
-            Err(p) => {
-                let mut mapped = area.frames.clone();
-                mapped.extend_from_slice(&more[..p.blocks]);
-                self.undo(to, span, mapped, kept + p.runs, vec![to]);
-                self.phys.release(&more);
-                return Err(p.err);
-            }
-        };
-        // The old mapping is retired like a freed area, keeping its frames.
-        let old = Area {
-            len: area.len,
-            pages: area.pages,
-            span: area.span,
-            pieces: std::mem::take(&mut area.pieces),
-            frames: area.frames.clone(),
-            owns_frames: false,
-            handle: false,
-            mirror: false,
-            runs: area.runs,
-        };
-        area.span = span;
-        area.pages = pages;
-        area.frames.extend(more);
-        area.runs = kept + added;
-        let copied = self.moved_bytes(&old.frames, &area.frames);
-        self.counters
-            .realloc_copied_bytes
-            .fetch_add(copied, Ordering::Relaxed);
-        self.counters
-            .remapped_pages
-            .fetch_add(old.pages, Ordering::Relaxed);
-        self.counters.realloc_moved.fetch_add(1, Ordering::Relaxed);
-        self.retire(addr, old, false);
-        Ok(to)
-    }
-
-    /// Bytes of the old area whose page is not in the same frame in the
-    /// new one (both lists in address order): what a move had to copy.
-    fn moved_bytes(&self, old: &[Block], new: &[Block]) -> u64 {
-        let kept: u64 = old
-            .iter()
-            .zip(new)
-            .take_while(|(a, b)| a == b)
-            .map(|(a, _)| a.pages())
-            .sum();
-        let total: u64 = old.iter().map(|b| b.pages()).sum();
-        (total - kept) * self.page
     }
 
     // -----------------------------------------------------------------
@@ -627,41 +535,46 @@ impl Space {
     // -----------------------------------------------------------------
 
     fn block_alloc(&self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, AllocError> {
-        let a = self.alloc_va(size, align, lo, hi)?;
-        let mut st = lock(&self.state);
-        st.blocks.0 += 1;
-        st.blocks.1 += size;
-        Ok(a)
+        self.with_purge_retry(
+            |e| *e == AllocError::NoSpace,
+            || self.state().layer.reserve_block(size, align, (lo, hi)),
+        )
     }
 
+    /// Frees a block of the front end: its whole range is cleared (its
+    /// live and stale `vm_map_ram` pages go with the flush), then freed
+    /// through the layer.
     fn block_free(&self, addr: u64, lazy: bool) -> Result<u64, FreeError> {
-        let mut st = lock(&self.state);
-        let listed = |l: &Lazy| l.start == addr;
-        let is_area = st.areas.contains_key(&addr)
-            || st.lazy.iter().any(listed)
-            || st.stuck.iter().any(listed);
-        let size = match st.vmap.area_size(addr) {
-            Some(s) if !is_area => s,
-            _ => return Err(FreeError::NotAllocated),
-        };
-        st.blocks.0 -= 1;
-        st.blocks.1 -= size;
-        drop(st);
-        let block = Lazy::new(addr, size, What::Block);
-        if lazy {
-            self.retire_lazy(block);
-        } else {
-            self.teardown(vec![block]);
-        }
+        let mut st = self.state();
+        let (layer, mut mmu) = st.split(self);
+        let size = layer.block_size(addr).ok_or(FreeError::NotAllocated)?;
+        mmu.clear(addr, size / mmkit_vmalloc::PAGE);
+        let (size, out) = layer
+            .free_block(&mut mmu, addr, !lazy)
+            .map_err(|_| FreeError::NotAllocated)?;
+        self.settled(st, out);
         Ok(size)
     }
 
     pub(crate) fn set_lazy_max(&self, bytes: u64) {
-        lock(&self.state).lazy_max = bytes;
+        let mut st = self.state();
+        let lazy = st.layer.flush_policy() != Flush::Eager;
+        st.layer.set_flush_policy(policy(lazy, bytes));
     }
 
     pub(crate) fn vmap_stats(&self) -> RangeStats {
-        lock(&self.state).vmap.stats()
+        self.state().layer.range().stats()
+    }
+}
+
+/// The layer's flush policy: lazy below `lazy_max` bytes, or eager.
+fn policy(lazy_unmap: bool, lazy_max: u64) -> Flush {
+    if lazy_unmap {
+        Flush::Lazy {
+            max_bytes: lazy_max,
+        }
+    } else {
+        Flush::Eager
     }
 }
 
@@ -702,15 +615,16 @@ impl RangeAllocator for SpaceRange {
 
     /// The vmap allocator's stats, with only the blocks counted as live.
     fn stats(&self) -> RangeStats {
-        let st = lock(&self.0.state);
+        let st = self.0.state();
+        let (live_areas, live_bytes) = st.layer.blocks();
         RangeStats {
-            live_areas: st.blocks.0,
-            live_bytes: st.blocks.1,
-            ..st.vmap.stats()
+            live_areas,
+            live_bytes,
+            ..st.layer.range().stats()
         }
     }
 
     fn check(&self) -> Result<(), CheckError> {
-        lock(&self.0.state).vmap.check()
+        self.0.state().layer.range().check()
     }
 }

@@ -1,51 +1,13 @@
-//! The lazy list, the stuck list and the purge that empties them, with
-//! the virtual layer's counters.
+//! The purge (the shared layer's, through the memfd machine) and what
+//! follows it here: the frames, budget and block records of every range it
+//! released. With the virtual layer's counters.
 
 use std::sync::atomic::Ordering;
 
-use super::Space;
-use crate::phys::Block;
+use mmkit_vmalloc::{Gone, Released};
+
+use super::{Area, Space};
 use crate::sync::{lock, AtomicU64};
-
-/// A range freed but still mapped: lazily freed, or stuck (its unmapping
-/// failed).
-#[derive(Debug)]
-pub(crate) struct Lazy {
-    pub(crate) start: u64,
-    pub(crate) span: u64,
-    pub(crate) what: What,
-    /// Set by a teardown whose unmapping of this range failed.
-    failed: bool,
-}
-
-/// What a lazily freed range holds until it is unmapped.
-#[derive(Debug)]
-pub(crate) enum What {
-    /// An area's range (or the part of one a failed map reached): the
-    /// ranges of the vmap allocator to free, and the frames mapped in it,
-    /// `maps` times each.
-    Area {
-        vmap: Vec<u64>,
-        frames: Vec<Block>,
-        maps: u64,
-        runs: u64,
-        free_frames: bool,
-    },
-    /// A per-CPU block released by the front end; its frames are in the
-    /// block's record.
-    Block,
-}
-
-impl Lazy {
-    pub(crate) fn new(start: u64, span: u64, what: What) -> Self {
-        Lazy {
-            start,
-            span,
-            what,
-            failed: false,
-        }
-    }
-}
 
 /// Counters of the virtual layer (system calls included).
 #[derive(Debug, Default)]
@@ -53,8 +15,6 @@ pub(crate) struct Counters {
     pub(crate) map_calls: AtomicU64,
     pub(crate) unmap_calls: AtomicU64,
     pub(crate) unmap_failures: AtomicU64,
-    pub(crate) purges: AtomicU64,
-    pub(crate) purged_areas: AtomicU64,
     pub(crate) realloc_in_place: AtomicU64,
     pub(crate) realloc_moved: AtomicU64,
     pub(crate) remapped_pages: AtomicU64,
@@ -83,9 +43,10 @@ pub struct SpaceStats {
     /// The mapping budget in VMAs (see
     /// [`VmConfig::max_maps`](crate::VmConfig::max_maps)).
     pub map_budget: u64,
-    /// Purges that unmapped something (each is one batched TLB flush).
+    /// Purges that had something to unmap (each is one batched TLB flush).
     pub purges: u64,
-    /// Areas and blocks unmapped by those purges.
+    /// Areas and blocks unmapped and freed: by purges, or one at a time
+    /// when unmapping eagerly.
     pub purged_areas: u64,
     /// Live areas (vmalloc, vmap, mirror).
     pub live_areas: u64,
@@ -110,117 +71,65 @@ impl Space {
     /// range covering what was unmapped, or `None` when nothing was.
     pub(crate) fn purge(&self) -> Option<(u64, u64)> {
         let _one_at_a_time = lock(&self.purge_lock);
-        let list = {
-            let mut st = lock(&self.state);
-            let lazy = std::mem::take(&mut st.lazy);
-            let mut list = std::mem::take(&mut st.stuck);
-            if list.is_empty() {
-                list = lazy;
-                st.lazy_bytes = 0;
-            } else if list.try_reserve(lazy.len()).is_ok() {
-                list.extend(lazy);
-                st.lazy_bytes = 0;
-            } else {
-                // No room to join the lists: the stuck ones only, this time.
-                st.lazy = lazy;
-            }
-            list
-        };
-        if list.is_empty() {
-            return None;
-        }
-        self.counters.purges.fetch_add(1, Ordering::Relaxed);
-        let covered = self.teardown(list);
+        let mut st = self.state();
+        let (layer, mut mmu) = st.split(self);
+        let purged = layer.purge_released(&mut mmu);
+        purged.flushed?;
+        // Under the lock: a block's records go before its range is reused.
+        let covered = self.dispose(purged.released);
+        drop(st);
         self.purges_done.fetch_add(1, Ordering::Release);
         covered
     }
 
-    /// Unmaps `list` (one call per run of adjacent ranges), releases
-    /// frames, frees the ranges; what the kernel refused to unmap goes to
-    /// the stuck list whole. Needs no scratch memory (the list is sorted in
-    /// place, and what failed is kept in it). Returns the range covering
-    /// what was unmapped.
-    pub(crate) fn teardown(&self, mut list: Vec<Lazy>) -> Option<(u64, u64)> {
-        list.sort_unstable_by_key(|l| l.start);
-        let mut i = 0;
-        while i < list.len() {
-            let (start, mut end) = (list[i].start, list[i].start + list[i].span);
-            let mut j = i + 1;
-            while j < list.len() && list[j].start == end {
-                end += list[j].span;
-                j += 1;
-            }
-            if !self.unmap_range(start, end - start) {
-                list[i..j].iter_mut().for_each(|l| l.failed = true);
-            }
-            i = j;
+    /// Gives back what the ranges in `released` held now that they are
+    /// unmapped and free: one map count fewer for each frame they showed,
+    /// the frames of the areas that own theirs, the runs to the budget, the
+    /// block records. Runs under the state lock, so that nothing is handed
+    /// out in those ranges before their records are gone. Returns the range
+    /// covering them.
+    pub(crate) fn dispose(&self, released: Vec<Released<Area>>) -> Option<(u64, u64)> {
+        if released.is_empty() {
+            return None;
         }
-        let (mut lo, mut hi, mut runs, mut done) = (u64::MAX, 0, 0, 0);
-        for l in list.iter().filter(|l| !l.failed) {
-            (lo, hi, done) = (lo.min(l.start), hi.max(l.start + l.span), done + 1);
-            match &l.what {
-                What::Area {
-                    frames,
-                    maps,
-                    runs: r,
-                    free_frames,
-                    ..
-                } => {
-                    for _ in 0..*maps {
-                        self.phys.unmapped_blocks(frames);
+        let (mut lo, mut hi, mut runs) = (u64::MAX, 0, 0);
+        for r in &released {
+            (lo, hi) = (lo.min(r.start), hi.max(r.start + r.span));
+            match &r.what {
+                Gone::Area(a) => {
+                    for _ in 0..a.maps_per_frame() {
+                        self.phys.unmapped_blocks(&a.frames);
                     }
-                    if *free_frames {
-                        self.phys.release(frames);
+                    if a.owns_frames {
+                        self.phys.release(&a.frames);
                     }
-                    runs += r;
+                    runs += a.runs;
                 }
-                What::Block => runs += self.records.drop_block(l.start, &self.phys),
+                Gone::Block => runs += self.records.drop_block(r.start, &self.phys),
             }
         }
         self.budget.credit(runs);
-        self.counters
-            .purged_areas
-            .fetch_add(done, Ordering::Relaxed);
         self.phys.retry_deferred();
-        let mut st = lock(&self.state);
-        for l in list.iter().filter(|l| !l.failed) {
-            let one = [l.start];
-            let starts = match &l.what {
-                What::Area { vmap, .. } => &vmap[..],
-                What::Block => &one[..],
-            };
-            for &a in starts {
-                let freed = st.vmap.free(a);
-                debug_assert!(freed.is_ok(), "freeing our own range {a:#x}");
-            }
-        }
-        list.retain(|l| l.failed);
-        if !list.is_empty() {
-            list.iter_mut().for_each(|l| l.failed = false);
-            if st.stuck.is_empty() {
-                st.stuck = list;
-            } else {
-                st.stuck.extend(list);
-            }
-        }
-        (done > 0).then_some((lo, hi))
+        Some((lo, hi))
     }
 
     pub(crate) fn stats(&self) -> SpaceStats {
-        let st = lock(&self.state);
+        let st = self.state();
         let c = &self.counters;
+        let layer = st.layer.stats();
+        let (lazy_areas, lazy_bytes) = st.layer.lazy();
         SpaceStats {
             map_calls: c.map_calls.load(Ordering::Relaxed),
             unmap_calls: c.unmap_calls.load(Ordering::Relaxed),
             unmap_failures: c.unmap_failures.load(Ordering::Relaxed),
-            stuck_ranges: st.stuck.len() as u64 + self.records.stuck(),
+            stuck_ranges: st.layer.stuck() as u64 + self.records.stuck(),
             maps_charged: self.budget.used(),
             map_budget: self.budget.limit(),
-            purges: c.purges.load(Ordering::Relaxed),
-            purged_areas: c.purged_areas.load(Ordering::Relaxed),
-            live_areas: st.areas.len() as u64,
-            lazy_areas: st.lazy.len() as u64,
-            lazy_bytes: st.lazy_bytes,
+            purges: layer.purges,
+            purged_areas: layer.released,
+            live_areas: st.layer.live_areas() as u64,
+            lazy_areas: lazy_areas as u64,
+            lazy_bytes,
             realloc_in_place: c.realloc_in_place.load(Ordering::Relaxed),
             realloc_moved: c.realloc_moved.load(Ordering::Relaxed),
             remapped_pages: c.remapped_pages.load(Ordering::Relaxed),
