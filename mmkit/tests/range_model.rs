@@ -405,3 +405,19 @@ fn deep_tree_window_ending_inside_the_lowest_fit() {
         assert_eq!(got, Some((s, s + size)));
     }
 }
+
+/// `reserve` makes room for the free tree's nodes ahead, and `stats`
+/// counts that room in the metadata: each block is a start and an end in
+/// a leaf, so room for `n` more blocks is at least `16 * n` bytes.
+#[test]
+fn reserved_room_is_counted_in_the_metadata() {
+    let mut a = tree(0, 1 << 40);
+    let before = a.stats().metadata_bytes;
+    a.reserve(4000);
+    let after = a.stats().metadata_bytes;
+    assert!(
+        after >= before + 4000 * 16,
+        "metadata {before} -> {after} bytes after reserving 4,000 blocks"
+    );
+    ok(&a);
+}
