@@ -163,3 +163,32 @@ fn floor_aligned_requests_with_a_window_inside_the_first_long_block() {
     );
     v.check().unwrap();
 }
+
+/// A deep tree's alignment summaries after an exact fit at a large
+/// alignment: the case a random run found (`check()` failed on an entry's
+/// summary).
+#[test]
+fn deep_tree_summary_after_exact_and_aligned_fits() {
+    let (v, m) = fragmented((0, 1 << 20), DEEP_POLICY_AREAS, 8799678223101874308);
+    let ops = [
+        Op::Alloc {
+            size: 71,
+            align: 2,
+            window: None,
+            place: Place::Exact(18272),
+        },
+        Op::Alloc {
+            size: 57,
+            align: 32,
+            window: None,
+            place: Place::Exact(4576),
+        },
+        Op::Alloc {
+            size: 59,
+            align: 8,
+            window: None,
+            place: Place::Lowest,
+        },
+    ];
+    run_policy_ops_from(v, m, &ops).unwrap();
+}

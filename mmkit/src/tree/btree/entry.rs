@@ -174,8 +174,8 @@ impl BTree {
     }
 
     /// The node at depth `d` of `pos` now has aggregate `a`, and nothing
-    /// else below its parent changed: stores it in the parent and goes up
-    /// while entries change. Each parent's new aggregate is derived from
+    /// else below its parent changed: stores it in the parent and goes up,
+    /// after a shrink while entries change, otherwise to the root. Each parent's new aggregate is derived from
     /// its old one (its entry in the grandparent) and the one child that
     /// changed, so a node's children are rescanned only when the child
     /// that held its maximum shrank. The summary, by `how` the child's
@@ -191,10 +191,17 @@ impl BTree {
     ///   recomputed from the children;
     /// - [`Other`](Change::Other): recomputed from the children.
     pub(super) fn propagate(&mut self, pos: &Pos, mut d: usize, mut a: Agg, how: Change) {
+        // A stored summary bounds the blocks below it, not the summaries
+        // below it: one kept after a shrink can say less than a child's
+        // (recomputed at a finer granule, so looser at high alignments).
+        // So a child whose blocks grew, or changed otherwise, updates every
+        // ancestor even when its own entry comes out unchanged; only a
+        // shrink may stop early.
+        let stop_early = how == Change::Shrank || !self.summaries;
         while d > 0 {
             let (p, c) = (pos.node[d - 1], pos.slot[d - 1] as usize);
             let o = self.entry(p, c);
-            if o == a {
+            if o == a && stop_early {
                 return;
             }
             self.set_entry(p, c, a);
@@ -210,7 +217,7 @@ impl BTree {
             } else {
                 self.inner_max(p)
             };
-            let unchanged = a.sum == o.sum && a.max == o.max;
+            let unchanged = a.sum == o.sum && a.max == o.max && stop_early;
             let shrunk = if how == Change::Shrank && self.summaries {
                 Self::shrunk_sum(&po, max)
             } else {

@@ -23,8 +23,9 @@
 //!
 //! Searches return a [`Pos`], the path from the root (node and child slot
 //! per level) to the block, and every update works bottom up along it,
-//! recomputing each parent's entry for the child and stopping at the first
-//! entry that comes out unchanged (`entry.rs`). A `Pos` is valid until the
+//! recomputing each parent's entry for the child; a shrink stops at the
+//! first entry that comes out unchanged, growth goes on to the root
+//! (`entry.rs`). A `Pos` is valid until the
 //! tree's next change.
 //!
 //! Keys and maxima are exact. A summary is an *upper bound*: at every
