@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType, Placement, ZoneId};
+use mmkit::buddy::{
+    BuddyAllocator, BuddyConfig, CompactSuitable, MigrateType, Placement, ZoneId, EXTFRAG_THRESHOLD,
+};
 use mmkit::{AllocError, FreeError};
 use proptest::prelude::*;
 
@@ -248,6 +250,22 @@ fn compare_metrics(
             1000 - ((1000 + (free * 1000 >> k)) / blocks) as i64
         };
         prop_assert_eq!(i64::from(b.fragmentation_index(k)), fi, "fragmentation_index({})", k);
+        // compaction_suitable: the kernel's order of tests, at the default
+        // threshold and at both sides of this index.
+        for thr in [EXTFRAG_THRESHOLD, fi as i32, fi as i32 - 1] {
+            let want = if usize::from(k) >= orders {
+                CompactSuitable::Skipped
+            } else if fi == -1000 {
+                CompactSuitable::Success
+            } else if free < 2u64 << k {
+                CompactSuitable::Skipped
+            } else if k > 3 && fi >= 0 && fi <= i64::from(thr) {
+                CompactSuitable::NotSuitable
+            } else {
+                CompactSuitable::Continue
+            };
+            prop_assert_eq!(b.compaction_suitable(k, thr), want, "compaction_suitable({}, {})", k, thr);
+        }
         if usize::from(k) < orders {
             unusable_line.push_str(&format!("{}.{:03} ", ui / 1000, ui % 1000));
             extfrag_line.push_str(&format!("{:2}.{:03} ", fi / 1000, fi % 1000));
