@@ -235,3 +235,43 @@ fn compaction_moves_the_bottom_pages_to_the_top_free_pages() {
     assert_eq!(b.compaction_stats(), st);
     b.check().unwrap();
 }
+
+/// A Movable allocation of a whole pageblock is not a migration source:
+/// the migration scanner passes over it and moves the pages of the next
+/// pageblock (a scanner that took it would find no isolated target of its
+/// order, since the free scanner never isolates a pageblock-sized block,
+/// and stop there with nothing moved).
+#[test]
+fn compaction_passes_over_a_pageblock_sized_allocation() {
+    let cfg = BuddyConfig {
+        max_order: 4,
+        pageblock_order: 2,
+        placement: Placement::Head,
+    };
+    let mut b = BuddyAllocator::new(0, 32, cfg).unwrap();
+    b.add_free_range(0, 32).unwrap();
+    let mut pages: Vec<u64> = (0..32)
+        .map(|_| b.alloc(0, MigrateType::Movable).unwrap())
+        .collect();
+    pages.sort_unstable();
+    assert_eq!(pages, (0..32).collect::<Vec<u64>>());
+    for p in 0..4 {
+        b.free(p, 0).unwrap();
+    }
+    assert_eq!(b.alloc(2, MigrateType::Movable), Ok(0));
+    for p in [5, 7, 29, 31] {
+        b.free(p, 0).unwrap();
+    }
+    let mut moves = Vec::new();
+    let out = b
+        .compact(3, MigrateType::Movable, |old, new, o| {
+            moves.push((old, new, o));
+            true
+        })
+        .unwrap();
+    assert_eq!(moves, [(4, 29, 0), (6, 31, 0)]);
+    assert_eq!(out.result, mmkit::buddy::CompactResult::Complete);
+    assert_eq!(b.allocated_order(0), Some(2));
+    assert_eq!(b.free_count(2, MigrateType::Movable), 1);
+    b.check().unwrap();
+}
