@@ -235,11 +235,9 @@ fn compare_metrics(
             .map(|&(_, o)| 1u64 << o)
             .sum();
         let unusable = free - usable;
-        let (ui, pct) = if free == 0 {
-            (1000, 0)
-        } else {
-            (unusable * 1000 / free, unusable * 100 / free)
-        };
+        // Nothing free: all of it "unusable" (1000), 0 percent.
+        let ui = (unusable * 1000).checked_div(free).unwrap_or(1000);
+        let pct = (unusable * 100).checked_div(free).unwrap_or(0);
         prop_assert_eq!(u64::from(b.unusable_free_index(k)), ui, "unusable_free_index({})", k);
         prop_assert_eq!(u64::from(b.extfrag_for_order(k)), pct, "extfrag_for_order({})", k);
         let fi: i64 = if usize::from(k) >= orders || blocks == 0 {
@@ -247,7 +245,7 @@ fn compare_metrics(
         } else if usable > 0 {
             -1000
         } else {
-            1000 - ((1000 + (free * 1000 >> k)) / blocks) as i64
+            1000 - ((1000 + free * 1000 / (1u64 << k)) / blocks) as i64
         };
         prop_assert_eq!(i64::from(b.fragmentation_index(k)), fi, "fragmentation_index({})", k);
         // compaction_suitable: the kernel's order of tests, at the default
