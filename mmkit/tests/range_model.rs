@@ -405,3 +405,45 @@ fn deep_tree_window_ending_inside_the_lowest_fit() {
         assert_eq!(got, Some((s, s + size)));
     }
 }
+
+/// `reserve` makes room for the free tree's nodes ahead, and `stats`
+/// counts that room in the metadata: each block is a start and an end in
+/// a leaf, so room for `n` more blocks is at least `16 * n` bytes.
+#[test]
+fn reserved_room_is_counted_in_the_metadata() {
+    let mut a = tree(0, 1 << 40);
+    let before = a.stats().metadata_bytes;
+    a.reserve(4000);
+    let after = a.stats().metadata_bytes;
+    assert!(
+        after >= before + 4000 * 16,
+        "metadata {before} -> {after} bytes after reserving 4,000 blocks"
+    );
+    ok(&a);
+}
+
+/// The tree's released nodes are handed out again: a deep tree taken down
+/// to one block (every area freed, its leaves and inner nodes released)
+/// and built up again the same way is the model's, consistent, and needs
+/// no more metadata than the first build (every node comes from the
+/// released ones).
+#[test]
+fn a_deep_tree_rebuilt_after_collapsing_reuses_its_nodes() {
+    let mut a = tree(0, 1 << 40);
+    let mut m = Model::new(0, 1 << 40);
+    let live = fragment(&mut a, &mut m, DEEP_AREAS, 3);
+    let built = a.stats().metadata_bytes;
+    for &(s, e) in live.iter().skip(1).step_by(2) {
+        assert_eq!(a.free(s), Ok(e - s));
+        m.free(s).unwrap();
+    }
+    a.check().unwrap();
+    assert_eq!(a.stats().free_blocks, 1, "every area freed");
+    fragment(&mut a, &mut m, DEEP_AREAS, 3);
+    assert!(a.stats().free_blocks >= 2900);
+    let rebuilt = a.stats().metadata_bytes;
+    assert!(
+        rebuilt <= built,
+        "metadata {built} bytes built, {rebuilt} rebuilt on the released nodes"
+    );
+}
