@@ -208,9 +208,12 @@ fn compact(
 ) -> Result<(), TestCaseError> {
     let mut errors = Vec::new();
     let mut n = 0usize;
+    let mut moves: Vec<(u64, u64, u8, bool)> = Vec::new();
     let before = z.zone().compaction_stats();
+    let finished_before = order <= s.max_order && block_ready(z.zone(), order, s);
     let r = z.compact(order, MigrateType::Movable, |old, new, o| {
         n += 1;
+        moves.push((old, new, o, n % refuse != 0));
         if n % refuse == 0 {
             return false;
         }
@@ -238,12 +241,106 @@ fn compact(
         after.moved_pages - before.moved_pages,
         out.stats.moved_pages
     );
+    // A block was already there: nothing moves.
+    if finished_before {
+        prop_assert_eq!(out.result, CompactResult::Success);
+        prop_assert!(moves.is_empty(), "{:?}", moves);
+    }
+    // The migration scanner goes up from the bottom, the free scanner down
+    // from the top, and they never cross: sources ascend, and every
+    // source's pageblock lies below every target's.
+    let pb = s.pb;
+    prop_assert!(moves.windows(2).all(|w| w[0].0 < w[1].0), "{:?}", moves);
+    let top_source = moves.iter().map(|m| m.0 >> pb).max();
+    let low_target = moves.iter().map(|m| m.1 >> pb).min();
+    if let (Some(t), Some(l)) = (top_source, low_target) {
+        prop_assert!(
+            t < l,
+            "sources up to pageblock {} but a target in {}: {:?}",
+            t,
+            l,
+            moves
+        );
+    }
+    for &(_, new, o, _) in &moves {
+        prop_assert_eq!(new % (1u64 << o), 0, "target {:#x} of order {}", new, o);
+    }
+    // The counters are what the callback saw, and the zone's add up.
+    let done: Vec<_> = moves.iter().filter(|m| m.3).collect();
+    let st = out.stats;
+    prop_assert_eq!(st.runs, 1);
+    prop_assert_eq!(
+        (st.success, st.fail),
+        if out.result == CompactResult::Success {
+            (1, 0)
+        } else {
+            (0, 1)
+        }
+    );
+    prop_assert_eq!(st.moved_blocks, done.len() as u64);
+    prop_assert_eq!(
+        st.moved_pages,
+        done.iter().map(|m| 1u64 << m.2).sum::<u64>()
+    );
+    prop_assert_eq!(st.failed_blocks, (moves.len() - done.len()) as u64);
+    // Each done move used its own isolated target.
+    prop_assert!(st.isolated_free >= st.moved_pages);
+    prop_assert!(st.free_scanned >= st.isolated_free);
+    prop_assert!(st.migrate_scanned >= done.iter().map(|m| 1u64 << m.2).sum::<u64>());
+    let sum = |f: fn(&mmkit::buddy::CompactStats) -> u64| f(&before) + f(&st);
+    prop_assert_eq!(after.success, sum(|c| c.success));
+    prop_assert_eq!(after.fail, sum(|c| c.fail));
+    prop_assert_eq!(after.migrate_scanned, sum(|c| c.migrate_scanned));
+    prop_assert_eq!(after.free_scanned, sum(|c| c.free_scanned));
+    prop_assert_eq!(after.isolated_free, sum(|c| c.isolated_free));
+    prop_assert_eq!(after.moved_blocks, sum(|c| c.moved_blocks));
+    prop_assert_eq!(after.failed_blocks, sum(|c| c.failed_blocks));
+    if out.result == CompactResult::Success {
+        prop_assert!(
+            block_ready(z.zone(), order, s),
+            "success but no block of order {}",
+            order
+        );
+    }
     if out.result == CompactResult::Success {
         let mut b = z.zone().clone();
         prop_assert!(
             b.alloc(order, MigrateType::Movable).is_ok(),
             "success but no block"
         );
+    }
+    Ok(())
+}
+
+/// Whether a Movable request of `order` finds a block without stealing
+/// (`__compact_finished`): a Movable list of that order or above, or any
+/// list but HighAtomic at a pageblock or above (a whole pageblock is
+/// claimed).
+fn block_ready(b: &BuddyAllocator, order: u8, s: &Setup) -> bool {
+    (order..=s.max_order).any(|o| {
+        b.free_count(o, MigrateType::Movable) > 0
+            || (o >= s.pb
+                && [MigrateType::Unmovable, MigrateType::Reclaimable]
+                    .iter()
+                    .any(|&t| b.free_count(o, t) > 0))
+    })
+}
+
+/// Each CPU's lists hold idle allocated blocks nobody holds, of the list's
+/// order, and add up to the CPU's pcp pages.
+fn compare_pcp_lists(z: &PcpZone, m: &Model, s: &Setup) -> Result<(), TestCaseError> {
+    for cpu in 0..s.pcp.cpus {
+        let mut pages = 0u64;
+        for order in 0..=s.max_order {
+            for mt in TYPES {
+                for pfn in z.pcp_list(cpu, order, mt) {
+                    prop_assert_eq!(z.zone().allocated_order(pfn), Some(order));
+                    prop_assert!(!m.held.contains_key(&pfn), "pcp page {:#x} is held", pfn);
+                    pages += 1u64 << order;
+                }
+            }
+        }
+        prop_assert_eq!(pages, z.pcp_pages(cpu), "cpu {}", cpu);
     }
     Ok(())
 }
@@ -258,6 +355,7 @@ proptest! {
         for op in &ops {
             step(&mut z, &mut m, &s, op)?;
             z.check().map_err(|e| TestCaseError::fail(format!("{op:?}: {e}")))?;
+            compare_pcp_lists(&z, &m, &s)?;
             for (&pfn, &(order, _)) in &m.held {
                 prop_assert_eq!(z.zone().allocated_order(pfn), Some(order));
             }

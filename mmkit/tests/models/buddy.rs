@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType, Placement};
+use mmkit::buddy::{
+    BuddyAllocator, BuddyConfig, CompactSuitable, MigrateType, Placement, ZoneId, EXTFRAG_THRESHOLD,
+};
 use mmkit::{AllocError, FreeError};
 use proptest::prelude::*;
 
@@ -196,12 +198,124 @@ fn compare(b: &BuddyAllocator, m: &Model) -> Result<(), TestCaseError> {
         .filter(|&i| m.present[i] && !m.used[i])
         .count() as u64;
     prop_assert_eq!(b.free_pages(), free);
+    compare_metrics(b, m, &got)?;
     for p in (m.start..m.end).step_by(1 << m.pb) {
         prop_assert_eq!(
             b.pageblock_migratetype(p) == Some(MigrateType::HighAtomic),
             m.ha(p)
         );
     }
+    Ok(())
+}
+
+/// The fragmentation indexes and the `/proc` texts, from the model's own
+/// free blocks, by pages rather than by the per-order sums `mm/vmstat.c`
+/// keeps: an order-`k` request can use exactly the pages of free blocks of
+/// order `k` or more.
+fn compare_metrics(
+    b: &BuddyAllocator,
+    m: &Model,
+    free_blocks: &BTreeSet<(u64, u8)>,
+) -> Result<(), TestCaseError> {
+    let orders = usize::from(m.kern.max_order) + 1;
+    let mut per_order = vec![0u64; orders];
+    for &(_, o) in free_blocks {
+        per_order[usize::from(o)] += 1;
+    }
+    let free: u64 = free_blocks.iter().map(|&(_, o)| 1u64 << o).sum();
+    let blocks = free_blocks.len() as u64;
+    let zone = ZoneId::new(3, "Normal");
+    let mut unusable_line = String::from("Node 3, zone   Normal ");
+    let mut extfrag_line = unusable_line.clone();
+    // One order past the counts: the kernel's -1 "beyond the orders" rule.
+    for k in 0..=orders as u8 {
+        let usable: u64 = free_blocks
+            .iter()
+            .filter(|&&(_, o)| o >= k)
+            .map(|&(_, o)| 1u64 << o)
+            .sum();
+        let unusable = free - usable;
+        // Nothing free: all of it "unusable" (1000), 0 percent.
+        let ui = (unusable * 1000).checked_div(free).unwrap_or(1000);
+        let pct = (unusable * 100).checked_div(free).unwrap_or(0);
+        prop_assert_eq!(u64::from(b.unusable_free_index(k)), ui, "unusable_free_index({})", k);
+        prop_assert_eq!(u64::from(b.extfrag_for_order(k)), pct, "extfrag_for_order({})", k);
+        let fi: i64 = if usize::from(k) >= orders || blocks == 0 {
+            0
+        } else if usable > 0 {
+            -1000
+        } else {
+            1000 - ((1000 + free * 1000 / (1u64 << k)) / blocks) as i64
+        };
+        prop_assert_eq!(i64::from(b.fragmentation_index(k)), fi, "fragmentation_index({})", k);
+        // compaction_suitable: the kernel's order of tests, at the default
+        // threshold and at both sides of this index.
+        for thr in [EXTFRAG_THRESHOLD, fi as i32, fi as i32 - 1] {
+            let want = if usize::from(k) >= orders {
+                CompactSuitable::Skipped
+            } else if fi == -1000 {
+                CompactSuitable::Success
+            } else if free < 2u64 << k {
+                CompactSuitable::Skipped
+            } else if k > 3 && fi >= 0 && fi <= i64::from(thr) {
+                CompactSuitable::NotSuitable
+            } else {
+                CompactSuitable::Continue
+            };
+            prop_assert_eq!(b.compaction_suitable(k, thr), want, "compaction_suitable({}, {})", k, thr);
+        }
+        if usize::from(k) < orders {
+            unusable_line.push_str(&format!("{}.{:03} ", ui / 1000, ui % 1000));
+            extfrag_line.push_str(&format!("{:2}.{:03} ", fi / 1000, fi % 1000));
+        }
+    }
+    prop_assert_eq!(b.unusable_index_line(zone), unusable_line + "\n");
+    prop_assert_eq!(b.extfrag_index_line(zone), extfrag_line + "\n");
+    // /proc/buddyinfo, read back.
+    let line = b.buddyinfo(zone);
+    let rest = line.strip_prefix("Node 3, zone   Normal ");
+    prop_assert!(rest.is_some() && line.ends_with(" \n"), "buddyinfo {:?}", line);
+    let read: Vec<u64> = rest.unwrap().split_whitespace().map(|w| w.parse().unwrap()).collect();
+    prop_assert_eq!(&read, &per_order, "buddyinfo {:?}", line);
+    // /proc/pagetypeinfo, read back: one line per type, then the blocks.
+    let mut want_blocks = [0u64; 4];
+    for t in &m.kern.blocks {
+        want_blocks[t.index()] += 1;
+    }
+    let text = b.pagetypeinfo(zone);
+    let mut types_seen = 0;
+    for l in text.lines() {
+        let Some((head, counts)) = l.split_once(", type ") else {
+            continue;
+        };
+        prop_assert_eq!(head, "Node    3, zone   Normal");
+        let mut words = counts.split_whitespace();
+        let name = words.next().unwrap_or("");
+        let mt = (0..)
+            .map_while(MigrateType::from_index)
+            .find(|t| format!("{t:?}") == name);
+        prop_assert!(mt.is_some(), "type {:?} in {:?}", name, l);
+        let mt = mt.unwrap();
+        let got: Vec<u64> = words.map(|w| w.parse().unwrap()).collect();
+        let want: Vec<u64> = (0..orders as u8)
+            .map(|o| m.kern.lists.get(&(o, mt)).map_or(0, |q| q.len() as u64))
+            .collect();
+        prop_assert_eq!(got, want, "pagetypeinfo {:?}", l);
+        types_seen += 1;
+    }
+    prop_assert_eq!(types_seen, 4, "{}", text);
+    let last = text.lines().last().unwrap_or("");
+    let got: Vec<u64> = last
+        .strip_prefix("Node 3, zone   Normal ")
+        .unwrap_or("x")
+        .split_whitespace()
+        .map(|w| w.parse().unwrap_or(u64::MAX))
+        .collect();
+    prop_assert_eq!(&got[..], &want_blocks[..], "pagetypeinfo blocks {:?}", last);
+    let header = format!("Page block order: {}\nPages per block:  {}\n", m.pb, 1u64 << m.pb);
+    prop_assert!(text.starts_with(&header), "{}", text);
+    let c = b.pagetype_counts();
+    prop_assert_eq!(c.blocks, want_blocks);
     Ok(())
 }
 
