@@ -333,9 +333,14 @@ fn stress_thread(
 // answers exactly as the single-threaded one (same addresses, flushes,
 // counters, errors), for both policies.
 
-fn compare_fronts(cfg: Config, policy: Policy, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut single = VblockAllocator::new(range(), cfg, policy, 2).expect("valid");
-    let shared = ConcurrentVblock::new(range(), cfg, policy, 2).expect("valid");
+fn compare_fronts(
+    cfg: Config,
+    policy: Policy,
+    range: fn(&Config) -> VmapAllocator,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    let mut single = VblockAllocator::new(range(&cfg), cfg, policy, 2).expect("valid");
+    let shared = ConcurrentVblock::new(range(&cfg), cfg, policy, 2).expect("valid");
     let mut live: Vec<(u64, u64)> = Vec::new();
     for op in ops {
         match *op {
@@ -375,6 +380,9 @@ fn compare_fronts(cfg: Config, policy: Policy, ops: &[Op]) -> Result<(), TestCas
             }
         }
         prop_assert_eq!(single.counters(), shared.counters());
+        for cpu in 0..3 {
+            prop_assert_eq!(single.cpu_counters(cpu), shared.cpu_counters(cpu));
+        }
         shared
             .check()
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -393,8 +401,56 @@ proptest! {
     ) {
         let ops: Vec<Op> = ops.into_iter().map(|o| clamp_op(o, cfg.max_alloc)).collect();
         let policy = if legacy { Policy::Legacy } else { Policy::Current };
-        compare_fronts(cfg, policy, &ops)?;
+        compare_fronts(cfg, policy, |_| range(), &ops)?;
     }
+
+    /// Room for three blocks: the fronts run out of space, and Current's
+    /// forced purge of fragmented blocks on every CPU, then one retry,
+    /// must give the same answers in both.
+    #[test]
+    fn concurrent_front_end_matches_single_when_space_runs_out(
+        cfg in configs(),
+        legacy in any::<bool>(),
+        ops in prop::collection::vec(op(16), 1..200),
+    ) {
+        let ops: Vec<Op> = ops.into_iter().map(|o| clamp_op(o, cfg.max_alloc)).collect();
+        let policy = if legacy { Policy::Legacy } else { Policy::Current };
+        compare_fronts(cfg, policy, three_blocks, &ops)?;
+    }
+}
+
+fn three_blocks(cfg: &Config) -> VmapAllocator {
+    let mut r = VmapAllocator::new(START, START + 3 * cfg.block_size()).expect("valid space");
+    r.set_lazy_max(u64::MAX);
+    r
+}
+
+/// The shared front end purges fragmented blocks on every CPU when no new
+/// block fits, then retries once: the single front end's scenario in
+/// `current_purges_fragmented_blocks_when_space_runs_out`, answered alike.
+#[test]
+fn concurrent_front_end_purges_fragmented_blocks_when_space_runs_out() {
+    let r = VmapAllocator::new(0, 2 * SMALL.block_size()).unwrap();
+    let vb = ConcurrentVblock::new(r, SMALL, Policy::Current, 2).unwrap();
+    for _ in 0..31 {
+        let a = vb.map_on(0, 1).unwrap();
+        vb.unmap(a, 1).unwrap();
+    }
+    for _ in 0..4 {
+        vb.map_on(1, 8).unwrap();
+    }
+    assert_eq!(
+        vb.map_on(1, 8),
+        Ok(0),
+        "CPU 0's fragmented block, purged and reused"
+    );
+    let c = vb.cpu_counters(0).unwrap();
+    assert_eq!((c.fragmented_purges, c.blocks_released), (1, 1));
+    for _ in 0..3 {
+        vb.map_on(1, 8).unwrap();
+    }
+    assert_eq!(vb.map_on(1, 8), Err(AllocError::NoSpace));
+    vb.check().unwrap();
 }
 
 /// Issue 12, defect 1: `max_alloc` above 2^63 made `next_power_of_two` wrap
@@ -474,7 +530,7 @@ fn counters_add_up_over_the_cpus() {
     use std::sync::atomic::{AtomicU64, Ordering};
     static TICKS: AtomicU64 = AtomicU64::new(0);
     fn tick() -> u64 {
-        TICKS.fetch_add(1, Ordering::Relaxed) + 1
+        TICKS.fetch_add(1000, Ordering::Relaxed) + 1000
     }
     assert_eq!(
         (Policy::Legacy.name(), Policy::Current.name()),
@@ -506,11 +562,31 @@ fn counters_add_up_over_the_cpus() {
         (2, 2, 1),
         "{c:?}"
     );
+    // Every timed operation reads the clock at least twice, 1000 apart.
     assert!(
-        c.map_ns > 0 && c.unmap_ns > 0 && c.create_ns > 0 && c.release_ns > 0,
+        c.map_ns >= 10_000 && c.unmap_ns >= 10_000 && c.create_ns >= 2000 && c.release_ns >= 2000,
         "{c:?}"
     );
     vb.check().unwrap();
+
+    // Large maps alone: their time is in the sum though no CPU's queue
+    // timed anything.
+    let mut vb = VblockAllocator::new(range(), SMALL, Policy::Current, 2).unwrap();
+    vb.set_clock(Some(tick));
+    let a = vb.map(0, 9).unwrap();
+    vb.unmap(a, 9).unwrap();
+    let c = vb.counters();
+    assert_eq!(vb.cpu_counters(0).map(|q| q.map_ns), Some(0));
+    assert!(c.map_ns >= 1000 && c.unmap_ns >= 1000, "{c:?}");
+}
+
+/// The process clock the time counters use under `std` moves forward.
+#[test]
+fn the_monotonic_clock_advances() {
+    let t0 = mmkit::vblock::monotonic_ns();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let t1 = mmkit::vblock::monotonic_ns();
+    assert!(t1 >= t0 + 2_000_000, "{t0} -> {t1}");
 }
 
 /// Maps of 64 pages or more (the kernel's `VMAP_MAX_ALLOC` is 64): the

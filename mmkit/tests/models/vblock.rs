@@ -404,6 +404,11 @@ impl Run {
         // Pages asked for, not the 2^order slots blocks reserve for them.
         let live: u64 = self.m.live.values().map(|&(p, _)| p).sum();
         prop_assert_eq!(self.vb.live_pages(), live);
+        // A block stays on its CPU's list while it has free pages.
+        for (cpu, blocks) in self.m.cpus.iter().enumerate() {
+            let listed = blocks.iter().filter(|b| b.count(Page::Free) > 0).count();
+            prop_assert_eq!(self.vb.listed_blocks(cpu), Some(listed), "CPU {} list", cpu);
+        }
         self.vb
             .check()
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
