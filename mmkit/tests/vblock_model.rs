@@ -607,3 +607,46 @@ fn legacy_maps_of_whole_words_take_the_lowest_clear_region() {
     assert_eq!(c - a, 128 * 4096, "a 33-page map takes a 64-page region");
     vb.check().unwrap();
 }
+
+/// The shared front end times its maps and unmaps on the CPU's queue.
+#[test]
+fn the_shared_front_end_times_each_cpu() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static TICKS: AtomicU64 = AtomicU64::new(0);
+    fn tick() -> u64 {
+        TICKS.fetch_add(1000, Ordering::Relaxed) + 1000
+    }
+    let mut vb = ConcurrentVblock::new(range(), SMALL, Policy::Current, 2).unwrap();
+    vb.set_clock(Some(tick));
+    let a = vb.map_on(1, 2).unwrap();
+    vb.unmap(a, 2).unwrap();
+    let c = vb.cpu_counters(1).unwrap();
+    assert!(c.map_ns >= 1000 && c.unmap_ns >= 1000, "{c:?}");
+    assert_eq!(vb.cpu_counters(0).unwrap().map_ns, 0);
+}
+
+/// `map` uses the calling thread's queue, `current_slot() % cpus`, and
+/// threads get slots of their own.
+#[test]
+fn each_thread_maps_on_its_own_slot() {
+    let vb = ConcurrentVblock::new(range(), SMALL, Policy::Current, 3).unwrap();
+    let mut slots = Vec::new();
+    for _ in 0..3 {
+        // One thread at a time: each map is the only change to the counters.
+        let (slot, calls) = std::thread::scope(|s| {
+            s.spawn(|| {
+                let slot = mmkit::vblock::current_slot();
+                let before = vb.cpu_counters(slot % 3).unwrap().map_calls;
+                vb.map(1).unwrap();
+                (slot, vb.cpu_counters(slot % 3).unwrap().map_calls - before)
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(calls, 1, "slot {slot}: the map ran on another queue");
+        slots.push(slot);
+    }
+    slots.dedup();
+    assert_eq!(slots.len(), 3, "threads share a slot: {slots:?}");
+    assert_eq!(vb.counters().map_calls, 3);
+}
