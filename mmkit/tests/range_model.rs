@@ -447,3 +447,54 @@ fn a_deep_tree_rebuilt_after_collapsing_reuses_its_nodes() {
         "metadata {built} bytes built, {rebuilt} rebuilt on the released nodes"
     );
 }
+
+/// The lazy list's room is metadata too: 16 bytes an area at least.
+#[test]
+fn lazy_areas_are_counted_in_the_metadata() {
+    let mut a = tree(0, 1 << 40);
+    a.set_lazy_max(u64::MAX);
+    let live: Vec<u64> = (0..1000).map(|_| a.alloc(PAGE, PAGE).unwrap()).collect();
+    let before = a.stats().metadata_bytes;
+    for &x in &live {
+        a.free_lazy(x).unwrap();
+    }
+    let after = a.stats().metadata_bytes;
+    assert!(
+        after >= before + 1000 * 16,
+        "metadata {before} -> {after} bytes with 1,000 lazy areas"
+    );
+}
+
+/// `VmapAllocator`'s own methods (what a user calls) answer as the
+/// `RangeAllocator` trait's, which the models drive; `area_size` reads a
+/// live area's size back and nothing else.
+#[test]
+fn inherent_methods_answer_as_the_trait() {
+    let (mut a, mut b) = (tree(0, 1 << 30), tree(0, 1 << 30));
+    let mut live = Vec::new();
+    for i in 1..200u64 {
+        let (size, align) = (i * PAGE, PAGE << (i % 4));
+        let (lo, hi) = (i * 3 * PAGE, 1 << 30);
+        let x = a.alloc_in(size, align, lo, hi);
+        assert_eq!(x, RangeAllocator::alloc_in(&mut b, size, align, lo, hi));
+        let x = x.unwrap();
+        assert_eq!(a.area_size(x), Some(size));
+        assert_eq!(a.area_size(x + PAGE), None);
+        live.push(x);
+        if i % 3 == 0 {
+            let y = live.swap_remove(i as usize % live.len());
+            assert_eq!(a.free_lazy(y), RangeAllocator::free_lazy(&mut b, y));
+            assert_eq!(a.area_size(y), None);
+        }
+        if i % 50 == 0 {
+            // Down to no lazy bytes allowed: both purge now.
+            a.set_lazy_max(0);
+            RangeAllocator::set_lazy_max(&mut b, 0);
+            assert_eq!(a.stats().lazy_bytes, 0);
+            a.set_lazy_max(1 << 40);
+            RangeAllocator::set_lazy_max(&mut b, 1 << 40);
+        }
+        assert_eq!(comparable(a.stats()), comparable(b.stats()));
+    }
+    ok(&a);
+}
