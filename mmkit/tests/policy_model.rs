@@ -192,3 +192,27 @@ fn deep_tree_summary_after_exact_and_aligned_fits() {
     ];
     run_policy_ops_from(v, m, &ops).unwrap();
 }
+
+/// The edges of a request and a space, exactly: an exact placement filling
+/// its window from end to end, and a shrink that keeps one side (its empty
+/// part is not checked for being free, though a live area starts there).
+#[test]
+fn exact_fits_and_shrinks_at_the_edges() {
+    let at = |size, window, place| Op::Alloc {
+        size,
+        align: 1,
+        window,
+        place,
+    };
+    let ops = [
+        at(16, Some((2000, 2016)), Place::Exact(2000)),
+        at(10, None, Place::Lowest),
+        at(10, None, Place::Highest),
+        Op::Shrink(0, 0),
+        Op::Free(2),
+        Op::Shrink(0, 5),
+        Op::Free(0),
+        Op::Shrink(5, 0),
+    ];
+    run_policy_ops((1000, 4000), &ops).unwrap();
+}

@@ -499,6 +499,17 @@ fn inherent_methods_answer_as_the_trait() {
         }
         assert_eq!(comparable(a.stats()), comparable(b.stats()));
     }
+    // A flush hook installed through the allocator's own method is called.
+    let flushes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let f = flushes.clone();
+    a.set_flush_hook(Some(Box::new(move |_, _| {
+        f.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    })));
+    let y = live.pop().unwrap();
+    a.free_lazy(y).unwrap();
+    a.set_lazy_max(0);
+    assert_eq!(flushes.load(std::sync::atomic::Ordering::Relaxed), 1);
+    a.set_flush_hook(None);
     // A layout's size and alignment; freed only with its own size.
     let l = Layout::from_size_align(24, 8).unwrap();
     let x = a.alloc_layout(l).unwrap();

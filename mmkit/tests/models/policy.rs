@@ -224,6 +224,12 @@ fn run_policy_ops_from(mut v: VmapAllocator, mut m: Model, ops: &[Op]) -> Result
     for op in ops {
         step(&mut v, &mut m, op).map_err(|e| format!("{op:?}: {e}"))?;
         v.check().map_err(|e| format!("after {op:?}: {e}"))?;
+        let mut lazy: Vec<_> = v.lazy_areas().map(|r| (r.start, r.end)).collect();
+        let mut want = m.lazy.clone();
+        (lazy.sort_unstable(), want.sort_unstable());
+        if lazy != want {
+            return Err(format!("after {op:?}: lazy areas {lazy:x?}, model {want:x?}"));
+        }
         let free: Vec<_> = v.free_blocks().map(|r| (r.start, r.end)).collect();
         if free != m.free || v.space() != m.space {
             return Err(format!(
@@ -276,11 +282,21 @@ fn step(v: &mut VmapAllocator, m: &mut Model, op: &Op) -> Result<(), String> {
         Op::Free(_) | Op::FreeLazy(_) => Ok(()),
         Op::Purge => same(v.purge(&mut |_, _| {}), m.purge()),
         Op::Grow(a, b) => {
-            let new = (m.space.0.saturating_sub(a), m.space.1.saturating_add(b));
+            let (s, e) = m.space;
+            // Refused first, changing nothing: one side moved inward.
+            for bad in [(s + 1, e.saturating_add(b)), (s.saturating_sub(a), e - 1)] {
+                same(v.grow(bad.0..bad.1), m.grow(bad))?;
+            }
+            let new = (s.saturating_sub(a), e.saturating_add(b));
             same(v.grow(new.0..new.1), m.grow(new))
         }
         Op::Shrink(a, b) => {
-            let new = (m.space.0.saturating_add(a), m.space.1.saturating_sub(b));
+            let (s, e) = m.space;
+            // Refused first, changing nothing: one side moved outward.
+            for bad in [(s.saturating_sub(1), e - b.min(e)), (s.saturating_add(a), e.saturating_add(1))] {
+                same(v.shrink(bad.0..bad.1), m.shrink(bad))?;
+            }
+            let new = (s.saturating_add(a), e.saturating_sub(b));
             same(v.shrink(new.0..new.1), m.shrink(new))
         }
     }
