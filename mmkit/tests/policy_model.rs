@@ -213,6 +213,11 @@ fn exact_fits_and_shrinks_at_the_edges() {
         Op::Shrink(0, 5),
         Op::Free(0),
         Op::Shrink(5, 0),
+        // Grown on one side only, with live areas at both ends.
+        at(10, None, Place::Lowest),
+        at(10, None, Place::Highest),
+        Op::Grow(5, 0),
+        Op::Grow(0, 5),
     ];
     run_policy_ops((1000, 4000), &ops).unwrap();
 }
