@@ -468,6 +468,22 @@ fn lazy_areas_are_counted_in_the_metadata() {
     );
 }
 
+/// The busy index is metadata: a start and an end, 16 bytes at least, for
+/// each live area; and not more than a few times that.
+#[test]
+fn live_areas_are_counted_in_the_metadata() {
+    let mut a = tree(0, 1 << 40);
+    let empty = a.stats().metadata_bytes;
+    for _ in 0..10_000 {
+        a.alloc(PAGE, PAGE).unwrap();
+    }
+    let full = a.stats().metadata_bytes;
+    assert!(
+        full >= empty + 10_000 * 16 && full < empty + 10_000 * 256,
+        "metadata {empty} -> {full} bytes with 10,000 live areas"
+    );
+}
+
 /// `VmapAllocator`'s own methods (what a user calls) answer as the
 /// `RangeAllocator` trait's, which the models drive; `area_size` reads a
 /// live area's size back and nothing else.
