@@ -39,6 +39,7 @@ enum Op {
         cpu: usize,
         pick: usize,
         lazy: bool,
+        sized: bool,
     },
     FreeBogus {
         cpu: usize,
@@ -50,7 +51,8 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0usize..4, 1u64..12, 0u32..4).prop_map(|(cpu, pages, align_shift)| Op::Alloc { cpu, pages, align_shift }),
-        4 => (0usize..4, any::<usize>(), any::<bool>()).prop_map(|(cpu, pick, lazy)| Op::Free { cpu, pick, lazy }),
+        4 => (0usize..4, any::<usize>(), any::<bool>(), any::<bool>())
+            .prop_map(|(cpu, pick, lazy, sized)| Op::Free { cpu, pick, lazy, sized }),
         1 => (0usize..4, 0u64..SPACE + PAGE).prop_map(|(cpu, addr)| Op::FreeBogus { cpu, addr }),
         1 => Just(Op::Drain),
     ]
@@ -92,12 +94,23 @@ proptest! {
                         }
                     }
                 }
-                Op::Free { cpu, pick, lazy } => {
+                Op::Free { cpu, pick, lazy, sized } => {
                     let Some((&a, &size)) = live.iter().nth(pick % live.len().max(1)) else {
                         continue;
                     };
-                    let got = if lazy { p.free_lazy(cpu, a) } else { p.free(cpu, a) };
-                    if cpu == 3 {
+                    let got = match (lazy, sized) {
+                        (false, false) => p.free(cpu, a),
+                        (true, false) => p.free_lazy(cpu, a),
+                        (false, true) => p.free_sized(cpu, a, size + PAGE),
+                        (true, true) => p.free_lazy_sized(cpu, a, size - 1),
+                    };
+                    if cpu < 3 && sized {
+                        // The wrong size first: refused, the area kept.
+                        prop_assert_eq!(got, Err(FreeError::SizeMismatch));
+                        let got = if lazy { p.free_lazy_sized(cpu, a, size) } else { p.free_sized(cpu, a, size) };
+                        prop_assert_eq!(got, Ok(size));
+                        live.remove(&a);
+                    } else if cpu == 3 {
                         prop_assert_eq!(got, Err(FreeError::Invalid));
                     } else {
                         prop_assert_eq!(got, Ok(size));
@@ -166,6 +179,10 @@ fn bad_input_changes_nothing() {
     assert_eq!(p.free(1, a), Ok(PAGE));
     assert_eq!(p.free_lazy(0, a), Err(FreeError::NotAllocated));
     p.check().unwrap();
+    // A bad alignment is refused even where a pooled area would meet it.
+    assert_eq!((a % (3 * PAGE), p.stats(0).pooled), (0, 1));
+    assert_eq!(p.alloc(0, PAGE, 3 * PAGE), Err(AllocError::Invalid));
+    assert_eq!(p.stats(0).pooled, 1);
     let bad = PooledConfig {
         granule: 3,
         ..PooledConfig::default()
@@ -220,4 +237,27 @@ fn threads_churning_on_their_cpus_stay_consistent() {
     p.drain();
     p.check().unwrap();
     assert_eq!(p.with_allocator(|va| va.stats().live_areas), 0);
+}
+
+/// A CPU's lazy list is purged when its bytes pass `lazy_max`, not when
+/// they reach it; misses are counted; a flush hook sees each purge.
+#[test]
+fn lazy_lists_purge_past_their_limit_through_the_hook() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let p = pooled(2, 0, 2 * PAGE);
+    let flushes = Arc::new(AtomicU64::new(0));
+    let f = flushes.clone();
+    p.set_flush_hook(Some(Box::new(move |_, _| {
+        f.fetch_add(1, Ordering::Relaxed);
+    })));
+    let a: Vec<u64> = (0..3).map(|_| p.alloc(0, PAGE, PAGE).unwrap()).collect();
+    assert_eq!((p.stats(0).misses, p.stats(0).hits), (3, 0));
+    p.free_lazy(0, a[0]).unwrap();
+    p.free_lazy(0, a[1]).unwrap();
+    assert_eq!((p.stats(0).lazy, p.stats(0).purges), (2, 0), "at the limit");
+    p.free_lazy(0, a[2]).unwrap();
+    assert_eq!((p.stats(0).lazy, p.stats(0).purges), (0, 1), "past it");
+    assert_eq!(flushes.load(Ordering::Relaxed), 1);
+    p.check().unwrap();
 }

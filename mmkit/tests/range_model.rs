@@ -515,6 +515,11 @@ fn inherent_methods_answer_as_the_trait() {
         }
         assert_eq!(comparable(a.stats()), comparable(b.stats()));
     }
+    // Only an allocator made without a busy index needs sizes to free.
+    assert!(!a.frees_need_size());
+    assert!(VmapAllocator::without_busy_index(0, 1 << 20)
+        .unwrap()
+        .frees_need_size());
     // A flush hook installed through the allocator's own method is called.
     let flushes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let f = flushes.clone();
