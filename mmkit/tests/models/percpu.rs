@@ -106,6 +106,25 @@ fn lowest_fit(map: &[bool], len: usize, align: usize) -> Option<usize> {
 }
 
 impl Model {
+    /// The bitmap allocator's `largest_free` and `metadata_bytes`: the
+    /// longest run is its chunks' contig hints, which lie between the
+    /// longest run inside one hint block of a chunk in use (block hints
+    /// are exact) and the longest run of any chunk; each chunk's two
+    /// bitmaps take a bit per 4 bytes.
+    fn check_stats(&self, s: &mmkit::percpu::PercpuStats) {
+        let in_use = |map: &&Vec<bool>| map.iter().any(|&u| u);
+        let low = self.bytes.values().filter(in_use).map(|m| longest_in_a_block(m)).max();
+        let high = self.bytes.values().filter(in_use).map(|m| longest_free(m, 0, m.len())).max();
+        let empty = if s.empty_chunks > 0 { self.unit } else { 0 };
+        let (low, high) = (low.unwrap_or(0) as u64, (high.unwrap_or(0) as u64).max(empty));
+        assert!(
+            low <= s.largest_free && s.largest_free <= high,
+            "largest free {} outside [{low}, {high}]",
+            s.largest_free
+        );
+        assert!(s.metadata_bytes >= s.chunks * self.unit / 16, "{s:?}");
+    }
+
     /// The bitmap allocator's choice of `p` for `size` bytes aligned to
     /// `align`, against a brute-force scan of the chunks as they were:
     /// - for requests aligned to at most 4, the offset is the lowest fit
@@ -293,6 +312,9 @@ fn run_from<A: PercpuAlloc>(mut a: A, mut m: Model, ops: &[Op]) {
         assert_eq!(s.unit_size, m.unit);
         // Every chunk held is listed in exactly one slot.
         assert_eq!(s.slot_counts.iter().sum::<u64>(), s.chunks, "{s:?}");
+        if m.choices && m.bytes.len() <= 16 {
+            m.check_stats(&s); // a scan of every byte: not on the crowded set-ups
+        }
     }
     // Everything frees, and then at most one chunk is kept.
     let all: Vec<_> = m.live.iter().map(|(p, s)| (*p, *s)).collect();

@@ -226,7 +226,8 @@ fn run_policy_ops_from(mut v: VmapAllocator, mut m: Model, ops: &[Op]) -> Result
         v.check().map_err(|e| format!("after {op:?}: {e}"))?;
         let mut lazy: Vec<_> = v.lazy_areas().map(|r| (r.start, r.end)).collect();
         let mut want = m.lazy.clone();
-        (lazy.sort_unstable(), want.sort_unstable());
+        lazy.sort_unstable();
+        want.sort_unstable();
         if lazy != want {
             return Err(format!("after {op:?}: lazy areas {lazy:x?}, model {want:x?}"));
         }
