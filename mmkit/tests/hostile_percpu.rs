@@ -72,6 +72,14 @@ fn hostile<A: PercpuAlloc>(make: fn(u64) -> Result<A, AllocError>) {
 #[test]
 fn bitmap_refuses_hostile_input() {
     hostile(PercpuAllocator::new);
+    // The largest unit is taken (no chunk exists before the first
+    // allocation), one block more is refused.
+    use mmkit::percpu::{BLOCK_SIZE, MAX_UNIT_SIZE};
+    assert!(PercpuAllocator::new(MAX_UNIT_SIZE).is_ok());
+    assert_eq!(
+        PercpuAllocator::new(MAX_UNIT_SIZE + BLOCK_SIZE).err(),
+        Some(AllocError::Invalid)
+    );
 }
 
 #[test]
