@@ -362,3 +362,22 @@ fn a_free_inside_one_block_leaves_the_chunk_record_behind() {
         a.check().unwrap();
     }
 }
+
+/// A chunk that got freer goes to the head of its new slot's list (one
+/// that got fuller, to the tail: `pcpu_chunk_relocate`): of two chunks
+/// that each just got freer into the same slot, the later one is tried
+/// first.
+#[test]
+fn a_chunk_that_got_freer_is_tried_first_in_its_slot() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    let halves: Vec<PcpuPtr> = (0..4).map(|_| a.alloc(2048, 4).unwrap()).collect();
+    let (first, second) = (halves[0].chunk, halves[2].chunk);
+    assert_ne!(first, second);
+    assert_eq!((halves[1].chunk, halves[3].chunk), (first, second));
+    // Both full; now each gets half free again, the first chunk last.
+    assert_eq!(a.free(halves[3]), Ok(2048));
+    assert_eq!(a.free(halves[1]), Ok(2048));
+    let p = a.alloc(16, 4).unwrap();
+    assert_eq!(p.chunk, first, "the chunk freed last heads the slot");
+    a.check().unwrap();
+}
