@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use mmkit::baseline::area_map::AreaMapAllocator;
-use mmkit::percpu::{PcpuPtr, PercpuAlloc, PercpuAllocator, MAX_ALIGN};
+use mmkit::percpu::{BlockMd, PcpuPtr, PercpuAlloc, PercpuAllocator, MAX_ALIGN};
 use mmkit::{AllocError, FreeError};
 use proptest::prelude::*;
 
@@ -110,7 +110,7 @@ impl Model {
     /// longest run is its chunks' contig hints, which lie between the
     /// longest run inside one hint block of a chunk in use (block hints
     /// are exact) and the longest run of any chunk; each chunk's two
-    /// bitmaps take a bit per 4 bytes.
+    /// bitmaps take a bit per 4 bytes, and each 4 KiB block a hint record.
     fn check_stats(&self, s: &mmkit::percpu::PercpuStats) {
         let in_use = |map: &&Vec<bool>| map.iter().any(|&u| u);
         let low = self.bytes.values().filter(in_use).map(|m| longest_in_a_block(m)).max();
@@ -122,7 +122,13 @@ impl Model {
             "largest free {} outside [{low}, {high}]",
             s.largest_free
         );
-        assert!(s.metadata_bytes >= s.chunks * self.unit / 16, "{s:?}");
+        // Two bitmaps of a bit per 4 bytes (the bound map one word more at
+        // most), and a hint record per 4 KiB block.
+        let per_chunk = self.unit / 16 + self.unit / 4096 * std::mem::size_of::<BlockMd>() as u64;
+        assert!(
+            s.metadata_bytes >= s.chunks * per_chunk && s.metadata_bytes <= s.chunks * (per_chunk + 64),
+            "{s:?}"
+        );
     }
 
     /// The bitmap allocator's choice of `p` for `size` bytes aligned to
