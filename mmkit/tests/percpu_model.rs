@@ -381,3 +381,110 @@ fn a_chunk_that_got_freer_is_tried_first_in_its_slot() {
     assert_eq!(p.chunk, first, "the chunk freed last heads the slot");
     a.check().unwrap();
 }
+
+/// Open (docs/testing.md, "Full runs"): a case proptest found while
+/// mutants ran, which fails on the unmutated allocator. After these steps
+/// the bitmap allocator serves 120 bytes aligned to 2 at offset 3384 of
+/// chunk 0, though a free run at offset 24 holds them: the model's claim
+/// that a request aligned to at most 4 gets the lowest fit in its chunk
+/// does not hold here. Either the hints skip a run the kernel's would not
+/// (a bookkeeping fault), or the claim is stronger than the kernel's own
+/// search, whose scan hint is only the largest run it knows of. Not yet
+/// decided: run with `--ignored`.
+#[test]
+#[ignore = "open: a fit the hints skip, not yet explained"]
+fn a_fit_the_hints_skip() {
+    let ops = [
+        Op::Free(9242915769616883940),
+        Op::FreeInterior(7345839850523303547, 54),
+        Op::Alloc {
+            size: 15,
+            align: 128,
+        },
+        Op::Alloc {
+            size: 18446744073709551615,
+            align: 8192,
+        },
+        Op::FreeInterior(18091138367296460591, 21),
+        Op::Free(1255556460991178682),
+        Op::Alloc {
+            size: 6,
+            align: 8192,
+        },
+        Op::Free(7306387473647166940),
+        Op::Alloc { size: 1, align: 4 },
+        Op::Alloc { size: 5, align: 4 },
+        Op::Free(3504481890308429729),
+        Op::FreeStale(14967032914838349803),
+        Op::Free(16743627268539537209),
+        Op::Alloc {
+            size: 354,
+            align: 64,
+        },
+        Op::Free(1027354472677344034),
+        Op::Alloc { size: 12, align: 2 },
+        Op::Alloc { size: 7, align: 16 },
+        Op::Free(2727183394375207309),
+        Op::Alloc {
+            size: 162,
+            align: 16,
+        },
+        Op::Alloc { size: 4, align: 1 },
+        Op::FreeBogus {
+            chunk: 4,
+            offset: 2102,
+        },
+        Op::Alloc {
+            size: 2983,
+            align: 2,
+        },
+        Op::FreeBogus {
+            chunk: 3,
+            offset: 2294,
+        },
+        Op::Alloc {
+            size: 466,
+            align: 4096,
+        },
+        Op::Alloc { size: 15, align: 2 },
+        Op::FreeInterior(12214717311828071895, 38),
+        Op::Free(17546074801723599348),
+        Op::Free(7112367079695933641),
+        Op::Alloc {
+            size: 3300,
+            align: 4096,
+        },
+        Op::Alloc {
+            size: 9,
+            align: 128,
+        },
+        Op::FreeStale(4079288959894731703),
+        Op::Alloc { size: 5, align: 4 },
+        Op::FreeBogus {
+            chunk: 2,
+            offset: 1408,
+        },
+        Op::Free(226447407786299469),
+        Op::Alloc {
+            size: 16,
+            align: 512,
+        },
+        Op::Alloc {
+            size: 199,
+            align: 16,
+        },
+        Op::FreeInterior(4163865921391993827, 18),
+        Op::Free(12245689578147954270),
+        Op::Alloc {
+            size: 10,
+            align: 2048,
+        },
+        Op::Free(15891894912501014811),
+        Op::Alloc { size: 13, align: 3 },
+        Op::Alloc {
+            size: 120,
+            align: 2,
+        },
+    ];
+    run(PercpuAllocator::new(4096).unwrap(), &ops, true);
+}
