@@ -38,8 +38,10 @@ case $module in
   *) echo "unknown module: $module" >&2; exit 2 ;;
 esac
 judges() { for t in "$@"; do printf -- '-C --test=%s ' "$t"; done; }
-# A failing proptest case is not shrunk: the first failure is enough.
-export PROPTEST_MAX_SHRINK_ITERS=0
+# A failing proptest case is not shrunk (the first failure is enough) nor
+# saved: a case saved under one mutant is replayed under every later one,
+# and one that also fails the unmutated code would "catch" them all.
+export PROPTEST_MAX_SHRINK_ITERS=0 PROPTEST_DISABLE_FAILURE_PERSISTENCE=1
 out=mutants.out
 mkdir -p "$out"
 common=(--no-shuffle --timeout 10 --build-timeout 600 -j "$jobs" --file "mmkit/src/$module/**")
