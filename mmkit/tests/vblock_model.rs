@@ -522,16 +522,20 @@ fn absurd_cpu_counts_are_refused_before_allocating() {
     }
 }
 
+/// A clock that moves 1000 at every read: every timed operation, which
+/// reads it at least twice, counts 1000 or more (tests running at once
+/// only move it further).
+fn tick() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static TICKS: AtomicU64 = AtomicU64::new(0);
+    TICKS.fetch_add(1000, Ordering::Relaxed) + 1000
+}
+
 /// Every event counter, summed over the CPU queues, against the count of
 /// calls made here; with a clock that ticks on every read, every time
 /// counter moves.
 #[test]
 fn counters_add_up_over_the_cpus() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static TICKS: AtomicU64 = AtomicU64::new(0);
-    fn tick() -> u64 {
-        TICKS.fetch_add(1000, Ordering::Relaxed) + 1000
-    }
     assert_eq!(
         (Policy::Legacy.name(), Policy::Current.name()),
         ("legacy", "current")
@@ -611,11 +615,6 @@ fn legacy_maps_of_whole_words_take_the_lowest_clear_region() {
 /// The shared front end times its maps and unmaps on the CPU's queue.
 #[test]
 fn the_shared_front_end_times_each_cpu() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static TICKS: AtomicU64 = AtomicU64::new(0);
-    fn tick() -> u64 {
-        TICKS.fetch_add(1000, Ordering::Relaxed) + 1000
-    }
     let mut vb = ConcurrentVblock::new(range(), SMALL, Policy::Current, 2).unwrap();
     vb.set_clock(Some(tick));
     let a = vb.map_on(1, 2).unwrap();
