@@ -9,12 +9,12 @@
 # run on it. Results: mutants.out/MODULE-1 and mutants.out/MODULE-2.
 #
 # Usage: scripts/mutants-full.sh MODULE [JOBS] [-- extra cargo-mutants args]
-#   MODULE: tree, vmap, buddy, percpu or vblock; JOBS: parallel builds
+#   MODULE: tree, vmap, buddy, percpu, vblock or nodes; JOBS: parallel builds
 #   (default 1; each job copies the tree and builds it once, cold).
 # Needs cargo-mutants (cargo install cargo-mutants).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-module=${1:?module: tree, vmap, buddy, percpu or vblock}
+module=${1:?module: tree, vmap, buddy, percpu, vblock or nodes}
 shift
 jobs=1
 if [[ $# -gt 0 && $1 != -- ]]; then
@@ -22,22 +22,12 @@ if [[ $# -gt 0 && $1 != -- ]]; then
   shift
 fi
 [[ ${1:-} == -- ]] && shift
-case $module in
-  tree | vmap)
-    main=(range_model policy_model)
-    all=(range_model policy_model vmap_churn pooled sized_model hostile_range) ;;
-  buddy)
-    main=(buddy_model buddy_pcp_model)
-    all=(buddy_model buddy_pcp_model hostile_buddy) ;;
-  percpu)
-    main=(percpu_model)
-    all=(percpu_model hostile_percpu) ;;
-  vblock)
-    main=(vblock_model)
-    all=(vblock_model hostile_vblock) ;;
-  *) echo "unknown module: $module" >&2; exit 2 ;;
-esac
-judges() { for t in "$@"; do printf -- '-C --test=%s ' "$t"; done; }
+# shellcheck source=scripts/mutants-judges.sh
+. scripts/mutants-judges.sh
+read -ra main <<<"$(main_judges "$module")" || true
+read -ra all <<<"$(judges "$module")" || true
+[[ ${#all[@]} -gt 0 ]] || { echo "unknown module: $module" >&2; exit 2; }
+test_flags() { for t in "$@"; do printf -- '-C --test=%s ' "$t"; done; }
 # A failing proptest case is not shrunk (the first failure is enough) nor
 # saved: a case saved under one mutant is replayed under every later one,
 # and one that also fails the unmutated code would "catch" them all.
@@ -53,12 +43,12 @@ mutants() {
   [[ $rc -eq 2 || $rc -eq 3 ]]
 }
 # shellcheck disable=SC2046
-mutants "${common[@]}" --output "$out/$module-1" $(judges "${main[@]}") "$@"
+mutants "${common[@]}" --output "$out/$module-1" $(test_flags "${main[@]}") "$@"
 # Stage 2 starts from stage 1's caught and unviable mutants (--iterate).
 mkdir -p "$out/$module-2/mutants.out"
 cp "$out/$module-1/mutants.out/caught.txt" "$out/$module-1/mutants.out/unviable.txt" "$out/$module-2/mutants.out/"
 # shellcheck disable=SC2046
-mutants "${common[@]}" --iterate --output "$out/$module-2" $(judges "${all[@]}") "$@"
+mutants "${common[@]}" --iterate --output "$out/$module-2" $(test_flags "${all[@]}") "$@"
 for stage in 1 2; do
   echo "stage $stage: $(wc -l < "$out/$module-$stage/mutants.out/caught.txt") caught," \
     "$(wc -l < "$out/$module-$stage/mutants.out/missed.txt") missed," \
