@@ -101,18 +101,23 @@ impl Chunk {
     /// `pcpu_find_block_fit`: the bit where [`alloc_area`](Self::alloc_area)
     /// should start scanning for `bits` bits aligned to `align`, found from
     /// the hints alone, or `None` when the hints say the chunk cannot serve
-    /// it. Not strict first fit: runs the hints skip are not looked at.
+    /// it.
     ///
-    /// Walks blocks from the chunk's next hint, carrying a free run across
-    /// block edges (`right_free` of one + `left_free` of the next), and
-    /// stops at the first block whose contig hint fits.
+    /// Walks blocks from the chunk's first free bit, carrying a free run
+    /// across block edges (`right_free` of one + `left_free` of the next),
+    /// and stops at the first block whose contig hint fits. Every record it
+    /// reads is exact, so a request aligned to one bit gets the lowest fit
+    /// in the chunk. The kernel starts past the chunk's scan hint instead;
+    /// that hint is only the largest run the chunk record happens to know
+    /// of (block summaries, runs clipped to a block), so it can skip a
+    /// longer run before it.
     pub(crate) fn find_block_fit(&self, bits: usize, align: usize) -> Option<usize> {
         let md = &self.md;
         let (cs, contig) = (md.contig_hint_start as usize, md.contig_hint as usize);
         if !fits(cs, contig, bits, align) {
             return None;
         }
-        let start = md.next_hint(bits as u32) as usize;
+        let start = md.first_free as usize;
         let (mut carry_start, mut carry_len) = (0usize, 0usize);
         for (i, b) in self.blocks.iter().enumerate().skip(start / BB) {
             let base = i * BB;

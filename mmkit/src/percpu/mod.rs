@@ -37,6 +37,13 @@
 //! hints right; a free that frees a whole block or spans blocks refreshes
 //! the chunk record. [`PercpuAllocator::check`] verifies all of this.
 //!
+//! The chunk record's scan hint is kept but not searched from: a refresh
+//! builds the record from block summaries, so it can name a shorter run
+//! than one before it. The kernel starts its block walk past that hint and
+//! can then pass over a fit; mmkit starts at the chunk's first free bit and
+//! lets the exact block hints skip, so a request aligned to at most 4
+//! bytes gets the lowest fit in the chunk the slots choose.
+//!
 //! # Chunk slots
 //! Chunks sit in slots by their longest free run (`__pcpu_size_to_slot`):
 //! slot 0 holds full chunks and chunks that just failed a fit, the last slot
