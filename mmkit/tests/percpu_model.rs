@@ -363,6 +363,29 @@ fn a_free_inside_one_block_leaves_the_chunk_record_behind() {
     }
 }
 
+/// The lag lasts until an allocation cuts the chunk record's contig hint
+/// (`pcpu_block_update_hint_alloc` refreshes only then): an allocation
+/// that misses it leaves the record behind, so the joined run still is
+/// not offered.
+#[test]
+fn an_allocation_that_misses_the_contig_hint_keeps_the_lag() {
+    let mut a = PercpuAllocator::new(8192).unwrap();
+    // Bits [10, 12), [100, 128), then [1000, 1024) and [1024, 1030): the
+    // record knows 28 bits at 100, the longest run is 30 at 1000.
+    let c = holes_in_one_chunk(&mut a, &[(40, 8), (400, 112), (4000, 96), (4096, 24)]);
+    assert_eq!(
+        a.alloc(8, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 40
+        })
+    );
+    a.check().unwrap();
+    let p = a.alloc(120, 4).unwrap();
+    assert_ne!(p.chunk, c, "the chunk record was refreshed: {p:?}");
+    a.check().unwrap();
+}
+
 /// A chunk that got freer goes to the head of its new slot's list (one
 /// that got fuller, to the tail: `pcpu_chunk_relocate`): of two chunks
 /// that each just got freer into the same slot, the later one is tried

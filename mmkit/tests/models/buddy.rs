@@ -434,6 +434,8 @@ fn build(s: &Setup) -> (BuddyAllocator, Model) {
         placement: s.placement,
     };
     let mut b = BuddyAllocator::new(s.start, s.span(), cfg).unwrap();
+    assert_eq!(b.config(), cfg);
+    assert_eq!((b.start_pfn(), b.end_pfn()), (s.start, s.start + s.span()));
     let mut m = Model::new(s);
     for &(lo, hi, present) in &s.segs {
         if present {
