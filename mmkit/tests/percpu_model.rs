@@ -386,6 +386,37 @@ fn an_allocation_that_misses_the_contig_hint_keeps_the_lag() {
     a.check().unwrap();
 }
 
+/// An allocation that cuts the chunk record's contig hint refreshes the
+/// record from the block records, which ends the lag: the chunk record's
+/// scan hint is not trusted to stand in for the runs before the cut (it
+/// may be one of the lagging pieces).
+#[test]
+fn a_cut_of_the_chunk_contig_hint_ends_the_lag() {
+    let mut a = PercpuAllocator::new(8192).unwrap();
+    // Bits [100, 128) (28), [1000, 1030) across the block edge (30, known
+    // to the record as 24 and 6), and [1500, 2048) (548) to the end.
+    let holes = [(400, 112), (4000, 96), (4096, 24), (6000, 2192)];
+    let c = holes_in_one_chunk(&mut a, &holes);
+    // 540 bits at the start of the last run leave 8: shorter than both.
+    assert_eq!(
+        a.alloc(2160, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 6000
+        })
+    );
+    a.check().unwrap();
+    assert_eq!(
+        a.alloc(120, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 4000
+        }),
+        "the refreshed record offers the joined run"
+    );
+    a.check().unwrap();
+}
+
 /// A chunk that got freer goes to the head of its new slot's list (one
 /// that got fuller, to the tail: `pcpu_chunk_relocate`): of two chunks
 /// that each just got freer into the same slot, the later one is tried
