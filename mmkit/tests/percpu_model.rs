@@ -417,6 +417,26 @@ fn a_cut_of_the_chunk_contig_hint_ends_the_lag() {
     a.check().unwrap();
 }
 
+/// The block walk starts in the block of the chunk's first free bit and
+/// carries a run only from a block's right edge: with the first blocks
+/// full, the next allocation is the first bit of the next block.
+#[test]
+fn the_walk_starts_in_the_block_of_the_first_free_bit() {
+    let mut a = PercpuAllocator::new(16384).unwrap();
+    let full = a.alloc(8192, 4).unwrap();
+    assert_eq!(full.offset, 0);
+    for want in [8192, 8196] {
+        assert_eq!(
+            a.alloc(4, 4),
+            Ok(PcpuPtr {
+                chunk: full.chunk,
+                offset: want
+            })
+        );
+        a.check().unwrap();
+    }
+}
+
 /// A chunk that got freer goes to the head of its new slot's list (one
 /// that got fuller, to the tail: `pcpu_chunk_relocate`): of two chunks
 /// that each just got freer into the same slot, the later one is tried
