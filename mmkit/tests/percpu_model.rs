@@ -261,6 +261,22 @@ fn equal_runs_keep_the_better_aligned_contig_hint() {
     }
 }
 
+/// Only a strictly better aligned run takes the contig hint from an equal
+/// one (`pcpu_block_update`): of two runs whose starts have the same
+/// trailing zeros, the first recorded stays, even where the other would
+/// hold a request aligned more coarsely. The chunk is then judged unable
+/// to serve that request.
+#[test]
+fn an_equally_aligned_run_does_not_take_the_contig_hint() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    // Bits [4, 24) and [28, 48): both starts are 4 mod 8; aligned to 16
+    // bits, only the second holds 16 bits.
+    let c = holes_in_one_chunk(&mut a, &[(16, 80), (112, 80)]);
+    let p = a.alloc(64, 64).unwrap();
+    assert_ne!(p.chunk, c, "the later run took the contig hint: {p:?}");
+    a.check().unwrap();
+}
+
 /// An allocation at the start of a block's longest run, when that run does
 /// not reach the end of the block: the hints are rescanned, not derived as
 /// for a run that reaches the end (`check()` compares them with the bitmap).
