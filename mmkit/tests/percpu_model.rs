@@ -386,14 +386,14 @@ fn a_free_inside_one_block_leaves_the_chunk_record_behind() {
 #[test]
 fn an_allocation_that_misses_the_contig_hint_keeps_the_lag() {
     let mut a = PercpuAllocator::new(8192).unwrap();
-    // Bits [10, 12), [100, 128), then [1000, 1024) and [1024, 1030): the
+    // Bits [60, 62), [100, 128), then [1000, 1024) and [1024, 1030): the
     // record knows 28 bits at 100, the longest run is 30 at 1000.
-    let c = holes_in_one_chunk(&mut a, &[(40, 8), (400, 112), (4000, 96), (4096, 24)]);
+    let c = holes_in_one_chunk(&mut a, &[(240, 8), (400, 112), (4000, 96), (4096, 24)]);
     assert_eq!(
         a.alloc(8, 4),
         Ok(PcpuPtr {
             chunk: c,
-            offset: 40
+            offset: 240
         })
     );
     a.check().unwrap();
