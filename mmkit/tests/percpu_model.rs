@@ -453,6 +453,54 @@ fn the_walk_starts_in_the_block_of_the_first_free_bit() {
     }
 }
 
+/// A free that empties a whole block refreshes the chunk record from the
+/// block records (`pcpu_block_update_hint_free`), so the record learns the
+/// run the block joins with its neighbours' edges even where it knew
+/// neither edge.
+#[test]
+fn a_free_that_empties_a_block_refreshes_the_chunk_record() {
+    let mut a = PercpuAllocator::new(12288).unwrap();
+    // Bits [1014, 1024), [2048, 2058), [2250, 2300), then block 1 whole:
+    // one run [1014, 2058) of 1044 bits. Before the last free the record
+    // knows the 50 bits at 2250 and, as its scan hint, 10 at 2048.
+    let holes = [(4056, 40), (8192, 40), (9000, 200), (4096, 4096)];
+    let c = holes_in_one_chunk(&mut a, &holes);
+    assert_eq!(
+        a.alloc(4176, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 4056
+        })
+    );
+    a.check().unwrap();
+}
+
+/// A chunk refresh takes each block's contig hint when it lies inside the
+/// block, whatever its start and length (here 32 bits at bit 32).
+#[test]
+fn a_chunk_refresh_reads_an_inner_contig_hint() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    // Bits [32, 64) and [200, 300): 100 bits at 200 cut the chunk's contig
+    // hint, and the refresh finds the 32 bits at 32.
+    let c = holes_in_one_chunk(&mut a, &[(128, 128), (800, 400)]);
+    assert_eq!(
+        a.alloc(400, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 800
+        })
+    );
+    a.check().unwrap();
+    assert_eq!(
+        a.alloc(128, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 128
+        })
+    );
+    a.check().unwrap();
+}
+
 /// A chunk that got freer goes to the head of its new slot's list (one
 /// that got fuller, to the tail: `pcpu_chunk_relocate`): of two chunks
 /// that each just got freer into the same slot, the later one is tried
