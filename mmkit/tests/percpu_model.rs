@@ -506,18 +506,25 @@ fn a_chunk_refresh_reads_an_inner_contig_hint() {
 /// the whole run even without a refresh.
 #[test]
 fn a_freed_run_joins_the_scan_hint_across_a_block_edge() {
-    let mut a = PercpuAllocator::new(8192).unwrap();
     // Bits [1014, 1024) (10), then [1500, 1540) (40, the contig hint; the
-    // 10 become the scan hint), then [1024, 1074) (50): one run of 60.
-    let c = holes_in_one_chunk(&mut a, &[(4056, 40), (6000, 160), (4096, 200)]);
-    assert_eq!(
-        a.alloc(240, 4),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 4056
-        })
-    );
-    a.check().unwrap();
+    // 10 become the scan hint), then [1024, 1074) (50): one run of 60. In
+    // the second layout [1250, 1300) (50) takes the contig hint before the
+    // last free; the scan hint, wholly before it, stays.
+    let first = [(4056, 40), (6000, 160), (4096, 200)];
+    let second = [(4056, 40), (6000, 160), (5000, 200), (4096, 200)];
+    for holes in [&first[..], &second[..]] {
+        let mut a = PercpuAllocator::new(8192).unwrap();
+        let c = holes_in_one_chunk(&mut a, holes);
+        assert_eq!(
+            a.alloc(240, 4),
+            Ok(PcpuPtr {
+                chunk: c,
+                offset: 4056
+            }),
+            "{holes:?}"
+        );
+        a.check().unwrap();
+    }
 }
 
 /// A chunk that got freer goes to the head of its new slot's list (one
