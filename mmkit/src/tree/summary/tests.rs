@@ -327,17 +327,14 @@ proptest! {
 fn coarse_child_beside_the_widest_no_fit() {
     // Granule 0, 1023 bytes long: "no fit" is 1024 granules.
     let (s, e) = (1, 1024);
-    let long = (e - s, AlignSummary::of_range(s, e));
+    let long = chain(&[(s, e)]);
     // Granule 1, well shorter: its base is 1021 granules.
     let short = chain(&[(2048, 2050)]);
     assert_eq!(short.1.granule(), 1);
     let parts = [Part::Range(s, e), Part::Subtree(short.0, short.1)];
     let want = AlignSummary::of_subtree(long.0, &parts);
     assert_eq!(want.granule(), 0);
-    assert_eq!(
-        AlignSummary::combine(long.0, s, e, Some(short), None),
-        want
-    );
+    assert_eq!(AlignSummary::combine(long.0, s, e, Some(short), None), want);
     assert_eq!(AlignSummary::merge(long.0, long, short), want);
     assert_eq!(AlignSummary::merge(long.0, short, long), want);
 }
