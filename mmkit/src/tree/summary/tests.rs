@@ -309,7 +309,8 @@ proptest! {
     fn of_range_matches_of_subtree(
         shift in 0u32..56,
         start in prop_oneof![Just(0u64), 0u64..1 << 12, any::<u64>()],
-        len in prop_oneof![1u64..64, 1u64..1 << 20, any::<u64>()],
+        // Up to 2^11 granules too: "no fit" in every field's range.
+        len in prop_oneof![1u64..64, 1u64..1 << 11, 1u64..1 << 20, any::<u64>()],
     ) {
         let s = start << shift;
         let e = s.saturating_add(len << shift.min(len.leading_zeros()));
@@ -337,4 +338,20 @@ fn coarse_child_beside_the_widest_no_fit() {
     assert_eq!(AlignSummary::combine(long.0, s, e, Some(short), None), want);
     assert_eq!(AlignSummary::merge(long.0, long, short), want);
     assert_eq!(AlignSummary::merge(long.0, short, long), want);
+}
+
+/// A range's fields clamped at "no fit" `c`, for every rounding `t` and
+/// every `c` a combine passes: each field the low bits of `t`, or `c`
+/// where they exceed it.
+#[test]
+fn spread_capped_clamps_each_field() {
+    for t in 0..u64::from(CAP) {
+        for c in 1..=CAP + 1 {
+            let mut want = 0;
+            for i in 1..=CLASSES {
+                want |= (t & ((1 << i) - 1)).min(u64::from(c)) << offset(i);
+            }
+            assert_eq!(spread_capped(t, c), want, "t {t} c {c}");
+        }
+    }
 }
