@@ -501,6 +501,25 @@ fn a_chunk_refresh_reads_an_inner_contig_hint() {
     a.check().unwrap();
 }
 
+/// A free that stays inside one block is joined with the chunk record's
+/// scan hint when the two touch across a block edge, so the record learns
+/// the whole run even without a refresh.
+#[test]
+fn a_freed_run_joins_the_scan_hint_across_a_block_edge() {
+    let mut a = PercpuAllocator::new(8192).unwrap();
+    // Bits [1014, 1024) (10), then [1500, 1540) (40, the contig hint; the
+    // 10 become the scan hint), then [1024, 1074) (50): one run of 60.
+    let c = holes_in_one_chunk(&mut a, &[(4056, 40), (6000, 160), (4096, 200)]);
+    assert_eq!(
+        a.alloc(240, 4),
+        Ok(PcpuPtr {
+            chunk: c,
+            offset: 4056
+        })
+    );
+    a.check().unwrap();
+}
+
 /// A chunk that got freer goes to the head of its new slot's list (one
 /// that got fuller, to the tail: `pcpu_chunk_relocate`): of two chunks
 /// that each just got freer into the same slot, the later one is tried
