@@ -322,8 +322,8 @@ proptest! {
 }
 
 /// A child of a coarser granule than the subtree's, in a subtree whose
-/// "no fit" is 1023 granules and one, the largest a field can hold:
-/// the child's rescaled fields are left unclamped (none can exceed it).
+/// "no fit" is `CAP` granules (1023 and one): above every field, so the
+/// child's rescaled fields are left unclamped.
 #[test]
 fn coarse_child_beside_the_widest_no_fit() {
     // Granule 0, 1023 bytes long: "no fit" is 1024 granules.
