@@ -301,3 +301,57 @@ fn edges_of_the_space() {
     assert_eq!(sum.usable(smax, 62), Some(1 << 62));
     assert_eq!(sum.usable(smax, 63), Some(0));
 }
+
+proptest! {
+    /// [`AlignSummary::of_range`] is the summary of its lone range, bit
+    /// for bit: the reference, and the combine with no children.
+    #[test]
+    fn of_range_matches_of_subtree(
+        shift in 0u32..56,
+        start in prop_oneof![Just(0u64), 0u64..1 << 12, any::<u64>()],
+        // Up to 2^11 granules too: "no fit" in every field's range.
+        len in prop_oneof![1u64..64, 1u64..1 << 11, 1u64..1 << 20, any::<u64>()],
+    ) {
+        let s = start << shift;
+        let e = s.saturating_add(len << shift.min(len.leading_zeros()));
+        prop_assume!(s < e);
+        let sum = AlignSummary::of_range(s, e);
+        prop_assert_eq!(sum, AlignSummary::of_subtree(e - s, &[Part::Range(s, e)]));
+        prop_assert_eq!(sum, AlignSummary::combine(e - s, s, e, None, None));
+    }
+}
+
+/// A child of a coarser granule than the subtree's, in a subtree whose
+/// "no fit" is `CAP` granules (1023 and one): above every field, so the
+/// child's rescaled fields are left unclamped.
+#[test]
+fn coarse_child_beside_the_widest_no_fit() {
+    // Granule 0, 1023 bytes long: "no fit" is 1024 granules.
+    let (s, e) = (1, 1024);
+    let long = chain(&[(s, e)]);
+    // Granule 1, well shorter: its base is 1021 granules.
+    let short = chain(&[(2048, 2050)]);
+    assert_eq!(short.1.granule(), 1);
+    let parts = [Part::Range(s, e), Part::Subtree(short.0, short.1)];
+    let want = AlignSummary::of_subtree(long.0, &parts);
+    assert_eq!(want.granule(), 0);
+    assert_eq!(AlignSummary::combine(long.0, s, e, Some(short), None), want);
+    assert_eq!(AlignSummary::merge(long.0, long, short), want);
+    assert_eq!(AlignSummary::merge(long.0, short, long), want);
+}
+
+/// A range's fields clamped at "no fit" `c`, for every rounding `t` and
+/// every `c` a combine passes: each field the low bits of `t`, or `c`
+/// where they exceed it.
+#[test]
+fn spread_capped_clamps_each_field() {
+    for t in 0..u64::from(CAP) {
+        for c in 1..=CAP + 1 {
+            let mut want = 0;
+            for i in 1..=CLASSES {
+                want |= (t & ((1 << i) - 1)).min(u64::from(c)) << offset(i);
+            }
+            assert_eq!(spread_capped(t, c), want, "t {t} c {c}");
+        }
+    }
+}
