@@ -275,3 +275,39 @@ fn compaction_passes_over_a_pageblock_sized_allocation() {
     assert_eq!(b.free_count(2, MigrateType::Movable), 1);
     b.check().unwrap();
 }
+
+/// The free scanner takes its targets only from Movable pageblocks that are
+/// not wholly free (the kernel's `suitable_migration_target`): from the
+/// top it passes over an Unmovable pageblock with free pages and a wholly
+/// free one, and isolates the free pages of the next.
+#[test]
+fn compaction_targets_only_movable_pageblocks_in_use() {
+    let cfg = BuddyConfig {
+        max_order: 4,
+        pageblock_order: 2,
+        placement: Placement::Head,
+    };
+    let mut b = BuddyAllocator::new(0, 24, cfg).unwrap();
+    b.add_free_range(0, 24).unwrap();
+    let mut pages: Vec<u64> = (0..24)
+        .map(|_| b.alloc(0, MigrateType::Movable).unwrap())
+        .collect();
+    pages.sort_unstable();
+    assert_eq!(pages, (0..24).collect::<Vec<u64>>());
+    for p in [1, 3, 13, 15, 16, 17, 18, 19, 21, 23] {
+        b.free(p, 0).unwrap();
+    }
+    b.set_pageblock_migratetype(20, MigrateType::Unmovable)
+        .unwrap();
+    let mut moves = Vec::new();
+    let out = b
+        .compact(3, MigrateType::Movable, |old, new, o| {
+            moves.push((old, new, o));
+            true
+        })
+        .unwrap();
+    assert_eq!(moves, [(0, 13, 0), (2, 15, 0)]);
+    assert_eq!(out.result, mmkit::buddy::CompactResult::Complete);
+    assert_eq!(b.free_count(2, MigrateType::Movable), 2);
+    b.check().unwrap();
+}
