@@ -702,3 +702,63 @@ fn floor_aligned_requests_with_a_window_inside_the_first_long_block() {
     }
     t.check(0, u64::MAX).unwrap();
 }
+
+/// `is_empty`, `granule_floor`, `node_bytes` and `heap_bytes` say what
+/// the tree holds: nothing and every alignment at first; one block's
+/// granule after it; the nodes in use (a root leaf, then leaves and inner
+/// nodes) within the capacity held.
+#[test]
+fn accessors_report_the_blocks_and_the_nodes() {
+    use core::mem::size_of;
+    let mut t = BTree::new();
+    assert!(t.is_empty());
+    assert_eq!(t.granule_floor(), 63);
+    assert_eq!(t.node_bytes(), size_of::<node::Leaf>());
+    assert!(t.heap_bytes() >= t.node_bytes());
+    t.insert(48, 80);
+    assert!(!t.is_empty());
+    assert_eq!(t.granule_floor(), 4);
+    for i in 1..400u64 {
+        t.insert(i * 256, i * 256 + 64);
+    }
+    assert_eq!(t.granule_floor(), 4);
+    assert!(t.height >= 1);
+    let (leaves, inners) = (t.leaves.used(), t.inners.used());
+    assert!(leaves > 1 && inners >= 1);
+    assert_eq!(
+        t.node_bytes(),
+        leaves * size_of::<node::Leaf>() + inners * size_of::<node::Inner>()
+    );
+    assert!(t.heap_bytes() >= t.node_bytes());
+}
+
+/// After `reserve(n)`, inserting up to `n` blocks allocates nothing, in
+/// the order that leaves every node least full (ascending: each split
+/// leaves `LEAF_MIN` blocks or `INNER_MIN` children behind); and the
+/// room reserved is about what the nodes' bound needs, not a multiple.
+#[test]
+fn reserve_makes_room_for_n_blocks_and_no_more_than_needed() {
+    for n in [1usize, 7, 40, 300, 5000, 20_000] {
+        let mut t = BTree::new();
+        t.reserve(n);
+        let held = t.heap_bytes();
+        // About 41 bytes a block at the least occupancy (module docs):
+        // at most 48, plus a root leaf and a path of inner nodes.
+        let bound = n * 48 + size_of_leaf() + MAX_HEIGHT * size_of_inner();
+        assert!(held <= bound, "n {n}: {held} bytes held, bound {bound}");
+        for i in 0..n as u64 {
+            t.insert(i * 4, i * 4 + 1);
+        }
+        assert_eq!(t.len(), n);
+        assert_eq!(t.heap_bytes(), held, "n {n}: reserved too little");
+        t.check(0, n as u64 * 4).unwrap();
+    }
+}
+
+fn size_of_leaf() -> usize {
+    core::mem::size_of::<node::Leaf>()
+}
+
+fn size_of_inner() -> usize {
+    core::mem::size_of::<node::Inner>()
+}
