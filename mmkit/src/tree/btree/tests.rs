@@ -762,3 +762,51 @@ fn size_of_leaf() -> usize {
 fn size_of_inner() -> usize {
     core::mem::size_of::<node::Inner>()
 }
+
+/// A key equal to a block's start has that block next and the one
+/// before as prev, also when the block is the first of its leaf (the
+/// key of its parent's entry): a lookup from the finger of a key just
+/// above then leaves that leaf and its path, down from the level whose
+/// key the block's start is.
+#[test]
+fn finger_lookup_at_a_block_start_finds_the_block_before() {
+    let mut t = BTree::new();
+    for i in 1..600u64 {
+        t.insert(i * 10, i * 10 + 1);
+    }
+    t.insert(10_000, 20_000);
+    assert!(t.height >= 2);
+    let found = |n: &Neighbours| format!("{:?}", (n.prev, n.next, n.pos, n.prev_wild, n.next_at));
+    let mut leaf_firsts = 0;
+    for i in 2..600u64 {
+        let s = i * 10;
+        let mut nb = t.neighbours(s + 5);
+        assert_eq!(nb.prev, Some((s, s + 1)));
+        leaf_firsts += usize::from(nb.pos.at == 1);
+        t.neighbours_near(s, &mut nb);
+        assert_eq!(nb.prev, Some((s - 10, s - 9)), "key {s}");
+        assert_eq!(nb.next, Some((s, s + 1)), "key {s}");
+        assert_eq!(found(&nb), found(&t.neighbours(s)), "key {s}");
+    }
+    assert!(
+        leaf_firsts > 20,
+        "{leaf_firsts} keys at a leaf's first start"
+    );
+}
+
+/// `wild_beside` says whether prev or next is the wilderness.
+#[test]
+fn wild_beside_names_the_wilderness_on_either_side() {
+    let mut t = BTree::new();
+    t.insert(100, 200);
+    t.insert(300, 400);
+    t.insert(1000, 5000);
+    let wild = |key| t.neighbours(key).wild_beside();
+    assert!(!wild(50));
+    assert!(!wild(250));
+    assert!(wild(600));
+    assert!(wild(1000));
+    assert!(wild(3000));
+    assert!(t.neighbours(3000).prev_wild);
+    assert_eq!(t.neighbours(600).next_at, Next::Wild);
+}
