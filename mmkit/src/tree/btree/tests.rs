@@ -810,3 +810,38 @@ fn wild_beside_names_the_wilderness_on_either_side() {
     assert!(t.neighbours(3000).prev_wild);
     assert_eq!(t.neighbours(600).next_at, Next::Wild);
 }
+
+/// A shrink that leaves a leaf's summary word as it was but lowers its
+/// longest block still refreshes its parent's summary: kept as it was,
+/// the parent's deficits would count from the lower maximum and hide a
+/// fit in a sibling leaf. `A` at `4097` (one past a multiple of every
+/// alignment) is the longest block of its leaf and of the parent, and
+/// loses the same `2^k - 1` at every alignment however long; `B`,
+/// aligned, in the next leaf, is the parent's best at `2^10`.
+#[test]
+fn a_shrink_with_an_unchanged_leaf_summary_refreshes_the_parent() {
+    const A: u64 = 4097;
+    const B: u64 = 8192;
+    let mut t = BTree::new();
+    // Unit blocks at odd starts: usable length 0 at every alignment.
+    let fillers = (0..200u64).map(|i| 10 * i + 1);
+    let between = (0..9u64).map(|i| 7101 + 10 * i);
+    let after = (0..400u64).map(|i| 10_241 + 10 * i);
+    for x in fillers.chain(between).chain(after) {
+        t.insert(x, x + 1);
+    }
+    t.insert(A, A + 3000);
+    t.insert(B, B + 1990);
+    t.insert(1 << 20, 1 << 21);
+    t.enable_summaries(1024);
+    let (pa, pb) = (t.find(A).unwrap(), t.find(B).unwrap());
+    let h = t.height;
+    assert!(h >= 2, "height {h}");
+    assert_ne!(pa.leaf, pb.leaf);
+    assert_eq!(pa.node[h - 1], pb.node[h - 1], "A and B under one parent");
+    let word = t.leaf_sum(pa.leaf, 3000);
+    t.set_range_at(&pa, A, A + 2000);
+    assert_eq!(t.leaf_sum(pa.leaf, 2000), word, "the leaf's word is kept");
+    t.check(0, 1 << 21).unwrap();
+    assert_eq!(lowest(&mut t, 1990, 1024, 0, 1 << 21).map(|g| g.1), Some(B));
+}
