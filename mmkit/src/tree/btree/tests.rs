@@ -845,3 +845,29 @@ fn a_shrink_with_an_unchanged_leaf_summary_refreshes_the_parent() {
     t.check(0, 1 << 21).unwrap();
     assert_eq!(lowest(&mut t, 1990, 1024, 0, 1 << 21).map(|g| g.1), Some(B));
 }
+
+/// Blocks longer than half the space shrink and are searched like any
+/// other, below a parent that is not the root (no sum of two lengths
+/// overflows on the way up).
+#[test]
+fn a_block_over_half_the_space_shrinks_under_an_inner_parent() {
+    const A: u64 = 4097;
+    let mut t = BTree::new();
+    let before = (0..200u64).map(|i| 10 * i + 1);
+    let after = (0..400u64).map(|i| 0xd000_0000_0000_0001 + 10 * i);
+    for x in before.chain(after) {
+        t.insert(x, x + 1);
+    }
+    t.insert(A, A + (3 << 62));
+    t.insert(0xe000_0000_0000_0000, 0xf000_0000_0000_0000);
+    t.enable_summaries(1024);
+    let pa = t.find(A).unwrap();
+    assert!(t.height >= 2, "height {}", t.height);
+    t.set_range_at(&pa, A, A + (1 << 63));
+    t.check(0, u64::MAX).unwrap();
+    let want = Some(A + 1023);
+    assert_eq!(
+        lowest(&mut t, 1 << 62, 1024, 0, u64::MAX).map(|g| g.1),
+        want
+    );
+}
