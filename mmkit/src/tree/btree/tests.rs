@@ -871,3 +871,33 @@ fn a_block_over_half_the_space_shrinks_under_an_inner_parent() {
         want
     );
 }
+
+/// `last_below` finds the last key below the one asked (the first slot
+/// when none is) at every width the node sizes may take (powers of two
+/// up to 32: spans of 4^j and of 2 * 4^j), with slots past a node's
+/// length at `u64::MAX`.
+#[test]
+fn last_below_matches_a_scan_at_every_width() {
+    fn at<const N: usize>() {
+        for len in 1..=N {
+            let mut keys = [u64::MAX; N];
+            for (i, k) in keys.iter_mut().take(len).enumerate() {
+                *k = 10 * i as u64 + 5;
+            }
+            for key in 0..10 * N as u64 + 10 {
+                let below = keys.iter().filter(|&&k| k < key).count();
+                let want = below.saturating_sub(1);
+                assert_eq!(
+                    node::last_below(&keys, key),
+                    want,
+                    "N {N} len {len} key {key}"
+                );
+            }
+        }
+    }
+    at::<2>();
+    at::<4>();
+    at::<8>();
+    at::<16>();
+    at::<32>();
+}
