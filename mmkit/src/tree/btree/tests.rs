@@ -702,3 +702,202 @@ fn floor_aligned_requests_with_a_window_inside_the_first_long_block() {
     }
     t.check(0, u64::MAX).unwrap();
 }
+
+/// `is_empty`, `granule_floor`, `node_bytes` and `heap_bytes` say what
+/// the tree holds: nothing and every alignment at first; one block's
+/// granule after it; the nodes in use (a root leaf, then leaves and inner
+/// nodes) within the capacity held.
+#[test]
+fn accessors_report_the_blocks_and_the_nodes() {
+    use core::mem::size_of;
+    let mut t = BTree::new();
+    assert!(t.is_empty());
+    assert_eq!(t.granule_floor(), 63);
+    assert_eq!(t.node_bytes(), size_of::<node::Leaf>());
+    assert!(t.heap_bytes() >= t.node_bytes());
+    t.insert(48, 80);
+    assert!(!t.is_empty());
+    assert_eq!(t.granule_floor(), 4);
+    for i in 1..400u64 {
+        t.insert(i * 256, i * 256 + 64);
+    }
+    assert_eq!(t.granule_floor(), 4);
+    assert!(t.height >= 1);
+    let (leaves, inners) = (t.leaves.used(), t.inners.used());
+    assert!(leaves > 1 && inners >= 1);
+    assert_eq!(
+        t.node_bytes(),
+        leaves * size_of::<node::Leaf>() + inners * size_of::<node::Inner>()
+    );
+    assert!(t.heap_bytes() >= t.node_bytes());
+}
+
+/// After `reserve(n)`, inserting up to `n` blocks allocates nothing, in
+/// the order that leaves every node least full (ascending: each split
+/// leaves `LEAF_MIN` blocks or `INNER_MIN` children behind); and the
+/// room reserved is about what the nodes' bound needs, not a multiple.
+#[test]
+fn reserve_makes_room_for_n_blocks_and_no_more_than_needed() {
+    for n in [1usize, 7, 40, 300, 5000, 20_000] {
+        let mut t = BTree::new();
+        t.reserve(n);
+        let held = t.heap_bytes();
+        // About 41 bytes a block at the least occupancy (module docs):
+        // at most 48, plus a root leaf and a path of inner nodes.
+        let bound = n * 48 + size_of_leaf() + MAX_HEIGHT * size_of_inner();
+        assert!(held <= bound, "n {n}: {held} bytes held, bound {bound}");
+        for i in 0..n as u64 {
+            t.insert(i * 4, i * 4 + 1);
+        }
+        assert_eq!(t.len(), n);
+        assert_eq!(t.heap_bytes(), held, "n {n}: reserved too little");
+        t.check(0, n as u64 * 4).unwrap();
+    }
+}
+
+fn size_of_leaf() -> usize {
+    core::mem::size_of::<node::Leaf>()
+}
+
+fn size_of_inner() -> usize {
+    core::mem::size_of::<node::Inner>()
+}
+
+/// A key equal to a block's start has that block next and the one
+/// before as prev, also when the block is the first of its leaf (the
+/// key of its parent's entry): a lookup from the finger of a key just
+/// above then leaves that leaf and its path, down from the level whose
+/// key the block's start is.
+#[test]
+fn finger_lookup_at_a_block_start_finds_the_block_before() {
+    let mut t = BTree::new();
+    for i in 1..600u64 {
+        t.insert(i * 10, i * 10 + 1);
+    }
+    t.insert(10_000, 20_000);
+    assert!(t.height >= 2);
+    let found = |n: &Neighbours| format!("{:?}", (n.prev, n.next, n.pos, n.prev_wild, n.next_at));
+    let mut leaf_firsts = 0;
+    for i in 2..600u64 {
+        let s = i * 10;
+        let mut nb = t.neighbours(s + 5);
+        assert_eq!(nb.prev, Some((s, s + 1)));
+        leaf_firsts += usize::from(nb.pos.at == 1);
+        t.neighbours_near(s, &mut nb);
+        assert_eq!(nb.prev, Some((s - 10, s - 9)), "key {s}");
+        assert_eq!(nb.next, Some((s, s + 1)), "key {s}");
+        assert_eq!(found(&nb), found(&t.neighbours(s)), "key {s}");
+    }
+    assert!(
+        leaf_firsts > 20,
+        "{leaf_firsts} keys at a leaf's first start"
+    );
+}
+
+/// `wild_beside` says whether prev or next is the wilderness.
+#[test]
+fn wild_beside_names_the_wilderness_on_either_side() {
+    let mut t = BTree::new();
+    t.insert(100, 200);
+    t.insert(300, 400);
+    t.insert(1000, 5000);
+    let wild = |key| t.neighbours(key).wild_beside();
+    assert!(!wild(50));
+    assert!(!wild(250));
+    assert!(wild(600));
+    assert!(wild(1000));
+    assert!(wild(3000));
+    assert!(t.neighbours(3000).prev_wild);
+    assert_eq!(t.neighbours(600).next_at, Next::Wild);
+}
+
+/// A shrink that leaves a leaf's summary word as it was but lowers its
+/// longest block still refreshes its parent's summary: kept as it was,
+/// the parent's deficits would count from the lower maximum and hide a
+/// fit in a sibling leaf. `A` at `4097` (one past a multiple of every
+/// alignment) is the longest block of its leaf and of the parent, and
+/// loses the same `2^k - 1` at every alignment however long; `B`,
+/// aligned, in the next leaf, is the parent's best at `2^10`.
+#[test]
+fn a_shrink_with_an_unchanged_leaf_summary_refreshes_the_parent() {
+    const A: u64 = 4097;
+    const B: u64 = 8192;
+    let mut t = BTree::new();
+    // Unit blocks at odd starts: usable length 0 at every alignment.
+    let fillers = (0..200u64).map(|i| 10 * i + 1);
+    let between = (0..9u64).map(|i| 7101 + 10 * i);
+    let after = (0..400u64).map(|i| 10_241 + 10 * i);
+    for x in fillers.chain(between).chain(after) {
+        t.insert(x, x + 1);
+    }
+    t.insert(A, A + 3000);
+    t.insert(B, B + 1990);
+    t.insert(1 << 20, 1 << 21);
+    t.enable_summaries(1024);
+    let (pa, pb) = (t.find(A).unwrap(), t.find(B).unwrap());
+    let h = t.height;
+    assert!(h >= 2, "height {h}");
+    assert_ne!(pa.leaf, pb.leaf);
+    assert_eq!(pa.node[h - 1], pb.node[h - 1], "A and B under one parent");
+    let word = t.leaf_sum(pa.leaf, 3000);
+    t.set_range_at(&pa, A, A + 2000);
+    assert_eq!(t.leaf_sum(pa.leaf, 2000), word, "the leaf's word is kept");
+    t.check(0, 1 << 21).unwrap();
+    assert_eq!(lowest(&mut t, 1990, 1024, 0, 1 << 21).map(|g| g.1), Some(B));
+}
+
+/// Blocks longer than half the space shrink and are searched like any
+/// other, below a parent that is not the root (no sum of two lengths
+/// overflows on the way up).
+#[test]
+fn a_block_over_half_the_space_shrinks_under_an_inner_parent() {
+    const A: u64 = 4097;
+    let mut t = BTree::new();
+    let before = (0..200u64).map(|i| 10 * i + 1);
+    let after = (0..400u64).map(|i| 0xd000_0000_0000_0001 + 10 * i);
+    for x in before.chain(after) {
+        t.insert(x, x + 1);
+    }
+    t.insert(A, A + (3 << 62));
+    t.insert(0xe000_0000_0000_0000, 0xf000_0000_0000_0000);
+    t.enable_summaries(1024);
+    let pa = t.find(A).unwrap();
+    assert!(t.height >= 2, "height {}", t.height);
+    t.set_range_at(&pa, A, A + (1 << 63));
+    t.check(0, u64::MAX).unwrap();
+    let want = Some(A + 1023);
+    assert_eq!(
+        lowest(&mut t, 1 << 62, 1024, 0, u64::MAX).map(|g| g.1),
+        want
+    );
+}
+
+/// `last_below` finds the last key below the one asked (the first slot
+/// when none is) at every width the node sizes may take (powers of two
+/// up to 32: spans of 4^j and of 2 * 4^j), with slots past a node's
+/// length at `u64::MAX`.
+#[test]
+fn last_below_matches_a_scan_at_every_width() {
+    fn at<const N: usize>() {
+        for len in 1..=N {
+            let mut keys = [u64::MAX; N];
+            for (i, k) in keys.iter_mut().take(len).enumerate() {
+                *k = 10 * i as u64 + 5;
+            }
+            for key in 0..10 * N as u64 + 10 {
+                let below = keys.iter().filter(|&&k| k < key).count();
+                let want = below.saturating_sub(1);
+                assert_eq!(
+                    node::last_below(&keys, key),
+                    want,
+                    "N {N} len {len} key {key}"
+                );
+            }
+        }
+    }
+    at::<2>();
+    at::<4>();
+    at::<8>();
+    at::<16>();
+    at::<32>();
+}
