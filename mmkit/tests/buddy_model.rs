@@ -311,3 +311,35 @@ fn compaction_targets_only_movable_pageblocks_in_use() {
     assert_eq!(b.free_count(2, MigrateType::Movable), 2);
     b.check().unwrap();
 }
+
+/// A Movable request that falls back to an Unmovable pageblock claims the
+/// whole pageblock when its free pages and the Movable pages in use there
+/// reach half of it (the kernel's `try_to_claim_block`): 2 free and 6
+/// Movable pages in use (three order-1 blocks) of 8.
+#[test]
+fn a_fallback_claims_a_pageblock_full_of_movable_pages() {
+    let cfg = BuddyConfig {
+        max_order: 4,
+        pageblock_order: 3,
+        placement: Placement::Head,
+    };
+    let mut b = BuddyAllocator::new(0, 16, cfg).unwrap();
+    b.add_free_range(0, 16).unwrap();
+    let mut pairs: Vec<u64> = (0..8)
+        .map(|_| b.alloc(1, MigrateType::Movable).unwrap())
+        .collect();
+    pairs.sort_unstable();
+    assert_eq!(pairs, (0..16).step_by(2).collect::<Vec<u64>>());
+    b.free(8, 1).unwrap();
+    b.set_pageblock_migratetype(8, MigrateType::Unmovable)
+        .unwrap();
+    assert_eq!(b.free_count(1, MigrateType::Unmovable), 1);
+    let p = b.alloc(0, MigrateType::Movable).unwrap();
+    assert!((8..10).contains(&p), "{p}");
+    assert_eq!(
+        b.pageblock_migratetype(8),
+        Some(MigrateType::Movable),
+        "the pageblock was not claimed"
+    );
+    b.check().unwrap();
+}
