@@ -185,23 +185,48 @@ fn a_movable_request_below_half_a_pageblock_does_not_claim() {
     b.check().unwrap();
 }
 
+/// A zone of `span` pages from pfn 0 (head placement, orders up to 4,
+/// pageblocks of `2^pageblock_order`), every page handed out as Movable
+/// blocks of `2^order` pages (checked to tile the zone).
+fn full_movable_zone(span: u64, pageblock_order: u8, order: u8) -> BuddyAllocator {
+    let cfg = BuddyConfig {
+        max_order: 4,
+        pageblock_order,
+        placement: Placement::Head,
+    };
+    let mut b = BuddyAllocator::new(0, span, cfg).unwrap();
+    b.add_free_range(0, span).unwrap();
+    let mut got: Vec<u64> = (0..span >> order)
+        .map(|_| b.alloc(order, MigrateType::Movable).unwrap())
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, (0..span).step_by(1 << order).collect::<Vec<u64>>());
+    b
+}
+
+/// Compacts for `order` (Movable), every move accepted: the moves made, as
+/// (old pfn, new pfn, order), and the outcome.
+fn compact_all(
+    b: &mut BuddyAllocator,
+    order: u8,
+) -> (Vec<(u64, u64, u8)>, mmkit::buddy::CompactOutcome) {
+    let mut moves = Vec::new();
+    let out = b
+        .compact(order, MigrateType::Movable, |old, new, o| {
+            moves.push((old, new, o));
+            true
+        })
+        .unwrap();
+    (moves, out)
+}
+
 /// Compaction on a hand-made zone of four 4-page pageblocks: the migration
 /// scanner takes the Movable pages of the bottom pageblock in address
 /// order, the free scanner isolates the free pages of the top pageblock
 /// (lowest first), and the run stops as soon as an order-2 block is free.
 #[test]
 fn compaction_moves_the_bottom_pages_to_the_top_free_pages() {
-    let cfg = BuddyConfig {
-        max_order: 4,
-        pageblock_order: 2,
-        placement: Placement::Head,
-    };
-    let mut b = BuddyAllocator::new(0, 16, cfg).unwrap();
-    b.add_free_range(0, 16).unwrap();
-    let pages: Vec<u64> = (0..16)
-        .map(|_| b.alloc(0, MigrateType::Movable).unwrap())
-        .collect();
-    assert_eq!(pages, (0..16).collect::<Vec<u64>>());
+    let mut b = full_movable_zone(16, 2, 0);
     for p in [1, 3, 13, 15] {
         b.free(p, 0).unwrap();
     }
@@ -210,13 +235,7 @@ fn compaction_moves_the_bottom_pages_to_the_top_free_pages() {
     // Fewer free pages than the kernel's compact_gap (2 << order): it
     // would reclaim first; compacting anyway is still the caller's choice.
     assert_eq!(b.compaction_suitable(2, 500), CompactSuitable::Skipped);
-    let mut moves = Vec::new();
-    let out = b
-        .compact(2, MigrateType::Movable, |old, new, o| {
-            moves.push((old, new, o));
-            true
-        })
-        .unwrap();
+    let (moves, out) = compact_all(&mut b, 2);
     assert_eq!(moves, [(0, 13, 0), (2, 15, 0)]);
     assert_eq!(out.result, mmkit::buddy::CompactResult::Success);
     let free: Vec<(u64, u8)> = b.free_blocks().map(|f| (f.pfn, f.order)).collect();
@@ -243,18 +262,7 @@ fn compaction_moves_the_bottom_pages_to_the_top_free_pages() {
 /// and stop there with nothing moved).
 #[test]
 fn compaction_passes_over_a_pageblock_sized_allocation() {
-    let cfg = BuddyConfig {
-        max_order: 4,
-        pageblock_order: 2,
-        placement: Placement::Head,
-    };
-    let mut b = BuddyAllocator::new(0, 32, cfg).unwrap();
-    b.add_free_range(0, 32).unwrap();
-    let mut pages: Vec<u64> = (0..32)
-        .map(|_| b.alloc(0, MigrateType::Movable).unwrap())
-        .collect();
-    pages.sort_unstable();
-    assert_eq!(pages, (0..32).collect::<Vec<u64>>());
+    let mut b = full_movable_zone(32, 2, 0);
     for p in 0..4 {
         b.free(p, 0).unwrap();
     }
@@ -262,13 +270,7 @@ fn compaction_passes_over_a_pageblock_sized_allocation() {
     for p in [5, 7, 29, 31] {
         b.free(p, 0).unwrap();
     }
-    let mut moves = Vec::new();
-    let out = b
-        .compact(3, MigrateType::Movable, |old, new, o| {
-            moves.push((old, new, o));
-            true
-        })
-        .unwrap();
+    let (moves, out) = compact_all(&mut b, 3);
     assert_eq!(moves, [(4, 29, 0), (6, 31, 0)]);
     assert_eq!(out.result, mmkit::buddy::CompactResult::Complete);
     assert_eq!(b.allocated_order(0), Some(2));
@@ -282,30 +284,13 @@ fn compaction_passes_over_a_pageblock_sized_allocation() {
 /// free one, and isolates the free pages of the next.
 #[test]
 fn compaction_targets_only_movable_pageblocks_in_use() {
-    let cfg = BuddyConfig {
-        max_order: 4,
-        pageblock_order: 2,
-        placement: Placement::Head,
-    };
-    let mut b = BuddyAllocator::new(0, 24, cfg).unwrap();
-    b.add_free_range(0, 24).unwrap();
-    let mut pages: Vec<u64> = (0..24)
-        .map(|_| b.alloc(0, MigrateType::Movable).unwrap())
-        .collect();
-    pages.sort_unstable();
-    assert_eq!(pages, (0..24).collect::<Vec<u64>>());
+    let mut b = full_movable_zone(24, 2, 0);
     for p in [1, 3, 13, 15, 16, 17, 18, 19, 21, 23] {
         b.free(p, 0).unwrap();
     }
     b.set_pageblock_migratetype(20, MigrateType::Unmovable)
         .unwrap();
-    let mut moves = Vec::new();
-    let out = b
-        .compact(3, MigrateType::Movable, |old, new, o| {
-            moves.push((old, new, o));
-            true
-        })
-        .unwrap();
+    let (moves, out) = compact_all(&mut b, 3);
     assert_eq!(moves, [(0, 13, 0), (2, 15, 0)]);
     assert_eq!(out.result, mmkit::buddy::CompactResult::Complete);
     assert_eq!(b.free_count(2, MigrateType::Movable), 2);
@@ -318,18 +303,7 @@ fn compaction_targets_only_movable_pageblocks_in_use() {
 /// Movable pages in use (three order-1 blocks) of 8.
 #[test]
 fn a_fallback_claims_a_pageblock_full_of_movable_pages() {
-    let cfg = BuddyConfig {
-        max_order: 4,
-        pageblock_order: 3,
-        placement: Placement::Head,
-    };
-    let mut b = BuddyAllocator::new(0, 16, cfg).unwrap();
-    b.add_free_range(0, 16).unwrap();
-    let mut pairs: Vec<u64> = (0..8)
-        .map(|_| b.alloc(1, MigrateType::Movable).unwrap())
-        .collect();
-    pairs.sort_unstable();
-    assert_eq!(pairs, (0..16).step_by(2).collect::<Vec<u64>>());
+    let mut b = full_movable_zone(16, 3, 1);
     b.free(8, 1).unwrap();
     b.set_pageblock_migratetype(8, MigrateType::Unmovable)
         .unwrap();
