@@ -153,14 +153,7 @@ fn low_slot_chunks_that_fail_a_fit_are_parked_until_a_free() {
     let c = one_hole(&mut a, 8).chunk;
     let p = a.alloc(16, 4).unwrap();
     assert_ne!(p.chunk, c);
-    assert_eq!(
-        a.alloc(8, 4),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 4
-        })
-    );
-    a.check().unwrap();
+    alloc_at(&mut a, 8, 4, c, 4);
     // A 20-byte hole at offset 4 (slot 2): 16 bytes aligned to 16 fail in
     // it, which parks the chunk; a 4-byte request then goes elsewhere.
     let mut a = PercpuAllocator::new(4096).unwrap();
@@ -174,13 +167,13 @@ fn low_slot_chunks_that_fail_a_fit_are_parked_until_a_free() {
     // slot 2), below the other chunk's slot: the next small request
     // lands there.
     a.free(first).unwrap();
-    assert_eq!(
-        a.alloc(4, 4),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 0
-        })
-    );
+    alloc_at(&mut a, 4, 4, c, 0);
+}
+
+/// `a.alloc(size, align)` must give `offset` in `chunk`, and `check()`
+/// must pass after it.
+fn alloc_at(a: &mut PercpuAllocator, size: u64, align: u64, chunk: u32, offset: u32) {
+    assert_eq!(a.alloc(size, align), Ok(PcpuPtr { chunk, offset }));
     a.check().unwrap();
 }
 
@@ -230,14 +223,7 @@ fn a_request_as_long_as_the_scan_hint_takes_that_run() {
     let p = a.alloc(24, 4).unwrap();
     assert_eq!((p.chunk, p.offset), (c, 28));
     a.check().unwrap();
-    assert_eq!(
-        a.alloc(20, 4),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 4
-        })
-    );
-    a.check().unwrap();
+    alloc_at(&mut a, 20, 4, c, 4);
 }
 
 /// Of two free runs of the same length, a block's contig hint names the
@@ -285,22 +271,8 @@ fn a_cut_at_the_start_of_a_run_that_ends_inside_the_block() {
     let mut a = PercpuAllocator::new(4096).unwrap();
     // Bits [2, 514): a run of 512 bits, 2 * 512 = the block's 1024 bits.
     let c = holes_in_one_chunk(&mut a, &[(8, 2048)]);
-    assert_eq!(
-        a.alloc(40, 4),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 8
-        })
-    );
-    a.check().unwrap();
-    assert_eq!(
-        a.alloc(2008, 4),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 48
-        })
-    );
-    a.check().unwrap();
+    alloc_at(&mut a, 40, 4, c, 8);
+    alloc_at(&mut a, 2008, 4, c, 48);
 }
 
 /// The block walk of `pcpu_find_block_fit`: a free run across a block edge
@@ -318,14 +290,7 @@ fn a_short_run_across_a_block_edge_does_not_end_the_search() {
     // is not aligned either; [3256, 3272) in the last block fits.
     let holes = [(4, 36), (4072, 40), (4140, 36), (13024, 64)];
     let c = holes_in_one_chunk(&mut a, &holes);
-    assert_eq!(
-        a.alloc(32, 32),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 13024
-        })
-    );
-    a.check().unwrap();
+    alloc_at(&mut a, 32, 32, c, 13024);
 }
 
 /// The one empty chunk the allocator keeps is listed as wholly free: the
@@ -368,14 +333,7 @@ fn a_free_inside_one_block_leaves_the_chunk_record_behind() {
         );
         a.check().unwrap();
         // The record's own run still serves what fits it.
-        assert_eq!(
-            a.alloc(112, 4),
-            Ok(PcpuPtr {
-                chunk: c,
-                offset: 400
-            })
-        );
-        a.check().unwrap();
+        alloc_at(&mut a, 112, 4, c, 400);
     }
 }
 
@@ -389,14 +347,7 @@ fn an_allocation_that_misses_the_contig_hint_keeps_the_lag() {
     // Bits [60, 62), [100, 128), then [1000, 1024) and [1024, 1030): the
     // record knows 28 bits at 100, the longest run is 30 at 1000.
     let c = holes_in_one_chunk(&mut a, &[(240, 8), (400, 112), (4000, 96), (4096, 24)]);
-    assert_eq!(
-        a.alloc(8, 4),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 240
-        })
-    );
-    a.check().unwrap();
+    alloc_at(&mut a, 8, 4, c, 240);
     let p = a.alloc(120, 4).unwrap();
     assert_ne!(p.chunk, c, "the chunk record was refreshed: {p:?}");
     a.check().unwrap();
@@ -414,14 +365,7 @@ fn a_cut_of_the_chunk_contig_hint_ends_the_lag() {
     let holes = [(400, 112), (4000, 96), (4096, 24), (6000, 2192)];
     let c = holes_in_one_chunk(&mut a, &holes);
     // 540 bits at the start of the last run leave 8: shorter than both.
-    assert_eq!(
-        a.alloc(2160, 4),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 6000
-        })
-    );
-    a.check().unwrap();
+    alloc_at(&mut a, 2160, 4, c, 6000);
     assert_eq!(
         a.alloc(120, 4),
         Ok(PcpuPtr {
@@ -442,14 +386,7 @@ fn the_walk_starts_in_the_block_of_the_first_free_bit() {
     let full = a.alloc(8192, 4).unwrap();
     assert_eq!(full.offset, 0);
     for want in [8192, 8196] {
-        assert_eq!(
-            a.alloc(4, 4),
-            Ok(PcpuPtr {
-                chunk: full.chunk,
-                offset: want
-            })
-        );
-        a.check().unwrap();
+        alloc_at(&mut a, 4, 4, full.chunk, want);
     }
 }
 
@@ -465,14 +402,7 @@ fn a_free_that_empties_a_block_refreshes_the_chunk_record() {
     // knows the 50 bits at 2250 and, as its scan hint, 10 at 2048.
     let holes = [(4056, 40), (8192, 40), (9000, 200), (4096, 4096)];
     let c = holes_in_one_chunk(&mut a, &holes);
-    assert_eq!(
-        a.alloc(4176, 4),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 4056
-        })
-    );
-    a.check().unwrap();
+    alloc_at(&mut a, 4176, 4, c, 4056);
 }
 
 /// A chunk refresh takes each block's contig hint when it lies inside the
@@ -483,22 +413,8 @@ fn a_chunk_refresh_reads_an_inner_contig_hint() {
     // Bits [32, 64) and [200, 300): 100 bits at 200 cut the chunk's contig
     // hint, and the refresh finds the 32 bits at 32.
     let c = holes_in_one_chunk(&mut a, &[(128, 128), (800, 400)]);
-    assert_eq!(
-        a.alloc(400, 4),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 800
-        })
-    );
-    a.check().unwrap();
-    assert_eq!(
-        a.alloc(128, 4),
-        Ok(PcpuPtr {
-            chunk: c,
-            offset: 128
-        })
-    );
-    a.check().unwrap();
+    alloc_at(&mut a, 400, 4, c, 800);
+    alloc_at(&mut a, 128, 4, c, 128);
 }
 
 /// A free that stays inside one block is joined with the chunk record's
