@@ -558,6 +558,8 @@ trait Zone {
     fn pcp_list(&self, cpu: usize, order: u8, mt: MigrateType) -> Option<Vec<u64>>;
     fn differs(&self, k: &Kernel) -> Option<String>;
     fn check(&self) -> Result<(), mmkit::CheckError>;
+    /// Every CPU drained, the state as a `PcpZone`.
+    fn into_pcp_zone(self) -> PcpZone;
 }
 
 impl Zone for PcpZone {
@@ -588,6 +590,10 @@ impl Zone for PcpZone {
     fn check(&self) -> Result<(), mmkit::CheckError> {
         PcpZone::check(self)
     }
+    fn into_pcp_zone(mut self) -> PcpZone {
+        PcpZone::drain_all(&mut self);
+        self
+    }
 }
 
 impl<M: lock_api::RawMutex> Zone for LockedZone<M> {
@@ -617,6 +623,9 @@ impl<M: lock_api::RawMutex> Zone for LockedZone<M> {
     }
     fn check(&self) -> Result<(), mmkit::CheckError> {
         LockedZone::check(self)
+    }
+    fn into_pcp_zone(self) -> PcpZone {
+        LockedZone::into_pcp_zone(self)
     }
 }
 
@@ -665,6 +674,12 @@ fn compare_exact<Z: Zone>(z: &Z, m: &PcpModel, s: &Exact) -> Result<(), TestCase
     }
     let cpus = s.pcp.cpus;
     prop_assert_eq!((z.stats(cpus), z.pcp_pages(cpus)), (PcpStats::default(), 0));
+    let none = z.pcp_list(cpus, 0, MigrateType::Movable);
+    prop_assert!(
+        none.unwrap_or_default().is_empty(),
+        "pcp_list of cpu {}",
+        cpus
+    );
     if let Some(d) = z.differs(&m.kern) {
         return Err(TestCaseError::fail(d));
     }
@@ -734,15 +749,23 @@ fn run_exact<Z: Zone>(
             m.ev.every_order += 1;
         }
     }
+    Ok(())
+}
+
+/// The end of a run: the zone as a `PcpZone` (every CPU drained), every
+/// held block freed on it, and every CPU drained again.
+fn finish_exact(mut z: PcpZone, m: &mut PcpModel, s: &Exact) -> Result<(), TestCaseError> {
+    m.drain_all();
+    compare_exact(&z, m, s)?;
     let held: Vec<(u64, u8)> = m.held.iter().map(|(&p, &(o, _))| (p, o)).collect();
     for (k, (pfn, order)) in held.into_iter().enumerate() {
         let cpu = k % s.pcp.cpus;
         prop_assert_eq!(z.free(cpu, pfn, order), m.free(cpu, pfn, order));
     }
-    compare_exact(z, m, s)?;
+    compare_exact(&z, m, s)?;
     z.drain_all();
     m.drain_all();
-    compare_exact(z, m, s)
+    compare_exact(&z, m, s)
 }
 
 /// Runs `cases` random setups and call sequences through the zone `make`
@@ -763,6 +786,7 @@ fn exact_runs<Z: Zone>(cases: u32, make: fn(BuddyAllocator, PcpConfig) -> Z) -> 
         let mut z = make(b, s.pcp);
         compare_exact(&z, &m, &s)?;
         run_exact(&mut z, &mut m, &s, &calls)?;
+        finish_exact(z.into_pcp_zone(), &mut m, &s)?;
         sum.borrow_mut().add(&m.ev);
         Ok(())
     });
@@ -823,4 +847,44 @@ fn locked_zone_makes_the_kernels_choices() {
         LockedZone::<spin::Mutex<()>>::new(b, cfg).unwrap()
     });
     assert!(ev.high_drains > 0 && ev.rescued > 0, "{ev:?}");
+}
+
+/// A configuration without CPUs, with more than 4096 or with a batch of 0
+/// is refused, by every zone alike; the bounds themselves are accepted.
+#[test]
+fn bad_configurations_are_refused() {
+    assert_eq!(
+        PcpConfig::default(),
+        PcpConfig {
+            cpus: 2,
+            batch: 63,
+            high: 378
+        }
+    );
+    let b = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    for (cpus, batch, ok) in [
+        (0, 1, false),
+        (1, 0, false),
+        (4097, 1, false),
+        (1, 1, true),
+        (4096, 1, true),
+    ] {
+        let cfg = PcpConfig {
+            cpus,
+            batch,
+            high: 0,
+        };
+        let want = if ok { Ok(()) } else { Err(AllocError::Invalid) };
+        assert_eq!(PcpZone::new(b.clone(), cfg).map(|_| ()), want, "{cfg:?}");
+        assert_eq!(
+            ConcurrentZone::new(b.clone(), cfg).map(|_| ()),
+            want,
+            "{cfg:?}"
+        );
+        let z = LockedZone::<spin::Mutex<()>>::new(b.clone(), cfg);
+        assert_eq!(z.map(|_| ()), want, "{cfg:?}");
+        if ok {
+            assert_eq!(PcpZone::new(b.clone(), cfg).unwrap().config(), cfg);
+        }
+    }
 }
