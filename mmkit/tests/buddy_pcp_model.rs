@@ -747,6 +747,9 @@ fn run_exact<Z: Zone>(
         if orders.collect::<std::collections::BTreeSet<u8>>().len() == usize::from(s.max_order) + 1
         {
             m.ev.every_order += 1;
+            if s.max_order >= 10 {
+                m.ev.every_order_big += 1;
+            }
         }
     }
     Ok(())
@@ -814,6 +817,7 @@ fn assert_reached(ev: &Events) {
         ("rescued", ev.rescued, 150),
         ("failed", ev.failed, 1000),
         ("every_order", ev.every_order, 5000),
+        ("every_order_big", ev.every_order_big, 20),
     ];
     for (name, n, min) in reached {
         assert!(n >= min, "{name}: {n} < {min}: {ev:?}");

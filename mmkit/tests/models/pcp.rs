@@ -81,6 +81,8 @@ mod pcp_model {
         pub failed: u64,
         /// Steps after which the zone had a free block of every order.
         pub every_order: u64,
+        /// The same in zones of the kernel's orders (10, pageblocks of 2^9).
+        pub every_order_big: u64,
     }
 
     impl Events {
@@ -99,6 +101,7 @@ mod pcp_model {
             self.rescued += o.rescued;
             self.failed += o.failed;
             self.every_order += o.every_order;
+            self.every_order_big += o.every_order_big;
         }
     }
 
@@ -134,6 +137,22 @@ mod pcp_model {
     ///   gives back its coldest pages, `free_pcppages_bulk` from the list
     ///   just freed to, down to `high - batch` (0 when `high < batch`);
     /// - `drain` and `drain_all` give back every page, list 0 first.
+    ///
+    /// Where `mmkit`'s documented rules differ from the kernel's, the model
+    /// states `mmkit`'s (its module docs) and this list the kernel's:
+    /// - refill: the kernel asks for one block when `batch` is 1 (`if
+    ///   (batch > 1) batch = max(batch >> order, 2)`; later kernels'
+    ///   `nr_pcp_alloc` also when `high < batch`); `mmkit` for two;
+    /// - high water: the kernel drains once `count >= high`, `mmkit` once
+    ///   `count > high`; the kernel frees `nr_pcp_free` pages (1 when
+    ///   `high < batch`, else `batch` scaled by `free_factor` and clamped
+    ///   to `[batch, high - batch]`; 5.13 and before: `batch`), `mmkit` as
+    ///   many as bring the CPU down to `high - batch`;
+    /// - the pageblock order has one list in the kernel (two in later
+    ///   kernels: Movable and the others) where `mmkit` has one per type;
+    /// - a page of a HighAtomic pageblock goes on the Movable list in the
+    ///   kernel (its pageblock's type is read at free time); in `mmkit` a
+    ///   block keeps the type it was allocated as, and HighAtomic has no list.
     #[derive(Debug, Clone)]
     pub struct PcpModel {
         /// The zone below the lists.
