@@ -397,3 +397,27 @@ fn the_migration_scanner_leaves_blocks_of_the_requested_order() {
     assert_eq!(b.free_count(1, MigrateType::Movable), 1);
     b.check().unwrap();
 }
+
+/// Compaction at the top of the pfn range gives the same answers as at 0:
+/// the zone of `compaction_moves_the_bottom_pages_to_the_top_free_pages`
+/// placed at the highest start accepted (its last max-order block ends at
+/// 2^64 - 16). The free scanner starts at the end of the zone's last
+/// pageblock (the kernel's `compact_zone` starts it in the pageblock holding
+/// the zone's last pfn), computed without overflow.
+#[test]
+fn compaction_at_the_top_of_the_pfn_range() {
+    let s = u64::MAX - 31;
+    let mut b = full_movable_zone_at(s, 16, 2, 0);
+    for p in [1, 3, 13, 15] {
+        b.free(s + p, 0).unwrap();
+    }
+    let (moves, out) = compact_all(&mut b, 2);
+    assert_eq!(moves, [(s, s + 13, 0), (s + 2, s + 15, 0)]);
+    assert_eq!(out.result, mmkit::buddy::CompactResult::Success);
+    let st = out.stats;
+    assert_eq!(
+        (st.migrate_scanned, st.free_scanned, st.isolated_free),
+        (4, 4, 2)
+    );
+    b.check().unwrap();
+}
