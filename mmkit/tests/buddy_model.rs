@@ -189,13 +189,19 @@ fn a_movable_request_below_half_a_pageblock_does_not_claim() {
 /// pageblocks of `2^pageblock_order`), every page handed out as Movable
 /// blocks of `2^order` pages (checked to tile the zone).
 fn full_movable_zone(span: u64, pageblock_order: u8, order: u8) -> BuddyAllocator {
-    full_movable_zone_at(0, span, pageblock_order, order)
+    full_movable_zone_at(0, span, 4, pageblock_order, order)
 }
 
-/// [`full_movable_zone`] from pfn `start`.
-fn full_movable_zone_at(start: u64, span: u64, pageblock_order: u8, order: u8) -> BuddyAllocator {
+/// [`full_movable_zone`] from pfn `start`, with orders up to `max_order`.
+fn full_movable_zone_at(
+    start: u64,
+    span: u64,
+    max_order: u8,
+    pageblock_order: u8,
+    order: u8,
+) -> BuddyAllocator {
     let cfg = BuddyConfig {
-        max_order: 4,
+        max_order,
         pageblock_order,
         placement: Placement::Head,
     };
@@ -400,14 +406,15 @@ fn the_migration_scanner_leaves_blocks_of_the_requested_order() {
 
 /// Compaction at the top of the pfn range gives the same answers as at 0:
 /// the zone of `compaction_moves_the_bottom_pages_to_the_top_free_pages`
-/// placed at the highest start accepted (its last max-order block ends at
-/// 2^64 - 16). The free scanner starts at the end of the zone's last
-/// pageblock (the kernel's `compact_zone` starts it in the pageblock holding
-/// the zone's last pfn), computed without overflow.
+/// placed at the highest start accepted, with pageblocks as large as the
+/// largest block (its last pageblock ends at 2^64 - 4). The free scanner
+/// starts at the end of the zone's last pageblock (the kernel's
+/// `compact_zone` starts it in the pageblock holding the zone's last pfn),
+/// computed without overflow.
 #[test]
 fn compaction_at_the_top_of_the_pfn_range() {
-    let s = u64::MAX - 31;
-    let mut b = full_movable_zone_at(s, 16, 2, 0);
+    let s = u64::MAX - 19;
+    let mut b = full_movable_zone_at(s, 16, 2, 2, 0);
     for p in [1, 3, 13, 15] {
         b.free(s + p, 0).unwrap();
     }

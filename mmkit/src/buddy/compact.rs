@@ -240,7 +240,8 @@ impl BuddyAllocator {
         let pb = 1u64 << self.cfg.pageblock_order;
         let mut sc = Scanners {
             migrate: self.start & !(pb - 1),
-            free_low: (self.end_pfn() + pb - 1) & !(pb - 1),
+            // The end of the last pageblock; `new` keeps it below 2^64.
+            free_low: ((self.end_pfn() - 1) | (pb - 1)) + 1,
             isolated: Vec::new(),
         };
         let mut st = CompactStats {
