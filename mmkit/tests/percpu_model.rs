@@ -564,3 +564,105 @@ fn a_lagging_chunk_scan_hint_skips_no_fit() {
     ];
     run(PercpuAllocator::new(4096).unwrap(), &ops, true);
 }
+
+/// An allocation that starts where the chunk record's scan hint run ends
+/// does not overlap it: ranges are half-open (the kernel's
+/// `pcpu_region_overlap`), so the hint is kept. Freeing the allocation
+/// then joins the kept hint across the block edge, and the record offers
+/// the whole run.
+#[test]
+fn an_allocation_after_the_scan_hint_run_keeps_it() {
+    let mut a = PercpuAllocator::new(8192).unwrap();
+    // In bits: [1200, 1220) (20) freed first, then [1024, 1034) (10, too
+    // short to be recorded), [994, 1024) (30, the contig hint; cut at the
+    // block edge, so the record does not know the 10 after it) and
+    // [1536, 1571) (35: the contig hint, the 30 become the scan hint).
+    let holes = [(4800, 80), (4096, 40), (3976, 120), (6144, 140)];
+    let c = holes_in_one_chunk(&mut a, &holes);
+    // Aligned to 512 bits, 4 bytes land at bit 1024, right after the scan
+    // hint run.
+    let p = a.alloc(4, 2048).unwrap();
+    assert_eq!(
+        p,
+        PcpuPtr {
+            chunk: c,
+            offset: 4096
+        }
+    );
+    a.check().unwrap();
+    // Freed, they join the scan hint: 40 bits at 994, longer than 35.
+    assert_eq!(a.free(p), Ok(4));
+    alloc_at(&mut a, 160, 4, c, 3976);
+}
+
+/// An allocation that ends where the chunk record's scan hint run starts
+/// does not overlap it either (`pcpu_region_overlap` on `[start, end)`):
+/// the hint is kept, and freeing the allocation joins it.
+#[test]
+fn an_allocation_before_the_scan_hint_run_keeps_it() {
+    let mut a = PercpuAllocator::new(8192).unwrap();
+    // In bits: [1200, 1220) (20), then [1014, 1024) (10, not recorded),
+    // [1024, 1054) (30, the contig hint, not joined with the 10 the record
+    // does not know) and [1500, 1535) (35: the 30 become the scan hint).
+    let holes = [(4800, 80), (4056, 40), (4096, 120), (6000, 140)];
+    let c = holes_in_one_chunk(&mut a, &holes);
+    // 10 bits at 1014, the lowest fit, end where the scan hint starts.
+    let p = a.alloc(40, 4).unwrap();
+    assert_eq!(
+        p,
+        PcpuPtr {
+            chunk: c,
+            offset: 4056
+        }
+    );
+    a.check().unwrap();
+    assert_eq!(a.free(p), Ok(40));
+    alloc_at(&mut a, 160, 4, c, 4056);
+}
+
+/// A free run as long as a block's scan hint and before it does not take
+/// the hint: `pcpu_block_update` replaces an equal scan hint only with a
+/// farther run. When a cut of the contig hint promotes the scan hint, the
+/// contig hint is the aligned run, and an aligned request fits.
+#[test]
+fn an_equal_run_before_the_scan_hint_does_not_take_it() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    // In bits: [64, 80) (16, aligned to 64), then [200, 1024) (the contig
+    // hint; the 16 at 64 become the scan hint), then [12, 28) (16 again).
+    let c = holes_in_one_chunk(&mut a, &[(256, 64), (800, 3296), (48, 64)]);
+    // 820 bits at 200 leave 4 after them: the scan hint is promoted.
+    alloc_at(&mut a, 3280, 4, c, 800);
+    alloc_at(&mut a, 64, 256, c, 256);
+}
+
+/// An allocation at the start of a block's contig run that leaves a rest
+/// as long as the scan hint: the kernel rescans the block from the
+/// promoted scan hint (`pcpu_block_refresh_hint`), and the rest takes the
+/// contig hint only if it starts strictly better aligned. Here it does not,
+/// so the aligned scan hint run stays the contig hint and an aligned
+/// request fits.
+#[test]
+fn a_rest_as_long_as_the_scan_hint_does_not_take_the_contig_hint() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    // In bits: [64, 80) (16, aligned to 64), then [200, 1024).
+    let c = holes_in_one_chunk(&mut a, &[(256, 64), (800, 3296)]);
+    // 808 bits at 200 leave [1008, 1024): 16 bits at 16 * 63.
+    alloc_at(&mut a, 3232, 4, c, 800);
+    alloc_at(&mut a, 64, 256, c, 256);
+}
+
+/// The block walk tries the last block's right free run on its own, at the
+/// request's alignment (`pcpu_next_fit_region`'s right-side check): a
+/// request that fits only there is served in this chunk even when the
+/// block's contig hint names a run as long that it does not fit (the scan
+/// hint the cut promoted; the chunk record names the better aligned rest).
+#[test]
+fn the_last_blocks_right_run_is_tried_at_the_end_of_the_walk() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    // In bits: [68, 84) (16, at 4 mod 16), then [200, 1024).
+    let c = holes_in_one_chunk(&mut a, &[(272, 64), (800, 3296)]);
+    // 808 bits at 200 leave [1008, 1024), as long as the run at 68 and
+    // aligned to 16 bits: the only place 16 bits aligned to 16 fit.
+    alloc_at(&mut a, 3232, 4, c, 800);
+    alloc_at(&mut a, 64, 64, c, 4032);
+}
