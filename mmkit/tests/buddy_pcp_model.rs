@@ -1,11 +1,11 @@
-//! Per-CPU page lists and compaction against a model, step by step.
+//! Per-CPU page lists and compaction against models, step by step.
 //!
-//! The model is the set of blocks in the caller's hands (`pfn -> (order,
-//! type)`) and, per frame, whether the caller holds it. After every
-//! operation `PcpZone::check()` must pass (pcp pages are idle allocated
-//! blocks, no page lost or listed twice, free + pcp + held = present), every
-//! held block must be allocated in the zone, and each result must be the
-//! predicted one:
+//! Two models. The safety model (`pcp_and_compaction_match_model`) is the
+//! set of blocks in the caller's hands (`pfn -> (order, type)`) and, per
+//! frame, whether the caller holds it. After every operation
+//! `PcpZone::check()` must pass (pcp pages are idle allocated blocks, no page
+//! lost or listed twice, free + pcp + held = present), every held block must
+//! be allocated in the zone, and each result must be the predicted one:
 //! - a free succeeds exactly when it names a held block of that order;
 //! - an allocation fails with `NoSpace` exactly when the zone, with every
 //!   CPU drained, could not serve it (the pcp's last resort);
@@ -13,6 +13,12 @@
 //!
 //! At the end everything is freed and drained: the free lists must equal
 //! those of the freshly built zone.
+//!
+//! The exact model (`tests/models/pcp.rs` over the buddy model's `Kernel`,
+//! below) states the kernel's choices: the pfn of every allocation, every
+//! error, when lists are refilled and drained and from which end, the
+//! counters, and every list of every CPU and of the zone, compared after
+//! every call on `PcpZone`, `ConcurrentZone` and `LockedZone`.
 
 use std::collections::BTreeMap;
 
@@ -448,6 +454,7 @@ fn concurrent_zone_loses_and_duplicates_nothing() {
 
 include!("models/buddy_kernel.rs");
 include!("models/pcp.rs");
+include!("models/pcp_zone.rs");
 
 /// A call of the exact test (compaction stays in the safety test above:
 /// the kernel model does not state which pages it moves).
@@ -542,91 +549,6 @@ fn exact_calls(s: &Exact) -> impl Strategy<Value = Vec<Call>> {
         1 => Just(Call::DrainAll),
     ];
     prop::collection::vec(call, 1..400)
-}
-
-/// The calls a zone with per-CPU lists answers, so that `PcpZone`,
-/// `ConcurrentZone` and `LockedZone` run the same test.
-trait Zone {
-    fn alloc(&mut self, cpu: usize, order: u8, mt: MigrateType) -> Result<u64, AllocError>;
-    fn free(&mut self, cpu: usize, pfn: u64, order: u8) -> Result<(), FreeError>;
-    /// `None` where the zone has no drain of one CPU.
-    fn drain(&mut self, cpu: usize) -> Option<Result<(), FreeError>>;
-    fn drain_all(&mut self);
-    fn stats(&self, cpu: usize) -> PcpStats;
-    fn pcp_pages(&self, cpu: usize) -> u64;
-    /// `None` where the zone does not show its lists.
-    fn pcp_list(&self, cpu: usize, order: u8, mt: MigrateType) -> Option<Vec<u64>>;
-    fn differs(&self, k: &Kernel) -> Option<String>;
-    fn check(&self) -> Result<(), mmkit::CheckError>;
-    /// Every CPU drained, the state as a `PcpZone`.
-    fn into_pcp_zone(self) -> PcpZone;
-}
-
-impl Zone for PcpZone {
-    fn alloc(&mut self, cpu: usize, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
-        PcpZone::alloc(self, cpu, order, mt)
-    }
-    fn free(&mut self, cpu: usize, pfn: u64, order: u8) -> Result<(), FreeError> {
-        PcpZone::free(self, cpu, pfn, order)
-    }
-    fn drain(&mut self, cpu: usize) -> Option<Result<(), FreeError>> {
-        Some(PcpZone::drain(self, cpu))
-    }
-    fn drain_all(&mut self) {
-        PcpZone::drain_all(self)
-    }
-    fn stats(&self, cpu: usize) -> PcpStats {
-        PcpZone::stats(self, cpu)
-    }
-    fn pcp_pages(&self, cpu: usize) -> u64 {
-        PcpZone::pcp_pages(self, cpu)
-    }
-    fn pcp_list(&self, cpu: usize, order: u8, mt: MigrateType) -> Option<Vec<u64>> {
-        Some(PcpZone::pcp_list(self, cpu, order, mt))
-    }
-    fn differs(&self, k: &Kernel) -> Option<String> {
-        k.differs(self.zone())
-    }
-    fn check(&self) -> Result<(), mmkit::CheckError> {
-        PcpZone::check(self)
-    }
-    fn into_pcp_zone(mut self) -> PcpZone {
-        PcpZone::drain_all(&mut self);
-        self
-    }
-}
-
-impl<M: lock_api::RawMutex> Zone for LockedZone<M> {
-    fn alloc(&mut self, cpu: usize, order: u8, mt: MigrateType) -> Result<u64, AllocError> {
-        LockedZone::alloc(self, cpu, order, mt)
-    }
-    fn free(&mut self, cpu: usize, pfn: u64, order: u8) -> Result<(), FreeError> {
-        LockedZone::free(self, cpu, pfn, order)
-    }
-    fn drain(&mut self, _: usize) -> Option<Result<(), FreeError>> {
-        None
-    }
-    fn drain_all(&mut self) {
-        LockedZone::drain_all(self)
-    }
-    fn stats(&self, cpu: usize) -> PcpStats {
-        LockedZone::stats(self, cpu)
-    }
-    fn pcp_pages(&self, cpu: usize) -> u64 {
-        LockedZone::pcp_pages(self, cpu)
-    }
-    fn pcp_list(&self, _: usize, _: u8, _: MigrateType) -> Option<Vec<u64>> {
-        None
-    }
-    fn differs(&self, k: &Kernel) -> Option<String> {
-        self.with_zone(|b| k.differs(b))
-    }
-    fn check(&self) -> Result<(), mmkit::CheckError> {
-        LockedZone::check(self)
-    }
-    fn into_pcp_zone(self) -> PcpZone {
-        LockedZone::into_pcp_zone(self)
-    }
 }
 
 /// The zone of `s` (every pageblock type set) and the model of the same.
