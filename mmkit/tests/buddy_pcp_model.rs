@@ -540,10 +540,16 @@ fn exact_calls(s: &Exact) -> impl Strategy<Value = Vec<Call>> {
     // HighAtomic seldom: it fails (and drains every CPU) unless a
     // pageblock of that type was set.
     let mt = prop_oneof![3 => Just(1usize), 2 => Just(0), 2 => Just(2), 1 => Just(3)];
+    // A raw free's pfn is `start + off - 8`: anywhere, or at an edge of
+    // the span (the frame before it, its first, its last, the one after).
+    let off = prop_oneof![
+        3 => 0u64..3000,
+        1 => prop::sample::select(vec![7, 8, s.span + 7, s.span + 8]),
+    ];
     let call = prop_oneof![
         16 => (cpu.clone(), order, mt).prop_map(|(cpu, order, mt)| Call::Alloc { cpu, order, mt }),
         12 => (cpu.clone(), any::<usize>()).prop_map(|(cpu, pick)| Call::Free { cpu, pick }),
-        1 => (cpu.clone(), 0u64..3000, 0u8..11).prop_map(|(cpu, off, order)| Call::FreeRaw { cpu, off, order }),
+        1 => (cpu.clone(), off, 0u8..11).prop_map(|(cpu, off, order)| Call::FreeRaw { cpu, off, order }),
         1 => (cpu.clone(), any::<usize>()).prop_map(|(cpu, pick)| Call::FreeListed { cpu, pick }),
         1 => cpu.prop_map(|cpu| Call::Drain { cpu }),
         1 => Just(Call::DrainAll),
