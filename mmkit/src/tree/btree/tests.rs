@@ -901,3 +901,56 @@ fn last_below_matches_a_scan_at_every_width() {
     at::<16>();
     at::<32>();
 }
+
+/// A search from the cleared bound still finds a fit that takes the whole
+/// rest of its window (`hi - bound == size`): only a window shorter than
+/// the request ends it at once.
+#[test]
+fn a_fit_that_fills_the_window_from_the_bound_is_found() {
+    // One-unit blocks at 10i: too short for 3 units aligned to 2; the
+    // first fit is at 5000.
+    let mut t = BTree::new();
+    for i in 1..400u64 {
+        t.insert(i * 10, i * 10 + 1);
+    }
+    t.insert(5000, 10_000);
+    t.enable_summaries(2);
+    assert_eq!(lowest(&mut t, 3, 2, 0, 10_000).map(|g| g.1), Some(5000));
+    assert_eq!(t.cleared.bound, 5000);
+    assert_eq!(lowest(&mut t, 3, 2, 0, 5003).map(|g| g.1), Some(5000));
+    assert_eq!(lowest(&mut t, 3, 2, 0, 5002).map(|g| g.1), None);
+}
+
+/// A search resumed in the remembered leaf bounds each level by the path
+/// to that leaf: the next child of the root starts where the leaf's
+/// subtree ends, however close to the bound. Here it starts two units
+/// above the bound and holds the fit.
+#[test]
+fn a_resumed_search_enters_the_next_subtree_just_above_the_bound() {
+    let mut t = BTree::new();
+    for i in 1..2000u64 {
+        t.insert(i * 10, i * 10 + 1);
+    }
+    t.enable_summaries(2);
+    assert!(t.height >= 2, "height {}", t.height);
+    // The root's second child starts at `k`; the block before it, at
+    // `k - 10`, grows to hold 4 units aligned to 2: the lowest fit.
+    let k = t.inners[t.root as usize].key[1];
+    let before = t.find(k - 10).unwrap();
+    t.set_range_at(&before, k - 10, k - 6);
+    assert_eq!(lowest(&mut t, 4, 2, 0, u64::MAX).map(|g| g.1), Some(k - 10));
+    assert_eq!(t.cleared.bound, k - 10);
+    let shape = t.shape;
+    // It shrinks back (the bound stays), and the block at `k` grows down
+    // to `k - 8`, two units above the bound: the lowest fit is there.
+    let before = t.find(k - 10).unwrap();
+    t.set_range_at(&before, k - 10, k - 9);
+    let first = t.find(k).unwrap();
+    t.set_range_at(&first, k - 8, k + 1);
+    assert_eq!(t.inners[t.root as usize].key[1], k - 8);
+    assert_eq!((t.shape, t.cleared.bound), (shape, k - 10));
+    assert!(t.start_leaf().is_some());
+    assert_eq!(lowest(&mut t, 4, 2, 0, u64::MAX).map(|g| g.1), Some(k - 8));
+    assert_eq!(t.lowest_fit_linear(4, 2, 0, u64::MAX), Some(k - 8));
+    t.check(0, u64::MAX).unwrap();
+}
