@@ -791,3 +791,24 @@ fn a_better_aligned_later_tie_keeps_the_scan_hint() {
 fn a_better_aligned_earlier_tie_keeps_an_equal_scan_hint() {
     assert_eq!(ties(record(&[(96, 112), (40, 56), (0, 16)])), (0, 16, 40));
 }
+
+/// A chunk refresh reads from each block only the runs
+/// `pcpu_for_each_md_free_region` yields (`pcpu_chunk_refresh_hint`): the
+/// contig hint, and the edge runs joined across blocks. A block's left run
+/// that is neither is not read, even when it is the best aligned of the
+/// longest runs, so the chunk record names the block's contig hint.
+#[test]
+fn a_chunk_refresh_does_not_read_a_lone_left_run() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    // In bits: [0, 40), then [200, 1024) (the contig hint; the 40 at 0
+    // become the scan hint), then [72, 112) (40, farther: the scan hint).
+    let c = holes_in_one_chunk(&mut a, &[(0, 160), (800, 3296), (288, 160)]);
+    // 784 bits at 200 leave [984, 1024), 40 bits: the block's rescan
+    // promotes [72, 112), and neither the rest nor [0, 40) takes it.
+    alloc_at(&mut a, 3136, 4, c, 800);
+    // 32 bits aligned to 32 fit [0, 40) and the rest, not [72, 112): the
+    // chunk record names [72, 112), so the chunk is passed over.
+    let p = a.alloc(128, 128).unwrap();
+    assert_ne!(p.chunk, c, "the chunk record read the left run: {p:?}");
+    a.check().unwrap();
+}

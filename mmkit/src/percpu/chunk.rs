@@ -209,7 +209,8 @@ impl Chunk {
     /// `pcpu_chunk_refresh_hint`: recomputes the chunk record from
     /// `first_free` on. Free runs are joined across blocks from the block
     /// records alone (`right_free` + whole free blocks + `left_free`, and
-    /// each block's contig hint when it is inside the block).
+    /// each block's contig hint when it is inside the block), the runs
+    /// `pcpu_for_each_md_free_region` yields.
     ///
     /// # Complexity
     /// O(blocks).
@@ -230,14 +231,15 @@ impl Chunk {
                 carry = Some((carry.map_or(base, |c| c.0), base + BB));
                 continue;
             }
-            let left_end = base + b.left_free as usize;
-            if let Some((s, _)) = carry.take() {
-                md.update_chunk(s as u32, left_end as u32);
-            } else if b.left_free > 0 {
-                md.update_chunk(base as u32, left_end as u32);
+            let carried = carry.take();
+            if let Some((s, _)) = carried {
+                md.update_chunk(s as u32, (base + b.left_free as usize) as u32);
             }
+            // The block's contig hint, unless it is the left run just
+            // joined or the right run carried on. A left run that is not
+            // the contig hint and not joined is not read, as in the kernel.
             let (bcs, bc) = (b.contig_hint_start, b.contig_hint);
-            if bc > 0 && bcs > 0 && (bcs + bc) as usize != BB {
+            if bc > 0 && (carried.is_none() || bcs > 0) && (bcs + bc) as usize != BB {
                 md.update_chunk(base as u32 + bcs, base as u32 + bcs + bc);
             }
             if b.right_free > 0 {
