@@ -755,6 +755,18 @@ fn a_later_tie_is_a_scan_hint_after_the_contig_hint() {
     assert_eq!(md.next_hint(17), 64);
 }
 
+/// `pcpu_block_update`: a run as long as the contig hint, not better
+/// aligned, farther than an equal scan hint takes it, before the contig
+/// hint or after it.
+#[test]
+fn a_farther_tie_takes_an_equal_scan_hint() {
+    assert_eq!(ties(record(&[(96, 112), (40, 56), (72, 88)])), (96, 16, 72));
+    assert_eq!(
+        ties(record(&[(96, 112), (40, 56), (120, 136)])),
+        (96, 16, 120)
+    );
+}
+
 /// `pcpu_block_update`: a run longer than the contig hint and after it
 /// keeps a scan hint as long as the old contig hint.
 #[test]
@@ -799,16 +811,42 @@ fn a_better_aligned_earlier_tie_keeps_an_equal_scan_hint() {
 /// longest runs, so the chunk record names the block's contig hint.
 #[test]
 fn a_chunk_refresh_does_not_read_a_lone_left_run() {
+    // In bits from the block's start: [0, 40), then [200, 1024) (the
+    // contig hint; the 40 at 0 become the scan hint), then [72, 112) (40,
+    // farther: the scan hint). In the second layout the block is the
+    // second one, after a block whose right run is empty.
+    let one = [(0, 160), (800, 3296), (288, 160)];
+    let two = [(16, 8), (4096, 160), (4896, 3296), (4384, 160)];
+    for (unit, holes) in [(4096u64, &one[..]), (8192, &two[..])] {
+        let mut a = PercpuAllocator::new(unit).unwrap();
+        let c = holes_in_one_chunk(&mut a, holes);
+        let base = (unit - 4096) as u32;
+        // 784 bits at 200 leave [984, 1024), 40 bits: the block's rescan
+        // promotes [72, 112), and neither the rest nor [0, 40) takes it.
+        alloc_at(&mut a, 3136, 4, c, base + 800);
+        // 32 bits aligned to 32 fit [0, 40) and the rest, not [72, 112):
+        // the chunk record names [72, 112), so the chunk is passed over.
+        let p = a.alloc(128, 128).unwrap();
+        assert_ne!(p.chunk, c, "the chunk record read the left run: {p:?}");
+        a.check().unwrap();
+    }
+}
+
+/// A freed run as long as a block's scan hint but nearer leaves the hint
+/// (`pcpu_block_update` takes an equal run only when it lies farther),
+/// even when the nearer run is the better aligned: the cut then promotes
+/// the farther run (`pcpu_block_refresh_hint`), and the nearer one, before
+/// it, is not rescanned.
+#[test]
+fn a_better_aligned_nearer_run_does_not_take_the_scan_hint() {
     let mut a = PercpuAllocator::new(4096).unwrap();
-    // In bits: [0, 40), then [200, 1024) (the contig hint; the 40 at 0
-    // become the scan hint), then [72, 112) (40, farther: the scan hint).
-    let c = holes_in_one_chunk(&mut a, &[(0, 160), (800, 3296), (288, 160)]);
-    // 784 bits at 200 leave [984, 1024), 40 bits: the block's rescan
-    // promotes [72, 112), and neither the rest nor [0, 40) takes it.
-    alloc_at(&mut a, 3136, 4, c, 800);
-    // 32 bits aligned to 32 fit [0, 40) and the rest, not [72, 112): the
-    // chunk record names [72, 112), so the chunk is passed over.
-    let p = a.alloc(128, 128).unwrap();
-    assert_ne!(p.chunk, c, "the chunk record read the left run: {p:?}");
+    // In bits: [100, 116) (16), then [200, 1024) (the contig hint; the 16
+    // at 100 become the scan hint), then [64, 80) (16, aligned to 64).
+    let c = holes_in_one_chunk(&mut a, &[(400, 64), (800, 3296), (256, 64)]);
+    // 820 bits at 200 leave 4 after them: the scan hint is promoted.
+    alloc_at(&mut a, 3280, 4, c, 800);
+    // 16 bits aligned to 64 fit only [64, 80), which no hint names.
+    let p = a.alloc(64, 256).unwrap();
+    assert_ne!(p.chunk, c, "the nearer run took the scan hint: {p:?}");
     a.check().unwrap();
 }
