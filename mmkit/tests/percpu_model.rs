@@ -796,6 +796,18 @@ fn a_better_aligned_later_tie_keeps_the_scan_hint() {
     );
 }
 
+/// A better aligned run as long as the contig hint and after it, with a
+/// shorter scan hint: `pcpu_block_update` keeps that scan hint, though the
+/// old contig run, longer, now lies before the hint; mmkit makes the old
+/// run the scan hint, the longest before the hint (its records stay exact).
+#[test]
+fn a_better_aligned_later_tie_makes_the_old_contig_run_the_scan_hint() {
+    assert_eq!(
+        ties(record(&[(8, 12), (100, 116), (128, 144)])),
+        (128, 16, 100)
+    );
+}
+
 /// `pcpu_block_update`: a better aligned run as long as the contig hint,
 /// before an equal scan hint, takes the hint; the scan hint stays, now
 /// after the contig hint.

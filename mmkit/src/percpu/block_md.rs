@@ -22,8 +22,8 @@ use super::bitmap;
 /// - `left_free` / `right_free`: exactly the length of the free run that
 ///   touches bit 0 / bit `nr_bits - 1` (0 when that bit is used).
 /// - `contig_hint`: exactly the length of the longest free run;
-///   `contig_hint_start` is the start of such a run (ties go to the better
-///   aligned start, then the earlier one).
+///   `contig_hint_start` is the start of such a run (of several, a strictly
+///   better aligned start takes the hint from the one it names).
 /// - `scan_hint`: 0 ("unknown"), or a free run starting at
 ///   `scan_hint_start`: either before `contig_hint_start` and exactly as
 ///   long as the longest run that starts there (an allocation larger than
