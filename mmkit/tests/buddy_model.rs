@@ -189,18 +189,30 @@ fn a_movable_request_below_half_a_pageblock_does_not_claim() {
 /// pageblocks of `2^pageblock_order`), every page handed out as Movable
 /// blocks of `2^order` pages (checked to tile the zone).
 fn full_movable_zone(span: u64, pageblock_order: u8, order: u8) -> BuddyAllocator {
+    full_movable_zone_at(0, span, 4, pageblock_order, order)
+}
+
+/// [`full_movable_zone`] from pfn `start`, with orders up to `max_order`.
+fn full_movable_zone_at(
+    start: u64,
+    span: u64,
+    max_order: u8,
+    pageblock_order: u8,
+    order: u8,
+) -> BuddyAllocator {
     let cfg = BuddyConfig {
-        max_order: 4,
+        max_order,
         pageblock_order,
         placement: Placement::Head,
     };
-    let mut b = BuddyAllocator::new(0, span, cfg).unwrap();
-    b.add_free_range(0, span).unwrap();
+    let mut b = BuddyAllocator::new(start, span, cfg).unwrap();
+    b.add_free_range(start, span).unwrap();
     let mut got: Vec<u64> = (0..span >> order)
         .map(|_| b.alloc(order, MigrateType::Movable).unwrap())
         .collect();
     got.sort_unstable();
-    assert_eq!(got, (0..span).step_by(1 << order).collect::<Vec<u64>>());
+    let tiles: Vec<u64> = (start..start + span).step_by(1 << order).collect();
+    assert_eq!(got, tiles);
     b
 }
 
@@ -314,6 +326,105 @@ fn a_fallback_claims_a_pageblock_full_of_movable_pages() {
         b.pageblock_migratetype(8),
         Some(MigrateType::Movable),
         "the pageblock was not claimed"
+    );
+    b.check().unwrap();
+}
+
+/// The migration scanner counts a block that runs past its pageblock's end
+/// only up to that end, and skips the pageblocks inside it: two Movable
+/// order-3 blocks in pageblocks of 4 pages (`pageblock_order` below
+/// `max_order`, as the config allows) are 4 pages scanned each, the second
+/// one starting at pfn 8. The kernel's free scanner counts so
+/// (`isolate_freepages_block` skips a compound page whole only when it ends
+/// inside the pageblock, else walks on page by page to the pageblock's
+/// end); its migration scanner differs (it skips a pageblock that starts in
+/// a compound page of `pageblock_order` or more, and counts a free block
+/// whole at its head), and this model keeps the free scanner's rule for
+/// both.
+#[test]
+fn the_migration_scanner_counts_a_large_block_to_its_pageblock_end() {
+    let mut b = full_movable_zone(16, 2, 3);
+    let (moves, out) = compact_all(&mut b, 4);
+    assert_eq!(moves, []);
+    assert_eq!(out.result, mmkit::buddy::CompactResult::Complete);
+    let st = out.stats;
+    assert_eq!((st.migrate_scanned, st.free_scanned), (8, 0));
+    b.check().unwrap();
+}
+
+/// The free scanner counts a block that runs past its pageblock's end only
+/// up to that end (the kernel's `isolate_freepages_block`, see above): from
+/// the top it walks two pageblocks of single pages (4 + 4), passes over the
+/// upper half of an order-3 Movable block (a pageblock inside a larger
+/// block: 0), counts the pageblock holding that block's head at pfn 16 as
+/// 4 pages, and isolates the two free pages of the next one (4).
+#[test]
+fn the_free_scanner_counts_a_large_block_to_its_pageblock_end() {
+    let mut b = full_movable_zone(32, 2, 0);
+    for p in 16..24 {
+        b.free(p, 0).unwrap();
+    }
+    assert_eq!(b.alloc(3, MigrateType::Movable), Ok(16));
+    for p in [1, 3, 13, 15] {
+        b.free(p, 0).unwrap();
+    }
+    let (moves, out) = compact_all(&mut b, 2);
+    assert_eq!(moves, [(0, 13, 0), (2, 15, 0)]);
+    assert_eq!(out.result, mmkit::buddy::CompactResult::Success);
+    let st = out.stats;
+    assert_eq!(
+        (st.migrate_scanned, st.free_scanned, st.isolated_free),
+        (4, 16, 2)
+    );
+    b.check().unwrap();
+}
+
+/// The migration scanner takes only Movable blocks smaller than the
+/// requested order (the kernel's `skip_isolation_on_order`: a folio of the
+/// target order or more is not isolated, since a free block of that order
+/// would already have ended the run). A HighAtomic request uses only its
+/// own lists, so a free order-1 block of a Movable pageblock does not end
+/// its run: the order-1 blocks of the bottom pageblock stay, though that
+/// free block could take one of them.
+#[test]
+fn the_migration_scanner_leaves_blocks_of_the_requested_order() {
+    let mut b = full_movable_zone(8, 2, 1);
+    b.free(6, 1).unwrap();
+    let mut moves = Vec::new();
+    let out = b
+        .compact(1, MigrateType::HighAtomic, |old, new, o| {
+            moves.push((old, new, o));
+            true
+        })
+        .unwrap();
+    assert_eq!(moves, []);
+    assert_eq!(out.result, mmkit::buddy::CompactResult::Complete);
+    assert_eq!((out.stats.migrate_scanned, out.stats.free_scanned), (8, 0));
+    assert_eq!(b.free_count(1, MigrateType::Movable), 1);
+    b.check().unwrap();
+}
+
+/// Compaction at the top of the pfn range gives the same answers as at 0:
+/// the zone of `compaction_moves_the_bottom_pages_to_the_top_free_pages`
+/// placed at the highest start accepted, with pageblocks as large as the
+/// largest block (its last pageblock ends at 2^64 - 4). The free scanner
+/// starts at the end of the zone's last pageblock (the kernel's
+/// `compact_zone` starts it in the pageblock holding the zone's last pfn),
+/// computed without overflow.
+#[test]
+fn compaction_at_the_top_of_the_pfn_range() {
+    let s = u64::MAX - 19;
+    let mut b = full_movable_zone_at(s, 16, 2, 2, 0);
+    for p in [1, 3, 13, 15] {
+        b.free(s + p, 0).unwrap();
+    }
+    let (moves, out) = compact_all(&mut b, 2);
+    assert_eq!(moves, [(s, s + 13, 0), (s + 2, s + 15, 0)]);
+    assert_eq!(out.result, mmkit::buddy::CompactResult::Success);
+    let st = out.stats;
+    assert_eq!(
+        (st.migrate_scanned, st.free_scanned, st.isolated_free),
+        (4, 4, 2)
     );
     b.check().unwrap();
 }

@@ -1,11 +1,11 @@
-//! Per-CPU page lists and compaction against a model, step by step.
+//! Per-CPU page lists and compaction against models, step by step.
 //!
-//! The model is the set of blocks in the caller's hands (`pfn -> (order,
-//! type)`) and, per frame, whether the caller holds it. After every
-//! operation `PcpZone::check()` must pass (pcp pages are idle allocated
-//! blocks, no page lost or listed twice, free + pcp + held = present), every
-//! held block must be allocated in the zone, and each result must be the
-//! predicted one:
+//! Two models. The safety model (`pcp_and_compaction_match_model`) is the
+//! set of blocks in the caller's hands (`pfn -> (order, type)`) and, per
+//! frame, whether the caller holds it. After every operation
+//! `PcpZone::check()` must pass (pcp pages are idle allocated blocks, no page
+//! lost or listed twice, free + pcp + held = present), every held block must
+//! be allocated in the zone, and each result must be the predicted one:
 //! - a free succeeds exactly when it names a held block of that order;
 //! - an allocation fails with `NoSpace` exactly when the zone, with every
 //!   CPU drained, could not serve it (the pcp's last resort);
@@ -13,10 +13,16 @@
 //!
 //! At the end everything is freed and drained: the free lists must equal
 //! those of the freshly built zone.
+//!
+//! The exact model (`tests/models/pcp.rs` over the buddy model's `Kernel`,
+//! below) states the kernel's choices: the pfn of every allocation, every
+//! error, when lists are refilled and drained and from which end, the
+//! counters, and every list of every CPU and of the zone, compared after
+//! every call on `PcpZone`, `ConcurrentZone` and `LockedZone`.
 
 use std::collections::BTreeMap;
 
-use mmkit::buddy::pcp::{ConcurrentZone, LockedZone, PcpConfig, PcpZone};
+use mmkit::buddy::pcp::{ConcurrentZone, LockedZone, PcpConfig, PcpStats, PcpZone};
 use mmkit::buddy::{BuddyAllocator, BuddyConfig, CompactResult, FreeBlock, MigrateType, Placement};
 use mmkit::{AllocError, FreeError};
 use proptest::prelude::*;
@@ -374,70 +380,6 @@ proptest! {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(100))]
-
-    /// `ConcurrentZone` and a `LockedZone` behind a spin lock (the
-    /// kernel's kind), used from one thread, answer every call exactly as
-    /// `PcpZone` does (same lists, same slow paths, same errors for bad
-    /// CPUs, orders, pfns and double frees), pass `check` after each, and
-    /// end in the same state.
-    #[test]
-    fn concurrent_zone_answers_as_pcp_zone(s in setup(), ops in prop::collection::vec(op(), 1..200)) {
-        let (mut z, _) = build(&s);
-        let c = ConcurrentZone::new(z.zone().clone(), s.pcp).unwrap();
-        let sz = LockedZone::<spin::Mutex<()>>::new(z.zone().clone(), s.pcp).unwrap();
-        let mut held: Vec<(u64, u8)> = Vec::new();
-        for op in &ops {
-            match *op {
-                Op::Alloc { cpu, order, mt } => {
-                    let a = z.alloc(cpu, order, TYPES[mt]);
-                    prop_assert_eq!(a, c.alloc(cpu, order, TYPES[mt]), "{:?}", op);
-                    prop_assert_eq!(a, sz.alloc(cpu, order, TYPES[mt]), "{:?}", op);
-                    if let Ok(p) = a {
-                        held.push((p, order));
-                    }
-                }
-                Op::Free { cpu, pick } if !held.is_empty() => {
-                    // Sometimes a double free: the block stays listed.
-                    let k = pick % held.len();
-                    let (p, o) = if pick % 7 == 0 { held[k] } else { held.swap_remove(k) };
-                    let f = z.free(cpu, p, o);
-                    prop_assert_eq!(f, c.free(cpu, p, o), "{:?}", op);
-                    prop_assert_eq!(f, sz.free(cpu, p, o), "{:?}", op);
-                }
-                Op::FreeRaw { cpu, off, order } => {
-                    let pfn = (s.start + off).saturating_sub(8);
-                    let f = z.free(cpu, pfn, order);
-                    prop_assert_eq!(f, c.free(cpu, pfn, order), "{:?}", op);
-                    prop_assert_eq!(f, sz.free(cpu, pfn, order), "{:?}", op);
-                    held.retain(|&(p, _)| p != pfn);
-                }
-                Op::DrainAll => {
-                    z.drain_all();
-                    c.drain_all();
-                    sz.drain_all();
-                }
-                _ => {}
-            }
-            c.check().map_err(|e| TestCaseError::fail(format!("{op:?}: {e}")))?;
-            sz.check().map_err(|e| TestCaseError::fail(format!("{op:?}: {e}")))?;
-            for cpu in 0..s.pcp.cpus {
-                prop_assert_eq!(z.pcp_pages(cpu), c.pcp_pages(cpu));
-            }
-        }
-        for cpu in 0..s.pcp.cpus {
-            prop_assert_eq!(z.stats(cpu), c.stats(cpu));
-            prop_assert_eq!(z.stats(cpu), sz.stats(cpu));
-        }
-        z.drain_all();
-        let pz = c.into_pcp_zone();
-        pz.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
-        prop_assert_eq!(pz.zone().free_pages(), z.zone().free_pages());
-        prop_assert!(pz.zone().free_blocks().eq(z.zone().free_blocks()));
-    }
-}
-
 /// Two threads allocating and freeing on their own CPUs and on each
 /// other's: no block is handed out twice, and nothing is lost.
 #[test]
@@ -504,4 +446,377 @@ fn concurrent_zone_loses_and_duplicates_nothing() {
     pz.check().unwrap();
     assert_eq!(pz.zone().free_pages(), 8192);
     assert_eq!(pz.zone().nr_free(10), 8);
+}
+
+// ---------------------------------------------------------------------------
+// The kernel's choices, call by call
+// ---------------------------------------------------------------------------
+
+include!("models/buddy_kernel.rs");
+include!("models/pcp.rs");
+include!("models/pcp_zone.rs");
+
+/// A call of the exact test (compaction stays in the safety test above:
+/// the kernel model does not state which pages it moves).
+#[derive(Debug, Clone)]
+enum Call {
+    Alloc {
+        cpu: usize,
+        order: u8,
+        mt: usize,
+    },
+    /// Free the `pick`-th held block (modulo their number).
+    Free {
+        cpu: usize,
+        pick: usize,
+    },
+    /// Free an arbitrary pfn and order: an error unless it names a held block.
+    FreeRaw {
+        cpu: usize,
+        off: u64,
+        order: u8,
+    },
+    /// Free the `pick`-th page sitting on a pcp list: always refused.
+    FreeListed {
+        cpu: usize,
+        pick: usize,
+    },
+    Drain {
+        cpu: usize,
+    },
+    DrainAll,
+}
+
+#[derive(Debug, Clone)]
+struct Exact {
+    max_order: u8,
+    pb: u8,
+    start: u64,
+    span: u64,
+    placement: Placement,
+    pcp: PcpConfig,
+    /// Pageblock types set before the lists go in front: (offset, type).
+    types: Vec<(u64, usize)>,
+}
+
+/// Zones from 16 frames (soon exhausted) to 3,000 (every order of a
+/// 1,024-page maximum), pageblock orders below, at and above the costly
+/// order, and `high` below, near and far above `batch`.
+fn exact_setup() -> impl Strategy<Value = Exact> {
+    let orders = prop_oneof![
+        Just((4u8, 2u8)),
+        Just((5, 3)),
+        Just((5, 4)),
+        Just((5, 5)),
+        Just((10, 9))
+    ];
+    let span = prop_oneof![16u64..200, 200u64..3000];
+    let placement = prop_oneof![Just(Placement::Head), Just(Placement::TailIfMergeLikely)];
+    let pcp = (1usize..=4, 1u32..16, 0u32..64).prop_map(|(cpus, batch, high)| PcpConfig {
+        cpus,
+        batch,
+        high,
+    });
+    let types = prop::collection::vec((0u64..3000, 0usize..4), 0..4);
+    (orders, 0u64..3000, span, placement, pcp, types).prop_map(
+        |((max_order, pb), start, span, placement, pcp, types)| Exact {
+            max_order,
+            pb,
+            start,
+            span,
+            placement,
+            pcp,
+            types,
+        },
+    )
+}
+
+/// Calls for `s`: mostly orders with lists, mostly valid CPUs, one CPU
+/// past the last now and then.
+fn exact_calls(s: &Exact) -> impl Strategy<Value = Vec<Call>> {
+    let cpus = s.pcp.cpus;
+    let cpu = prop_oneof![9 => 0..cpus, 1 => Just(cpus)];
+    let order = prop_oneof![6 => Just(0u8), 3 => 1u8..=3, 1 => Just(s.pb), 1 => 0u8..12];
+    // HighAtomic seldom: it fails (and drains every CPU) unless a
+    // pageblock of that type was set.
+    let mt = prop_oneof![3 => Just(1usize), 2 => Just(0), 2 => Just(2), 1 => Just(3)];
+    // A raw free's pfn is `start + off - 8`: anywhere, or at an edge of
+    // the span (the frame before it, its first, its last, the one after).
+    let off = prop_oneof![
+        3 => 0u64..3000,
+        1 => prop::sample::select(vec![7, 8, s.span + 7, s.span + 8]),
+    ];
+    let call = prop_oneof![
+        16 => (cpu.clone(), order, mt).prop_map(|(cpu, order, mt)| Call::Alloc { cpu, order, mt }),
+        12 => (cpu.clone(), any::<usize>()).prop_map(|(cpu, pick)| Call::Free { cpu, pick }),
+        1 => (cpu.clone(), off, 0u8..11).prop_map(|(cpu, off, order)| Call::FreeRaw { cpu, off, order }),
+        1 => (cpu.clone(), any::<usize>()).prop_map(|(cpu, pick)| Call::FreeListed { cpu, pick }),
+        1 => cpu.prop_map(|cpu| Call::Drain { cpu }),
+        1 => Just(Call::DrainAll),
+    ];
+    prop::collection::vec(call, 1..400)
+}
+
+/// The zone of `s` (every pageblock type set) and the model of the same.
+fn exact_zone(s: &Exact) -> (BuddyAllocator, PcpModel) {
+    let cfg = BuddyConfig {
+        max_order: s.max_order,
+        pageblock_order: s.pb,
+        placement: s.placement,
+    };
+    let end = s.start + s.span;
+    let mut b = BuddyAllocator::new(s.start, s.span, cfg).unwrap();
+    let mut k = Kernel::new(s.max_order, s.pb, s.start, end, s.placement);
+    b.add_free_range(s.start, s.span).unwrap();
+    k.add_free_range(s.start, s.span).unwrap();
+    for &(off, mt) in &s.types {
+        let pfn = s.start + off % s.span;
+        b.set_pageblock_migratetype(pfn, TYPES[mt]).unwrap();
+        k.set_type(pfn, TYPES[mt]).unwrap();
+    }
+    let m = PcpModel::new(k, s.pcp.cpus, s.pcp.batch, s.pcp.high);
+    (b, m)
+}
+
+/// Everything a caller can read back equals the model's: each CPU's
+/// counters, pages and lists (every order, every type), and the zone's
+/// every free list and pageblock type.
+fn compare_exact<Z: Zone>(z: &Z, m: &PcpModel, s: &Exact) -> Result<(), TestCaseError> {
+    z.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    for (cpu, c) in m.cpus.iter().enumerate() {
+        let want = PcpStats {
+            refills: c.refills,
+            drains: c.drains,
+            direct: c.direct,
+        };
+        prop_assert_eq!(z.stats(cpu), want, "stats of cpu {}", cpu);
+        prop_assert_eq!(z.pcp_pages(cpu), c.count, "pcp_pages({})", cpu);
+        for order in 0..=s.max_order + 1 {
+            for mt in TYPES {
+                if let Some(got) = z.pcp_list(cpu, order, mt) {
+                    let want = m.list(cpu, order, mt);
+                    prop_assert_eq!(got, want, "pcp_list({}, {}, {:?})", cpu, order, mt);
+                }
+            }
+        }
+    }
+    let cpus = s.pcp.cpus;
+    prop_assert_eq!((z.stats(cpus), z.pcp_pages(cpus)), (PcpStats::default(), 0));
+    let none = z.pcp_list(cpus, 0, MigrateType::Movable);
+    prop_assert!(
+        none.unwrap_or_default().is_empty(),
+        "pcp_list of cpu {}",
+        cpus
+    );
+    if let Some(d) = z.differs(&m.kern) {
+        return Err(TestCaseError::fail(d));
+    }
+    Ok(())
+}
+
+/// Runs `calls` on `z` and on the model, comparing every answer and then
+/// everything readable; at the end frees every held block and drains.
+fn run_exact<Z: Zone>(
+    z: &mut Z,
+    m: &mut PcpModel,
+    s: &Exact,
+    calls: &[Call],
+) -> Result<(), TestCaseError> {
+    for call in calls {
+        match *call {
+            Call::Alloc { cpu, order, mt } => {
+                let got = z.alloc(cpu, order, TYPES[mt]);
+                prop_assert_eq!(got, m.alloc(cpu, order, TYPES[mt]), "{:?}", call);
+            }
+            Call::Free { cpu, pick } => {
+                if m.held.is_empty() {
+                    continue;
+                }
+                let (&pfn, &(order, _)) = m.held.iter().nth(pick % m.held.len()).unwrap();
+                let got = z.free(cpu, pfn, order);
+                prop_assert_eq!(got, m.free(cpu, pfn, order), "{:?}", call);
+            }
+            Call::FreeRaw { cpu, off, order } => {
+                let pfn = (s.start + off).saturating_sub(8);
+                let got = z.free(cpu, pfn, order);
+                prop_assert_eq!(got, m.free(cpu, pfn, order), "{:?}", call);
+            }
+            Call::FreeListed { cpu, pick } => {
+                let listed = m.listed();
+                if listed.is_empty() {
+                    continue;
+                }
+                let (_, pfn, order) = listed[pick % listed.len()];
+                let want = if cpu < s.pcp.cpus {
+                    Err(FreeError::NotAllocated)
+                } else {
+                    Err(FreeError::Invalid)
+                };
+                prop_assert_eq!(z.free(cpu, pfn, order), want, "{:?}", call);
+                prop_assert_eq!(m.free(cpu, pfn, order), want, "{:?}", call);
+            }
+            Call::Drain { cpu } => {
+                if let Some(got) = z.drain(cpu) {
+                    prop_assert_eq!(got, m.drain(cpu), "{:?}", call);
+                }
+            }
+            Call::DrainAll => {
+                z.drain_all();
+                m.drain_all();
+            }
+        }
+        compare_exact(z, m, s).map_err(|e| TestCaseError::fail(format!("after {call:?}: {e}")))?;
+        let orders = m
+            .kern
+            .lists
+            .iter()
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(&(o, _), _)| o);
+        if orders.collect::<std::collections::BTreeSet<u8>>().len() == usize::from(s.max_order) + 1
+        {
+            m.ev.every_order += 1;
+            if s.max_order >= 10 {
+                m.ev.every_order_big += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The end of a run: the zone as a `PcpZone` (every CPU drained), every
+/// held block freed on it, and every CPU drained again.
+fn finish_exact(mut z: PcpZone, m: &mut PcpModel, s: &Exact) -> Result<(), TestCaseError> {
+    m.drain_all();
+    compare_exact(&z, m, s)?;
+    let held: Vec<(u64, u8)> = m.held.iter().map(|(&p, &(o, _))| (p, o)).collect();
+    for (k, (pfn, order)) in held.into_iter().enumerate() {
+        let cpu = k % s.pcp.cpus;
+        prop_assert_eq!(z.free(cpu, pfn, order), m.free(cpu, pfn, order));
+    }
+    compare_exact(&z, m, s)?;
+    z.drain_all();
+    m.drain_all();
+    compare_exact(&z, m, s)
+}
+
+/// Runs `cases` random setups and call sequences through the zone `make`
+/// builds, and returns the events the model saw, summed.
+fn exact_runs<Z: Zone>(cases: u32, make: fn(BuddyAllocator, PcpConfig) -> Z) -> Events {
+    let sum = std::cell::RefCell::new(Events::default());
+    let strategy = exact_setup().prop_flat_map(|s| {
+        let calls = exact_calls(&s);
+        (Just(s), calls)
+    });
+    let config = ProptestConfig {
+        failure_persistence: None,
+        ..ProptestConfig::with_cases(cases)
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let r = runner.run(&strategy, |(s, calls)| {
+        let (b, mut m) = exact_zone(&s);
+        let mut z = make(b, s.pcp);
+        compare_exact(&z, &m, &s)?;
+        run_exact(&mut z, &mut m, &s, &calls)?;
+        finish_exact(z.into_pcp_zone(), &mut m, &s)?;
+        sum.borrow_mut().add(&m.ev);
+        Ok(())
+    });
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+    sum.into_inner()
+}
+
+/// The events every exact run must reach, so that a configuration that
+/// never hits `high`, never exhausts the zone or never fills every order
+/// cannot pass unnoticed.
+fn assert_reached(ev: &Events) {
+    let reached = [
+        ("hits", ev.hits, 1500),
+        ("refills", ev.refills, 5000),
+        ("short_refills", ev.short_refills, 200),
+        ("empty_refills", ev.empty_refills, 400),
+        ("pageblock_hits", ev.pageblock_hits, 200),
+        ("direct", ev.direct, 1500),
+        ("high_drains", ev.high_drains, 1000),
+        ("multi_list_drains", ev.multi_list_drains, 600),
+        ("wrapped_drains", ev.wrapped_drains, 300),
+        ("full_drains", ev.full_drains, 3000),
+        ("rescued", ev.rescued, 150),
+        ("failed", ev.failed, 1000),
+        ("every_order", ev.every_order, 5000),
+        ("every_order_big", ev.every_order_big, 20),
+    ];
+    for (name, n, min) in reached {
+        assert!(n >= min, "{name}: {n} < {min}: {ev:?}");
+    }
+}
+
+/// `PcpZone` answers every call as the kernel would: the pfn of every
+/// allocation (from which list, or which block a refill or the zone
+/// gives), every error, the counters, every CPU's lists in order, and the
+/// zone's free lists.
+#[test]
+fn pcp_zone_makes_the_kernels_choices() {
+    let ev = exact_runs(500, |b, cfg| PcpZone::new(b, cfg).unwrap());
+    println!("{ev:?}");
+    assert_reached(&ev);
+}
+
+/// `ConcurrentZone`, used from one thread, answers as the model too (the
+/// zone, the counters and the pages per CPU; it shows no lists and has no
+/// drain of one CPU).
+#[test]
+fn concurrent_zone_makes_the_kernels_choices() {
+    let ev = exact_runs(200, |b, cfg| ConcurrentZone::new(b, cfg).unwrap());
+    assert!(ev.high_drains > 0 && ev.rescued > 0, "{ev:?}");
+}
+
+/// `LockedZone` behind a spin lock (the kernel's kind), likewise.
+#[test]
+fn locked_zone_makes_the_kernels_choices() {
+    let ev = exact_runs(100, |b, cfg| {
+        LockedZone::<spin::Mutex<()>>::new(b, cfg).unwrap()
+    });
+    assert!(ev.high_drains > 0 && ev.rescued > 0, "{ev:?}");
+}
+
+/// A configuration without CPUs, with more than 4096 or with a batch of 0
+/// is refused, by every zone alike; the bounds themselves are accepted.
+#[test]
+fn bad_configurations_are_refused() {
+    assert_eq!(
+        PcpConfig::default(),
+        PcpConfig {
+            cpus: 2,
+            batch: 63,
+            high: 378
+        }
+    );
+    let b = BuddyAllocator::new(0, 64, BuddyConfig::default()).unwrap();
+    for (cpus, batch, ok) in [
+        (0, 1, false),
+        (1, 0, false),
+        (4097, 1, false),
+        (1, 1, true),
+        (4096, 1, true),
+    ] {
+        let cfg = PcpConfig {
+            cpus,
+            batch,
+            high: 0,
+        };
+        let want = if ok { Ok(()) } else { Err(AllocError::Invalid) };
+        assert_eq!(PcpZone::new(b.clone(), cfg).map(|_| ()), want, "{cfg:?}");
+        assert_eq!(
+            ConcurrentZone::new(b.clone(), cfg).map(|_| ()),
+            want,
+            "{cfg:?}"
+        );
+        let z = LockedZone::<spin::Mutex<()>>::new(b.clone(), cfg);
+        assert_eq!(z.map(|_| ()), want, "{cfg:?}");
+        if ok {
+            assert_eq!(PcpZone::new(b.clone(), cfg).unwrap().config(), cfg);
+        }
+    }
 }

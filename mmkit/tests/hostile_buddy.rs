@@ -20,6 +20,19 @@ fn constructors_refuse_bad_configs() {
         BuddyAllocator::new(u64::MAX, 2, cfg).is_err(),
         "span past u64::MAX"
     );
+    // The top pfns: a zone whose last max-order block would end at 2^64.
+    // The highest zone accepted ends one such block below it.
+    let top = BuddyConfig {
+        max_order: 4,
+        pageblock_order: 2,
+        ..cfg
+    };
+    assert_eq!(
+        BuddyAllocator::new(u64::MAX - 16, 16, top).err(),
+        Some(AllocError::Invalid),
+        "last block past u64::MAX"
+    );
+    assert!(BuddyAllocator::new(u64::MAX - 31, 16, top).is_ok());
     let bad = BuddyConfig {
         max_order: ORDER_LIMIT + 1,
         ..cfg

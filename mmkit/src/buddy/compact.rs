@@ -91,8 +91,12 @@ pub struct CompactStats {
     /// Runs that ended in [`CompactResult::Complete`] (`compact_fail`).
     pub fail: u64,
     /// Pages the migration scanner walked (`compact_migrate_scanned`).
+    /// Each pageblock scanned adds its own pages that the scanner passed:
+    /// a block running past the pageblock's end counts up to that end, a
+    /// pageblock inside a larger block is skipped and adds nothing.
     pub migrate_scanned: u64,
-    /// Pages the free scanner walked (`compact_free_scanned`).
+    /// Pages the free scanner walked (`compact_free_scanned`), counted as
+    /// `migrate_scanned` is.
     pub free_scanned: u64,
     /// Free pages isolated as targets (`compact_isolated`, free side).
     pub isolated_free: u64,
@@ -236,7 +240,8 @@ impl BuddyAllocator {
         let pb = 1u64 << self.cfg.pageblock_order;
         let mut sc = Scanners {
             migrate: self.start & !(pb - 1),
-            free_low: (self.end_pfn() + pb - 1) & !(pb - 1),
+            // The end of the last pageblock; `new` keeps it below 2^64.
+            free_low: ((self.end_pfn() - 1) | (pb - 1)) + 1,
             isolated: Vec::new(),
         };
         let mut st = CompactStats {

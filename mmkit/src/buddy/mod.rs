@@ -257,8 +257,10 @@ impl BuddyAllocator {
     ///
     /// # Errors
     /// [`AllocError::Invalid`] when `span` is 0 or above [`MAX_SPAN`], the
-    /// span overflows `u64`, `max_order` exceeds [`ORDER_LIMIT`], or
-    /// `pageblock_order` exceeds `max_order`; [`AllocError::NoSpace`] when
+    /// span rounded up to a whole `max_order` block overflows `u64` (the
+    /// scanners of [`compact`](Self::compact) walk whole pageblocks),
+    /// `max_order` exceeds [`ORDER_LIMIT`], or `pageblock_order` exceeds
+    /// `max_order`; [`AllocError::NoSpace`] when
     /// the heap refuses the metadata (about 9 bytes a frame).
     ///
     /// # Complexity
@@ -276,6 +278,11 @@ impl BuddyAllocator {
         let ok_cfg = cfg.max_order <= ORDER_LIMIT && cfg.pageblock_order <= cfg.max_order;
         let end = start_pfn.checked_add(span).ok_or(AllocError::Invalid)?;
         if !ok_cfg || span == 0 || span > MAX_SPAN {
+            return Err(AllocError::Invalid);
+        }
+        // The last pfn of the max-order block holding the last frame.
+        let top = (end - 1) | ((1u64 << cfg.max_order) - 1);
+        if top == u64::MAX {
             return Err(AllocError::Invalid);
         }
         // span <= MAX_SPAN < u32::MAX: every count below fits in usize.
