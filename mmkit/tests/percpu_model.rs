@@ -666,3 +666,199 @@ fn the_last_blocks_right_run_is_tried_at_the_end_of_the_walk() {
     alloc_at(&mut a, 3232, 4, c, 800);
     alloc_at(&mut a, 64, 64, c, 4032);
 }
+
+/// A freed run as long as a block's scan hint, farther than it and before
+/// the contig hint, takes the scan hint (`pcpu_block_update`: "larger than
+/// or equal and farther"). When a cut of the contig hint promotes the scan
+/// hint (`pcpu_block_refresh_hint`), the farther run is the contig hint:
+/// here the aligned one, so an aligned request fits in this chunk.
+#[test]
+fn an_equal_run_after_the_scan_hint_takes_it() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    // In bits: [12, 28) (16, at 4 mod 8), then [200, 1024) (the contig
+    // hint; the 16 at 12 become the scan hint), then [64, 80) (16 again,
+    // aligned to 64, farther: the scan hint).
+    let c = holes_in_one_chunk(&mut a, &[(48, 64), (800, 3296), (256, 64)]);
+    // 820 bits at 200 leave 4 after them: the scan hint is promoted.
+    alloc_at(&mut a, 3280, 4, c, 800);
+    alloc_at(&mut a, 64, 256, c, 256);
+}
+
+/// An allocation at the start of a block's contig run that reaches the
+/// block's end, leaving a rest as long as the scan hint and strictly
+/// better aligned: the kernel's rescan (`pcpu_block_update_hint_alloc` ->
+/// `pcpu_block_refresh_hint`) promotes the scan hint, then feeds the rest
+/// to `pcpu_block_update`, where the better aligned start takes the contig
+/// hint. The block walk then tries that rest, not the scan hint's run, and
+/// a request that fits only the latter is served from the next block.
+#[test]
+fn a_better_aligned_rest_as_long_as_the_scan_hint_takes_the_contig_hint() {
+    let mut a = PercpuAllocator::new(8192).unwrap();
+    // In bits: [60, 84) (24, at 4 mod 8), then [200, 1024), then in the
+    // second block [1280, 1344) (64, the chunk's longest after the cut).
+    let c = holes_in_one_chunk(&mut a, &[(240, 96), (800, 3296), (5120, 256)]);
+    // 800 bits at 200 leave [1000, 1024): 24 bits at 8 mod 16.
+    alloc_at(&mut a, 3200, 4, c, 800);
+    // 20 bits aligned to 16 fit [60, 84) (at 64) but not [1000, 1024): the
+    // first block's contig hint is the rest, so the walk goes on.
+    alloc_at(&mut a, 80, 64, c, 5120);
+}
+
+/// A run longer than a block's contig hint and after it keeps a scan hint
+/// as long as the old contig hint (`pcpu_block_update` promotes the old
+/// contig hint only if it is longer): of the two equal runs, the nearer one
+/// is promoted when the new hint is cut, and an equally aligned run later
+/// does not take it. Here only the later one holds the aligned request.
+#[test]
+fn a_longer_run_keeps_an_equal_scan_hint() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    // In bits: [112, 152) (40, the contig hint), then [16, 56) (40, equally
+    // aligned: the scan hint), then [200, 1024).
+    let c = holes_in_one_chunk(&mut a, &[(448, 160), (64, 160), (800, 3296)]);
+    // 820 bits at 200 leave 4 after them: the scan hint is promoted.
+    alloc_at(&mut a, 3280, 4, c, 800);
+    // 24 bits aligned to 64 fit [112, 152) (at 128), not [16, 56).
+    let p = a.alloc(96, 256).unwrap();
+    assert_ne!(p.chunk, c, "the later run took the contig hint: {p:?}");
+    a.check().unwrap();
+}
+
+/// A block record fed free runs one at a time, as the free path does.
+fn record(runs: &[(u32, u32)]) -> BlockMd {
+    let mut md = BlockMd::new_free(1024);
+    md.reset_full();
+    for &(s, e) in runs {
+        md.update(s, e);
+    }
+    md
+}
+
+/// (contig start, scan hint, scan start) of a record.
+fn ties(md: BlockMd) -> (u32, u32, u32) {
+    (md.contig_hint_start, md.scan_hint, md.scan_hint_start)
+}
+
+/// `pcpu_block_update`: a run as long as the contig hint, not better
+/// aligned, nearer than an equal scan hint leaves the farther scan hint.
+#[test]
+fn a_nearer_tie_leaves_an_equal_scan_hint() {
+    assert_eq!(ties(record(&[(96, 112), (40, 56), (8, 24)])), (96, 16, 40));
+}
+
+/// `pcpu_block_update`: a run as long as the contig hint, after it and not
+/// better aligned, becomes a scan hint after the contig hint; it skips
+/// nothing (`pcpu_next_hint`).
+#[test]
+fn a_later_tie_is_a_scan_hint_after_the_contig_hint() {
+    let md = record(&[(64, 80), (100, 116)]);
+    assert_eq!(ties(md), (64, 16, 100));
+    assert_eq!(md.next_hint(17), 64);
+}
+
+/// `pcpu_block_update`: a run as long as the contig hint, not better
+/// aligned, farther than an equal scan hint takes it, before the contig
+/// hint or after it.
+#[test]
+fn a_farther_tie_takes_an_equal_scan_hint() {
+    assert_eq!(ties(record(&[(96, 112), (40, 56), (72, 88)])), (96, 16, 72));
+    assert_eq!(
+        ties(record(&[(96, 112), (40, 56), (120, 136)])),
+        (96, 16, 120)
+    );
+}
+
+/// `pcpu_block_update`: a run longer than the contig hint and after it
+/// keeps a scan hint as long as the old contig hint.
+#[test]
+fn a_longer_later_run_keeps_an_equal_scan_hint() {
+    assert_eq!(
+        ties(record(&[(96, 112), (40, 56), (200, 240)])),
+        (200, 16, 40)
+    );
+}
+
+/// `pcpu_block_update`: a run longer than the contig hint, before it,
+/// forgets the scan hint, even one wholly before the run.
+#[test]
+fn a_longer_earlier_run_forgets_the_scan_hint() {
+    assert_eq!(ties(record(&[(300, 316), (500, 600), (350, 470)])).1, 0);
+}
+
+/// `pcpu_block_update`: a better aligned run as long as the contig hint and
+/// after it takes the hint and keeps the scan hint as it is: unknown, or
+/// as long as the hint.
+#[test]
+fn a_better_aligned_later_tie_keeps_the_scan_hint() {
+    assert_eq!(ties(record(&[(100, 116), (128, 144)])).1, 0);
+    assert_eq!(
+        ties(record(&[(96, 112), (40, 56), (128, 144)])),
+        (128, 16, 40)
+    );
+}
+
+/// A better aligned run as long as the contig hint and after it, with a
+/// shorter scan hint: `pcpu_block_update` keeps that scan hint, though the
+/// old contig run, longer, now lies before the hint; mmkit makes the old
+/// run the scan hint, the longest before the hint (its records stay exact).
+#[test]
+fn a_better_aligned_later_tie_makes_the_old_contig_run_the_scan_hint() {
+    assert_eq!(
+        ties(record(&[(8, 12), (100, 116), (128, 144)])),
+        (128, 16, 100)
+    );
+}
+
+/// `pcpu_block_update`: a better aligned run as long as the contig hint,
+/// before an equal scan hint, takes the hint; the scan hint stays, now
+/// after the contig hint.
+#[test]
+fn a_better_aligned_earlier_tie_keeps_an_equal_scan_hint() {
+    assert_eq!(ties(record(&[(96, 112), (40, 56), (0, 16)])), (0, 16, 40));
+}
+
+/// A chunk refresh reads from each block only the runs
+/// `pcpu_for_each_md_free_region` yields (`pcpu_chunk_refresh_hint`): the
+/// contig hint, and the edge runs joined across blocks. A block's left run
+/// that is neither is not read, even when it is the best aligned of the
+/// longest runs, so the chunk record names the block's contig hint.
+#[test]
+fn a_chunk_refresh_does_not_read_a_lone_left_run() {
+    // In bits from the block's start: [0, 40), then [200, 1024) (the
+    // contig hint; the 40 at 0 become the scan hint), then [72, 112) (40,
+    // farther: the scan hint). In the second layout the block is the
+    // second one, after a block whose right run is empty.
+    let one = [(0, 160), (800, 3296), (288, 160)];
+    let two = [(16, 8), (4096, 160), (4896, 3296), (4384, 160)];
+    for (unit, holes) in [(4096u64, &one[..]), (8192, &two[..])] {
+        let mut a = PercpuAllocator::new(unit).unwrap();
+        let c = holes_in_one_chunk(&mut a, holes);
+        let base = (unit - 4096) as u32;
+        // 784 bits at 200 leave [984, 1024), 40 bits: the block's rescan
+        // promotes [72, 112), and neither the rest nor [0, 40) takes it.
+        alloc_at(&mut a, 3136, 4, c, base + 800);
+        // 32 bits aligned to 32 fit [0, 40) and the rest, not [72, 112):
+        // the chunk record names [72, 112), so the chunk is passed over.
+        let p = a.alloc(128, 128).unwrap();
+        assert_ne!(p.chunk, c, "the chunk record read the left run: {p:?}");
+        a.check().unwrap();
+    }
+}
+
+/// A freed run as long as a block's scan hint but nearer leaves the hint
+/// (`pcpu_block_update` takes an equal run only when it lies farther),
+/// even when the nearer run is the better aligned: the cut then promotes
+/// the farther run (`pcpu_block_refresh_hint`), and the nearer one, before
+/// it, is not rescanned.
+#[test]
+fn a_better_aligned_nearer_run_does_not_take_the_scan_hint() {
+    let mut a = PercpuAllocator::new(4096).unwrap();
+    // In bits: [100, 116) (16), then [200, 1024) (the contig hint; the 16
+    // at 100 become the scan hint), then [64, 80) (16, aligned to 64).
+    let c = holes_in_one_chunk(&mut a, &[(400, 64), (800, 3296), (256, 64)]);
+    // 820 bits at 200 leave 4 after them: the scan hint is promoted.
+    alloc_at(&mut a, 3280, 4, c, 800);
+    // 16 bits aligned to 64 fit only [64, 80), which no hint names.
+    let p = a.alloc(64, 256).unwrap();
+    assert_ne!(p.chunk, c, "the nearer run took the scan hint: {p:?}");
+    a.check().unwrap();
+}

@@ -22,12 +22,16 @@ use super::bitmap;
 /// - `left_free` / `right_free`: exactly the length of the free run that
 ///   touches bit 0 / bit `nr_bits - 1` (0 when that bit is used).
 /// - `contig_hint`: exactly the length of the longest free run;
-///   `contig_hint_start` is the start of such a run (ties go to the better
-///   aligned start, then the earlier one).
-/// - `scan_hint`: 0 ("unknown") or exactly the longest free run that starts
-///   before `contig_hint_start`, starting at `scan_hint_start`. An
-///   allocation larger than `scan_hint` can therefore skip everything before
-///   `scan_hint_start + scan_hint`.
+///   `contig_hint_start` is the start of such a run (of several, a strictly
+///   better aligned start takes the hint from the one it names).
+/// - `scan_hint`: 0 ("unknown"), or a free run starting at
+///   `scan_hint_start`: either before `contig_hint_start` and exactly as
+///   long as the longest run that starts there (an allocation larger than
+///   `scan_hint` can therefore skip everything before `scan_hint_start +
+///   scan_hint`), or after it and as long as the contig hint (the kernel's
+///   record of an equal run that lost the tie; it skips nothing).
+///   Which of several equally long runs each hint names follows the
+///   kernel's `pcpu_block_update`.
 ///
 /// For the chunk-wide record the kernel lets the free path lag: a free that
 /// stays inside one block updates the chunk record with the run clipped to
@@ -140,11 +144,30 @@ impl BlockMd {
     /// Records that `[s, e)` is a free run (maximal for a block; possibly
     /// clipped to one block for a chunk record, which keeps the hints lower
     /// bounds). Only ever raises hints; used by the free path and by
-    /// refreshes, which feed runs in increasing order.
+    /// refreshes, which feed runs in increasing order. Between equally long
+    /// runs it chooses as the kernel's `pcpu_block_update` does, except
+    /// where that would leave a scan hint shorter than a run before it (the
+    /// record then stays exact; see the type's invariants).
     ///
     /// # Complexity
     /// O(1).
     pub fn update(&mut self, s: u32, e: u32) {
+        self.record_run(s, e, false);
+    }
+
+    /// [`update`](Self::update) for the chunk record, which keeps a scan
+    /// hint that lies wholly before a new contig hint at or before the old
+    /// one (the kernel forgets it). The chunk's refresh scans from
+    /// `first_free`, so its scan hint never picks a contig hint; kept, it
+    /// lets a later free that touches it be joined with it.
+    ///
+    /// # Complexity
+    /// O(1).
+    pub(crate) fn update_chunk(&mut self, s: u32, e: u32) {
+        self.record_run(s, e, true);
+    }
+
+    fn record_run(&mut self, s: u32, e: u32, keep_scan_before: bool) {
         let c = e - s;
         self.first_free = self.first_free.min(s);
         if s == 0 {
@@ -154,57 +177,65 @@ impl BlockMd {
             self.right_free = self.right_free.max(c);
         }
         if c > self.contig_hint {
-            self.grow_contig(s, c);
+            self.grow_contig(s, c, keep_scan_before);
         } else if c == self.contig_hint {
             self.tie_contig(s, c);
-        } else if s < self.contig_hint_start && self.scan_hint != 0 && c > self.scan_hint {
-            // A run before the contig hint, longer than the longest known.
+        } else if s < self.contig_hint_start
+            && self.scan_hint != 0
+            && (c > self.scan_hint || (c == self.scan_hint && s > self.scan_hint_start))
+        {
+            // Before the contig hint: a longer run, or an equal one farther
+            // on, becomes the scan hint. An unknown scan hint stays unknown
+            // (the kernel would take this run though a longer one may lie
+            // before it).
             self.set_scan(s, c);
         }
     }
 
     /// `[s, s + c)` is longer than the contig hint: it becomes the hint.
-    fn grow_contig(&mut self, s: u32, c: u32) {
+    fn grow_contig(&mut self, s: u32, c: u32, keep_scan_before: bool) {
         let (cs, cc) = (self.contig_hint_start, self.contig_hint);
-        if cc == 0 {
-            self.scan_hint = 0;
-        } else if s > cs {
-            // The old hint was the longest run anywhere, so it is the
-            // longest before the new one.
+        if s <= cs {
+            // What lies before the run (which may hold the old hint) is
+            // forgotten, unless asked to keep a scan hint wholly before it
+            // (it was a longest run before a later point).
+            if !keep_scan_before || self.scan_hint_start + self.scan_hint >= s {
+                self.scan_hint = 0;
+            }
+        } else if cc > self.scan_hint {
+            // The old hint was the longest run anywhere, so it is a longest
+            // before the new one.
             self.set_scan(cs, cc);
-        } else if s < cs {
-            self.keep_scan_if_before(s);
+        } else if s <= self.scan_hint_start {
+            // A scan hint as long as the old hint, after the new run (or
+            // part of it).
+            self.scan_hint = 0;
         }
-        // s == cs: the old hint grew to the right; what lies before it is
-        // unchanged, and so is the scan hint.
+        // Otherwise the scan hint is as long as the old hint and before
+        // `s`: it stays, the nearer of the two.
         self.contig_hint = c;
         self.contig_hint_start = s;
     }
 
-    /// `[s, s + c)` is as long as the contig hint: prefer better alignment
-    /// (alignment padding is what makes a hint useless), then the earlier.
+    /// `[s, s + c)` is as long as the contig hint: a strictly better
+    /// aligned start (alignment padding is what makes a hint useless) takes
+    /// the hint; otherwise the run becomes the scan hint if it lies farther
+    /// than the scan hint or the scan hint is shorter, before the contig
+    /// hint or after it.
     fn tie_contig(&mut self, s: u32, c: u32) {
         let cs = self.contig_hint_start;
-        if s < cs {
-            if better_aligned(s, cs) {
-                self.keep_scan_if_before(s);
-                self.contig_hint_start = s;
-            } else {
-                // Nothing before the hint is longer than the hint itself.
-                self.set_scan(s, c);
+        if better_aligned(s, cs) {
+            if s <= self.scan_hint_start && self.scan_hint < c {
+                // A shorter scan hint after the new hint's start.
+                self.scan_hint = 0;
+            } else if s > cs && self.scan_hint != 0 && self.scan_hint < c {
+                // The kernel keeps the shorter scan hint, though the old
+                // contig run now lies before the hint: that run takes it.
+                self.set_scan(cs, c);
             }
-        } else if s > cs && better_aligned(s, cs) {
-            self.set_scan(cs, c);
             self.contig_hint_start = s;
-        }
-    }
-
-    /// The contig hint moves back to `s`: the scan hint stays right only if
-    /// its run lies wholly before `s` (it was the longest before a later
-    /// point, so it is the longest before `s` too).
-    fn keep_scan_if_before(&mut self, s: u32) {
-        if self.scan_hint == 0 || self.scan_hint_start + self.scan_hint >= s {
-            self.scan_hint = 0;
+        } else if self.scan_hint < c || s > self.scan_hint_start {
+            self.set_scan(s, c);
         }
     }
 
@@ -233,75 +264,47 @@ impl BlockMd {
             self.scan_hint = 0;
         }
         if overlaps(s, e - s, self.contig_hint_start, self.contig_hint)
-            && !self.cut_right_run(s, e, old_first_free, true)
+            && !self.cut_right_run(s, e, old_first_free)
         {
             self.refresh(map, base);
         }
     }
 
     /// The common cut, answered without a scan: `[s, e)` was allocated at
-    /// the start of a contig run that reaches the end of the record, so no
-    /// run lies after it and the rest `[e, nr_bits)` is a maximal run. The
-    /// longest run is then the rest or, if known, the scan hint; when
-    /// nothing was free before `s` it is the rest. Returns `false` (nothing
-    /// changed) when the cut is not of that shape. `trust_scan` says the
-    /// scan hint is exact (block records), not a lower bound (chunk).
+    /// the start of a contig run that reaches the end of the record, and
+    /// nothing was free before `s`, so the rest `[e, nr_bits)` is the only
+    /// run. Returns `false` (nothing changed) when the cut is not of that
+    /// shape. With runs before `s` the answer depends on them: the kernel's
+    /// rescan starts at the end of the promoted scan hint, and a run there
+    /// as long as it and better aligned takes the contig hint.
     ///
     /// # Complexity
     /// O(1).
-    pub(crate) fn cut_right_run(
-        &mut self,
-        s: u32,
-        e: u32,
-        old_first_free: u32,
-        trust_scan: bool,
-    ) -> bool {
+    pub(crate) fn cut_right_run(&mut self, s: u32, e: u32, old_first_free: u32) -> bool {
         let (cs, c) = (self.contig_hint_start, self.contig_hint);
-        if s != cs || cs + c != self.nr_bits || e > self.nr_bits {
+        if s != cs || cs + c != self.nr_bits || e > self.nr_bits || old_first_free != s {
             return false;
         }
         let rest = self.nr_bits - e;
-        if old_first_free == s {
-            // Nothing free before `s`: the rest is the only run.
-            self.contig_hint = rest;
-            self.contig_hint_start = if rest > 0 { e } else { 0 };
-            self.scan_hint = 0;
-            return true;
-        }
-        if !trust_scan || self.scan_hint == 0 {
-            return false;
-        }
-        if rest > self.scan_hint {
-            // The scan hint stays the longest run before the new hint.
-            self.contig_hint = rest;
-            self.contig_hint_start = e;
-        } else {
-            self.contig_hint = self.scan_hint;
-            self.contig_hint_start = self.scan_hint_start;
-            self.scan_hint = 0;
-        }
+        self.contig_hint = rest;
+        self.contig_hint_start = if rest > 0 { e } else { 0 };
+        self.scan_hint = 0;
         true
     }
 
-    /// Recomputes the contig and scan hints from the bitmap after an
-    /// allocation cut the contig run. A known scan hint is promoted to
-    /// contig hint (nothing before the old contig hint is longer) and only
-    /// the bits from the old contig hint on are scanned; otherwise the scan
-    /// starts at `first_free`.
+    /// `pcpu_block_refresh_hint`: recomputes the contig and scan hints from
+    /// the bitmap after an allocation cut the contig run. A known scan hint
+    /// is promoted to contig hint (no run before its end is longer) and the
+    /// bits after it are scanned; otherwise the scan starts at `first_free`.
     ///
     /// # Complexity
     /// O(bits scanned / 64 + runs found).
     pub(crate) fn refresh(&mut self, map: &[u64], base: usize) {
         let from = if self.scan_hint != 0 {
-            // Runs between the scan hint and the old contig hint are no
-            // longer than the scan hint: they can neither become the contig
-            // hint nor beat the promoted run as the new scan hint, so the
-            // scan resumes where the old contig hint started.
-            let resume = self.contig_hint_start;
             self.contig_hint = self.scan_hint;
             self.contig_hint_start = self.scan_hint_start;
             self.scan_hint = 0;
-            resume
+            self.contig_hint_start + self.contig_hint
         } else {
             self.contig_hint = 0;
             self.contig_hint_start = 0;

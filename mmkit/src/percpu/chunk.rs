@@ -200,7 +200,7 @@ impl Chunk {
             md.scan_hint = 0;
         }
         if overlaps(off as u32, len, md.contig_hint_start, md.contig_hint)
-            && !md.cut_right_run(off as u32, end as u32, old_first_free, false)
+            && !md.cut_right_run(off as u32, end as u32, old_first_free)
         {
             self.refresh_chunk();
         }
@@ -209,7 +209,8 @@ impl Chunk {
     /// `pcpu_chunk_refresh_hint`: recomputes the chunk record from
     /// `first_free` on. Free runs are joined across blocks from the block
     /// records alone (`right_free` + whole free blocks + `left_free`, and
-    /// each block's contig hint when it is inside the block).
+    /// each block's contig hint when it is inside the block), the runs
+    /// `pcpu_for_each_md_free_region` yields.
     ///
     /// # Complexity
     /// O(blocks).
@@ -230,22 +231,23 @@ impl Chunk {
                 carry = Some((carry.map_or(base, |c| c.0), base + BB));
                 continue;
             }
-            let left_end = base + b.left_free as usize;
-            if let Some((s, _)) = carry.take() {
-                md.update(s as u32, left_end as u32);
-            } else if b.left_free > 0 {
-                md.update(base as u32, left_end as u32);
+            let carried = carry.take();
+            if let Some((s, _)) = carried {
+                md.update_chunk(s as u32, (base + b.left_free as usize) as u32);
             }
+            // The block's contig hint, unless it is the left run just
+            // joined or the right run carried on. A left run that is not
+            // the contig hint and not joined is not read, as in the kernel.
             let (bcs, bc) = (b.contig_hint_start, b.contig_hint);
-            if bc > 0 && bcs > 0 && (bcs + bc) as usize != BB {
-                md.update(base as u32 + bcs, base as u32 + bcs + bc);
+            if bc > 0 && (carried.is_none() || bcs > 0) && (bcs + bc) as usize != BB {
+                md.update_chunk(base as u32 + bcs, base as u32 + bcs + bc);
             }
             if b.right_free > 0 {
                 carry = Some((base + BB - b.right_free as usize, base + BB));
             }
         }
         if let Some((s, e)) = carry {
-            md.update(s as u32, e as u32);
+            md.update_chunk(s as u32, e as u32);
         }
         self.md = md;
     }
@@ -276,7 +278,7 @@ impl Chunk {
         } else {
             // Clipped to its block: the chunk record may lag, never lead.
             let (s, e) = self.join_known_runs(rs as u32, re as u32);
-            self.md.update(s, e);
+            self.md.update_chunk(s, e);
         }
         Ok(end - off)
     }
@@ -469,21 +471,29 @@ fn check_block(b: &BlockMd, runs: &[(u32, u32)]) -> Result<(), CheckError> {
             Hint @ ss,
             "scan hint ({ss}, {sc}) is not a free run"
         );
-        crate::ensure!(
-            ss < b.contig_hint_start,
-            Hint @ ss,
-            "scan hint at {ss} not before contig hint"
-        );
-        let before = runs
-            .iter()
-            .filter(|r| r.0 < b.contig_hint_start)
-            .map(|r| r.1 - r.0)
-            .max();
-        crate::ensure!(
-            before == Some(sc),
-            Hint,
-            "scan_hint {sc} but longest run before contig {before:?}"
-        );
+        if ss > b.contig_hint_start {
+            crate::ensure!(
+                sc == b.contig_hint,
+                Hint @ ss,
+                "scan hint ({ss}, {sc}) after the contig hint but shorter"
+            );
+        } else {
+            crate::ensure!(
+                ss < b.contig_hint_start,
+                Hint @ ss,
+                "scan hint at the contig hint's start {ss}"
+            );
+            let before = runs
+                .iter()
+                .filter(|r| r.0 < b.contig_hint_start)
+                .map(|r| r.1 - r.0)
+                .max();
+            crate::ensure!(
+                before == Some(sc),
+                Hint,
+                "scan_hint {sc} but longest run before contig {before:?}"
+            );
+        }
     }
     Ok(())
 }
@@ -527,10 +537,11 @@ fn check_chunk_md(md: &BlockMd, runs: &[(u32, u32)], max_block: u32) -> Result<(
             Hint @ ss,
             "scan hint ({ss}, {sc}) is not free"
         );
+        let (cs, ch) = (md.contig_hint_start, md.contig_hint);
         crate::ensure!(
-            ss + sc <= md.contig_hint_start,
+            ss + sc <= cs || (ss >= cs + ch && sc == ch),
             Hint @ ss,
-            "scan hint ({ss}, {sc}) reaches the contig hint"
+            "scan hint ({ss}, {sc}) overlaps the contig hint or is after it and shorter"
         );
     }
     let left = runs.first().filter(|r| r.0 == 0).map_or(0, |r| r.1);

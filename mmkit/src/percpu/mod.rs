@@ -28,7 +28,9 @@
 //! # Which hints are exact
 //! Block records are exact: `first_free`, `left_free`, `right_free` and
 //! `contig_hint` always equal what the bitmap says; `scan_hint` is 0
-//! ("unknown") or exactly the longest run before the contig hint. The chunk
+//! ("unknown"), exactly the longest run before the contig hint, or a run as
+//! long as the contig hint after it. Of equally long runs, each hint names
+//! the one the kernel's `pcpu_block_update` would. The chunk
 //! record is exact in `first_free`; its `contig_hint` is never larger than
 //! the longest free run and never smaller than any block's, and may lag the
 //! truth after a free that stays inside one block and touches a block edge
