@@ -954,3 +954,42 @@ fn a_resumed_search_enters_the_next_subtree_just_above_the_bound() {
     assert_eq!(t.lowest_fit_linear(4, 2, 0, u64::MAX), Some(k - 8));
     t.check(0, u64::MAX).unwrap();
 }
+
+/// A fit at a child's first block that takes the rest of the window
+/// (`hi - key == size`) passes the lowest-fit search's key test, and one
+/// that ends at the next child's key with the window's start `size` below
+/// it (`upper - lo == size`) passes the highest-fit search's end test.
+#[test]
+fn a_fit_exactly_as_long_as_the_rest_of_the_window_at_a_child_edge() {
+    // One-unit blocks at 4i below 4000 (three levels), the wilderness from
+    // 10_000; the root's second child starts at `k`.
+    let mut t = units_below_4000_and_a_wilderness();
+    assert!(t.height >= 2, "height {}", t.height);
+    let k = t.inners[t.root as usize].key[1];
+    let first = t.find(k).unwrap();
+    t.set_range_at(&first, k, k + 3);
+    assert_eq!(lowest(&mut t, 3, 2, 0, k + 3).map(|g| g.1), Some(k));
+    let before = t.find(k - 4).unwrap();
+    t.set_range_at(&before, k - 4, k);
+    assert_eq!(highest(&t, 3, 1, k - 3, k).map(|g| g.1), Some(k - 3));
+    assert_eq!(t.highest_fit_linear(3, 1, k - 3, k), Some(k - 3));
+}
+
+/// A block moved down in place (both ends lower, as `set_range_at`
+/// allows) is neither grown nor shrunk: its leaf's summary is recomputed,
+/// so an alignment the block now meets is seen.
+#[test]
+fn a_block_moved_down_is_found_at_its_new_alignment() {
+    // Blocks of 8 units at 16i + 1: one unit of each is aligned to 8.
+    let mut t = BTree::new();
+    for i in 0..300u64 {
+        t.insert(16 * i + 1, 16 * i + 9);
+    }
+    t.insert(10_000, 20_000);
+    t.enable_summaries(8);
+    assert_eq!(lowest(&mut t, 8, 8, 0, 20_000).map(|g| g.1), Some(10_000));
+    let p = t.find(1601).unwrap();
+    t.set_range_at(&p, 1600, 1608);
+    t.check(0, 20_000).unwrap();
+    assert_eq!(lowest(&mut t, 8, 8, 0, 20_000).map(|g| g.1), Some(1600));
+}
