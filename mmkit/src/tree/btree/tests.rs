@@ -396,6 +396,9 @@ fn containing_and_neighbours() {
     assert_eq!(t.containing(20), None);
     assert_eq!(t.containing(5), None);
     assert_eq!(t.containing(99_915), Some((99_910, 99_920)));
+    // The highest block is the wilderness: its end is outside it too.
+    assert_eq!(t.wild, Some((99_910, 99_920)));
+    assert_eq!(t.containing(99_920), None);
     let nb = t.neighbours(25);
     assert_eq!((nb.prev, nb.next), (Some((10, 20)), Some((110, 120))));
     let nb = t.neighbours(5);
