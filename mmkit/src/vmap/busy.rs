@@ -417,6 +417,19 @@ mod tests {
             .collect()
     }
 
+    /// The heap estimate is the bucket array and one count a bucket, at
+    /// every size the table grows to.
+    #[test]
+    fn heap_bytes_counts_the_buckets_and_their_counts() {
+        let mut ix = BusyIndex::new();
+        for k in 0..2_000u64 {
+            let n = ix.buckets.len();
+            assert_eq!(ix.heap_bytes(), n * core::mem::size_of::<Bucket>() + n);
+            ix.insert(k << 12, (k << 12) + 1);
+        }
+        assert!(ix.buckets.len() >= 256);
+    }
+
     /// Hundreds of keys with one home bucket: its count of keys passing it
     /// saturates and stays, lookups stay right, and removing them all
     /// leaves an index that finds nothing.
