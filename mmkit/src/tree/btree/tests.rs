@@ -261,15 +261,22 @@ proptest! {
 /// Each way a block can be gained below the bound a search left lowers
 /// it: an insert, a block grown, and joins in one leaf, across leaves
 /// and into the wilderness.
+/// One-unit blocks at `10 * i` for `1 <= i < n`: too short for any
+/// request of 2 units or more.
+fn units_every_10_below(n: u64) -> BTree {
+    let mut t = BTree::new();
+    for i in 1..n {
+        t.insert(i * 10, i * 10 + 1);
+    }
+    t
+}
+
 #[test]
 fn gained_blocks_lower_the_cleared_bound() {
     // Blocks of 1 unit at 10, 20, ..: too short for 3 units aligned to
     // 2; the wilderness from 5000 holds the first fit, at 5000.
     let fresh = || {
-        let mut t = BTree::new();
-        for i in 1..400u64 {
-            t.insert(i * 10, i * 10 + 1);
-        }
+        let mut t = units_every_10_below(400);
         t.insert(5000, 10_000);
         t.enable_summaries(2);
         assert_eq!(lowest(&mut t, 3, 2, 0, 10_000).map(|g| g.1), Some(5000));
@@ -773,10 +780,7 @@ fn size_of_inner() -> usize {
 /// key the block's start is.
 #[test]
 fn finger_lookup_at_a_block_start_finds_the_block_before() {
-    let mut t = BTree::new();
-    for i in 1..600u64 {
-        t.insert(i * 10, i * 10 + 1);
-    }
+    let mut t = units_every_10_below(600);
     t.insert(10_000, 20_000);
     assert!(t.height >= 2);
     let found = |n: &Neighbours| format!("{:?}", (n.prev, n.next, n.pos, n.prev_wild, n.next_at));
@@ -912,10 +916,7 @@ fn last_below_matches_a_scan_at_every_width() {
 fn a_fit_that_fills_the_window_from_the_bound_is_found() {
     // One-unit blocks at 10i: too short for 3 units aligned to 2; the
     // first fit is at 5000.
-    let mut t = BTree::new();
-    for i in 1..400u64 {
-        t.insert(i * 10, i * 10 + 1);
-    }
+    let mut t = units_every_10_below(400);
     t.insert(5000, 10_000);
     t.enable_summaries(2);
     assert_eq!(lowest(&mut t, 3, 2, 0, 10_000).map(|g| g.1), Some(5000));
@@ -930,10 +931,7 @@ fn a_fit_that_fills_the_window_from_the_bound_is_found() {
 /// above the bound and holds the fit.
 #[test]
 fn a_resumed_search_enters_the_next_subtree_just_above_the_bound() {
-    let mut t = BTree::new();
-    for i in 1..2000u64 {
-        t.insert(i * 10, i * 10 + 1);
-    }
+    let mut t = units_every_10_below(2000);
     t.enable_summaries(2);
     assert!(t.height >= 2, "height {}", t.height);
     // The root's second child starts at `k`; the block before it, at
