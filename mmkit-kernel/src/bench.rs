@@ -14,7 +14,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::mm::{self, KernelMmu};
+use crate::mm::{self, KernelMmu, PhysFrames};
 use crate::{arch, percpu, phys, println, smp, time, tlb};
 use mmkit_vmalloc::PAGE;
 
@@ -182,21 +182,22 @@ pub fn seed002(s: Scale) -> Result<(), String> {
                 }
                 let ok = if design == "old" {
                     // The guard must drop before the unmap takes the lock again.
-                    let r = mm::locked(mm::linear()).vmap(&mut mmu, frames.clone(), PAGE);
+                    let src = &mut PhysFrames;
+                    let r = mm::locked(mm::linear()).vmap(&mut mmu, src, &frames, PAGE);
                     match r {
                         Ok(va) => {
                             let t = mm::touch(va, 4, i as u8);
-                            t && mm::locked(mm::linear()).vunmap(&mut mmu, va).is_ok()
+                            t && mm::locked(mm::linear()).vunmap(&mut mmu, src, va).is_ok()
                         }
                         Err(_) => false,
                     }
                 } else {
-                    let ram = mm::map_ram(cpu);
-                    let r = ram.lock().map(&mut mmu, 0, &frames);
+                    let ram = mm::map_ram();
+                    let r = ram.map(&mut mmu, &mut PhysFrames, cpu, &frames);
                     match r {
                         Ok(va) => {
                             let t = mm::touch(va, 4, i as u8);
-                            t && ram.lock().unmap(&mut mmu, va, 4).is_ok()
+                            t && ram.unmap(&mut mmu, &mut PhysFrames, cpu, va, 4).is_ok()
                         }
                         Err(_) => false,
                     }
@@ -236,9 +237,7 @@ pub fn seed002(s: Scale) -> Result<(), String> {
             ));
         }
     }
-    for cpu in 0..cpus {
-        mm::map_ram(cpu).lock().unmap_aliases(&mut KernelMmu);
-    }
+    mm::map_ram().unmap_aliases(&mut KernelMmu, &mut PhysFrames);
     Ok(())
 }
 
