@@ -88,7 +88,9 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
         let n = pfns.len() as u64;
         check_pages(n)?;
         let queue = self.queue(cpu)?;
-        let va = match queue.lock().map(0, n) {
+        // The queue's lock is released before the purge takes the layer's.
+        let first = queue.lock().map(0, n);
+        let va = match first {
             Err(AllocError::NoSpace) => {
                 self.layer.lock().purge(mmu, src);
                 queue.lock().map(0, n)

@@ -386,3 +386,33 @@ fn eager_map_ram_flushes_every_unmap() {
     r.unmap(&mut m, &mut f, 0, a, 2).unwrap();
     assert_eq!(m.flushes, [(a, a + 2 * PAGE)]);
 }
+
+#[test]
+fn map_ram_purges_the_layer_when_no_block_is_left() {
+    let range = VmapAllocator::new(START, START + (8 << 20)).unwrap();
+    let lazy = Flush::Lazy { max_bytes: 1 << 30 };
+    let layer = Box::leak(Box::new(lock_api::Mutex::<Spin, _>::new(Vmalloc::new(
+        range, lazy,
+    ))));
+    let mut m = Machine::default();
+    let mut f = no_frames();
+    let ram = MapRam::new(layer, 3).unwrap();
+    // Two CPUs fill a block each and unmap it all: both blocks wait on
+    // the lazy list, unflushed.
+    for cpu in 0..2 {
+        let maps: Vec<u64> = (0..16)
+            .map(|_| ram.map(&mut m, &mut f, cpu, &[cpu as u64; 64]).unwrap())
+            .collect();
+        for va in maps {
+            ram.unmap(&mut m, &mut f, cpu, va, 64).unwrap();
+        }
+    }
+    assert_eq!(layer.lock().lazy().0, 2);
+    assert!(m.flushes.is_empty());
+    // CPU 2 needs a block: the layer is purged (one flush) and it retries.
+    let va = ram.map(&mut m, &mut f, 2, &[9]).unwrap();
+    assert_eq!(m.flushes.len(), 1);
+    assert_eq!(m.translate(va), Some(9));
+    assert_eq!(layer.lock().lazy().0, 0);
+    ram.check().unwrap();
+}
