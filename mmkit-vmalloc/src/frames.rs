@@ -69,6 +69,9 @@ pub(crate) fn give_back(src: &mut impl FrameSource, frames: &[u64]) {
 /// On failure gives back what it took and returns false.
 pub(crate) fn take(src: &mut impl FrameSource, pages: u64, out: &mut Vec<u64>) -> bool {
     let first = out.len();
+    if out.try_reserve(pages as usize).is_err() {
+        return false;
+    }
     let mut left = pages;
     while left > 0 {
         match src.alloc(left) {

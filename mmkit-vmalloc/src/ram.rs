@@ -37,11 +37,15 @@ type Queue<M, R> = Mutex<M, VblockAllocator<BlockSource<M, R>>>;
 pub struct MapRam<M: RawMutex + 'static, R: 'static> {
     layer: &'static Mutex<M, Vmalloc<R>>,
     queues: Vec<Queue<M, R>>,
+    /// The layer's policy is eager: every unmap flushes its pages.
+    eager: bool,
 }
 
 impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
     /// A front end of `cpus` queues, blocks of the kernel's geometry (1024
-    /// pages) from `layer`.
+    /// pages) from `layer`. Whether an unmap flushes at once is the layer's
+    /// flush policy now (eager or lazy; a later change of the lazy
+    /// threshold is followed, a change between eager and lazy is not).
     ///
     /// # Errors
     /// [`VmError::BadCpu`] for 0 CPUs or more than the front end takes.
@@ -57,7 +61,12 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
                 VblockAllocator::new(src, Config::KERNEL, Policy::Current, 1).map_err(|_| bad)?;
             queues.push(Mutex::new(vb));
         }
-        Ok(MapRam { layer, queues })
+        let eager = layer.lock().flush == Flush::Eager;
+        Ok(MapRam {
+            layer,
+            queues,
+            eager,
+        })
     }
 
     /// CPUs served.
@@ -157,8 +166,8 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
             let _ = mmu.map(va, &old[..pages]);
             return Err(VmError::WrongPageCount { va, pages: n });
         };
-        let mut layer = self.layer.lock();
-        if layer.flush == Flush::Eager {
+        if self.eager {
+            let mut layer = self.layer.lock();
             let refused = mmu.flush(va, va + n * PAGE);
             layer.stats.flushes += 1;
             layer.stats.pages_flushed += n;
@@ -169,7 +178,7 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
                 layer.ram_unflushed.insert(block);
             }
         } else if due {
-            layer.purge(mmu, src);
+            self.layer.lock().purge(mmu, src);
         }
         Ok(())
     }
