@@ -379,7 +379,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         }
         match mine {
             Some(a) if a.owned => {
-                give_back(src, &a.frames);
+                self.release_frames(src, &a.frames);
                 None
             }
             other => other.map(|a| a.frames),
@@ -426,6 +426,11 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
                 owned: false,
             };
             let out = self.retire_range(mmu, va, span, Gone::Area(shown), When::Policy);
+            let released = out.released.iter().any(|r| r.start == va);
+            if !released && self.frames == FramePolicy::AfterFlush {
+                // The old range may still reach the frames the new area owns.
+                self.shadows.push((va, frames[..have as usize].to_vec()));
+            }
             self.dispose(src, out.released);
             if out.purge_due {
                 self.purge(mmu, src);
@@ -451,8 +456,9 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 
     /// [`purge`](Self::purge) with the flush widened to cover `[lo, hi)`
-    /// too (a `vm_map_ram` front end's dirty pages); flushes `[lo, hi)`
-    /// alone when nothing waits. Returns whether it flushed.
+    /// too (a `vm_map_ram` front end's dirty pages, and those whose flush
+    /// was refused before); flushes `[lo, hi)` alone when nothing waits.
+    /// Returns whether it flushed.
     pub(crate) fn purge_widened(
         &mut self,
         mmu: &mut impl Mmu,
@@ -460,26 +466,67 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         lo: u64,
         hi: u64,
     ) -> bool {
-        let p = self.purge_through(&mut |s, e| mmu.flush(s.min(lo), e.max(hi)));
+        let (lo, hi) = match self.alias_pending.take() {
+            Some((s, e)) => (lo.min(s), hi.max(e)),
+            None => (lo, hi),
+        };
+        let mut refused = false;
+        let p = self.purge_through(&mut |s, e| {
+            let r = mmu.flush(s.min(lo), e.max(hi));
+            refused |= !r.is_empty();
+            r
+        });
         self.dispose(src, p.released);
-        if p.flushed.is_some() || lo >= hi {
-            return p.flushed.is_some();
+        let flushed = p.flushed.is_some() || lo < hi;
+        if p.flushed.is_none() && lo < hi {
+            // Live blocks' dirty pages: they are not reused inside their
+            // block, and the block's own release flushes them again.
+            refused = !mmu.flush(lo, hi).is_empty();
+            self.stats.flushes += 1;
+            self.stats.pages_flushed += (hi - lo) / PAGE;
         }
-        // Live blocks' dirty pages: they are not reused inside their block,
-        // and the block's own release flushes them again.
-        let _refused = mmu.flush(lo, hi);
-        self.stats.flushes += 1;
-        self.stats.pages_flushed += (hi - lo) / PAGE;
-        true
+        if refused && lo < hi {
+            self.alias_pending = Some((lo, hi));
+        }
+        flushed
     }
 
-    /// Gives the frames the released areas kept to `src`.
+    /// Adds `[lo, hi)` to the span the next `vm_unmap_aliases` flushes.
+    pub(crate) fn alias_refused(&mut self, lo: u64, hi: u64) {
+        self.alias_pending = Some(match self.alias_pending {
+            Some((s, e)) => (s.min(lo), e.max(hi)),
+            None => (lo, hi),
+        });
+    }
+
+    /// Gives the frames the released areas kept to `src`, and those that
+    /// waited for a released shadow.
     fn dispose(&mut self, src: &mut impl FrameSource, released: Vec<Released<Area>>) {
+        let had_shadows = !self.shadows.is_empty();
         for r in released {
+            if had_shadows {
+                self.shadows.retain(|s| s.0 != r.start);
+            }
             if let Gone::Area(a) = r.what {
-                give_back(src, &a.frames);
+                self.release_frames(src, &a.frames);
             }
         }
+        if had_shadows && !self.deferred.is_empty() {
+            let waiting = core::mem::take(&mut self.deferred);
+            self.release_frames(src, &waiting);
+        }
+    }
+
+    /// Gives `frames` to `src`, but keeps those a shadow still shows.
+    fn release_frames(&mut self, src: &mut impl FrameSource, frames: &[u64]) {
+        if self.shadows.is_empty() {
+            give_back(src, frames);
+            return;
+        }
+        let shown = |p: &u64| self.shadows.iter().any(|s| s.1.contains(p));
+        let (held, free): (Vec<u64>, Vec<u64>) = frames.iter().partition(|p| shown(p));
+        self.deferred.extend(held);
+        give_back(src, &free);
     }
 }
 

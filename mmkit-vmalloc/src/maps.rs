@@ -147,6 +147,16 @@ pub struct Vmalloc<R, A = Area> {
     pub(crate) ram_blocks: BTreeMap<u64, usize>,
     /// Blocks of front ends an eager unmap's flush was refused in.
     pub(crate) ram_unflushed: BTreeSet<u64>,
+    /// Frames a retired range still shows though a live area owns them (the
+    /// old mapping of a `vrealloc` that moved): `(range start, frames)`,
+    /// until that range is released.
+    pub(crate) shadows: Vec<(u64, Vec<u64>)>,
+    /// Frames freed while a shadow showed them: they go back when it is
+    /// released ([`FramePolicy::AfterFlush`]).
+    pub(crate) deferred: Vec<u64>,
+    /// The span of `vm_map_ram` pages whose flush was refused: the next
+    /// `vm_unmap_aliases` flushes it again.
+    pub(crate) alias_pending: Option<(u64, u64)>,
     /// Freed, cleared, waiting for the purge's flush (still allocated in R).
     pub(crate) lazy: Vec<Retired<A>>,
     pub(crate) lazy_bytes: u64,
@@ -179,6 +189,9 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             blocks: BTreeMap::new(),
             ram_blocks: BTreeMap::new(),
             ram_unflushed: BTreeSet::new(),
+            alias_pending: None,
+            shadows: Vec::new(),
+            deferred: Vec::new(),
             lazy: Vec::new(),
             lazy_bytes: 0,
             stuck: Vec::new(),

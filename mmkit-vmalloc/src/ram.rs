@@ -176,6 +176,7 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
                 // The block waits for a flush that succeeds when it is freed.
                 let block = va & !(Config::KERNEL.block_size() - 1);
                 layer.ram_unflushed.insert(block);
+                layer.alias_refused(va, va + n * PAGE);
             }
         } else if due {
             self.layer.lock().purge(mmu, src);
@@ -190,9 +191,9 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
         Some(q.range().due.take())
     }
 
-    /// `vm_unmap_aliases`: one flush over every CPU's dirty pages and the
-    /// layer's lazy and stuck lists, under the layer's lock. Returns
-    /// whether it flushed.
+    /// `vm_unmap_aliases`: one flush over every CPU's dirty pages, the pages
+    /// whose flush was refused before, and the layer's lazy and stuck
+    /// lists, under the layer's lock. Returns whether it flushed.
     pub fn unmap_aliases(&self, mmu: &mut impl Mmu, src: &mut impl FrameSource) -> bool {
         let (mut lo, mut hi) = (u64::MAX, 0);
         for q in &self.queues {
