@@ -14,6 +14,7 @@
 //! Which calls flush: every call here but `vfree_atomic` may flush (send
 //! IPIs and wait for them), with the layer's lock held by the caller.
 
+use alloc::collections::btree_map::Entry;
 use alloc::vec::Vec;
 
 use mmkit::range::RangeAllocator;
@@ -285,12 +286,8 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         src: &mut impl FrameSource,
         va: u64,
     ) -> Result<Option<Vec<u64>>, VmError> {
-        match self.areas.get(&va) {
-            Some(a) if !a.owned => {}
-            Some(_) => return Err(VmError::NotVmap { va }),
-            None => return Err(self.not_an_area(va)),
-        }
-        Ok(self.unmap_area(mmu, src, va, When::Policy))
+        let area = self.take_live(va, false)?;
+        Ok(self.unmap_area(mmu, src, va, area, When::Policy))
     }
 
     /// `vfree`: clears the `vmalloc` area at `va` and frees its range,
@@ -309,8 +306,8 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         src: &mut impl FrameSource,
         va: u64,
     ) -> Result<(), VmError> {
-        self.check_vmalloc(va)?;
-        let kept = self.unmap_area(mmu, src, va, When::Policy);
+        let area = self.take_live(va, true)?;
+        let kept = self.unmap_area(mmu, src, va, area, When::Policy);
         debug_assert!(kept.is_none(), "a vmalloc area's frames are ours");
         Ok(())
     }
@@ -329,8 +326,8 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         src: &mut impl FrameSource,
         va: u64,
     ) -> Result<(), VmError> {
-        self.check_vmalloc(va)?;
-        let kept = self.unmap_area(mmu, src, va, When::Deferred);
+        let area = self.take_live(va, true)?;
+        let kept = self.unmap_area(mmu, src, va, area, When::Deferred);
         debug_assert!(kept.is_none(), "a vmalloc area's frames are ours");
         Ok(())
     }
@@ -343,16 +340,29 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         }
     }
 
-    /// Unmaps the live area at `va`; returns the frames of a `vmap` area
-    /// when the caller may have them now.
+    /// Takes the live area at `va` out of the books when it is of the kind
+    /// asked for (`owned`: a `vmalloc` area), or says why not.
+    fn take_live(&mut self, va: u64, owned: bool) -> Result<Area, VmError> {
+        if let Entry::Occupied(e) = self.areas.entry(va) {
+            return match (e.get().owned, owned) {
+                (a, b) if a == b => Ok(e.remove()),
+                (_, true) => Err(VmError::NotVmalloc { va }),
+                (_, false) => Err(VmError::NotVmap { va }),
+            };
+        }
+        Err(self.not_an_area(va))
+    }
+
+    /// Unmaps `area`, just taken out of the books at `va`; returns the
+    /// frames of a `vmap` area when the caller may have them now.
     fn unmap_area(
         &mut self,
         mmu: &mut impl Mmu,
         src: &mut impl FrameSource,
         va: u64,
+        area: Area,
         when: When,
     ) -> Option<Vec<u64>> {
-        let area = self.areas.remove(&va)?;
         self.stats.unmaps += 1;
         let span = area.span_bytes();
         let lazy = when == When::Deferred || matches!(self.flush, Flush::Lazy { .. });
@@ -502,6 +512,9 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     /// Gives the frames the released areas kept to `src`, and those that
     /// waited for a released shadow.
     fn dispose(&mut self, src: &mut impl FrameSource, released: Vec<Released<Area>>) {
+        if released.is_empty() {
+            return;
+        }
         let had_shadows = !self.shadows.is_empty();
         for r in released {
             if had_shadows {

@@ -50,8 +50,8 @@ pub(crate) fn runs(frames: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
         let &first = frames.get(i)?;
         let n = frames[i..]
             .iter()
-            .zip(first..)
-            .take_while(|(&f, want)| f == *want)
+            .enumerate()
+            .take_while(|&(k, &f)| first.checked_add(k as u64) == Some(f))
             .count();
         i += n;
         Some((first, n as u64))
@@ -60,9 +60,19 @@ pub(crate) fn runs(frames: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
 
 /// Gives `frames` back to `src`, one call per run of consecutive frames.
 pub(crate) fn give_back(src: &mut impl FrameSource, frames: &[u64]) {
-    for (pfn, n) in runs(frames) {
-        src.free(pfn, n);
+    let Some((&first, rest)) = frames.split_first() else {
+        return;
+    };
+    let (mut start, mut n) = (first, 1);
+    for &pfn in rest {
+        if start.checked_add(n) == Some(pfn) {
+            n += 1;
+        } else {
+            src.free(start, n);
+            (start, n) = (pfn, 1);
+        }
     }
+    src.free(start, n);
 }
 
 /// Takes `pages` frames from `src` into `out` (appended, in page order).
@@ -75,13 +85,13 @@ pub(crate) fn take(src: &mut impl FrameSource, pages: u64, out: &mut Vec<u64>) -
     let mut left = pages;
     while left > 0 {
         match src.alloc(left) {
-            Some((pfn, n)) if n >= 1 && n <= left => {
+            Some((pfn, n)) if n >= 1 && n <= left && pfn.checked_add(n).is_some() => {
                 out.extend(pfn..pfn + n);
                 left -= n;
             }
             Some((pfn, n)) => {
                 // A source that broke its contract: keep nothing of it.
-                src.free(pfn, n);
+                src.free(pfn, n.min(u64::MAX - pfn));
                 break;
             }
             None => break,
