@@ -136,7 +136,7 @@ mod tree;
 pub mod vblock;
 pub mod vmap;
 
-pub use error::{AllocError, CheckError, FreeError};
+pub use error::{AddFreeError, AllocError, CheckError, FreeError};
 
 #[cfg(test)]
 mod testkit;

@@ -408,6 +408,12 @@ impl VmapAllocator {
     /// ```
     pub fn grow(&mut self, new: Range<u64>) -> Result<(), RequestError> {
         crate::debug_check!(self);
+        if self.start == self.end && new.start < new.end {
+            // Nothing managed yet: the new space is the first range.
+            (self.start, self.end) = (new.start, new.end);
+            self.merge_or_add(new.start, new.end);
+            return Ok(());
+        }
         if new.start > self.start || new.end < self.end {
             return Err(RequestError::BadSpace {
                 space: self.space(),
@@ -426,12 +432,14 @@ impl VmapAllocator {
     }
 
     /// Shrinks the managed space to `new`, which must be non-empty and lie
-    /// inside the current one; what it drops at either end must be free
-    /// (not live, not waiting for a purge).
+    /// inside the current one, its bounds in managed ranges (not in a hole
+    /// between ranges added by [`add_free`](Self::add_free)); what it
+    /// drops at either end must be free (not live, not waiting for a
+    /// purge) or unmanaged.
     ///
     /// # Errors
-    /// [`RequestError::BadSpace`] when `new` is empty or not inside the
-    /// current space; [`RequestError::InUse`] naming a dropped part that is
+    /// [`RequestError::BadSpace`] when `new` is empty, not inside the
+    /// current space, or starts or ends in a hole; [`RequestError::InUse`] naming a dropped part that is
     /// in use. Nothing changes.
     ///
     /// # Examples
@@ -447,7 +455,11 @@ impl VmapAllocator {
     /// ```
     pub fn shrink(&mut self, new: Range<u64>) -> Result<(), RequestError> {
         crate::debug_check!(self);
-        if new.start >= new.end || new.start < self.start || new.end > self.end {
+        if new.start >= new.end
+            || new.start < self.start
+            || new.end > self.end
+            || !self.bounds_managed(new.start, new.end)
+        {
             return Err(RequestError::BadSpace {
                 space: self.space(),
                 asked: (new.start, new.end),
@@ -457,16 +469,21 @@ impl VmapAllocator {
         // both first, so a refusal changes nothing (the isolated blocks
         // moving into the tree changes no free block).
         self.settle_isolated();
-        for (s, e) in [(self.start, new.start), (new.end, self.end)] {
-            if s < e && !self.is_free(s, e) {
+        let dropped = [(self.start, new.start), (new.end, self.end)];
+        for (s, e) in dropped {
+            if s < e && self.managed_in(s, e).any(|(a, b)| !self.is_free(a, b)) {
                 return Err(RequestError::InUse { start: s, end: e });
             }
         }
-        for (s, e) in [(self.start, new.start), (new.end, self.end)] {
-            if s < e {
-                self.cut_free(s, e);
+        for (s, e) in dropped {
+            // The managed parts, one at a time: each cut changes no other.
+            loop {
+                let part = self.managed_in(s, e).find(|&(a, b)| self.is_free(a, b));
+                let Some((a, b)) = part else { break };
+                self.cut_free(a, b);
             }
         }
+        self.drop_holes_outside(new.start, new.end);
         (self.start, self.end) = (new.start, new.end);
         Ok(())
     }

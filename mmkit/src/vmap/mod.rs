@@ -51,6 +51,7 @@ use crate::tree::btree::{BTree, Neighbours, Pos};
 mod api;
 pub(crate) mod busy;
 mod isolated;
+mod memmap;
 mod pending;
 #[cfg(feature = "std")]
 pub mod pooled;
@@ -58,6 +59,7 @@ mod sized;
 use alloc::vec::Vec;
 use busy::{BusyIndex, Probe};
 use isolated::Isolated;
+use memmap::Holes;
 use pending::Pending;
 
 /// How an allocated `[a, a + size)` sits in the free block `[s, e)` it was
@@ -115,7 +117,9 @@ impl FitType {
 /// The augmented-tree range allocator (seed 000) with lazy purge (seed 002).
 ///
 /// Invariants (checked by [`check`](RangeAllocator::check)):
-/// `free_bytes + live_bytes + lazy_bytes == end - start`; free blocks are
+/// `free_bytes + live_bytes + lazy_bytes == end - start - holes` (the hull
+/// less the unmanaged gaps inside it, see [`add_free`](Self::add_free));
+/// free blocks are
 /// maximal (no two adjacent); free, busy and lazy ranges are disjoint; every
 /// augmented value of the tree holds (keys and maxima exact, alignment
 /// summaries upper bounds of the true usable lengths).
@@ -136,8 +140,11 @@ impl FitType {
 /// assert_eq!(va.alloc(4096, 4096).unwrap(), 0);
 /// ```
 pub struct VmapAllocator {
+    /// The hull of the managed space (`start == end`: nothing managed).
     start: u64,
     end: u64,
+    /// The gaps inside the hull that are not managed (see `memmap`).
+    holes: Holes,
     /// Maximal free blocks, augmented with the largest block per subtree.
     free: BTree,
     /// The tree's blocks around the last area freed, and the path to them:
@@ -205,11 +212,20 @@ impl VmapAllocator {
         if start >= end {
             return Err(AllocError::Invalid);
         }
+        Ok(Self::with_space(start, end))
+    }
+
+    /// An allocator managing `[start, end)`, all free (nothing when
+    /// `start == end`).
+    fn with_space(start: u64, end: u64) -> Self {
         let mut free = BTree::new();
-        free.insert(start, end);
-        Ok(VmapAllocator {
+        if start < end {
+            free.insert(start, end);
+        }
+        VmapAllocator {
             start,
             end,
+            holes: Holes::new(),
             free,
             nb: Neighbours::new(),
             busy: BusyIndex::new(),
@@ -225,7 +241,7 @@ impl VmapAllocator {
             indexed: true,
             purges: 0,
             flushes: 0,
-        })
+        }
     }
 
     /// Reserves node storage for `n` more live areas or free blocks, so the
@@ -714,6 +730,16 @@ impl RangeAllocator for VmapAllocator {
             self.busy.len(),
             self.live_count
         );
+        let mut prev_hole = lo;
+        for (s, e) in self.holes.iter() {
+            ensure!(
+                prev_hole < s && s < e && e < hi,
+                Layout @ s,
+                "hole {s:#x}..{e:#x} empty, out of order, touching another or outside the hull"
+            );
+            prev_hole = e;
+            all.push((s, e, "hole"));
+        }
         for &(s, e) in &self.lazy.areas {
             ensure!(s < e, Layout @ s, "empty lazy area at {s:#x}");
             ensure!(
@@ -735,11 +761,12 @@ impl RangeAllocator for VmapAllocator {
             }
             ensure!(s == expect, Layout @ s, "{kind} range at {s:#x}: expected one at {expect:#x}");
             expect = e;
-            sums[match kind {
-                "free" => 0,
-                "busy" => 1,
-                _ => 2,
-            }] += e - s;
+            match kind {
+                "free" => sums[0] += e - s,
+                "busy" => sums[1] += e - s,
+                "lazy" => sums[2] += e - s,
+                _ => {}
+            }
         }
         if !self.indexed && expect < hi {
             sums[1] += hi - expect;

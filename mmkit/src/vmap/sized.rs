@@ -71,6 +71,25 @@ impl VmapAllocator {
         Ok(va)
     }
 
+    /// An allocator that manages nothing yet, as
+    /// [`new_empty`](Self::new_empty), and keeps no busy index, as
+    /// [`without_busy_index`](Self::without_busy_index).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::empty_without_busy_index();
+    /// va.add_free(0x1000, 0x2000).unwrap();
+    /// let a = va.alloc(0x100, 1).unwrap();
+    /// assert_eq!(va.free_range(a, 0x100), Ok(0x100));
+    /// ```
+    pub fn empty_without_busy_index() -> Self {
+        let mut va = Self::new_empty();
+        va.sized_only = true;
+        va.indexed = CHECKED;
+        va
+    }
+
     /// Whether the allocator was made
     /// [`without_busy_index`](Self::without_busy_index): frees must carry
     /// their size.
@@ -172,14 +191,15 @@ impl VmapAllocator {
             self.trusted(addr, end)?;
         }
         self.live_bytes -= end - addr;
-        self.live_count -= 1;
+        // Without an index, a range free may have left the count behind.
+        self.live_count = self.live_count.saturating_sub(1);
         Ok(())
     }
 
     /// The end of `[addr, addr + size)`, a range inside the space.
     fn sized_end(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
         let end = addr.checked_add(size).ok_or(FreeError::Invalid)?;
-        if size == 0 || addr < self.start || end > self.end {
+        if size == 0 || self.outside(addr, end) {
             return Err(FreeError::Invalid);
         }
         Ok(end)
