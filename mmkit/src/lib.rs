@@ -119,6 +119,7 @@ pub mod percpu;
 pub mod prelude;
 pub mod range;
 pub mod request;
+pub mod storage;
 #[cfg(feature = "std")]
 mod sync;
 // The B+tree under `vmap`: public only with the unstable `internals`
@@ -147,6 +148,7 @@ mod testkit;
 const _: () = {
     const fn send<T: Send>() {}
     send::<vmap::VmapAllocator>();
+    send::<vmap::VmapAllocator<storage::Fixed<4>>>();
     send::<baseline::linear_vmap::LinearVmap>();
     send::<baseline::area_map::AreaMapAllocator>();
     send::<percpu::PercpuAllocator>();

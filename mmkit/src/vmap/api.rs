@@ -6,13 +6,14 @@ use core::alloc::Layout;
 use core::ops::Range;
 
 use super::VmapAllocator;
+use crate::storage::Storage;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{FlushHook, RangeAllocator, RangeStats};
 use crate::request::{Policy, Request, RequestError};
 use crate::tree::btree::Pos;
 
 /// The [`RangeAllocator`] methods, callable without importing the trait.
-impl VmapAllocator {
+impl<S: Storage> VmapAllocator<S> {
     /// The managed space `[start, end)`.
     ///
     /// # Examples
@@ -190,7 +191,7 @@ impl VmapAllocator {
 }
 
 /// Requests, iterators and resizing.
-impl VmapAllocator {
+impl<S: Storage> VmapAllocator<S> {
     /// Allocates by a [`Request`]: size, alignment, window and
     /// [`Policy`] (lowest, highest or exact). A failing request purges the
     /// lazily freed areas once and retries, as [`alloc`](Self::alloc) does.
@@ -224,6 +225,9 @@ impl VmapAllocator {
     pub fn allocate(&mut self, req: Request) -> Result<u64, RequestError> {
         crate::debug_check!(self);
         let (lo, hi) = req.clamp(self.space())?;
+        if !self.has_room(1, 0) {
+            return Err(RequestError::StorageFull);
+        }
         if let Some(a) = self.try_place(&req, lo, hi) {
             return Ok(a);
         }
@@ -408,6 +412,9 @@ impl VmapAllocator {
     /// ```
     pub fn grow(&mut self, new: Range<u64>) -> Result<(), RequestError> {
         crate::debug_check!(self);
+        if !self.has_room(2, 0) {
+            return Err(RequestError::StorageFull);
+        }
         if self.start == self.end && new.start < new.end {
             // Nothing managed yet: the new space is the first range.
             (self.start, self.end) = (new.start, new.end);

@@ -27,56 +27,70 @@
 use core::ops::Range;
 
 use super::VmapAllocator;
+use crate::storage::{Fixed, Heap, Inline, Storage, Store};
 use crate::error::{AddFreeError, FreeError};
 
 /// The maximal gaps inside the hull that no added range covers, sorted by
 /// start; each is non-empty, lies strictly inside the hull, and no two
 /// touch.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Holes(alloc::vec::Vec<(u64, u64)>);
+#[derive(Debug, Clone)]
+pub(super) struct Holes<S: Storage>(pub(super) S::Store<(u64, u64)>);
 
-impl Holes {
+impl Holes<Heap> {
     pub(super) const fn new() -> Self {
         Holes(alloc::vec::Vec::new())
     }
+}
+
+impl<const N: usize> Holes<Fixed<N>> {
+    pub(super) const fn new_fixed() -> Self {
+        Holes(Inline::filled((0, 0), 0))
+    }
+}
+
+impl<S: Storage> Holes<S> {
+    pub(super) fn list(&self) -> &[(u64, u64)] {
+        self.0.as_slice()
+    }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.0.iter().copied()
+        self.list().iter().copied()
     }
 
     /// The index of the first hole that ends after `addr`.
     fn after(&self, addr: u64) -> usize {
-        self.0.partition_point(|h| h.1 <= addr)
+        self.list().partition_point(|h| h.1 <= addr)
     }
 
     /// Whether `[s, e)` overlaps a hole.
     pub(super) fn overlap(&self, s: u64, e: u64) -> bool {
-        self.0.get(self.after(s)).is_some_and(|h| h.0 < e)
+        self.list().get(self.after(s)).is_some_and(|h| h.0 < e)
     }
 
     /// The hole that holds all of `[s, e)`, by index.
     fn holding(&self, s: u64, e: u64) -> Option<usize> {
         let i = self.after(s);
-        self.0.get(i).filter(|h| h.0 <= s && e <= h.1).map(|_| i)
+        self.list().get(i).filter(|h| h.0 <= s && e <= h.1).map(|_| i)
     }
 
     /// The end of the last hole that ends at or below `addr`.
     fn end_below(&self, addr: u64) -> Option<u64> {
-        self.after(addr).checked_sub(1).map(|i| self.0[i].1)
+        self.after(addr).checked_sub(1).map(|i| self.list()[i].1)
     }
 
     /// Takes `[s, e)` out of hole `i`, which holds it.
     fn fill(&mut self, i: usize, s: u64, e: u64) {
-        let (hs, he) = self.0[i];
+        let (hs, he) = self.list()[i];
+        let holes = &mut self.0;
         match (hs < s, e < he) {
             (false, false) => {
-                self.0.remove(i);
+                holes.remove(i);
             }
-            (true, false) => self.0[i].1 = s,
-            (false, true) => self.0[i].0 = e,
+            (true, false) => holes.as_mut_slice()[i].1 = s,
+            (false, true) => holes.as_mut_slice()[i].0 = e,
             (true, true) => {
-                self.0[i].1 = s;
-                self.0.insert(i + 1, (e, he));
+                holes.as_mut_slice()[i].1 = s;
+                holes.insert(i + 1, (e, he));
             }
         }
     }
@@ -108,7 +122,9 @@ impl VmapAllocator {
     pub fn new_empty() -> Self {
         Self::with_space(0, 0)
     }
+}
 
+impl<S: Storage> VmapAllocator<S> {
     /// Adds `[start, end)` to the free space: anywhere in `u64` (`end` may
     /// be `u64::MAX`) outside what the allocator manages, below, above or
     /// between the ranges it has. It merges with the free blocks it
@@ -141,6 +157,11 @@ impl VmapAllocator {
         if start >= end {
             return Err(AddFreeError::Empty { start, end });
         }
+        // A hole appears beside a range added past the hull, or when one
+        // fills the middle of a hole (at most one either way).
+        if !self.has_room(1, usize::from(self.adds_hole(start, end))) {
+            return Err(AddFreeError::StorageFull);
+        }
         if self.start == self.end {
             (self.start, self.end) = (start, end);
         } else if end <= self.start {
@@ -164,14 +185,27 @@ impl VmapAllocator {
         Ok(())
     }
 
+    /// Whether adding `[s, e)` would add a hole.
+    fn adds_hole(&self, s: u64, e: u64) -> bool {
+        if self.start == self.end {
+            return false;
+        }
+        if e <= self.start || s >= self.end {
+            return e < self.start || s > self.end;
+        }
+        self.holes
+            .holding(s, e)
+            .is_some_and(|i| self.holes.list()[i].0 < s && e < self.holes.list()[i].1)
+    }
+
     /// The first managed part of `[s, e)`, which overlaps the hull.
     fn first_managed(&self, s: u64, e: u64) -> AddFreeError {
         let i = self.holes.after(s);
-        let (lo, next) = match self.holes.0.get(i) {
+        let (lo, next) = match self.holes.list().get(i) {
             Some(&(hs, he)) if hs <= s => (he, i + 1),
             _ => (s.max(self.start), i),
         };
-        let hi = self.holes.0.get(next).map_or(self.end, |h| h.0);
+        let hi = self.holes.list().get(next).map_or(self.end, |h| h.0);
         AddFreeError::Overlaps {
             start: lo,
             end: hi.min(e),
@@ -267,6 +301,7 @@ impl VmapAllocator {
         if self.outside(start, end) {
             return Err(FreeError::Invalid);
         }
+        self.free_room()?;
         // Moving the isolated blocks and the pending area into the tree
         // changes no free block; then the tree's neighbours say it all.
         self.settle_isolated();

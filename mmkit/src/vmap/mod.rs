@@ -37,19 +37,22 @@
 //! count it was found at and whether descending from it has paid), the
 //! tree's last failed search, the bound its last aligned search left with
 //! the path to its leaf, the root's longest block and the busy slot last
-//! emptied, the live-area count and the two flags of
-//! [`without_busy_index`](VmapAllocator::without_busy_index), the
-//! allocator itself is 888 bytes (`size_of::<VmapAllocator>()`
+//! emptied, the live-area count, the two flags of
+//! [`without_busy_index`](VmapAllocator::without_busy_index) and the list
+//! of holes in a memory map (see `memmap`), the allocator itself is 912
+//! bytes (`size_of::<VmapAllocator>()`
 //! on 64-bit targets). Released nodes are reused and none of these shrink,
 //! so steady-state operation allocates no heap memory.
 
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
+use crate::storage::{Heap, Storage};
 use crate::tree::btree::{BTree, Neighbours, Pos};
 
 mod api;
 pub(crate) mod busy;
+mod fixed;
 mod isolated;
 mod memmap;
 mod pending;
@@ -139,14 +142,14 @@ impl FitType {
 /// assert_eq!(flushed, [(0, 4096)]);
 /// assert_eq!(va.alloc(4096, 4096).unwrap(), 0);
 /// ```
-pub struct VmapAllocator {
+pub struct VmapAllocator<S: Storage = Heap> {
     /// The hull of the managed space (`start == end`: nothing managed).
     start: u64,
     end: u64,
     /// The gaps inside the hull that are not managed (see `memmap`).
-    holes: Holes,
+    holes: Holes<S>,
     /// Maximal free blocks, augmented with the largest block per subtree.
-    free: BTree,
+    free: BTree<S>,
     /// The tree's blocks around the last area freed, and the path to them:
     /// kept, so that the next free starts from that leaf while the tree is
     /// unchanged (see `BTree::neighbours_near`).
@@ -186,7 +189,7 @@ struct LazyList {
     hi: u64,
 }
 
-impl core::fmt::Debug for VmapAllocator {
+impl<S: Storage> core::fmt::Debug for VmapAllocator<S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("VmapAllocator")
             .field("space", &(self.start, self.end))
@@ -222,19 +225,34 @@ impl VmapAllocator {
         if start < end {
             free.insert(start, end);
         }
+        let mut va = Self::from_parts(free, Holes::new(), BusyIndex::new());
+        (va.start, va.end, va.free_bytes) = (start, end, end - start);
+        va
+    }
+}
+
+impl<S: Storage> VmapAllocator<S> {
+    /// An allocator over the empty `free` tree and `holes` and the busy
+    /// index `busy`, managing nothing yet.
+    const fn from_parts(free: BTree<S>, holes: Holes<S>, busy: BusyIndex) -> Self {
         VmapAllocator {
-            start,
-            end,
-            holes: Holes::new(),
+            start: 0,
+            end: 0,
+            holes,
             free,
             nb: Neighbours::new(),
-            busy: BusyIndex::new(),
+            busy,
             isolated: Isolated::new(),
             pending: Pending::new(),
-            lazy: LazyList::default(),
+            lazy: LazyList {
+                areas: Vec::new(),
+                bytes: 0,
+                lo: 0,
+                hi: 0,
+            },
             lazy_max: DEFAULT_LAZY_MAX,
             flush_hook: None,
-            free_bytes: end - start,
+            free_bytes: 0,
             live_bytes: 0,
             live_count: 0,
             sized_only: false,
@@ -277,6 +295,9 @@ impl VmapAllocator {
     /// assert_eq!(va.area_size(a + 1), None);
     /// ```
     pub fn area_size(&self, addr: u64) -> Option<u64> {
+        if !self.indexed {
+            return None;
+        }
         self.busy.get(addr).map(|end| end - addr)
     }
 
@@ -321,10 +342,12 @@ impl VmapAllocator {
         let joins_prev = nb.prev.is_some_and(|p| p.1 == js);
         let joins_next = nb.next.is_some_and(|n| n.0 == je);
         if !joins_prev && !joins_next {
-            if !self.isolated.push(js, je) {
+            // Fixed storage holds no block aside: one operation adds at
+            // most one block to the tree, the room checked before it.
+            if S::FIXED || !self.isolated.push(js, je) {
                 self.free.insert_at(nb, js, je);
             }
-        } else if !(may_hold && (js, je) == (s, e) && self.hold_pending(s, e)) {
+        } else if !(!S::FIXED && may_hold && (js, je) == (s, e) && self.hold_pending(s, e)) {
             self.join_tree(js, je, joins_prev, joins_next);
         }
     }
@@ -416,9 +439,6 @@ impl VmapAllocator {
     /// Detaches the live area at `addr` from the busy index, from `probe`,
     /// its home bucket read with no change to the index since.
     fn take_busy(&mut self, addr: u64, probe: Probe) -> Result<(u64, u64), FreeError> {
-        if self.sized_only {
-            return Err(FreeError::Invalid);
-        }
         let e = self
             .busy
             .remove_probed(addr, probe)
@@ -540,7 +560,7 @@ impl VmapAllocator {
     }
 }
 
-impl RangeAllocator for VmapAllocator {
+impl<S: Storage> RangeAllocator for VmapAllocator<S> {
     fn space(&self) -> (u64, u64) {
         (self.start, self.end)
     }
@@ -561,6 +581,7 @@ impl RangeAllocator for VmapAllocator {
         vend: u64,
     ) -> Result<u64, AllocError> {
         crate::debug_check!(self);
+        self.alloc_room()?;
         crate::range::alloc_with_purge_retry(
             self,
             (size, align, vstart, vend),
@@ -573,6 +594,9 @@ impl RangeAllocator for VmapAllocator {
     /// O(log n).
     fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
+        if self.sized_only {
+            return Err(FreeError::Invalid);
+        }
         // The busy index's home bucket is read first and used only after the
         // free-block descent, which needs the address alone: in a large
         // allocator both miss the cache, and the misses then overlap
@@ -590,6 +614,9 @@ impl RangeAllocator for VmapAllocator {
     /// O(log n), plus a purge when the lazy bytes pass `lazy_max`.
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
+        if self.sized_only {
+            return Err(FreeError::Invalid);
+        }
         let (s, e) = self.take_busy(addr, self.busy.probe(addr))?;
         self.defer(s, e);
         Ok(e - s)

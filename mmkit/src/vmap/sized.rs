@@ -23,6 +23,7 @@
 //! TLSF. Test with debug builds, where every such free is refused.
 
 use super::VmapAllocator;
+use crate::storage::Storage;
 use crate::error::{AllocError, FreeError};
 
 /// Whether an allocator made without a busy index keeps one anyway, to
@@ -90,6 +91,9 @@ impl VmapAllocator {
         va
     }
 
+}
+
+impl<S: Storage> VmapAllocator<S> {
     /// Whether the allocator was made
     /// [`without_busy_index`](Self::without_busy_index): frees must carry
     /// their size.
@@ -139,6 +143,7 @@ impl VmapAllocator {
     pub fn free_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
         let end = self.sized_end(addr, size)?;
+        self.free_room()?;
         self.take_sized(addr, end, true)?;
         self.release(addr, end, true);
         Ok(size)
@@ -162,6 +167,9 @@ impl VmapAllocator {
     pub fn free_lazy_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
         let end = self.sized_end(addr, size)?;
+        if !self.lazy_allowed() {
+            return Err(FreeError::StorageFull);
+        }
         self.take_sized(addr, end, false)?;
         self.defer(addr, end);
         Ok(size)

@@ -2,6 +2,7 @@
 //! blocks (summaries against the true usable lengths at all 64
 //! alignments).
 
+use crate::storage::Storage;
 use super::entry::Agg;
 use super::{BTree, FANOUT, INNER_MIN, LEAF_CAP, LEAF_MIN};
 use crate::ensure;
@@ -22,7 +23,7 @@ pub(super) fn usable_in(s: u64, e: u64, k: u32) -> u64 {
     }
 }
 
-impl BTree {
+impl<S: Storage> BTree<S> {
     /// Verifies order, non-overlap, every block inside `[lo, hi)`, the
     /// occupancy bounds, the uniform depth, every stored key and maximum,
     /// and (when on) that every summary is an upper bound of the true

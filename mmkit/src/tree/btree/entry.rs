@@ -4,6 +4,7 @@
 //! the old entry and the one child that changed, stopping at the first
 //! that comes out unchanged.
 
+use crate::storage::Storage;
 use super::node::{leaf_max, max_of};
 use super::{BTree, Pos};
 use crate::tree::summary::AlignSummary;
@@ -38,7 +39,7 @@ pub(super) enum Change {
     Other,
 }
 
-impl BTree {
+impl<S: Storage> BTree<S> {
     pub(super) fn leaf_agg(&self, id: u32) -> Agg {
         let l = &self.leaves[id as usize];
         let max = leaf_max(l);

@@ -3,6 +3,7 @@
 //! current finger a lookup reads one leaf, and a key in the very gap found
 //! last reads nothing.
 
+use crate::storage::Storage;
 use super::{BTree, Pos, NO_VERSION};
 use crate::balance::Balance;
 
@@ -84,7 +85,7 @@ impl Default for Neighbours {
     }
 }
 
-impl BTree {
+impl<S: Storage> BTree<S> {
     /// The last block starting below `key` and the first starting at or
     /// above it, in one descent.
     ///

@@ -2,6 +2,7 @@
 //! changes to the nodes they cause: leaf and inner splits, borrows from a
 //! sibling and merges with one.
 
+use crate::storage::Storage;
 use super::entry::{Agg, Change};
 use super::finger::{Neighbours, Next};
 use super::node::{close_gap, leaf_max, open_gap, EMPTY_LEAF};
@@ -14,7 +15,7 @@ pub(super) fn granule(s: u64, e: u64) -> u32 {
     s.trailing_zeros().min(e.trailing_zeros())
 }
 
-impl BTree {
+impl<S: Storage> BTree<S> {
     /// Changes the block at `pos` to `[start, end)` in place: it must keep
     /// its place in address order and overlap no other block.
     ///
