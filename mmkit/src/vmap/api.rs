@@ -6,14 +6,14 @@ use core::alloc::Layout;
 use core::ops::Range;
 
 use super::VmapAllocator;
-use crate::storage::Storage;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{FlushHook, RangeAllocator, RangeStats};
 use crate::request::{Policy, Request, RequestError};
 use crate::tree::btree::Pos;
 
+per_storage! {
 /// The [`RangeAllocator`] methods, callable without importing the trait.
-impl<S: Storage> VmapAllocator<S> {
+impl {
     /// The managed space `[start, end)`.
     ///
     /// # Examples
@@ -189,9 +189,11 @@ impl<S: Storage> VmapAllocator<S> {
         <Self as RangeAllocator>::check(self)
     }
 }
+}
 
+per_storage! {
 /// Requests, iterators and resizing.
-impl<S: Storage> VmapAllocator<S> {
+impl {
     /// Allocates by a [`Request`]: size, alignment, window and
     /// [`Policy`] (lowest, highest or exact). A failing request purges the
     /// lazily freed areas once and retries, as [`alloc`](Self::alloc) does.
@@ -508,6 +510,7 @@ impl<S: Storage> VmapAllocator<S> {
             self.clip(&pos, a, e - s);
         }
     }
+}
 }
 
 /// Two iterators of disjoint ranges sorted by start, merged in order.

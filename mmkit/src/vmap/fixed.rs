@@ -30,6 +30,7 @@ use super::busy::BusyIndex;
 use super::memmap::Holes;
 use super::VmapAllocator;
 use crate::error::{AllocError, FreeError};
+use crate::range::RangeAllocator;
 use crate::storage::{Fixed, Storage, Store};
 use crate::tree::btree::BTree;
 
@@ -63,7 +64,10 @@ impl<const N: usize> VmapAllocator<Fixed<N>> {
     }
 }
 
-impl<S: Storage> VmapAllocator<S> {
+impl<S: Storage> VmapAllocator<S>
+where
+    Self: RangeAllocator,
+{
     /// Lets an allocator in fixed storage move its metadata to the heap
     /// when an array is full, and take lazy frees (once the kernel has a
     /// heap). Nothing moves until it must. A no-op on the heap.

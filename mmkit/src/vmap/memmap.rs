@@ -29,6 +29,7 @@ use core::ops::Range;
 use super::VmapAllocator;
 use crate::storage::{Fixed, Heap, Inline, Storage, Store};
 use crate::error::{AddFreeError, FreeError};
+use crate::range::RangeAllocator;
 
 /// The maximal gaps inside the hull that no added range covers, sorted by
 /// start; each is non-empty, lies strictly inside the hull, and no two
@@ -124,7 +125,10 @@ impl VmapAllocator {
     }
 }
 
-impl<S: Storage> VmapAllocator<S> {
+impl<S: Storage> VmapAllocator<S>
+where
+    Self: RangeAllocator,
+{
     /// Adds `[start, end)` to the free space: anywhere in `u64` (`end` may
     /// be `u64::MAX`) outside what the allocator manages, below, above or
     /// between the ranges it has. It merges with the free blocks it
@@ -309,7 +313,7 @@ impl<S: Storage> VmapAllocator<S> {
         let nb = &self.nb;
         let touches_free =
             nb.prev.is_some_and(|p| p.1 > start) || nb.next.is_some_and(|n| n.0 < end);
-        if touches_free || self.lazy_areas().any(|r| r.start < end && start < r.end) {
+        if touches_free || self.overlaps_lazy(start, end) {
             return Err(FreeError::NotAllocated);
         }
         if self.indexed {
@@ -337,8 +341,8 @@ impl<S: Storage> VmapAllocator<S> {
         while at < end {
             let next = match self.busy.get(at) {
                 Some(e) => e,
-                None => match self.lazy_areas().find(|r| r.start == at) {
-                    Some(r) if r.end <= start => r.end,
+                None => match self.lazy_end(at) {
+                    Some(e) if e <= start => e,
                     _ => return Err(FreeError::NotAllocated),
                 },
             };

@@ -50,6 +50,27 @@ use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::storage::{Heap, Storage};
 use crate::tree::btree::{BTree, Neighbours, Pos};
 
+/// Writes an `impl` block (inherent, or of a trait: `impl Trait { .. }`)
+/// once for each storage: for the heap as a block of non-generic methods,
+/// which this crate compiles, inlining into one another its generic
+/// helpers as it would inline non-generic ones (a generic method is
+/// compiled in the crate that calls it, with that crate's inlining), and
+/// for fixed storage.
+macro_rules! per_storage {
+    ($(#[$attr:meta])* impl $trait:path { $($body:tt)* }) => {
+        $(#[$attr])*
+        impl $trait for VmapAllocator<crate::storage::Heap> { $($body)* }
+        $(#[$attr])*
+        impl<const N: usize> $trait for VmapAllocator<crate::storage::Fixed<N>> { $($body)* }
+    };
+    ($(#[$attr:meta])* impl { $($body:tt)* }) => {
+        $(#[$attr])*
+        impl VmapAllocator<crate::storage::Heap> { $($body)* }
+        $(#[$attr])*
+        impl<const N: usize> VmapAllocator<crate::storage::Fixed<N>> { $($body)* }
+    };
+}
+
 mod api;
 pub(crate) mod busy;
 mod fixed;
@@ -189,7 +210,10 @@ struct LazyList {
     hi: u64,
 }
 
-impl<S: Storage> core::fmt::Debug for VmapAllocator<S> {
+impl<S: Storage> core::fmt::Debug for VmapAllocator<S>
+where
+    Self: RangeAllocator,
+{
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("VmapAllocator")
             .field("space", &(self.start, self.end))
@@ -231,7 +255,10 @@ impl VmapAllocator {
     }
 }
 
-impl<S: Storage> VmapAllocator<S> {
+impl<S: Storage> VmapAllocator<S>
+where
+    Self: RangeAllocator,
+{
     /// An allocator over the empty `free` tree and `holes` and the busy
     /// index `busy`, managing nothing yet.
     const fn from_parts(free: BTree<S>, holes: Holes<S>, busy: BusyIndex) -> Self {
@@ -465,6 +492,16 @@ impl<S: Storage> VmapAllocator<S> {
         }
     }
 
+    /// Whether `[s, e)` overlaps a lazily freed area.
+    fn overlaps_lazy(&self, s: u64, e: u64) -> bool {
+        self.lazy.areas.iter().any(|&(ls, le)| ls < e && s < le)
+    }
+
+    /// The end of the lazily freed area that starts at `s`, if any.
+    fn lazy_end(&self, s: u64) -> Option<u64> {
+        self.lazy.areas.iter().find(|a| a.0 == s).map(|a| a.1)
+    }
+
     /// Purge through the installed hook (threshold and failure purges).
     fn purge_with_hook(&mut self) -> bool {
         crate::range::purge_through_hook(self, |a| &mut a.flush_hook)
@@ -560,7 +597,8 @@ impl<S: Storage> VmapAllocator<S> {
     }
 }
 
-impl<S: Storage> RangeAllocator for VmapAllocator<S> {
+per_storage! {
+impl RangeAllocator {
     fn space(&self) -> (u64, u64) {
         (self.start, self.end)
     }
@@ -826,6 +864,7 @@ impl<S: Storage> RangeAllocator for VmapAllocator<S> {
         );
         Ok(())
     }
+}
 }
 
 /// A [`VmapAllocator`] behind one lock, shareable between threads: the

@@ -23,12 +23,20 @@
 //! TLSF. Test with debug builds, where every such free is refused.
 
 use super::VmapAllocator;
-use crate::storage::Storage;
 use crate::error::{AllocError, FreeError};
 
 /// Whether an allocator made without a busy index keeps one anyway, to
 /// check the sizes it is given.
 const CHECKED: bool = cfg!(any(debug_assertions, feature = "debug-check"));
+
+impl<S: crate::storage::Storage> VmapAllocator<S> {
+    /// Whether the busy index holds every live area (so `live_areas`
+    /// lists them).
+    #[cfg(feature = "lock_api")]
+    pub(crate) fn indexes_live(&self) -> bool {
+        self.indexed
+    }
+}
 
 impl VmapAllocator {
     /// An allocator managing `[start, end)`, as [`new`](Self::new), that
@@ -93,7 +101,8 @@ impl VmapAllocator {
 
 }
 
-impl<S: Storage> VmapAllocator<S> {
+per_storage! {
+impl {
     /// Whether the allocator was made
     /// [`without_busy_index`](Self::without_busy_index): frees must carry
     /// their size.
@@ -106,13 +115,6 @@ impl<S: Storage> VmapAllocator<S> {
     /// ```
     pub fn frees_need_size(&self) -> bool {
         self.sized_only
-    }
-
-    /// Whether the busy index holds every live area (so `live_areas`
-    /// lists them).
-    #[cfg(feature = "lock_api")]
-    pub(crate) fn indexes_live(&self) -> bool {
-        self.indexed
     }
 
     /// Frees the live area `[addr, addr + size)`; returns `size`. As
@@ -227,4 +229,5 @@ impl<S: Storage> VmapAllocator<S> {
         }
         Ok(())
     }
+}
 }
