@@ -23,7 +23,7 @@
 //! assert_eq!(live, 0);
 //! ```
 
-use crate::error::{AllocError, FreeError};
+use crate::error::{AddFreeError, AllocError, FreeError};
 use crate::range::RangeAllocator;
 
 /// An allocator `A` behind a lock whose raw mutex is `M`.
@@ -158,6 +158,51 @@ impl<M: lock_api::RawMutex> Guarded<M, crate::vmap::VmapAllocator> {
     /// As `free_lazy_sized`.
     pub fn free_lazy_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
         self.lock().free_lazy_sized(addr, size)
+    }
+}
+
+/// Free space from a memory map and range frees, on the exact allocator
+/// in either storage.
+impl<M: lock_api::RawMutex, S: crate::storage::Storage> Guarded<M, crate::vmap::VmapAllocator<S>>
+where
+    crate::vmap::VmapAllocator<S>: RangeAllocator,
+{
+    /// [`VmapAllocator::add_free`](crate::vmap::VmapAllocator::add_free)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `add_free`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::storage::Fixed;
+    /// use mmkit::vmap::VmapAllocator;
+    /// static VA: Guarded<spin::Mutex<()>, VmapAllocator<Fixed<4>>> =
+    ///     Guarded::new(VmapAllocator::new_fixed());
+    /// VA.add_free(0x1000, 0x2000).unwrap();
+    /// assert_eq!(VA.alloc(0x100, 0x100), Ok(0x1000));
+    /// ```
+    pub fn add_free(&self, start: u64, end: u64) -> Result<(), AddFreeError> {
+        self.lock().add_free(start, end)
+    }
+
+    /// [`VmapAllocator::free_range`](crate::vmap::VmapAllocator::free_range)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `free_range`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(40, 1).unwrap();
+    /// assert_eq!(va.free_range(a + 10, 20), Ok(20));
+    /// ```
+    pub fn free_range(&self, start: u64, len: u64) -> Result<u64, FreeError> {
+        self.lock().free_range(start, len)
     }
 }
 

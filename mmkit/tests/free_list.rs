@@ -1,3 +1,4 @@
+#![allow(dead_code)]
 //! A boot-time free list over mmkit: the shape of the frame lists Rust
 //! kernels keep (ranges pushed from the firmware memory map, allocations
 //! by size and alignment or at an exact address, frees by address and
@@ -12,12 +13,18 @@ use mmkit::request::{Policy, Request};
 use mmkit::storage::Fixed;
 
 /// The free-list interface: push, allocate, allocate_at, deallocate.
-struct FreeList<S: Storage> {
+struct FreeList<S: Storage>
+where
+    VmapAllocator<S>: PerStorage,
+{
     va: VmapAllocator<S>,
     model: MapModel,
 }
 
-impl<S: Storage> FreeList<S> {
+impl<S: Storage> FreeList<S>
+where
+    VmapAllocator<S>: PerStorage,
+{
     fn new(va: VmapAllocator<S>) -> Self {
         FreeList {
             va,
@@ -50,7 +57,7 @@ impl<S: Storage> FreeList<S> {
 
     /// `[at, at + size)`, if it is wholly free.
     fn allocate_at(&mut self, at: u64, size: u64) -> Option<u64> {
-        let req = Request::bytes(size).ok()?.policy(Policy::Exact(at));
+        let req = Request::bytes(size)?.policy(Policy::Exact(at));
         let got = self.va.allocate(req).ok();
         let want = at
             .checked_add(size)
@@ -76,7 +83,7 @@ impl<S: Storage> FreeList<S> {
 /// Runs `scenario` on the heap allocator and on one in fixed storage.
 fn both(scenario: fn(&mut dyn Scenario)) {
     scenario(&mut FreeList::new(VmapAllocator::new_empty()));
-    scenario(&mut FreeList::new(VmapAllocator::<Fixed<8>>::new_fixed()));
+    scenario(&mut FreeList::new(VmapAllocator::<Fixed<16>>::new_fixed()));
 }
 
 /// [`FreeList`] over either storage.
@@ -88,7 +95,10 @@ trait Scenario {
     fn free(&self) -> Vec<(u64, u64)>;
 }
 
-impl<S: Storage> Scenario for FreeList<S> {
+impl<S: Storage> Scenario for FreeList<S>
+where
+    VmapAllocator<S>: PerStorage,
+{
     fn push(&mut self, start: u64, end: u64) -> Result<(), AddFreeError> {
         FreeList::push(self, start, end)
     }

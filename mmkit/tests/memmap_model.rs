@@ -68,7 +68,10 @@ fn map(base: u64, n: usize, seed: u64) -> Vec<(u64, u64)> {
 /// (`StorageFull`, also for every lazy free until the heap is allowed):
 /// the model then skips the step, and the comparison after it shows that
 /// nothing changed.
-fn run<S: Storage>(mut va: VmapAllocator<S>, base: u64, n: usize, seed: u64, ops: &[Op]) -> Result<(), TestCaseError> {
+fn run<S: Storage>(mut va: VmapAllocator<S>, base: u64, n: usize, seed: u64, ops: &[Op]) -> Result<(), TestCaseError>
+where
+    VmapAllocator<S>: PerStorage,
+{
     let fixed = S::FIXED;
     let indexed = !fixed && (!va.frees_need_size() || cfg!(debug_assertions));
     let mut m = MapModel::new();

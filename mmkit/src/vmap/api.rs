@@ -5,16 +5,22 @@
 use core::alloc::Layout;
 use core::ops::Range;
 
-use super::VmapAllocator;
+use super::{PerStorage, VmapAllocator};
+use crate::storage::Storage;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{FlushHook, RangeAllocator, RangeStats};
 use crate::request::{Policy, Request, RequestError};
 use crate::tree::btree::Pos;
 
-per_storage! {
 /// The [`RangeAllocator`] methods, callable without importing the trait.
-impl {
-    /// The managed space `[start, end)`.
+impl<S: Storage> VmapAllocator<S>
+where
+    Self: PerStorage,
+{
+    /// The managed space `[start, end)`: with ranges added by
+    /// [`add_free`](Self::add_free), their hull (the lowest start and the
+    /// highest end added; `(0, 0)` before the first), of which
+    /// [`managed`](Self::managed) lists the parts that are managed.
     ///
     /// # Examples
     /// ```
@@ -22,6 +28,7 @@ impl {
     /// let va = VmapAllocator::new(0x1000, 0x9000).unwrap();
     /// assert_eq!(va.space(), (0x1000, 0x9000));
     /// ```
+    #[inline]
     pub fn space(&self) -> (u64, u64) {
         (self.start, self.end)
     }
@@ -41,6 +48,7 @@ impl {
     /// assert_eq!(va.alloc(0x100, 1), Ok(0));
     /// assert_eq!(va.alloc(0x100, 0x1000), Ok(0x1000));
     /// ```
+    #[inline]
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
         <Self as RangeAllocator>::alloc(self, size, align)
     }
@@ -58,6 +66,7 @@ impl {
     /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
     /// assert_eq!(va.alloc_in(0x100, 0x100, 0x8000, 0x9000), Ok(0x8000));
     /// ```
+    #[inline]
     pub fn alloc_in(
         &mut self,
         size: u64,
@@ -81,6 +90,7 @@ impl {
     /// assert_eq!(va.free(a), Ok(0x100));
     /// assert!(va.free(a).is_err()); // a double free is refused
     /// ```
+    #[inline]
     pub fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
         <Self as RangeAllocator>::free(self, addr)
     }
@@ -99,6 +109,7 @@ impl {
     /// assert_eq!(va.free_lazy(a), Ok(0x100));
     /// assert_eq!(va.alloc(0x100, 1), Ok(0x100)); // not reused yet
     /// ```
+    #[inline]
     pub fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
         <Self as RangeAllocator>::free_lazy(self, addr)
     }
@@ -117,6 +128,7 @@ impl {
     /// assert_eq!(flushed, Some((0, 0x100)));
     /// assert!(!va.purge(&mut |_, _| unreachable!())); // nothing left
     /// ```
+    #[inline]
     pub fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
         <Self as RangeAllocator>::purge(self, flush)
     }
@@ -133,6 +145,7 @@ impl {
     /// va.free_lazy(a).unwrap(); // 0x200 > 0x100: purged at once
     /// assert_eq!(va.stats().lazy_bytes, 0);
     /// ```
+    #[inline]
     pub fn set_lazy_max(&mut self, bytes: u64) {
         <Self as RangeAllocator>::set_lazy_max(self, bytes)
     }
@@ -155,6 +168,7 @@ impl {
     /// va.alloc(0x1000, 1).unwrap(); // full: purges through the hook, retries
     /// assert_eq!(flushes.load(Ordering::Relaxed), 1);
     /// ```
+    #[inline]
     pub fn set_flush_hook(&mut self, hook: Option<FlushHook>) {
         <Self as RangeAllocator>::set_flush_hook(self, hook)
     }
@@ -169,6 +183,7 @@ impl {
     /// let s = va.stats();
     /// assert_eq!((s.live_areas, s.live_bytes, s.free_bytes), (1, 10, 90));
     /// ```
+    #[inline]
     pub fn stats(&self) -> RangeStats {
         <Self as RangeAllocator>::stats(self)
     }
@@ -185,15 +200,17 @@ impl {
     /// va.alloc(10, 1).unwrap();
     /// va.check().unwrap();
     /// ```
+    #[inline]
     pub fn check(&self) -> Result<(), CheckError> {
         <Self as RangeAllocator>::check(self)
     }
 }
-}
 
-per_storage! {
 /// Requests, iterators and resizing.
-impl {
+impl<S: Storage> VmapAllocator<S>
+where
+    Self: PerStorage,
+{
     /// Allocates by a [`Request`]: size, alignment, window and
     /// [`Policy`] (lowest, highest or exact). A failing request purges the
     /// lazily freed areas once and retries, as [`alloc`](Self::alloc) does.
@@ -224,7 +241,13 @@ impl {
     ///     Err(RequestError::NoFit { size: 0x10000, largest_free: 0x7000, .. })
     /// ));
     /// ```
+    #[inline]
     pub fn allocate(&mut self, req: Request) -> Result<u64, RequestError> {
+        PerStorage::allocate_entry(self, req)
+    }
+
+    /// The body of [`allocate`](Self::allocate).
+    pub(super) fn allocate_body(&mut self, req: Request) -> Result<u64, RequestError> {
         crate::debug_check!(self);
         let (lo, hi) = req.clamp(self.space())?;
         if !self.has_room(1, 0) {
@@ -510,7 +533,6 @@ impl {
             self.clip(&pos, a, e - s);
         }
     }
-}
 }
 
 /// Two iterators of disjoint ranges sorted by start, merged in order.

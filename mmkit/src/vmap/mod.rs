@@ -50,8 +50,8 @@ use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::storage::{Heap, Storage};
 use crate::tree::btree::{BTree, Neighbours, Pos};
 
-/// Writes an `impl` block (inherent, or of a trait: `impl Trait { .. }`)
-/// once for each storage: for the heap as a block of non-generic methods,
+/// Writes a trait's `impl` block (`impl Trait { .. }`) once for each
+/// storage: for the heap as a block of non-generic methods,
 /// which this crate compiles, inlining into one another its generic
 /// helpers as it would inline non-generic ones (a generic method is
 /// compiled in the crate that calls it, with that crate's inlining), and
@@ -62,12 +62,6 @@ macro_rules! per_storage {
         impl $trait for VmapAllocator<crate::storage::Heap> { $($body)* }
         $(#[$attr])*
         impl<const N: usize> $trait for VmapAllocator<crate::storage::Fixed<N>> { $($body)* }
-    };
-    ($(#[$attr:meta])* impl { $($body:tt)* }) => {
-        $(#[$attr])*
-        impl VmapAllocator<crate::storage::Heap> { $($body)* }
-        $(#[$attr])*
-        impl<const N: usize> VmapAllocator<crate::storage::Fixed<N>> { $($body)* }
     };
 }
 
@@ -865,6 +859,39 @@ impl RangeAllocator {
         Ok(())
     }
 }
+}
+
+/// The calls written once per storage (`per_storage`), so that the
+/// heap's are compiled in this crate, reached from the methods of the same
+/// name that code generic over the storage calls. Not meant to be used
+/// directly.
+#[doc(hidden)]
+pub trait PerStorage: RangeAllocator {
+    /// [`VmapAllocator::allocate`].
+    fn allocate_entry(&mut self, req: crate::request::Request) -> Result<u64, crate::request::RequestError>;
+    /// [`VmapAllocator::free_sized`].
+    fn free_sized_entry(&mut self, addr: u64, size: u64) -> Result<u64, FreeError>;
+    /// [`VmapAllocator::free_lazy_sized`].
+    fn free_lazy_sized_entry(&mut self, addr: u64, size: u64) -> Result<u64, FreeError>;
+}
+
+per_storage! {
+    impl PerStorage {
+        fn allocate_entry(
+            &mut self,
+            req: crate::request::Request,
+        ) -> Result<u64, crate::request::RequestError> {
+            self.allocate_body(req)
+        }
+
+        fn free_sized_entry(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
+            self.free_sized_body(addr, size)
+        }
+
+        fn free_lazy_sized_entry(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
+            self.free_lazy_sized_body(addr, size)
+        }
+    }
 }
 
 /// A [`VmapAllocator`] behind one lock, shareable between threads: the

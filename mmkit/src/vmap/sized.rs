@@ -22,7 +22,7 @@
 //! tell, having no record of the live areas), as a wrong handle corrupts
 //! TLSF. Test with debug builds, where every such free is refused.
 
-use super::VmapAllocator;
+use super::{PerStorage, VmapAllocator};
 use crate::error::{AllocError, FreeError};
 
 /// Whether an allocator made without a busy index keeps one anyway, to
@@ -101,8 +101,10 @@ impl VmapAllocator {
 
 }
 
-per_storage! {
-impl {
+impl<S: crate::storage::Storage> VmapAllocator<S>
+where
+    Self: PerStorage,
+{
     /// Whether the allocator was made
     /// [`without_busy_index`](Self::without_busy_index): frees must carry
     /// their size.
@@ -142,7 +144,13 @@ impl {
     /// assert_eq!(va.free_sized(a, 0x2000), Ok(0x2000));
     /// assert_eq!(va.free_sized(a, 0x2000), Err(FreeError::NotAllocated));
     /// ```
+    #[inline]
     pub fn free_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        PerStorage::free_sized_entry(self, addr, size)
+    }
+
+    /// The body of [`free_sized`](Self::free_sized).
+    pub(super) fn free_sized_body(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
         let end = self.sized_end(addr, size)?;
         self.free_room()?;
@@ -166,7 +174,13 @@ impl {
     /// assert_eq!(va.free_lazy_sized(a, 0x100), Ok(0x100));
     /// assert_eq!(va.alloc(0x100, 1), Ok(0x100)); // not reused before a purge
     /// ```
+    #[inline]
     pub fn free_lazy_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        PerStorage::free_lazy_sized_entry(self, addr, size)
+    }
+
+    /// The body of [`free_lazy_sized`](Self::free_lazy_sized).
+    pub(super) fn free_lazy_sized_body(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
         let end = self.sized_end(addr, size)?;
         if !self.lazy_allowed() {
@@ -229,5 +243,4 @@ impl {
         }
         Ok(())
     }
-}
 }

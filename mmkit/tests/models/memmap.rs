@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use mmkit::range::DEFAULT_LAZY_MAX;
 use mmkit::storage::Storage;
-use mmkit::vmap::VmapAllocator;
+use mmkit::vmap::{PerStorage, VmapAllocator};
 use mmkit::{AddFreeError, AllocError, FreeError};
 
 /// The contract over several ranges, written as plainly as possible.
@@ -185,7 +185,10 @@ impl MapModel {
 }
 
 /// What the allocator and the model must agree on after every step.
-fn same<S: Storage>(va: &VmapAllocator<S>, m: &MapModel, indexed: bool) -> Result<(), String> {
+fn same<S: Storage>(va: &VmapAllocator<S>, m: &MapModel, indexed: bool) -> Result<(), String>
+where
+    VmapAllocator<S>: PerStorage,
+{
     va.check().map_err(|e| e.to_string())?;
     let free: Vec<(u64, u64)> = va.free_blocks().map(|r| (r.start, r.end)).collect();
     if free != m.free {
