@@ -24,7 +24,26 @@
 //!
 //! The choice is a type parameter, so [`Heap`]'s code is the code of a
 //! plain `Vec` (the store's methods are inlined to it): the fixed
-//! storage's checks compile away there.
+//! storage's checks compile away there. The allocator's entry points are
+//! written once per storage (non-generic on the heap, so this crate
+//! compiles them as it did before there was a choice); code generic over
+//! the storage names that with the bound
+//! `VmapAllocator<S>: mmkit::vmap::PerStorage`, which both storages meet:
+//!
+//! ```
+//! use mmkit::storage::{Fixed, Storage};
+//! use mmkit::vmap::{PerStorage, VmapAllocator};
+//!
+//! fn first_page<S: Storage>(va: &mut VmapAllocator<S>) -> Option<u64>
+//! where
+//!     VmapAllocator<S>: PerStorage,
+//! {
+//!     va.add_free(0x1000, 0x10_0000).ok()?;
+//!     va.alloc(0x1000, 0x1000).ok()
+//! }
+//! assert_eq!(first_page(&mut VmapAllocator::new_empty()), Some(0x1000));
+//! assert_eq!(first_page(&mut VmapAllocator::<Fixed<4>>::new_fixed()), Some(0x1000));
+//! ```
 
 use alloc::vec::Vec;
 use core::fmt::Debug;
