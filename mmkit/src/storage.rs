@@ -196,7 +196,10 @@ impl<T: Copy, const N: usize> Inline<T, N> {
     #[inline]
     fn make_room(&mut self) {
         if !self.spilled && self.len == N {
-            assert!(self.heap_ok, "fixed storage overrun: room() was not checked");
+            assert!(
+                self.heap_ok,
+                "fixed storage overrun: room() was not checked"
+            );
             self.spill();
         }
     }

@@ -87,7 +87,10 @@ fn a_boot_sequence_makes_no_heap_allocation() {
             let kernel = f.allocate(at(2 * MIB, 6 * MIB)).unwrap();
             let acpi = f.allocate(at(0x9_0000, 0x1000)).unwrap();
             // A range the map does not have cannot be reserved.
-            assert!(matches!(f.allocate(at(3 << 30, 0x1000)), Err(RequestError::NotFree { .. })));
+            assert!(matches!(
+                f.allocate(at(3 << 30, 0x1000)),
+                Err(RequestError::NotFree { .. })
+            ));
             // The first heap: 64 MiB, 2 MiB aligned.
             let heap = f.alloc(64 * MIB, 2 * MIB).unwrap();
             // Frames handed out and given back by range.
@@ -102,7 +105,10 @@ fn a_boot_sequence_makes_no_heap_allocation() {
             assert_eq!(f.free_lazy_sized(acpi, 0x1000), Err(FreeError::StorageFull));
             assert_eq!(
                 f.add_free(0x9e000, 0xa0000),
-                Err(AddFreeError::Overlaps { start: 0x9e000, end: 0x9f000 })
+                Err(AddFreeError::Overlaps {
+                    start: 0x9e000,
+                    end: 0x9f000
+                })
             );
             (heap, (kernel, acpi))
         })
@@ -154,7 +160,10 @@ fn full_fixed_storage_refuses_then_grows_into_the_heap_once_allowed() {
     va.allow_heap();
     let (_, n) = allocations(|| {
         for i in taken..taken + 64 {
-            assert_eq!(va.alloc_in(0x1000, 0x1000, 0x1000 * (2 * i + 1), 1 << 20), Ok(0x1000 * (2 * i + 1)));
+            assert_eq!(
+                va.alloc_in(0x1000, 0x1000, 0x1000 * (2 * i + 1), 1 << 20),
+                Ok(0x1000 * (2 * i + 1))
+            );
         }
     });
     assert!(n > 0, "grown into the heap");

@@ -42,7 +42,11 @@ where
     /// Adds the free range `[start, end)`.
     fn push(&mut self, start: u64, end: u64) -> Result<(), AddFreeError> {
         let got = self.va.add_free(start, end);
-        assert_eq!(got, self.model.add_free(start, end), "push {start:#x}..{end:#x}");
+        assert_eq!(
+            got,
+            self.model.add_free(start, end),
+            "push {start:#x}..{end:#x}"
+        );
         self.agree();
         got
     }
@@ -50,7 +54,11 @@ where
     /// The lowest `size` bytes aligned to `align`.
     fn allocate(&mut self, size: u64, align: u64) -> Option<u64> {
         let got = self.va.alloc(size, align).ok();
-        assert_eq!(got, self.model.alloc_in(size, align, 0, u64::MAX).ok(), "allocate {size:#x}");
+        assert_eq!(
+            got,
+            self.model.alloc_in(size, align, 0, u64::MAX).ok(),
+            "allocate {size:#x}"
+        );
         self.agree();
         got
     }
@@ -70,7 +78,11 @@ where
     /// Frees `[at, at + size)`: any allocated range, whole or in part.
     fn deallocate(&mut self, at: u64, size: u64) -> Result<u64, FreeError> {
         let got = self.va.free_range(at, size);
-        assert_eq!(got, self.model.free_range(at, size), "deallocate {at:#x}+{size:#x}");
+        assert_eq!(
+            got,
+            self.model.free_range(at, size),
+            "deallocate {at:#x}+{size:#x}"
+        );
         self.agree();
         got
     }
@@ -137,7 +149,10 @@ fn ram_map_with_the_32_bit_gap() {
         // Nothing spans the gap: [2 GiB, 3 GiB) and [6 GiB, 10 GiB) are apart.
         assert_eq!(fl.allocate(5 * GIB, 4 * KIB), None);
         assert_eq!(fl.allocate_at(3 * GIB - 4 * KIB, 8 * KIB), None);
-        assert_eq!(fl.allocate_at(3 * GIB - 4 * KIB, 4 * KIB), Some(3 * GIB - 4 * KIB));
+        assert_eq!(
+            fl.allocate_at(3 * GIB - 4 * KIB, 4 * KIB),
+            Some(3 * GIB - 4 * KIB)
+        );
         // The gap itself is not the allocator's to free.
         assert_eq!(fl.deallocate(3 * GIB, 4 * KIB), Err(FreeError::Invalid));
     });
@@ -154,7 +169,10 @@ fn partial_frees_trim_and_split_an_allocation() {
         assert_eq!(fl.deallocate(a + 0x6000, 0x2000), Ok(0x2000));
         assert_eq!(fl.deallocate(a, 0x1000), Ok(0x1000));
         // What is left of `a`: [a+0x1000, a+0x2000) and [a+0x4000, a+0x6000).
-        assert_eq!(fl.deallocate(a + 0x1800, 0x1000), Err(FreeError::NotAllocated));
+        assert_eq!(
+            fl.deallocate(a + 0x1800, 0x1000),
+            Err(FreeError::NotAllocated)
+        );
         assert_eq!(fl.allocate(0x2000, 0x1000), Some(a + 0x2000));
         assert_eq!(fl.allocate(0x1000, 0x1000), Some(a));
         assert_eq!(fl.allocate(0x2000, 0x1000), Some(a + 0x6000));
@@ -173,7 +191,10 @@ fn a_free_may_span_two_allocations() {
         assert_eq!(fl.deallocate(a + 0x2000, 0x2000), Ok(0x2000));
         assert_eq!(fl.free(), [(a + 0x2000, a + 0x4000), (b + 0x3000, 0x10000)]);
         // Again, overlapping what is now free: refused, nothing changes.
-        assert_eq!(fl.deallocate(a + 0x1000, 0x2000), Err(FreeError::NotAllocated));
+        assert_eq!(
+            fl.deallocate(a + 0x1000, 0x2000),
+            Err(FreeError::NotAllocated)
+        );
         // The rest of both, joining everything into one block.
         assert_eq!(fl.deallocate(a, 0x2000), Ok(0x2000));
         assert_eq!(fl.deallocate(b + 0x1000, 0x2000), Ok(0x2000));
@@ -226,7 +247,10 @@ fn seventeen_ranges_in_scrambled_order() {
         let (s, e) = range(3);
         assert_eq!(
             fl.push(s - 4 * KIB, s + 4 * KIB),
-            Err(AddFreeError::Overlaps { start: s, end: s + 4 * KIB })
+            Err(AddFreeError::Overlaps {
+                start: s,
+                end: s + 4 * KIB
+            })
         );
         assert_eq!(fl.push(e, e + 4 * KIB), Ok(()));
         // Everything back: the free blocks are the ranges again.
@@ -249,13 +273,22 @@ fn alignment_and_bounds_at_the_top_of_u64() {
         fl.push(top - 0x10000, top).unwrap();
         fl.push(0, 0x1000).unwrap();
         assert_eq!(fl.allocate(0x1000, 0x8000), Some(0));
-        assert_eq!(fl.allocate(0x1000, 0x8000), Some((top - 0x10000 + 0x7fff) & !0x7fff));
+        assert_eq!(
+            fl.allocate(0x1000, 0x8000),
+            Some((top - 0x10000 + 0x7fff) & !0x7fff)
+        );
         assert_eq!(fl.allocate_at(top - 0x100, 0x100), Some(top - 0x100));
         assert_eq!(fl.allocate_at(top - 0x80, 0x100), None);
         assert_eq!(fl.deallocate(top - 0x100, 0x100), Ok(0x100));
         assert_eq!(fl.deallocate(top - 0x100, 0x200), Err(FreeError::Invalid));
         assert_eq!(fl.deallocate(0x800, 0), Err(FreeError::Invalid));
-        assert_eq!(fl.push(top - 1, top), Err(AddFreeError::Overlaps { start: top - 1, end: top }));
+        assert_eq!(
+            fl.push(top - 1, top),
+            Err(AddFreeError::Overlaps {
+                start: top - 1,
+                end: top
+            })
+        );
         assert_eq!(fl.push(5, 5), Err(AddFreeError::Empty { start: 5, end: 5 }));
     });
 }

@@ -15,11 +15,28 @@ include!("models/memmap.rs");
 /// steps name a live area, a hole or a free block rather than noise.
 #[derive(Debug, Clone)]
 enum Op {
-    Alloc { size: u64, align_log: u8, window: Option<(u64, u64)> },
-    Free { pick: usize, lazy: bool },
-    FreeRange { pick: usize, off: u64, len: u64 },
-    FreeRaw { start: u64, len: u64 },
-    AddFree { start: u64, len: u64 },
+    Alloc {
+        size: u64,
+        align_log: u8,
+        window: Option<(u64, u64)>,
+    },
+    Free {
+        pick: usize,
+        lazy: bool,
+    },
+    FreeRange {
+        pick: usize,
+        off: u64,
+        len: u64,
+    },
+    FreeRaw {
+        start: u64,
+        len: u64,
+    },
+    AddFree {
+        start: u64,
+        len: u64,
+    },
     Purge,
     AllowHeap,
 }
@@ -68,7 +85,13 @@ fn map(base: u64, n: usize, seed: u64) -> Vec<(u64, u64)> {
 /// (`StorageFull`, also for every lazy free until the heap is allowed):
 /// the model then skips the step, and the comparison after it shows that
 /// nothing changed.
-fn run<S: Storage>(mut va: VmapAllocator<S>, base: u64, n: usize, seed: u64, ops: &[Op]) -> Result<(), TestCaseError>
+fn run<S: Storage>(
+    mut va: VmapAllocator<S>,
+    base: u64,
+    n: usize,
+    seed: u64,
+    ops: &[Op],
+) -> Result<(), TestCaseError>
 where
     VmapAllocator<S>: PerStorage,
 {
@@ -86,20 +109,42 @@ where
         }};
     }
     for (s, e) in map(base, n, seed) {
-        step!(va.add_free(s, e), m.add_free(s, e), AddFreeError::StorageFull, (s, e));
+        step!(
+            va.add_free(s, e),
+            m.add_free(s, e),
+            AddFreeError::StorageFull,
+            (s, e)
+        );
     }
     same(&va, &m, indexed).map_err(TestCaseError::fail)?;
     for op in ops {
         match *op {
-            Op::Alloc { size, align_log, window } => {
+            Op::Alloc {
+                size,
+                align_log,
+                window,
+            } => {
                 let align = 1u64 << align_log;
-                let (vs, ve) = window.map_or((0, u64::MAX), |(s, l)| (base + s, (base + s).saturating_add(l)));
-                step!(va.alloc_in(size, align, vs, ve), m.alloc_in(size, align, vs, ve), AllocError::StorageFull, op);
+                let (vs, ve) = window.map_or((0, u64::MAX), |(s, l)| {
+                    (base + s, (base + s).saturating_add(l))
+                });
+                step!(
+                    va.alloc_in(size, align, vs, ve),
+                    m.alloc_in(size, align, vs, ve),
+                    AllocError::StorageFull,
+                    op
+                );
             }
             Op::Free { pick, lazy } => {
-                let Some((&a, &b)) = m.live.iter().nth(pick % m.live.len().max(1)) else { continue };
+                let Some((&a, &b)) = m.live.iter().nth(pick % m.live.len().max(1)) else {
+                    continue;
+                };
                 if va.frees_need_size() {
-                    let got = if lazy { va.free_lazy_sized(a, b - a) } else { va.free_sized(a, b - a) };
+                    let got = if lazy {
+                        va.free_lazy_sized(a, b - a)
+                    } else {
+                        va.free_sized(a, b - a)
+                    };
                     if !(fixed && got == Err(FreeError::StorageFull)) {
                         let want = if lazy { m.free_lazy(a) } else { m.free(a) };
                         prop_assert_eq!(got, want);
@@ -111,17 +156,34 @@ where
                 }
             }
             Op::FreeRange { pick, off, len } => {
-                let Some((&a, &b)) = m.live.iter().nth(pick % m.live.len().max(1)) else { continue };
+                let Some((&a, &b)) = m.live.iter().nth(pick % m.live.len().max(1)) else {
+                    continue;
+                };
                 let start = a + off % (b - a);
-                step!(va.free_range(start, len), m.free_range(start, len), FreeError::StorageFull, op);
+                step!(
+                    va.free_range(start, len),
+                    m.free_range(start, len),
+                    FreeError::StorageFull,
+                    op
+                );
             }
             Op::FreeRaw { start, len } => {
                 let start = base + start;
-                step!(va.free_range(start, len), m.free_range(start, len), FreeError::StorageFull, op);
+                step!(
+                    va.free_range(start, len),
+                    m.free_range(start, len),
+                    FreeError::StorageFull,
+                    op
+                );
             }
             Op::AddFree { start, len } => {
                 let s = (base + start).min(u64::MAX - len);
-                step!(va.add_free(s, s + len), m.add_free(s, s + len), AddFreeError::StorageFull, op);
+                step!(
+                    va.add_free(s, s + len),
+                    m.add_free(s, s + len),
+                    AddFreeError::StorageFull,
+                    op
+                );
             }
             Op::Purge => {
                 prop_assert_eq!(va.purge(&mut |_, _| {}), m.purge());

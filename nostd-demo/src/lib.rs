@@ -138,11 +138,18 @@ mod tests {
 
     #[test]
     fn early_boot_takes_the_map_and_carves_a_heap() {
-        let map = [(0x1000, 0x9f000), (0x10_0000, 0xc000_0000), (0x1_0000_0000, 0x2_0000_0000)];
+        let map = [
+            (0x1000, 0x9f000),
+            (0x10_0000, 0xc000_0000),
+            (0x1_0000_0000, 0x2_0000_0000),
+        ];
         assert_eq!(early_boot(&map, 64 << 20), Ok(0x20_0000));
         assert_eq!(EARLY.free_range(0x20_0000, 0x1000), Ok(0x1000));
         let again = early_boot(&map[..1], 1);
-        assert!(matches!(again, Err(EarlyError::Map(AddFreeError::Overlaps { .. }))));
+        assert!(matches!(
+            again,
+            Err(EarlyError::Map(AddFreeError::Overlaps { .. }))
+        ));
     }
 
     #[test]

@@ -6,10 +6,10 @@ use core::alloc::Layout;
 use core::ops::Range;
 
 use super::{PerStorage, VmapAllocator};
-use crate::storage::Storage;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{FlushHook, RangeAllocator, RangeStats};
 use crate::request::{Policy, Request, RequestError};
+use crate::storage::Storage;
 use crate::tree::btree::Pos;
 
 /// The [`RangeAllocator`] methods, callable without importing the trait.

@@ -27,9 +27,9 @@
 use core::ops::Range;
 
 use super::VmapAllocator;
-use crate::storage::{Fixed, Heap, Inline, Storage, Store};
 use crate::error::{AddFreeError, FreeError};
 use crate::range::RangeAllocator;
+use crate::storage::{Fixed, Heap, Inline, Storage, Store};
 
 /// The maximal gaps inside the hull that no added range covers, sorted by
 /// start; each is non-empty, lies strictly inside the hull, and no two
@@ -71,7 +71,10 @@ impl<S: Storage> Holes<S> {
     /// The hole that holds all of `[s, e)`, by index.
     fn holding(&self, s: u64, e: u64) -> Option<usize> {
         let i = self.after(s);
-        self.list().get(i).filter(|h| h.0 <= s && e <= h.1).map(|_| i)
+        self.list()
+            .get(i)
+            .filter(|h| h.0 <= s && e <= h.1)
+            .map(|_| i)
     }
 
     /// The end of the last hole that ends at or below `addr`.

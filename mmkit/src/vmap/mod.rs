@@ -868,7 +868,10 @@ impl RangeAllocator {
 #[doc(hidden)]
 pub trait PerStorage: RangeAllocator {
     /// [`VmapAllocator::allocate`].
-    fn allocate_entry(&mut self, req: crate::request::Request) -> Result<u64, crate::request::RequestError>;
+    fn allocate_entry(
+        &mut self,
+        req: crate::request::Request,
+    ) -> Result<u64, crate::request::RequestError>;
     /// [`VmapAllocator::free_sized`].
     fn free_sized_entry(&mut self, addr: u64, size: u64) -> Result<u64, FreeError>;
     /// [`VmapAllocator::free_lazy_sized`].

@@ -98,7 +98,6 @@ impl VmapAllocator {
         va.indexed = CHECKED;
         va
     }
-
 }
 
 impl<S: crate::storage::Storage> VmapAllocator<S>

@@ -2,11 +2,11 @@
 //! blocks (summaries against the true usable lengths at all 64
 //! alignments).
 
-use crate::storage::Storage;
 use super::entry::Agg;
 use super::{BTree, FANOUT, INNER_MIN, LEAF_CAP, LEAF_MIN};
 use crate::ensure;
 use crate::error::CheckError;
+use crate::storage::Storage;
 
 /// The longest usable length of a subtree at each alignment `2^k`, `k <
 /// 64` (0 where none holds an aligned address): what a stored summary

@@ -4,9 +4,9 @@
 //! the old entry and the one child that changed, stopping at the first
 //! that comes out unchanged.
 
-use crate::storage::Storage;
 use super::node::{leaf_max, max_of};
 use super::{BTree, Pos};
+use crate::storage::Storage;
 use crate::tree::summary::AlignSummary;
 
 /// The largest drop of a node's longest block, in granules of its summary,

@@ -3,9 +3,9 @@
 //! current finger a lookup reads one leaf, and a key in the very gap found
 //! last reads nothing.
 
-use crate::storage::Storage;
 use super::{BTree, Pos, NO_VERSION};
 use crate::balance::Balance;
+use crate::storage::Storage;
 
 /// What a redescent that kept two levels or more earns, and what one that
 /// did not loses (see [`BTree::redescend_below`]): while more than half

@@ -2,11 +2,11 @@
 //! changes to the nodes they cause: leaf and inner splits, borrows from a
 //! sibling and merges with one.
 
-use crate::storage::Storage;
 use super::entry::{Agg, Change};
 use super::finger::{Neighbours, Next};
 use super::node::{close_gap, leaf_max, open_gap, EMPTY_LEAF};
 use super::{BTree, Pos, FANOUT, INNER_MIN, LEAF_CAP, LEAF_MIN};
+use crate::storage::Storage;
 use crate::tree::summary::AlignSummary;
 
 /// The granule exponent of a range (as the summaries count it, uncapped).

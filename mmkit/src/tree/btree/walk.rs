@@ -2,9 +2,9 @@
 //! and the reads built on them: the block at a position, the block
 //! containing an address, the blocks in address order.
 
-use crate::storage::{Heap, Storage};
 use super::node::{last_below, leaf_max};
 use super::{BTree, Pos};
+use crate::storage::{Heap, Storage};
 
 /// The blocks of a [`BTree`] in address order.
 #[derive(Debug, Clone)]
