@@ -593,8 +593,15 @@ where
 
 per_storage! {
 impl RangeAllocator {
+    #[inline]
     fn space(&self) -> (u64, u64) {
         (self.start, self.end)
+    }
+
+    /// # Complexity
+    /// As [`alloc_in`](RangeAllocator::alloc_in).
+    fn alloc(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
+        self.alloc_in(size, align, self.start, self.end)
     }
 
     /// # Complexity
