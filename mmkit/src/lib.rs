@@ -111,6 +111,7 @@ pub mod baseline;
 pub mod buddy;
 pub mod debug;
 pub mod error;
+pub mod lazy;
 #[cfg(feature = "lock_api")]
 pub mod lock;
 #[cfg(feature = "lock_api")]
