@@ -23,9 +23,6 @@
 //! assert_eq!(live, 0);
 //! ```
 
-use crate::error::{AddFreeError, AllocError, FreeError};
-use crate::range::RangeAllocator;
-
 /// An allocator `A` behind a lock whose raw mutex is `M`.
 ///
 /// Every method takes the lock once. `Guarded` is `Sync` when `A` is `Send`
@@ -133,78 +130,11 @@ impl<M: lock_api::RawMutex, A> Guarded<M, A> {
     }
 }
 
-impl<M: lock_api::RawMutex, R: RangeAllocator> Guarded<M, R> {
-    crate::range::locked_range_calls!(
-        "mmkit::lock::Guarded",
-        "let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());"
-    );
-}
-
-/// Frees that carry the size, on the exact allocator.
-impl<M: lock_api::RawMutex> Guarded<M, crate::vmap::VmapAllocator> {
-    /// [`VmapAllocator::free_sized`](crate::vmap::VmapAllocator::free_sized)
-    /// under the lock.
-    ///
-    /// # Errors
-    /// As `free_sized`.
-    pub fn free_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        self.lock().free_sized(addr, size)
-    }
-
-    /// [`VmapAllocator::free_lazy_sized`](crate::vmap::VmapAllocator::free_lazy_sized)
-    /// under the lock.
-    ///
-    /// # Errors
-    /// As `free_lazy_sized`.
-    pub fn free_lazy_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        self.lock().free_lazy_sized(addr, size)
-    }
-}
-
-/// Free space from a memory map and range frees, on the exact allocator
-/// in either storage.
-impl<M: lock_api::RawMutex, S: crate::storage::Storage> Guarded<M, crate::vmap::VmapAllocator<S>>
-where
-    crate::vmap::VmapAllocator<S>: RangeAllocator,
-{
-    /// [`VmapAllocator::add_free`](crate::vmap::VmapAllocator::add_free)
-    /// under the lock.
-    ///
-    /// # Errors
-    /// As `add_free`.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::lock::Guarded;
-    /// use mmkit::storage::Fixed;
-    /// use mmkit::vmap::VmapAllocator;
-    /// static VA: Guarded<spin::Mutex<()>, VmapAllocator<Fixed<4>>> =
-    ///     Guarded::new(VmapAllocator::new_fixed());
-    /// VA.add_free(0x1000, 0x2000).unwrap();
-    /// assert_eq!(VA.alloc(0x100, 0x100), Ok(0x1000));
-    /// ```
-    pub fn add_free(&self, start: u64, end: u64) -> Result<(), AddFreeError> {
-        self.lock().add_free(start, end)
-    }
-
-    /// [`VmapAllocator::free_range`](crate::vmap::VmapAllocator::free_range)
-    /// under the lock.
-    ///
-    /// # Errors
-    /// As `free_range`.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::lock::Guarded;
-    /// use mmkit::vmap::VmapAllocator;
-    /// let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
-    /// let a = va.alloc(40, 1).unwrap();
-    /// assert_eq!(va.free_range(a + 10, 20), Ok(20));
-    /// ```
-    pub fn free_range(&self, start: u64, len: u64) -> Result<u64, FreeError> {
-        self.lock().free_range(start, len)
-    }
-}
+crate::range::locked_range_calls!(
+    impl[M: lock_api::RawMutex,] Guarded<M, R>,
+    "mmkit::lock::Guarded",
+    "let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());"
+);
 
 impl<M: lock_api::RawMutex, A: core::fmt::Debug> core::fmt::Debug for Guarded<M, A> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -224,6 +154,7 @@ impl<M: lock_api::RawMutex, A: Default> Default for Guarded<M, A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::FreeError;
     use crate::vmap::VmapAllocator;
 
     type Spin = spin::Mutex<()>;

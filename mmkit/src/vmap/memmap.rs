@@ -397,3 +397,92 @@ where
         self.holes.keep_within(lo, hi);
     }
 }
+
+#[cfg(feature = "std")]
+/// Free space from a memory map and range frees, under the lock.
+impl crate::range::Locked<VmapAllocator> {
+    /// [`VmapAllocator::add_free`](crate::vmap::VmapAllocator::add_free)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `add_free`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new_empty());
+    /// va.add_free(0x1000, 0x2000).unwrap();
+    /// va.add_free(0x8000, 0x9000).unwrap();
+    /// assert_eq!(va.alloc(0x1000, 1), Ok(0x1000));
+    /// assert_eq!(va.alloc(0x1000, 1), Ok(0x8000));
+    /// ```
+    pub fn add_free(&self, start: u64, end: u64) -> Result<(), AddFreeError> {
+        self.lock().add_free(start, end)
+    }
+
+    /// [`VmapAllocator::free_range`](crate::vmap::VmapAllocator::free_range)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `free_range`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(40, 1).unwrap();
+    /// assert_eq!(va.free_range(a + 30, 10), Ok(10));
+    /// assert_eq!(va.lock().area_size(a), Some(30));
+    /// ```
+    pub fn free_range(&self, start: u64, len: u64) -> Result<u64, FreeError> {
+        self.lock().free_range(start, len)
+    }
+}
+
+/// Free space from a memory map and range frees, on the exact allocator
+/// in either storage.
+#[cfg(feature = "lock_api")]
+impl<M: lock_api::RawMutex, S: Storage> crate::lock::Guarded<M, VmapAllocator<S>>
+where
+    VmapAllocator<S>: RangeAllocator,
+{
+    /// [`VmapAllocator::add_free`](crate::vmap::VmapAllocator::add_free)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `add_free`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::storage::Fixed;
+    /// use mmkit::vmap::VmapAllocator;
+    /// static VA: Guarded<spin::Mutex<()>, VmapAllocator<Fixed<4>>> =
+    ///     Guarded::new(VmapAllocator::new_fixed());
+    /// VA.add_free(0x1000, 0x2000).unwrap();
+    /// assert_eq!(VA.alloc(0x100, 0x100), Ok(0x1000));
+    /// ```
+    pub fn add_free(&self, start: u64, end: u64) -> Result<(), AddFreeError> {
+        self.lock().add_free(start, end)
+    }
+
+    /// [`VmapAllocator::free_range`](crate::vmap::VmapAllocator::free_range)
+    /// under the lock.
+    ///
+    /// # Errors
+    /// As `free_range`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(40, 1).unwrap();
+    /// assert_eq!(va.free_range(a + 10, 20), Ok(20));
+    /// ```
+    pub fn free_range(&self, start: u64, len: u64) -> Result<u64, FreeError> {
+        self.lock().free_range(start, len)
+    }
+}

@@ -24,6 +24,7 @@
 
 use super::{PerStorage, VmapAllocator};
 use crate::error::{AllocError, FreeError};
+use crate::range::SizedFree;
 
 /// Whether an allocator made without a busy index keeps one anyway, to
 /// check the sizes it is given.
@@ -145,7 +146,7 @@ where
     /// ```
     #[inline]
     pub fn free_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        PerStorage::free_sized_entry(self, addr, size)
+        SizedFree::free_sized(self, addr, size)
     }
 
     /// The body of [`free_sized`](Self::free_sized).
@@ -175,7 +176,7 @@ where
     /// ```
     #[inline]
     pub fn free_lazy_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        PerStorage::free_lazy_sized_entry(self, addr, size)
+        SizedFree::free_lazy_sized(self, addr, size)
     }
 
     /// The body of [`free_lazy_sized`](Self::free_lazy_sized).
@@ -242,4 +243,16 @@ where
         }
         Ok(())
     }
+}
+
+per_storage! {
+impl SizedFree {
+    fn free_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.free_sized_body(addr, size)
+    }
+
+    fn free_lazy_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        self.free_lazy_sized_body(addr, size)
+    }
+}
 }
