@@ -7,6 +7,7 @@
 //! kept) and on one in fixed storage (no index, no heap), and every step
 //! is checked against the memory-map model and `check()`.
 
+include!("models/range.rs");
 include!("models/memmap.rs");
 
 use mmkit::request::{Policy, Request};
@@ -92,40 +93,15 @@ where
     }
 }
 
-/// Runs `scenario` on the heap allocator and on one in fixed storage.
-fn both(scenario: fn(&mut dyn Scenario)) {
-    scenario(&mut FreeList::new(VmapAllocator::new_empty()));
-    scenario(&mut FreeList::new(VmapAllocator::<Fixed<16>>::new_fixed()));
-}
-
-/// [`FreeList`] over either storage.
-trait Scenario {
-    fn push(&mut self, start: u64, end: u64) -> Result<(), AddFreeError>;
-    fn allocate(&mut self, size: u64, align: u64) -> Option<u64>;
-    fn allocate_at(&mut self, at: u64, size: u64) -> Option<u64>;
-    fn deallocate(&mut self, at: u64, size: u64) -> Result<u64, FreeError>;
-    fn free(&self) -> Vec<(u64, u64)>;
-}
-
-impl<S: Storage> Scenario for FreeList<S>
-where
-    VmapAllocator<S>: PerStorage,
-{
-    fn push(&mut self, start: u64, end: u64) -> Result<(), AddFreeError> {
-        FreeList::push(self, start, end)
-    }
-    fn allocate(&mut self, size: u64, align: u64) -> Option<u64> {
-        FreeList::allocate(self, size, align)
-    }
-    fn allocate_at(&mut self, at: u64, size: u64) -> Option<u64> {
-        FreeList::allocate_at(self, at, size)
-    }
-    fn deallocate(&mut self, at: u64, size: u64) -> Result<u64, FreeError> {
-        FreeList::deallocate(self, at, size)
-    }
-    fn free(&self) -> Vec<(u64, u64)> {
-        FreeList::free(self)
-    }
+/// Runs the body on the heap allocator and on one in fixed storage, with
+/// `$fl` the free list.
+macro_rules! both {
+    (|$fl:ident| $body:block) => {{
+        let $fl = &mut FreeList::new(VmapAllocator::new_empty());
+        $body
+        let $fl = &mut FreeList::new(VmapAllocator::<Fixed<16>>::new_fixed());
+        $body
+    }};
 }
 
 const KIB: u64 = 1 << 10;
@@ -134,7 +110,7 @@ const GIB: u64 = 1 << 30;
 
 #[test]
 fn ram_map_with_the_32_bit_gap() {
-    both(|fl| {
+    both!(|fl| {
         // Conventional memory, RAM up to the PCI hole at 3 GiB, RAM above 4 GiB.
         fl.push(4 * KIB, 636 * KIB).unwrap();
         fl.push(MIB, 3 * GIB).unwrap();
@@ -160,7 +136,7 @@ fn ram_map_with_the_32_bit_gap() {
 
 #[test]
 fn partial_frees_trim_and_split_an_allocation() {
-    both(|fl| {
+    both!(|fl| {
         fl.push(0x10_0000, 0x20_0000).unwrap();
         let a = fl.allocate(0x8000, 0x1000).unwrap();
         let b = fl.allocate(0x1000, 0x1000).unwrap();
@@ -182,7 +158,7 @@ fn partial_frees_trim_and_split_an_allocation() {
 
 #[test]
 fn a_free_may_span_two_allocations() {
-    both(|fl| {
+    both!(|fl| {
         fl.push(0, 0x10000).unwrap();
         let a = fl.allocate(0x3000, 1).unwrap();
         let b = fl.allocate(0x3000, 1).unwrap();
@@ -204,7 +180,7 @@ fn a_free_may_span_two_allocations() {
 
 #[test]
 fn allocate_at_across_separate_ranges() {
-    both(|fl| {
+    both!(|fl| {
         fl.push(0x1000, 0x5000).unwrap();
         fl.push(0x9000, 0xd000).unwrap();
         assert_eq!(fl.allocate_at(0x2000, 0x1000), Some(0x2000));
@@ -227,7 +203,7 @@ fn allocate_at_across_separate_ranges() {
 
 #[test]
 fn seventeen_ranges_in_scrambled_order() {
-    both(|fl| {
+    both!(|fl| {
         // Range i is [i MiB, i MiB + (i + 1) * 16 KiB), pushed out of order.
         let range = |i: u64| (i * MIB, i * MIB + (i + 1) * 16 * KIB);
         for i in (0..17).map(|k| (k * 7) % 17) {
@@ -268,7 +244,7 @@ fn seventeen_ranges_in_scrambled_order() {
 
 #[test]
 fn alignment_and_bounds_at_the_top_of_u64() {
-    both(|fl| {
+    both!(|fl| {
         let top = u64::MAX;
         fl.push(top - 0x10000, top).unwrap();
         fl.push(0, 0x1000).unwrap();

@@ -1,3 +1,4 @@
+#![allow(dead_code)]
 //! An allocator built from a memory map (`VmapAllocator::new_empty`,
 //! `add_free`) and range frees (`free_range`), against a brute-force
 //! model: many disjoint ranges (up to thousands, so the free tree reaches
@@ -7,14 +8,14 @@
 //! the managed ranges, the live areas and `check()` must agree.
 
 use mmkit::storage::Fixed;
-use proptest::prelude::*;
 
+include!("models/range.rs");
 include!("models/memmap.rs");
 
 /// One step; raw numbers are resolved against the current state, so most
 /// steps name a live area, a hole or a free block rather than noise.
 #[derive(Debug, Clone)]
-enum Op {
+enum MapOp {
     Alloc {
         size: u64,
         align_log: u8,
@@ -41,17 +42,17 @@ enum Op {
     AllowHeap,
 }
 
-fn op_strategy(span: u64) -> impl Strategy<Value = Op> {
+fn map_op_strategy(span: u64) -> impl Strategy<Value = MapOp> {
     prop_oneof![
         4 => (1u64..64, 0u8..6, prop::option::of((0..span, 1..span))).prop_map(
-            |(size, align_log, window)| Op::Alloc { size, align_log, window }
+            |(size, align_log, window)| MapOp::Alloc { size, align_log, window }
         ),
-        2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, lazy)| Op::Free { pick, lazy }),
-        4 => (any::<usize>(), 0u64..64, 1u64..160).prop_map(|(pick, off, len)| Op::FreeRange { pick, off, len }),
-        1 => (0..span, 0u64..64).prop_map(|(start, len)| Op::FreeRaw { start, len }),
-        2 => (0..span + 200, 0u64..40).prop_map(|(start, len)| Op::AddFree { start, len }),
-        1 => Just(Op::Purge),
-        1 => Just(Op::AllowHeap),
+        2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, lazy)| MapOp::Free { pick, lazy }),
+        4 => (any::<usize>(), 0u64..64, 1u64..160).prop_map(|(pick, off, len)| MapOp::FreeRange { pick, off, len }),
+        1 => (0..span, 0u64..64).prop_map(|(start, len)| MapOp::FreeRaw { start, len }),
+        2 => (0..span + 200, 0u64..40).prop_map(|(start, len)| MapOp::AddFree { start, len }),
+        1 => Just(MapOp::Purge),
+        1 => Just(MapOp::AllowHeap),
     ]
 }
 
@@ -90,7 +91,7 @@ fn run<S: Storage>(
     base: u64,
     n: usize,
     seed: u64,
-    ops: &[Op],
+    ops: &[MapOp],
 ) -> Result<(), TestCaseError>
 where
     VmapAllocator<S>: PerStorage,
@@ -119,7 +120,7 @@ where
     same(&va, &m, indexed).map_err(TestCaseError::fail)?;
     for op in ops {
         match *op {
-            Op::Alloc {
+            MapOp::Alloc {
                 size,
                 align_log,
                 window,
@@ -135,8 +136,8 @@ where
                     op
                 );
             }
-            Op::Free { pick, lazy } => {
-                let Some((&a, &b)) = m.live.iter().nth(pick % m.live.len().max(1)) else {
+            MapOp::Free { pick, lazy } => {
+                let Some((&a, &b)) = m.m.live.iter().nth(pick % m.m.live.len().max(1)) else {
                     continue;
                 };
                 if va.frees_need_size() {
@@ -155,8 +156,8 @@ where
                     prop_assert_eq!(va.free(a), m.free(a));
                 }
             }
-            Op::FreeRange { pick, off, len } => {
-                let Some((&a, &b)) = m.live.iter().nth(pick % m.live.len().max(1)) else {
+            MapOp::FreeRange { pick, off, len } => {
+                let Some((&a, &b)) = m.m.live.iter().nth(pick % m.m.live.len().max(1)) else {
                     continue;
                 };
                 let start = a + off % (b - a);
@@ -167,7 +168,7 @@ where
                     op
                 );
             }
-            Op::FreeRaw { start, len } => {
+            MapOp::FreeRaw { start, len } => {
                 let start = base + start;
                 step!(
                     va.free_range(start, len),
@@ -176,7 +177,7 @@ where
                     op
                 );
             }
-            Op::AddFree { start, len } => {
+            MapOp::AddFree { start, len } => {
                 let s = (base + start).min(u64::MAX - len);
                 step!(
                     va.add_free(s, s + len),
@@ -185,10 +186,10 @@ where
                     op
                 );
             }
-            Op::Purge => {
+            MapOp::Purge => {
                 prop_assert_eq!(va.purge(&mut |_, _| {}), m.purge());
             }
-            Op::AllowHeap => va.allow_heap(),
+            MapOp::AllowHeap => va.allow_heap(),
         }
         same(&va, &m, indexed).map_err(|e| TestCaseError::fail(format!("after {op:?}: {e}")))?;
     }
@@ -204,22 +205,22 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
     #[test]
-    fn indexed_matches_model(n in ranges(), seed in any::<u64>(), ops in prop::collection::vec(op_strategy(4000 * 64), 1..160)) {
+    fn indexed_matches_model(n in ranges(), seed in any::<u64>(), ops in prop::collection::vec(map_op_strategy(4000 * 64), 1..160)) {
         run(VmapAllocator::new_empty(), 0, n, seed, &ops)?;
     }
 
     #[test]
-    fn without_index_matches_model(n in ranges(), seed in any::<u64>(), ops in prop::collection::vec(op_strategy(4000 * 64), 1..160)) {
+    fn without_index_matches_model(n in ranges(), seed in any::<u64>(), ops in prop::collection::vec(map_op_strategy(4000 * 64), 1..160)) {
         run(VmapAllocator::empty_without_busy_index(), 0, n, seed, &ops)?;
     }
 
     #[test]
-    fn fixed_storage_matches_model(n in 1usize..60, seed in any::<u64>(), ops in prop::collection::vec(op_strategy(60 * 64), 1..160)) {
+    fn fixed_storage_matches_model(n in 1usize..60, seed in any::<u64>(), ops in prop::collection::vec(map_op_strategy(60 * 64), 1..160)) {
         run(VmapAllocator::<Fixed<6>>::new_fixed(), 0, n, seed, &ops)?;
     }
 
     #[test]
-    fn at_the_top_of_u64(n in 1usize..40, seed in any::<u64>(), ops in prop::collection::vec(op_strategy(40 * 64), 1..160)) {
+    fn at_the_top_of_u64(n in 1usize..40, seed in any::<u64>(), ops in prop::collection::vec(map_op_strategy(40 * 64), 1..160)) {
         run(VmapAllocator::new_empty(), u64::MAX - 40 * 64 - 300, n, seed, &ops)?;
     }
 }
