@@ -40,28 +40,26 @@ where
         }
     }
 
+    /// The allocator's answer `got` to `what`, once it is the model's
+    /// (`want`) and both agree on everything else.
+    fn judged<T: PartialEq + core::fmt::Debug>(&self, got: T, want: T, what: &str) -> T {
+        assert_eq!(got, want, "{what}");
+        self.agree();
+        got
+    }
+
     /// Adds the free range `[start, end)`.
     fn push(&mut self, start: u64, end: u64) -> Result<(), AddFreeError> {
         let got = self.va.add_free(start, end);
-        assert_eq!(
-            got,
-            self.model.add_free(start, end),
-            "push {start:#x}..{end:#x}"
-        );
-        self.agree();
-        got
+        let want = self.model.add_free(start, end);
+        self.judged(got, want, &format!("push {start:#x}..{end:#x}"))
     }
 
     /// The lowest `size` bytes aligned to `align`.
     fn allocate(&mut self, size: u64, align: u64) -> Option<u64> {
         let got = self.va.alloc(size, align).ok();
-        assert_eq!(
-            got,
-            self.model.alloc_in(size, align, 0, u64::MAX).ok(),
-            "allocate {size:#x}"
-        );
-        self.agree();
-        got
+        let want = self.model.alloc_in(size, align, 0, u64::MAX).ok();
+        self.judged(got, want, &format!("allocate {size:#x}"))
     }
 
     /// `[at, at + size)`, if it is wholly free.
@@ -71,21 +69,14 @@ where
         let want = at
             .checked_add(size)
             .and_then(|end| self.model.alloc_in(size, 1, at, end).ok());
-        assert_eq!(got, want, "allocate_at {at:#x}");
-        self.agree();
-        got
+        self.judged(got, want, &format!("allocate_at {at:#x}"))
     }
 
     /// Frees `[at, at + size)`: any allocated range, whole or in part.
     fn deallocate(&mut self, at: u64, size: u64) -> Result<u64, FreeError> {
         let got = self.va.free_range(at, size);
-        assert_eq!(
-            got,
-            self.model.free_range(at, size),
-            "deallocate {at:#x}+{size:#x}"
-        );
-        self.agree();
-        got
+        let want = self.model.free_range(at, size);
+        self.judged(got, want, &format!("deallocate {at:#x}+{size:#x}"))
     }
 
     fn free(&self) -> Vec<(u64, u64)> {
