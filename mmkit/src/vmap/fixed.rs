@@ -40,7 +40,10 @@ impl<const N: usize> VmapAllocator<Fixed<N>> {
     /// it touches no heap, so it can initialise a `static` and serve a
     /// kernel before its heap exists. Free space comes from
     /// [`add_free`](Self::add_free); frees carry their size (it keeps no
-    /// busy index). See the [module docs](self).
+    /// busy index), and lazy frees wait for
+    /// [`allow_heap`](Self::allow_heap). An operation that would need more
+    /// room than the arrays have is refused with a `StorageFull` error and
+    /// changes nothing (see [`crate::storage`]).
     ///
     /// # Examples
     /// ```

@@ -220,7 +220,9 @@ where
     }
 
     /// The managed space as maximal ranges in address order: the hull
-    /// less its holes (see the [module docs](self)).
+    /// ([`space`](Self::space)) less its holes, the gaps inside it that no
+    /// range added covers. A hole is never free, live or lazy: no search
+    /// finds space there, and a free touching one is refused.
     ///
     /// # Examples
     /// ```
