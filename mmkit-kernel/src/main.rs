@@ -20,6 +20,7 @@ mod phys;
 mod serial;
 mod smp;
 mod stale;
+mod stale_vmalloc;
 mod tests;
 mod time;
 mod tlb;

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 mod qemu;
 
-use qemu::{boot, build, num, qemu_version, scale, Accel, Boot};
+use qemu::{boot, build, num, qemu_version, scale, Accel, Boot, NotBooted};
 
 use super::{Experiment, Options};
 use crate::render::{col, Col, Fmt, Report, Table, Target};
@@ -479,24 +479,23 @@ fn smp_counts(quick: bool) -> &'static [usize] {
 
 fn run(opts: &Options) -> Report {
     let mut report = Report::new("kernel");
-    let skip = |report: &mut Report, why: String| {
-        report.notes.push(format!("kernel: skipped: {why}"));
-        report.targets.push(Target::skipped(
-            "the kernel boots and its experiments run",
-            why,
-        ));
+    // Missing tools are a skip; anything else that stops a boot is a failure.
+    let stop = |report: &mut Report, why: NotBooted| {
+        report
+            .notes
+            .push(format!("kernel: not booted: {}", why.message()));
+        report.targets.push(match why {
+            NotBooted::Missing(m) => Target::skipped("the kernel boots and its experiments run", m),
+            NotBooted::Failed(m) => {
+                Target::new("the kernel boots and its experiments run", m, false)
+            }
+        });
     };
-    let qemu = match qemu_version() {
-        Ok(v) => v,
+    let fail = |report: &mut Report, why: String| stop(report, NotBooted::Failed(why));
+    let (qemu, elf) = match qemu_version().and_then(|v| build().map(|elf| (v, elf))) {
+        Ok(x) => x,
         Err(e) => {
-            skip(&mut report, e);
-            return report;
-        }
-    };
-    let elf = match build() {
-        Ok(p) => p,
-        Err(e) => {
-            skip(&mut report, e);
+            stop(&mut report, e);
             return report;
         }
     };
@@ -508,7 +507,7 @@ fn run(opts: &Options) -> Report {
         match boot(&elf, smp, &append, Duration::from_secs(600), accel, None) {
             Ok(b) => boots.push(b),
             Err(e) => {
-                skip(&mut report, e);
+                fail(&mut report, e);
                 return report;
             }
         }
@@ -520,7 +519,7 @@ fn run(opts: &Options) -> Report {
         match boot(&elf, smp, &ci_cmd, Duration::from_secs(600), accel, None) {
             Ok(b) if b.passed => {}
             Ok(b) => {
-                skip(
+                fail(
                     &mut report,
                     format!(
                         "CI's boot at {smp} vCPUs failed: {}",
@@ -530,7 +529,7 @@ fn run(opts: &Options) -> Report {
                 return report;
             }
             Err(e) => {
-                skip(&mut report, e);
+                fail(&mut report, e);
                 return report;
             }
         }
@@ -547,7 +546,7 @@ fn run(opts: &Options) -> Report {
         match boot(&elf, smp, &cmd, Duration::from_secs(600), accel, None) {
             Ok(b) => stale_boots.push(b),
             Err(e) => {
-                skip(&mut report, e);
+                fail(&mut report, e);
                 return report;
             }
         }
@@ -658,9 +657,14 @@ pub struct BootOptions {
     pub timeout: u64,
 }
 
+/// `mmkit kernel`'s exit status when QEMU or the target is missing (the
+/// kernel was not built: a skip, in the automake convention).
+pub const EXIT_MISSING: u8 = 77;
+
 /// `mmkit kernel`: builds the kernel and boots it once, printing its
-/// serial output. Exit status 0 when its tests pass, 1 when they fail, 2
-/// when QEMU or the target is missing.
+/// serial output. Exit status 0 when its tests pass; 1 when it does not
+/// build, its tests fail or QEMU does not run it to the end;
+/// [`EXIT_MISSING`] when QEMU or the target is missing.
 ///
 /// # Errors
 /// Writing to `out` failed.
@@ -668,9 +672,13 @@ pub fn main(opts: &BootOptions, out: &mut dyn Write) -> std::io::Result<ExitCode
     let ready = qemu_version().and_then(|v| build().map(|elf| (v, elf)));
     let (qemu, elf) = match ready {
         Ok(x) => x,
-        Err(e) => {
-            eprintln!("mmkit: {e}");
-            return Ok(ExitCode::from(2));
+        Err(NotBooted::Missing(m)) => {
+            eprintln!("mmkit: kernel not booted: {m}");
+            return Ok(ExitCode::from(EXIT_MISSING));
+        }
+        Err(NotBooted::Failed(m)) => {
+            eprintln!("mmkit: {m}");
+            return Ok(ExitCode::from(1));
         }
     };
     let accel = Accel::here();
@@ -698,7 +706,7 @@ pub fn main(opts: &BootOptions, out: &mut dyn Write) -> std::io::Result<ExitCode
         Ok(b) => b,
         Err(e) => {
             eprintln!("mmkit: {e}");
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(1));
         }
     };
     match &b.failure {
