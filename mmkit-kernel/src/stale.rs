@@ -96,7 +96,7 @@ impl Seen {
 
 /// The word page `va` holds in round `g`.
 pub fn tag(g: u64, va: u64) -> u64 {
-    g << 32 | ((va - VMALLOC_START) / PAGE & 0xffff_ffff)
+    g << 32 | (((va - VMALLOC_START) / PAGE) & 0xffff_ffff)
 }
 
 /// Writes `tag(g, va)` for every page `va` of `pages` pages at `va0`

@@ -170,13 +170,6 @@ fn passes(t: impl Fn() -> Result<(), String>) -> impl Fn() -> TestResult {
     move || t().map(|()| Outcome::Passed)
 }
 
-/// `n` scaled by 2 / CPUs above 2 CPUs (at least a tenth of `n`): each
-/// cycle of a cross-CPU test waits for every other CPU.
-pub fn per_cpu_share(n: u64) -> u64 {
-    let cpus = percpu::online().max(2) as u64;
-    (n * 2 / cpus).max(n / 10).max(1)
-}
-
 fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     if ok {
         Ok(())
