@@ -7,8 +7,8 @@
 use core::arch::global_asm;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::idt::TrapFrame;
 use crate::paging::{VMALLOC_SIZE, VMALLOC_START};
+use crate::trap::TrapFrame;
 use crate::{arch, mm, serial};
 
 global_asm!(

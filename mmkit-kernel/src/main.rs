@@ -2,6 +2,7 @@
 //! booted by QEMU through the PVH entry. See README.md.
 #![no_std]
 #![no_main]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 extern crate alloc;
 
@@ -28,6 +29,7 @@ mod test_vmalloc;
 mod tests;
 mod time;
 mod tlb;
+mod trap;
 
 use core::panic::PanicInfo;
 

@@ -219,23 +219,9 @@ pub fn touch(va: u64, pages: u64) -> bool {
 
 /// The first word of frame `pfn` through the identity map, if the buddy
 /// allocator has the frame allocated.
-pub fn read_frame(pfn: u64) -> Option<u64> {
+fn read_frame(pfn: u64) -> Option<u64> {
     phys::allocated_order(pfn)?;
     // SAFETY: the frame is an allocated buddy frame and RAM is identity
     // mapped; the volatile read is one aligned word of plain memory.
     Some(unsafe { core::ptr::read_volatile((pfn * PAGE) as *const u64) })
-}
-
-/// Writes the first word of frame `pfn` through the identity map, if the
-/// buddy allocator has the frame allocated (so it is not the kernel's or
-/// the heap's). Returns whether it wrote.
-pub fn write_frame(pfn: u64, v: u64) -> bool {
-    if phys::allocated_order(pfn).is_none() {
-        return false;
-    }
-    // SAFETY: the frame is an allocated buddy frame (never heap, kernel
-    // image or page tables in use by Rust references); RAM is identity
-    // mapped; the volatile write is one aligned word.
-    unsafe { core::ptr::write_volatile((pfn * PAGE) as *mut u64, v) };
-    true
 }

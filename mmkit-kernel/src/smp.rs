@@ -8,7 +8,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use spin::Mutex;
 
 use crate::arch::{self, inb, outw};
-use crate::idt::WAKE_VECTOR;
+use crate::trap::WAKE_VECTOR;
 use crate::{apic, boot, idt, percpu, phys, println, time};
 
 /// The CPU count QEMU reports through fw_cfg (key 0x05).

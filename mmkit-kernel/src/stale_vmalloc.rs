@@ -25,8 +25,9 @@ use mmkit::range::RangeAllocator;
 use mmkit_vmalloc::{Flush, Vmalloc, PAGE};
 
 use crate::mm::{self, KernelMmu, Lock};
+use crate::phys::DataFrame;
 use crate::stale::{self, Expect, Seen};
-use crate::{arch, percpu, phys, tlb};
+use crate::{arch, percpu, tlb};
 
 /// `vm_map_ram` ranges per round.
 const RANGES: u64 = 24;
@@ -63,33 +64,62 @@ pub fn vfree_reuse<R: RangeAllocator + Send>(
     areas: u64,
 ) -> Result<Seen, String> {
     let _ceiling = PerPageFlushes::new();
+    let cpu0 = arch::cpu_id();
     let policy = mm::locked(layer).flush_policy();
-    let mut live: Vec<u64> = Vec::new();
+    // Each live area and its frames, whose tokens the test keeps: the
+    // layer maps their numbers.
+    let mut live: Vec<(u64, Vec<DataFrame>)> = Vec::new();
+    let vfree_all = |live: &mut Vec<(u64, Vec<DataFrame>)>| -> Result<(), String> {
+        for (va, frames) in live.drain(..) {
+            mm::locked(layer)
+                .vunmap(&mut KernelMmu, va)
+                .map_err(|e| format!("vfree {va:#x}: {e}"))?;
+            frames.into_iter().for_each(|f| f.free(cpu0));
+        }
+        Ok(())
+    };
     let seen = stale::rounds(rounds, 1, |g| {
         if let Flush::Lazy { .. } = policy {
             // Batches of about 32 pages and of a whole round in turn.
             let max_bytes = PAGE << (5 + 3 * (g % 2));
             mm::locked(layer).set_flush_policy(Flush::Lazy { max_bytes });
         }
-        for va in live.drain(..) {
-            mm::vfree(layer, va).map_err(|e| format!("vfree {va:#x}: {e}"))?;
-        }
+        vfree_all(&mut live)?;
         let mut expect: Vec<Expect> = Vec::new();
         for i in 0..areas {
             let pages = 1 + mix(g << 16 | i) % 16;
-            let va = mm::vmalloc(layer, pages, PAGE).map_err(|e| format!("vmalloc: {e}"))?;
-            live.push(va);
-            stale::tag_pages(g, va, pages, &mut expect)?;
+            let mut frames = frames(cpu0, pages)?;
+            let pfns = frames.iter().map(DataFrame::pfn).collect();
+            let va = match mm::locked(layer).vmap(&mut KernelMmu, pfns, PAGE) {
+                Ok(va) => va,
+                Err(e) => {
+                    frames.into_iter().for_each(|f| f.free(cpu0));
+                    return Err(format!("vmalloc: {e}"));
+                }
+            };
+            stale::tag_frames(g, va, &mut frames, &mut expect);
+            live.push((va, frames));
         }
         Ok(expect)
     });
-    for va in live {
-        mm::vfree(layer, va).map_err(|e| format!("vfree {va:#x}: {e}"))?;
-    }
+    let left = vfree_all(&mut live);
     let mut l = mm::locked(layer);
     l.set_flush_policy(policy);
     l.purge(&mut KernelMmu);
+    drop(l);
+    left?;
     seen
+}
+
+/// `n` data frames from `cpu`'s lists, or none.
+fn frames(cpu: usize, n: u64) -> Result<Vec<DataFrame>, String> {
+    let frames: Vec<DataFrame> = (0..n).filter_map(|_| DataFrame::alloc(cpu)).collect();
+    if frames.len() as u64 == n {
+        Ok(frames)
+    } else {
+        frames.into_iter().for_each(|f| f.free(cpu));
+        Err("no frames".into())
+    }
 }
 
 /// `rounds` rounds of `vm_unmap_ram` and `vm_map_ram` (after a warm-up
@@ -102,16 +132,14 @@ pub fn map_ram_reuse(rounds: u64) -> Result<Seen, String> {
     let policy = mm::locked(mm::tree()).flush_policy();
     mm::locked(mm::tree()).set_flush_policy(Flush::Lazy { max_bytes: 4 << 20 });
     // (front end, address, frames), newest last.
-    let mut live: Vec<(usize, u64, Vec<u64>)> = Vec::new();
-    let unmap_all = |live: &mut Vec<(usize, u64, Vec<u64>)>| -> Result<(), String> {
+    let mut live: Vec<(usize, u64, Vec<DataFrame>)> = Vec::new();
+    let unmap_all = |live: &mut Vec<(usize, u64, Vec<DataFrame>)>| -> Result<(), String> {
         while let Some((cpu, va, frames)) = live.pop() {
             mm::map_ram(cpu)
                 .lock()
                 .unmap(&mut KernelMmu, va, frames.len())
                 .map_err(|e| format!("vm_unmap_ram {va:#x}: {e}"))?;
-            for f in frames {
-                phys::free(cpu0, f, 0);
-            }
+            frames.into_iter().for_each(|f| f.free(cpu0));
         }
         Ok(())
     };
@@ -121,22 +149,17 @@ pub fn map_ram_reuse(rounds: u64) -> Result<Seen, String> {
         let mut expect: Vec<Expect> = Vec::new();
         for i in 0..RANGES {
             let pages = 1 + mix(g << 16 | i) % 64;
-            let frames: Vec<u64> = (0..pages)
-                .filter_map(|_| phys::alloc(cpu0, 0, false))
-                .collect();
-            if frames.len() as u64 != pages {
-                frames.iter().for_each(|&f| phys::free(cpu0, f, 0));
-                return Err("no frames".into());
-            }
-            let va = match mm::map_ram(cpu).lock().map(&mut KernelMmu, 0, &frames) {
+            let mut frames = frames(cpu0, pages)?;
+            let pfns: Vec<u64> = frames.iter().map(DataFrame::pfn).collect();
+            let va = match mm::map_ram(cpu).lock().map(&mut KernelMmu, 0, &pfns) {
                 Ok(va) => va,
                 Err(e) => {
-                    frames.iter().for_each(|&f| phys::free(cpu0, f, 0));
+                    frames.into_iter().for_each(|f| f.free(cpu0));
                     return Err(format!("vm_map_ram: {e}"));
                 }
             };
+            stale::tag_frames(g, va, &mut frames, &mut expect);
             live.push((cpu, va, frames));
-            stale::tag_pages(g, va, pages, &mut expect)?;
         }
         Ok(expect)
     });

@@ -4,14 +4,14 @@
 //! acknowledgement. One shootdown at a time (a lock), so the request words
 //! are the sender's until the last acknowledgement.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use spin::Mutex;
 
 use crate::apic;
 use crate::arch::{self, flush_tlb_local, invlpg, pause};
-use crate::idt::TLB_VECTOR;
 use crate::percpu::{self, MAX_CPUS};
+use crate::trap::TLB_VECTOR;
 
 /// Above this many pages a flush reloads CR3 instead of `invlpg` per page
 /// (the default of the kernel's `tlb_single_page_flush_ceiling`).
@@ -46,15 +46,6 @@ pub fn handled(cpu: usize) -> u64 {
     HANDLED.get(cpu).map_or(0, |h| h.load(Ordering::SeqCst))
 }
 
-/// Test-only: the next flush is skipped (so the stale-TLB detector can be
-/// seen to catch a missing flush).
-static SKIP_NEXT: AtomicBool = AtomicBool::new(false);
-
-/// Makes the next [`flush_range`] do nothing (tests only).
-pub fn skip_next_flush() {
-    SKIP_NEXT.store(true, Ordering::SeqCst);
-}
-
 fn local(start: u64, end: u64) {
     if (end - start) / 4096 > CEILING_NOW.load(Ordering::Relaxed) {
         flush_tlb_local();
@@ -70,9 +61,6 @@ fn local(start: u64, end: u64) {
 /// Removes `[start, end)` from every online CPU's TLB and returns once each
 /// has acknowledged.
 pub fn flush_range(start: u64, end: u64) {
-    if SKIP_NEXT.swap(false, Ordering::SeqCst) {
-        return;
-    }
     FLUSHES.fetch_add(1, Ordering::Relaxed);
     PAGES.fetch_add((end - start) / 4096, Ordering::Relaxed);
     local(start, end);

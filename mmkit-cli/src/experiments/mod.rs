@@ -61,8 +61,12 @@ pub struct Options {
     /// Experiments to run (`mmkit list` names them); none runs them all.
     pub names: Vec<String>,
     /// A tiny scale for CI smoke runs: seconds, not minutes.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "full")]
     pub quick: bool,
+    /// The full scale: the seeds' sizes and every vCPU count (tens of
+    /// minutes); the default is a smaller scale that answers in minutes.
+    #[arg(long)]
+    pub full: bool,
     /// Scale the main loop count, 1 to 10^9 (each experiment documents its
     /// default).
     #[arg(long, value_parser = count())]

@@ -14,6 +14,8 @@ use mmkit_vm::Vm;
 use serde::Serialize;
 
 use super::real::{touch, unmap_calls, vm};
+use mmkit_vmalloc::test_vmalloc::TestVmalloc;
+
 use super::vmalloc::{
     lazy_max, new_baseline, new_vmap, on_allocator, run_mode, Mode, ModeResult, Params, Vmalloc,
     TESTS,
@@ -45,7 +47,7 @@ struct Real {
     vm: Vm,
 }
 
-impl Vmalloc for Real {
+impl TestVmalloc for Real {
     fn vmalloc(&self, pages: u64, align: u64) -> Option<u64> {
         let a = self.vm.vmalloc_aligned(pages * PAGE, align).ok()?;
         // SAFETY: `a` is a live area of `pages` pages just mapped read-write
@@ -57,7 +59,9 @@ impl Vmalloc for Real {
     fn vfree(&self, a: u64) {
         self.vm.vfree(a).expect("vfree of a live area");
     }
+}
 
+impl Vmalloc for Real {
     fn unmap_calls(&self) -> u64 {
         unmap_calls(&self.vm)
     }

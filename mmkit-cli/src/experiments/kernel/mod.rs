@@ -125,15 +125,6 @@ pub const STALE_CYCLES: u64 = 1_000_000;
 /// The same at the quick scale.
 pub const STALE_CYCLES_QUICK: u64 = 100_000;
 
-/// vCPU counts of the dedicated detector boots.
-fn stale_smp_counts(quick: bool) -> &'static [usize] {
-    if quick {
-        &[2]
-    } else {
-        &[2, 4]
-    }
-}
-
 fn stale_row(b: &Boot) -> Option<StaleRow> {
     let on = b.lines.iter().find(|l| l.starts_with("STALE flushing"))?;
     let skipped = b
@@ -366,7 +357,7 @@ fn targets(
     boots: &[Boot],
     seeds: &[SeedRow],
     modes: &[ModeRow],
-    ci_total: Duration,
+    ci_total: Option<Duration>,
 ) -> Vec<Target> {
     let a = accel.name();
     let mut t = Vec::new();
@@ -454,26 +445,60 @@ fn targets(
         first.map_or("-".into(), |d| format!("{:.0} ms", d.as_secs_f64() * 1e3)),
         first.is_some_and(|d| d < Duration::from_secs(1)),
     ));
-    t.push(Target::new(
-        format!(
-            "CI's in-kernel suite (--quick --tests-only at {} vCPUs) < 3 minutes ({a})",
-            CI_SMP.map(|n| n.to_string()).join(" and ")
+    let ci = format!(
+        "CI's in-kernel suite (--quick --tests-only at {} vCPUs) < 3 minutes ({a})",
+        CI_SMP.map(|n| n.to_string()).join(" and ")
+    );
+    t.push(match ci_total {
+        Some(d) => Target::new(
+            ci,
+            format!("{:.0} s", d.as_secs_f64()),
+            d < Duration::from_secs(180),
         ),
-        format!("{:.0} s", ci_total.as_secs_f64()),
-        ci_total < Duration::from_secs(180),
-    ));
+        None => Target::skipped(ci, "CI's boots run with --quick or --full"),
+    });
     t
 }
 
 /// The vCPU counts of CI's boots (`.ci/run`).
 const CI_SMP: [usize; 2] = [2, 4];
 
-/// vCPU counts of a run.
-fn smp_counts(quick: bool) -> &'static [usize] {
-    if quick {
-        &[1, 2]
-    } else {
-        &[1, 2, 4, 8]
+/// What a run boots: the kernel's scale by name, the vCPU counts of the
+/// boots with experiments, whether CI's boots are timed, and the dedicated
+/// stale-TLB detector boots (vCPU counts, cycles).
+struct Plan {
+    scale: &'static str,
+    smp: &'static [usize],
+    ci_boots: bool,
+    stale: Option<(&'static [usize], u64)>,
+}
+
+impl Plan {
+    /// `--quick`: CI's smoke run; the default: the main job's minutes;
+    /// `--full`: every vCPU count and the dedicated boots.
+    fn of(opts: &Options) -> Plan {
+        if opts.quick {
+            Plan {
+                scale: "quick",
+                smp: &[1, 2],
+                ci_boots: true,
+                stale: Some((&[2], STALE_CYCLES_QUICK)),
+            }
+        } else if opts.full {
+            Plan {
+                scale: "full",
+                smp: &[1, 2, 4, 8],
+                ci_boots: true,
+                stale: Some((&[2, 4], STALE_CYCLES)),
+            }
+        } else {
+            Plan {
+                scale: "default",
+                smp: &[1, 2],
+                ci_boots: false,
+                stale: None,
+            }
+        }
     }
 }
 
@@ -500,10 +525,11 @@ fn run(opts: &Options) -> Report {
         }
     };
     let accel = Accel::here();
-    let append = scale(opts.quick, opts.loops);
+    let plan = Plan::of(opts);
+    let append = scale(plan.scale, opts.loops);
     let t0 = Instant::now();
     let mut boots = Vec::new();
-    for &smp in smp_counts(opts.quick) {
+    for &smp in plan.smp {
         match boot(&elf, smp, &append, Duration::from_secs(600), accel, None) {
             Ok(b) => boots.push(b),
             Err(e) => {
@@ -514,8 +540,9 @@ fn run(opts: &Options) -> Report {
     }
     let total = t0.elapsed();
     let t_ci = Instant::now();
-    let ci_cmd = format!("{} tests-only", scale(true, None));
-    for smp in CI_SMP {
+    let ci_cmd = format!("{} tests-only", scale("quick", None));
+    let ci_smp: &[usize] = if plan.ci_boots { &CI_SMP } else { &[] };
+    for &smp in ci_smp {
         match boot(&elf, smp, &ci_cmd, Duration::from_secs(600), accel, None) {
             Ok(b) if b.passed => {}
             Ok(b) => {
@@ -534,14 +561,10 @@ fn run(opts: &Options) -> Report {
             }
         }
     }
-    let ci_total = t_ci.elapsed();
-    let asked = if opts.quick {
-        STALE_CYCLES_QUICK
-    } else {
-        STALE_CYCLES
-    };
+    let ci_total = plan.ci_boots.then(|| t_ci.elapsed());
+    let (stale_smp, asked) = plan.stale.unwrap_or((&[], 0));
     let mut stale_boots = Vec::new();
-    for &smp in stale_smp_counts(opts.quick) {
+    for &smp in stale_smp {
         let cmd = format!("{append} tests-only stale_cycles={asked}");
         match boot(&elf, smp, &cmd, Duration::from_secs(600), accel, None) {
             Ok(b) => stale_boots.push(b),
@@ -583,7 +606,8 @@ fn run(opts: &Options) -> Report {
         &BOOT_COLS,
         &boots.iter().map(boot_row).collect::<Vec<_>>(),
     ));
-    report.tables.push(Table::of(
+    if plan.stale.is_some() {
+        report.tables.push(Table::of(
         format!(
             "stale-TLB detector, dedicated boots (tests only, stale_cycles={asked}): a cycle is one page unmapped, \
              flushed, remapped to a new frame and read by every CPU ({a})"
@@ -591,6 +615,7 @@ fn run(opts: &Options) -> Report {
         &STALE_COLS,
         &stale_rows,
     ));
+    }
     report.targets = targets(accel, &boots, &seeds, &modes, ci_total);
     report
         .targets
@@ -682,7 +707,7 @@ pub fn main(opts: &BootOptions, out: &mut dyn Write) -> std::io::Result<ExitCode
         }
     };
     let accel = Accel::here();
-    let mut append = scale(opts.quick, None);
+    let mut append = scale(if opts.quick { "quick" } else { "default" }, None);
     if opts.tests_only {
         append.push_str(" tests-only");
     }

@@ -319,17 +319,11 @@ pub fn boot(
     })
 }
 
-/// The kernel command line of a scale: quick (CI smoke) or full.
-pub fn scale(quick: bool, loops: Option<u64>) -> String {
-    let mut s = if quick {
-        "seed_iters=200 seed_old_iters=20 loops=20 busy=100 full_fit=64 stress_loops=4 stress_busy=16 \
-         stress_full_fit=8 buddy_pairs=6400 cycles=100000"
-            .to_string()
-    } else {
-        "seed_iters=2000 seed_old_iters=100 loops=100 busy=1000 full_fit=256 stress_loops=50 \
-         stress_busy=50 stress_full_fit=16 buddy_pairs=20000 cycles=100000"
-            .to_string()
-    };
+/// The kernel command line of the kernel's scale `name` (`quick`,
+/// `default` or `full`: the kernel owns their sizes and prints them on its
+/// `SCALE` line), with `test_vmalloc`'s loop count set when given.
+pub fn scale(name: &str, loops: Option<u64>) -> String {
+    let mut s = format!("scale={name}");
     if let Some(l) = loops {
         s.push_str(&format!(" loops={l}"));
     }
