@@ -200,28 +200,3 @@ pub fn whereabouts(va: u64) -> Option<Where> {
         Some(Where::Free)
     }
 }
-
-/// Fresh words for [`touch`]: none is written twice.
-static TOUCHES: AtomicU64 = AtomicU64::new(1);
-
-/// The loops' "touch": writes a fresh word at each page of
-/// `[va, va + pages)` through `va`, then reads it back from the frame the
-/// page table maps there, through the identity map. A write that a stale
-/// translation sent to another frame is missed there. Returns whether
-/// every page took its word (and none faulted).
-pub fn touch(va: u64, pages: u64) -> bool {
-    (0..pages).all(|i| {
-        let at = va + i * PAGE;
-        let v = TOUCHES.fetch_add(1, Ordering::Relaxed);
-        crate::fault::probe_write(at, v) && paging::translate(at).and_then(read_frame) == Some(v)
-    })
-}
-
-/// The first word of frame `pfn` through the identity map, if the buddy
-/// allocator has the frame allocated.
-fn read_frame(pfn: u64) -> Option<u64> {
-    phys::allocated_order(pfn)?;
-    // SAFETY: the frame is an allocated buddy frame and RAM is identity
-    // mapped; the volatile read is one aligned word of plain memory.
-    Some(unsafe { core::ptr::read_volatile((pfn * PAGE) as *const u64) })
-}

@@ -186,6 +186,15 @@ impl DataFrame {
     }
 }
 
+/// The first word of frame `pfn` through the identity map, if the buddy
+/// allocator has the frame allocated.
+pub fn read_frame(pfn: u64) -> Option<u64> {
+    allocated_order(pfn)?;
+    // SAFETY: the frame is an allocated buddy frame and RAM is identity
+    // mapped; the volatile read is one aligned word of plain memory.
+    Some(unsafe { core::ptr::read_volatile((pfn * PAGE) as *const u64) })
+}
+
 /// Frees a block to `cpu`'s lists.
 pub fn free(cpu: usize, pfn: u64, order: u8) {
     zone()

@@ -34,13 +34,14 @@ fn once(design: &str, cpu: usize, frames: &[u64]) -> bool {
         // The guard drops before the unmap takes the lock again.
         let r = mm::locked(mm::linear()).vmap(&mut mmu, frames.to_vec(), PAGE);
         r.is_ok_and(|va| {
-            mm::touch(va, PAGES as u64) && mm::locked(mm::linear()).vunmap(&mut mmu, va).is_ok()
+            crate::fault::touch(va, PAGES as u64)
+                && mm::locked(mm::linear()).vunmap(&mut mmu, va).is_ok()
         })
     } else {
         let ram = mm::map_ram(cpu);
         let r = ram.lock().map(&mut mmu, 0, frames);
         r.is_ok_and(|va| {
-            mm::touch(va, PAGES as u64) && ram.lock().unmap(&mut mmu, va, PAGES).is_ok()
+            crate::fault::touch(va, PAGES as u64) && ram.lock().unmap(&mut mmu, va, PAGES).is_ok()
         })
     }
 }

@@ -24,7 +24,7 @@
 //! with a flush skipped skips it after 20 rounds, when every CPU's TLB has
 //! held the area's translations in steady use (an emulated TLB that was
 //! just flushed starts small). The vmalloc layer's own decisions are
-//! judged through the same harness in [`crate::stale_vmalloc`].
+//! judged through the same harness in `stale_vmalloc`.
 
 use alloc::format;
 use alloc::string::String;

@@ -41,7 +41,7 @@ impl<R: RangeAllocator> TestVmalloc for Design<R> {
     }
 
     fn touch(&self, va: u64) -> bool {
-        mm::touch(va, 1)
+        crate::fault::touch(va, 1)
     }
 }
 

@@ -1,5 +1,5 @@
 //! The interrupt vectors the kernel uses and the frame its entry stubs
-//! push: the words [`crate::idt`], the APIC, the shootdown and the fault
+//! push: the words the interrupt table, the APIC, the shootdown and the fault
 //! handler share, in a module that imports none of them.
 
 /// The TLB-shootdown IPI.

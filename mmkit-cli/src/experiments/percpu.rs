@@ -461,7 +461,7 @@ fn run(opts: &Options) -> Report {
     .min(n);
     let steps = 2 * SIZES.len() as u64 * 3 + 2 * SIZES.len() as u64 + 3;
     let pb = progress(steps, "percpu");
-    let reps = if opts.quick { 1 } else { REPS };
+    let reps = opts.pick(1, 1, REPS);
     let area = orders_rows(Kind::AreaMap, n, reps, &pb);
     let bitmap = orders_rows(Kind::Bitmap, n, reps, &pb);
     let half = [

@@ -67,16 +67,19 @@ pub const EXPERIMENT: Experiment = Experiment {
     run,
 };
 
-/// `test_loop_count` when neither `--loops` nor `--quick` is given; chosen
-/// so both modes on both allocators take about a minute on 2 cores.
-pub const DEFAULT_LOOPS: u64 = 150_000;
+/// `test_loop_count` of the default scale: both modes on both allocators
+/// in seconds on 2 cores.
+pub const DEFAULT_LOOPS: u64 = 30_000;
+/// `test_loop_count` under `--full`: both modes on both allocators take
+/// minutes on 2 cores.
+pub const FULL_LOOPS: u64 = 150_000;
 /// `test_loop_count` under `--quick` (CI smoke runs).
 pub const QUICK_LOOPS: u64 = 500;
 /// `test_repeat_count` of the performance mode (`test_vmalloc.sh`).
 pub const PERF_REPEAT: u32 = 3;
 /// `test_repeat_count` of the stress mode, as in the seed's measured run.
 pub const STRESS_REPEAT: u32 = 1;
-/// Stress-mode runs of a full run: its timings depend on how the threads'
+/// Stress-mode runs under `--full` (one otherwise): its timings depend on how the threads'
 /// tests overlap, so one run says little; the table shows the median and
 /// the range.
 pub const STRESS_RUNS: usize = 5;
@@ -566,13 +569,11 @@ fn plots(r: &mut Report, perf: &[PerfRow], stress: &[StressRow]) {
 
 /// The experiment: both modes, baseline and mmkit, in one run.
 pub fn run(opts: &Options) -> Report {
-    let loops = opts.loops.unwrap_or(if opts.quick {
-        QUICK_LOOPS
-    } else {
-        DEFAULT_LOOPS
-    });
+    let loops = opts
+        .loops
+        .unwrap_or(opts.pick(QUICK_LOOPS, DEFAULT_LOOPS, FULL_LOOPS));
     let threads = cpus();
-    let runs = if opts.quick { 1 } else { STRESS_RUNS };
+    let runs = opts.pick(1, 1, STRESS_RUNS);
     let m = measure(kernel_params(loops, threads), threads, runs);
     let perf = perf_rows(loops, &m.perf.0, &m.perf.1);
     let stress = stress_rows(loops, &m.stress, &m.nodes);

@@ -185,11 +185,11 @@ fn plot_modes(all: &[Row]) -> Result<String, Box<dyn std::error::Error>> {
 }
 
 fn run(opts: &Options) -> Report {
-    let loops = opts.loops.unwrap_or(if opts.quick { 100 } else { 3000 });
+    let loops = opts.loops.unwrap_or(opts.pick(100, 1000, 3000));
     let p = Params { loops, full_fit: FULL_FIT, busy_list: BUSY_LIST };
     let n = cpus();
     let runs_of = |m: Mode| match m {
-        Mode::Stress(_) if !opts.quick => STRESS_RUNS,
+        Mode::Stress(_) if opts.full => STRESS_RUNS,
         _ => 1,
     };
     let per_mode = |m: Mode| TESTS.len() * runs_of(m) * match m { Mode::Performance => 1, Mode::Stress(t) => t };
