@@ -69,7 +69,7 @@ pub const EXPERIMENT: Experiment = Experiment {
 
 /// `test_loop_count` of the default scale: both modes on both allocators
 /// in seconds on 2 cores.
-pub const DEFAULT_LOOPS: u64 = 30_000;
+pub const DEFAULT_LOOPS: u64 = 10_000;
 /// `test_loop_count` under `--full`: both modes on both allocators take
 /// minutes on 2 cores.
 pub const FULL_LOOPS: u64 = 150_000;

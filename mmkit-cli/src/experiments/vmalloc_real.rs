@@ -185,7 +185,7 @@ fn plot_modes(all: &[Row]) -> Result<String, Box<dyn std::error::Error>> {
 }
 
 fn run(opts: &Options) -> Report {
-    let loops = opts.loops.unwrap_or(opts.pick(100, 1000, 3000));
+    let loops = opts.loops.unwrap_or(opts.pick(100, 300, 3000));
     let p = Params { loops, full_fit: FULL_FIT, busy_list: BUSY_LIST };
     let n = cpus();
     let runs_of = |m: Mode| match m {

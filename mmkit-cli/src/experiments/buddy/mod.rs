@@ -94,7 +94,7 @@ impl Scale {
         // Ten zone-sizes of requests: the long-lived classes turn over
         // several times. Huge pages: one try per 2000 requests, each held
         // for 0.1 n / 512 tries' worth, at most ~10% of the zone.
-        let frames: u64 = opts.pick(16_384, 65_536, 262_144);
+        let frames: u64 = opts.pick(16_384, 32_768, 262_144);
         let huge_every = opts.pick(500, 2_000, 2_000);
         let mut s = Scale {
             frames,
