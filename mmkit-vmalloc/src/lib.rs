@@ -101,6 +101,7 @@ mod frames;
 mod lazy;
 mod maps;
 mod ram;
+pub mod test_vmalloc;
 
 pub use error::VmError;
 pub use frames::{FramePolicy, FrameSource};
