@@ -125,8 +125,8 @@ fn run(scale: scale::Scale) -> Result<usize, alloc::string::String> {
     for (name, step) in steps {
         // Each experiment starts with the lazy lists empty: what the tests
         // or the last experiment left lazily freed is not its debt.
-        mm::locked(mm::tree()).purge(&mut mm::KernelMmu);
-        mm::locked(mm::linear_lazy()).purge(&mut mm::KernelMmu);
+        mm::locked(mm::tree()).purge(&mut mm::KernelMmu, &mut mm::PhysFrames);
+        mm::locked(mm::linear_lazy()).purge(&mut mm::KernelMmu, &mut mm::PhysFrames);
         let t0 = arch::rdtsc();
         step(scale)?;
         tests::check_all().map_err(|e| alloc::format!("after {name}: {e}"))?;

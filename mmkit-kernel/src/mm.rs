@@ -1,14 +1,14 @@
-//! The kernel's memory management, wired from the generic layer: the MMU
-//! (page tables + shootdown), three vmalloc layers over parts of the
-//! vmalloc area (mmkit's tree; the busy-list baseline the seeds replaced,
-//! with eager flush and with lazy flush as Linux 4.20 had it), and per-CPU
-//! `vm_map_ram` front ends keyed by the CPU id.
+//! The kernel's memory management, wired from the generic layer: the two
+//! traits it implements (the MMU: page tables + shootdown; the frame
+//! source: the buddy's per-CPU lists), three vmalloc layers over parts of
+//! the vmalloc area (mmkit's tree; the busy-list baseline the seeds
+//! replaced, with eager flush and with lazy flush as Linux 4.20 had it),
+//! and one `vm_map_ram` front end for every CPU.
 //!
 //! Each layer has 16 GiB whose base is aligned to 16 GiB and no more, so
 //! that every layer can satisfy the same alignments (`test_vmalloc`'s
 //! `align_shift_alloc_test` asks for every power of two up to a failure).
 
-use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use mmkit::baseline::linear_vmap::LinearVmap;
@@ -19,10 +19,10 @@ use crate::paging::{self, VMALLOC_START};
 use crate::percpu::MAX_CPUS;
 use crate::{arch, phys, tlb};
 use mmkit_vmalloc::{
-    BlockSource, Flush, MapFailed, MapRam, Mmu, Refused, VmError, Vmalloc, Where, PAGE,
+    Flush, FrameSource, MapFailed, MapRam, Mmu, Refused, VmError, Vmalloc, Where, PAGE,
 };
 
-/// A lock of the `lock_api` kind (what `BlockSource` needs).
+/// A lock of the `lock_api` kind (what `MapRam` needs).
 pub type Lock<T> = spin::lock_api::Mutex<T>;
 
 /// The machine: PTE writes in [`paging`], flushes through [`tlb`].
@@ -32,9 +32,10 @@ pub struct KernelMmu;
 impl Mmu for KernelMmu {
     fn map(&mut self, va: u64, pfns: &[u64]) -> Result<(), MapFailed> {
         for (i, &pfn) in pfns.iter().enumerate() {
-            if !paging::map(va + i as u64 * PAGE, pfn) {
+            let at = va + i as u64 * PAGE;
+            if !paging::map(at, pfn) {
                 // The layer clears what was mapped.
-                let (err, mapped) = (VmError::NoMemory, i as u64);
+                let (err, mapped) = (VmError::MapFailed { va: at }, i as u64);
                 return Err(MapFailed { err, mapped });
             }
         }
@@ -58,12 +59,35 @@ impl Mmu for KernelMmu {
     }
 }
 
+/// Frames from the running CPU's lists of the buddy allocator, one at a
+/// time (what `vmalloc` maps). Never waits: usable under a spin lock with
+/// interrupts off.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PhysFrames;
+
+impl FrameSource for PhysFrames {
+    fn alloc(&mut self, _max: u64) -> Option<(u64, u64)> {
+        phys::alloc(arch::cpu_id(), 0, false).map(|pfn| (pfn, 1))
+    }
+
+    fn free(&mut self, pfn: u64, count: u64) {
+        let cpu = arch::cpu_id();
+        for p in pfn..pfn + count {
+            phys::free(cpu, p, 0);
+        }
+    }
+
+    fn zero(&mut self, pfn: u64, count: u64) {
+        phys::zero_frames(pfn, count);
+    }
+}
+
 /// mmkit's vmap tree over [`TREE_RANGE`].
 pub type TreeLayer = Vmalloc<VmapAllocator>;
 /// The busy-list baseline.
 pub type LinearLayer = Vmalloc<LinearVmap>;
-/// A CPU's `vm_map_ram` front end, its blocks from the tree layer.
-pub type CpuMapRam = MapRam<BlockSource<spin::Mutex<()>, VmapAllocator, KernelMmu>>;
+/// The `vm_map_ram` front end of every CPU, its blocks from the tree layer.
+pub type MapRamAll = MapRam<spin::Mutex<()>, VmapAllocator>;
 
 static TREE: Once<Lock<TreeLayer>> = Once::new();
 static LINEAR: Once<Lock<LinearLayer>> = Once::new();
@@ -82,7 +106,7 @@ const fn layer_range(k: u64) -> (u64, u64) {
     let size = 16 << 30;
     (VMALLOC_START + k * size, VMALLOC_START + (k + 1) * size)
 }
-static MAP_RAM: [Once<spin::Mutex<CpuMapRam>>; MAX_CPUS] = [const { Once::new() }; MAX_CPUS];
+static MAP_RAM: Once<MapRamAll> = Once::new();
 
 /// Acquisitions of a layer's (global) lock.
 pub static GLOBAL_LOCKS: AtomicU64 = AtomicU64::new(0);
@@ -93,7 +117,7 @@ pub fn lazy_max(cpus: usize) -> u64 {
     u64::from(fls) * (32 << 20)
 }
 
-/// Builds the layers and one `vm_map_ram` front end per CPU.
+/// Builds the layers and the `vm_map_ram` front end.
 pub fn init(cpus: usize) {
     let lazy = Flush::Lazy {
         max_bytes: lazy_max(cpus),
@@ -110,12 +134,7 @@ pub fn init(cpus: usize) {
         let r = LinearVmap::new(LINEAR_LAZY_RANGE.0, LINEAR_LAZY_RANGE.1).expect("list range");
         Lock::new(Vmalloc::new(r, lazy))
     });
-    for slot in MAP_RAM.iter().take(cpus) {
-        slot.call_once(|| {
-            let src = BlockSource::new(tree(), KernelMmu);
-            spin::Mutex::new(MapRam::new(src, 1, lazy).expect("one queue"))
-        });
-    }
+    MAP_RAM.call_once(|| MapRam::new(tree(), cpus.clamp(1, MAX_CPUS)).expect("CPU count"));
 }
 
 /// The tree layer (global lock).
@@ -139,9 +158,9 @@ pub fn locked<T>(l: &'static Lock<T>) -> lock_api::MutexGuard<'static, spin::Mut
     l.lock()
 }
 
-/// `cpu`'s `vm_map_ram` front end.
-pub fn map_ram(cpu: usize) -> &'static spin::Mutex<CpuMapRam> {
-    MAP_RAM[cpu].get().expect("mm::init ran for this CPU")
+/// The `vm_map_ram` front end (any CPU may unmap what another mapped).
+pub fn map_ram() -> &'static MapRamAll {
+    MAP_RAM.get().expect("mm::init ran")
 }
 
 /// `vmalloc`: `pages` frames from this CPU's lists, mapped in `layer` at
@@ -151,26 +170,10 @@ pub fn vmalloc<R: mmkit::range::RangeAllocator>(
     pages: u64,
     align: u64,
 ) -> Result<u64, VmError> {
-    let cpu = arch::cpu_id();
-    let mut frames = Vec::with_capacity(pages as usize);
-    for _ in 0..pages {
-        match phys::alloc(cpu, 0, false) {
-            Some(p) => frames.push(p),
-            None => {
-                for &p in &frames {
-                    phys::free(cpu, p, 0);
-                }
-                return Err(VmError::NoMemory);
-            }
-        }
-    }
-    let r = locked(layer).vmap(&mut KernelMmu, frames.clone(), align);
-    if r.is_err() {
-        for &p in &frames {
-            phys::free(cpu, p, 0);
-        }
-    }
-    r
+    let size = pages
+        .checked_mul(PAGE)
+        .ok_or(VmError::TooLarge { bytes: pages })?;
+    locked(layer).vmalloc_aligned(&mut KernelMmu, &mut PhysFrames, size, align)
 }
 
 /// `vfree`: unmaps and returns the frames to this CPU's lists.
@@ -178,12 +181,17 @@ pub fn vfree<R: mmkit::range::RangeAllocator>(
     layer: &'static Lock<Vmalloc<R>>,
     va: u64,
 ) -> Result<(), VmError> {
-    let frames = locked(layer).vunmap(&mut KernelMmu, va)?;
-    let cpu = arch::cpu_id();
-    for p in frames {
-        phys::free(cpu, p, 0);
-    }
-    Ok(())
+    locked(layer).vfree(&mut KernelMmu, &mut PhysFrames, va)
+}
+
+/// `vfree_atomic`: as [`vfree`], but never flushes (no IPI, no wait): for
+/// contexts with interrupts off or under a spin lock. The area waits on the
+/// lazy list for the next flush.
+pub fn vfree_atomic<R: mmkit::range::RangeAllocator>(
+    layer: &'static Lock<Vmalloc<R>>,
+    va: u64,
+) -> Result<(), VmError> {
+    locked(layer).vfree_atomic(&mut KernelMmu, &mut PhysFrames, va)
 }
 
 /// What the allocators know of `va`, without waiting for a lock (the

@@ -144,7 +144,8 @@ pub fn alloc(cpu: usize, order: u8, zero: bool) -> Option<u64> {
     Some(pfn)
 }
 
-fn zero_frames(pfn: u64, n: u64) {
+/// Zeroes `n` frames from `pfn`, allocated and not yet handed to anyone.
+pub fn zero_frames(pfn: u64, n: u64) {
     // SAFETY: the frames were just allocated from the buddy allocator, so
     // nothing else refers to them; RAM is identity mapped.
     unsafe { core::ptr::write_bytes((pfn * PAGE) as *mut u8, 0, (n * PAGE) as usize) };

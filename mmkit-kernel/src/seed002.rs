@@ -12,7 +12,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::counters::{counts, since};
-use crate::mm::{self, KernelMmu};
+use crate::mm::{self, KernelMmu, PhysFrames};
 use crate::scale::{per_cpu_share, Scale};
 use crate::{arch, percpu, phys, println, smp, time};
 use mmkit_vmalloc::PAGE;
@@ -32,16 +32,18 @@ fn once(design: &str, cpu: usize, frames: &[u64]) -> bool {
     let mut mmu = KernelMmu;
     if design == "old" {
         // The guard drops before the unmap takes the lock again.
-        let r = mm::locked(mm::linear()).vmap(&mut mmu, frames.to_vec(), PAGE);
+        let src = &mut PhysFrames;
+        let r = mm::locked(mm::linear()).vmap(&mut mmu, src, frames, PAGE);
         r.is_ok_and(|va| {
             crate::fault::touch(va, PAGES as u64)
-                && mm::locked(mm::linear()).vunmap(&mut mmu, va).is_ok()
+                && mm::locked(mm::linear()).vunmap(&mut mmu, src, va).is_ok()
         })
     } else {
-        let ram = mm::map_ram(cpu);
-        let r = ram.lock().map(&mut mmu, 0, frames);
+        let ram = mm::map_ram();
+        let r = ram.map(&mut mmu, &mut PhysFrames, cpu, frames);
         r.is_ok_and(|va| {
-            crate::fault::touch(va, PAGES as u64) && ram.lock().unmap(&mut mmu, va, PAGES).is_ok()
+            crate::fault::touch(va, PAGES as u64)
+                && ram.unmap(&mut mmu, &mut PhysFrames, cpu, va, PAGES).is_ok()
         })
     }
 }
@@ -115,8 +117,6 @@ pub fn run(s: Scale) -> Result<(), String> {
             ));
         }
     }
-    for cpu in 0..cpus {
-        mm::map_ram(cpu).lock().unmap_aliases(&mut KernelMmu);
-    }
+    mm::map_ram().unmap_aliases(&mut KernelMmu, &mut PhysFrames);
     Ok(())
 }

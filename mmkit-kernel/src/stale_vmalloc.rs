@@ -24,7 +24,7 @@ use alloc::vec::Vec;
 use mmkit::range::RangeAllocator;
 use mmkit_vmalloc::{Flush, Vmalloc, PAGE};
 
-use crate::mm::{self, KernelMmu, Lock};
+use crate::mm::{self, KernelMmu, Lock, PhysFrames};
 use crate::phys::DataFrame;
 use crate::stale::{self, Expect, Seen};
 use crate::{arch, percpu, tlb};
@@ -72,7 +72,7 @@ pub fn vfree_reuse<R: RangeAllocator + Send>(
     let vfree_all = |live: &mut Vec<(u64, Vec<DataFrame>)>| -> Result<(), String> {
         for (va, frames) in live.drain(..) {
             mm::locked(layer)
-                .vunmap(&mut KernelMmu, va)
+                .vunmap(&mut KernelMmu, &mut PhysFrames, va)
                 .map_err(|e| format!("vfree {va:#x}: {e}"))?;
             frames.into_iter().for_each(|f| f.free(cpu0));
         }
@@ -89,8 +89,8 @@ pub fn vfree_reuse<R: RangeAllocator + Send>(
         for i in 0..areas {
             let pages = 1 + mix(g << 16 | i) % 16;
             let mut frames = frames(cpu0, pages)?;
-            let pfns = frames.iter().map(DataFrame::pfn).collect();
-            let va = match mm::locked(layer).vmap(&mut KernelMmu, pfns, PAGE) {
+            let pfns: Vec<u64> = frames.iter().map(DataFrame::pfn).collect();
+            let va = match mm::locked(layer).vmap(&mut KernelMmu, &mut PhysFrames, &pfns, PAGE) {
                 Ok(va) => va,
                 Err(e) => {
                     frames.into_iter().for_each(|f| f.free(cpu0));
@@ -105,7 +105,7 @@ pub fn vfree_reuse<R: RangeAllocator + Send>(
     let left = vfree_all(&mut live);
     let mut l = mm::locked(layer);
     l.set_flush_policy(policy);
-    l.purge(&mut KernelMmu);
+    l.purge(&mut KernelMmu, &mut PhysFrames);
     drop(l);
     left?;
     seen
@@ -135,9 +135,8 @@ pub fn map_ram_reuse(rounds: u64) -> Result<Seen, String> {
     let mut live: Vec<(usize, u64, Vec<DataFrame>)> = Vec::new();
     let unmap_all = |live: &mut Vec<(usize, u64, Vec<DataFrame>)>| -> Result<(), String> {
         while let Some((cpu, va, frames)) = live.pop() {
-            mm::map_ram(cpu)
-                .lock()
-                .unmap(&mut KernelMmu, va, frames.len())
+            mm::map_ram()
+                .unmap(&mut KernelMmu, &mut PhysFrames, cpu, va, frames.len())
                 .map_err(|e| format!("vm_unmap_ram {va:#x}: {e}"))?;
             frames.into_iter().for_each(|f| f.free(cpu0));
         }
@@ -151,7 +150,7 @@ pub fn map_ram_reuse(rounds: u64) -> Result<Seen, String> {
             let pages = 1 + mix(g << 16 | i) % 64;
             let mut frames = frames(cpu0, pages)?;
             let pfns: Vec<u64> = frames.iter().map(DataFrame::pfn).collect();
-            let va = match mm::map_ram(cpu).lock().map(&mut KernelMmu, 0, &pfns) {
+            let va = match mm::map_ram().map(&mut KernelMmu, &mut PhysFrames, cpu, &pfns) {
                 Ok(va) => va,
                 Err(e) => {
                     frames.into_iter().for_each(|f| f.free(cpu0));
@@ -165,9 +164,7 @@ pub fn map_ram_reuse(rounds: u64) -> Result<Seen, String> {
     });
     let left = unmap_all(&mut live);
     mm::locked(mm::tree()).set_flush_policy(policy);
-    for cpu in 0..cpus {
-        mm::map_ram(cpu).lock().unmap_aliases(&mut KernelMmu);
-    }
+    mm::map_ram().unmap_aliases(&mut KernelMmu, &mut PhysFrames);
     left?;
     seen
 }

@@ -8,7 +8,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
-use crate::mm::{self, KernelMmu};
+use crate::mm::{self, KernelMmu, PhysFrames};
 use crate::paging::{self, VMALLOC_START};
 use crate::{arch, fault, percpu, phys, println, smp, stale, stale_vmalloc, tlb};
 use mmkit_vmalloc::{Mmu, Where, PAGE};
@@ -17,14 +17,9 @@ use mmkit_vmalloc::{Mmu, Where, PAGE};
 pub fn check_all() -> Result<(), String> {
     phys::check().map_err(|e| format!("buddy/pcp: {e}"))?;
     crate::pervar::check().map_err(|e| format!("percpu: {e}"))?;
-    let cpus = percpu::online();
-    let mut ram_pages = 0;
-    for cpu in 0..cpus {
-        let m = mm::map_ram(cpu).lock();
-        m.check()
-            .map_err(|e| format!("vm_map_ram cpu {cpu}: {e}"))?;
-        ram_pages += m.vblock().live_pages();
-    }
+    let ram = mm::map_ram();
+    ram.check().map_err(|e| format!("vm_map_ram: {e}"))?;
+    let ram_pages = ram.live_pages();
     // The present PTEs by layer: tree, eager list, lazy list, none.
     let mut by_layer: [Vec<(u64, u64)>; 4] = Default::default();
     let mut bad_flags = 0u64;
@@ -114,13 +109,17 @@ type TestResult = Result<Outcome, String>;
 /// Runs every test; returns how many passed, or the first failure.
 pub fn run_all(cycles: u64) -> Result<usize, String> {
     type Test<'a> = (&'a str, &'a dyn Fn() -> TestResult);
-    let tests: [Test<'_>; 11] = [
+    let tests: [Test<'_>; 12] = [
         ("ipi_reaches_every_cpu", &ipi_reaches_every_cpu),
         (
             "vmalloc_maps_real_frames",
             &passes(vmalloc_maps_real_frames),
         ),
         ("use_after_vfree_faults", &passes(use_after_vfree_faults)),
+        (
+            "vfree_atomic_never_flushes",
+            &passes(vfree_atomic_never_flushes),
+        ),
         ("map_ram_on_every_cpu", &passes(map_ram_on_every_cpu)),
         (
             "bad_input_changes_nothing",
@@ -255,7 +254,7 @@ fn use_after_vfree_faults() -> Result<(), String> {
     ensure(matches!(lazy, Some(Where::Lazy { .. })), || {
         format!("after vfree: {lazy:?}, not lazy")
     })?;
-    mm::locked(mm::tree()).purge(&mut KernelMmu);
+    mm::locked(mm::tree()).purge(&mut KernelMmu, &mut PhysFrames);
     let got = fault::probe_read(va + 8);
     ensure(got.is_none(), || {
         format!("read after vfree+purge returned {got:?}")
@@ -271,6 +270,31 @@ fn use_after_vfree_faults() -> Result<(), String> {
         matches!(mm::whereabouts(at), Some(Where::Freed { .. })),
         || format!("reported as: {what}"),
     )
+}
+
+/// `vfree_atomic` with interrupts off, under the layer's spin lock: no
+/// flush (so no IPI to wait for), the area waits on the lazy list.
+fn vfree_atomic_never_flushes() -> Result<(), String> {
+    let va = mm::vmalloc(mm::tree(), 2, PAGE).map_err(|e| format!("vmalloc: {e}"))?;
+    let (mut freed, mut flushes) = (Ok(()), 0);
+    arch::cli_then(|| {
+        let f0 = tlb::FLUSHES.load(Ordering::SeqCst);
+        freed = mm::vfree_atomic(mm::tree(), va);
+        flushes = tlb::FLUSHES.load(Ordering::SeqCst) - f0;
+    });
+    freed.map_err(|e| format!("vfree_atomic: {e}"))?;
+    ensure(flushes == 0, || {
+        format!("vfree_atomic flushed {flushes} times")
+    })?;
+    let lazy = mm::whereabouts(va);
+    ensure(matches!(lazy, Some(Where::Lazy { .. })), || {
+        format!("after vfree_atomic: {lazy:?}, not lazy")
+    })?;
+    mm::locked(mm::tree()).purge(&mut KernelMmu, &mut PhysFrames);
+    let gone = mm::whereabouts(va);
+    ensure(matches!(gone, Some(Where::Freed { .. })), || {
+        format!("after the purge: {gone:?}")
+    })
 }
 
 fn map_ram_on_every_cpu() -> Result<(), String> {
@@ -291,7 +315,7 @@ fn map_ram_on_every_cpu() -> Result<(), String> {
         let mut maps = Vec::new();
         let mut mmu = KernelMmu;
         for n in [1usize, 2, 3, 4, 8, 17, 64] {
-            match mm::map_ram(cpu_real).lock().map(&mut mmu, 0, &frames[..n]) {
+            match mm::map_ram().map(&mut mmu, &mut PhysFrames, cpu_real, &frames[..n]) {
                 Ok(va) => maps.push((va, n)),
                 Err(_) => fails += 1,
             }
@@ -305,8 +329,13 @@ fn map_ram_on_every_cpu() -> Result<(), String> {
                 }
             }
         }
-        for &(va, n) in &maps {
-            if mm::map_ram(cpu_real).lock().unmap(&mut mmu, va, n).is_err()
+        // Every other mapping through the next CPU's queue: any CPU may
+        // unmap what another mapped.
+        for (i, &(va, n)) in maps.iter().enumerate() {
+            let on = (cpu_real + i % 2) % cpus;
+            if mm::map_ram()
+                .unmap(&mut mmu, &mut PhysFrames, on, va, n)
+                .is_err()
                 || mmu.translate(va).is_some()
             {
                 fails += 1;
@@ -320,10 +349,12 @@ fn map_ram_on_every_cpu() -> Result<(), String> {
     ensure(fails.iter().all(|&f| f == 0) && fails.len() == cpus, || {
         format!("failures by CPU: {fails:?}")
     })?;
-    for cpu in 0..cpus {
-        mm::map_ram(cpu).lock().unmap_aliases(&mut KernelMmu);
-    }
-    Ok(())
+    let f0 = tlb::FLUSHES.load(Ordering::SeqCst);
+    mm::map_ram().unmap_aliases(&mut KernelMmu, &mut PhysFrames);
+    let flushes = tlb::FLUSHES.load(Ordering::SeqCst) - f0;
+    ensure(flushes == 1, || {
+        format!("vm_unmap_aliases made {flushes} flushes, one expected")
+    })
 }
 
 fn percpu_counters_on_every_cpu() -> Result<(), String> {
@@ -371,11 +402,10 @@ fn bad_input_changes_nothing() -> Result<(), String> {
     let cpu = arch::cpu_id();
     let f = phys::alloc(cpu, 0, false).ok_or("no frame")?;
     let mut mmu = KernelMmu;
-    let m = mm::map_ram(cpu)
-        .lock()
-        .map(&mut mmu, 0, &[f, f])
+    let m = mm::map_ram()
+        .map(&mut mmu, &mut PhysFrames, cpu, &[f, f])
         .map_err(|e| format!("map: {e}"))?;
-    let wrong = mm::map_ram(cpu).lock().unmap(&mut mmu, m, 1);
+    let wrong = mm::map_ram().unmap(&mut mmu, &mut PhysFrames, cpu, m, 1);
     ensure(wrong.is_err(), || {
         "vm_unmap_ram with the wrong page count accepted".into()
     })?;
@@ -384,9 +414,8 @@ fn bad_input_changes_nothing() -> Result<(), String> {
         || "a refused unmap changed PTEs".into(),
     )?;
     check_all()?;
-    mm::map_ram(cpu)
-        .lock()
-        .unmap(&mut mmu, m, 2)
+    mm::map_ram()
+        .unmap(&mut mmu, &mut PhysFrames, cpu, m, 2)
         .map_err(|e| format!("unmap: {e}"))?;
     phys::free(cpu, f, 0);
     mm::vfree(mm::tree(), va).map_err(|e| format!("vfree: {e}"))

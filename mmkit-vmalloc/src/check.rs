@@ -14,8 +14,9 @@ use super::{Mmu, PAGE};
 
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// Checks the range allocator, and that every range it holds is a live
-    /// area (or one of its pieces), a raw block, or a freed range on the
-    /// lazy or stuck list; and that the lazy bytes add up.
+    /// area (or one of its pieces), a reserved range, a raw block, or a
+    /// freed range on the lazy or stuck list; and that the lazy bytes add
+    /// up.
     ///
     /// # Errors
     /// A description of the first disagreement.
@@ -24,7 +25,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             .check()
             .map_err(|e| format!("range allocator: {e}"))?;
         let pieces = |a: &A| 1 + a.pieces().len() as u64;
-        let mut ours = self.blocks.len() as u64;
+        let mut ours = self.blocks.len() as u64 + self.reserved.len() as u64;
         ours += self.areas.values().map(pieces).sum::<u64>();
         for (r, _) in self.retired() {
             ours += match &r.what {

@@ -14,7 +14,7 @@ use alloc::vec::Vec;
 use mmkit::range::RangeAllocator;
 
 use super::maps::{AreaData, Vmalloc, HISTORY};
-use super::{Flush, Mmu, Refused, PAGE};
+use super::{Flush, Mmu, Refused, VmError, PAGE};
 
 /// What a freed range held.
 #[derive(Debug, PartialEq, Eq)]
@@ -37,6 +37,17 @@ pub struct Retired<A> {
     pub what: Gone<A>,
     /// Set while a flush refused (part of) it.
     failed: bool,
+}
+
+impl<A> Retired<A> {
+    pub(crate) fn new(start: u64, span: u64, what: Gone<A>) -> Self {
+        Retired {
+            start,
+            span,
+            what,
+            failed: false,
+        }
+    }
 }
 
 /// A freed range released: its flush succeeded and its range is free.
@@ -63,12 +74,29 @@ pub struct Purged<A> {
     pub released: Vec<Released<A>>,
 }
 
+/// When a retired range is flushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum When {
+    /// As the layer's [`Flush`] policy says.
+    Policy,
+    /// Now, whatever the policy.
+    Now,
+    /// At the next purge, whatever the policy; never flushes inline
+    /// (`vfree_atomic`).
+    Deferred,
+}
+
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
-    /// Frees the range `[start, start + span)` that held `what`, its range
-    /// still allocated and no longer in the books as live: clears it (an
-    /// area; a raw block's pages were cleared by its user), then flushes it
-    /// now (eager policy, or `now`) or puts it on the lazy list. A flush
-    /// that refuses it leaves it on the stuck list.
+    /// Frees the reserved range `[start, start + span)` that held `what`
+    /// (an area [`take`](Self::take)n out of the books, or one a failed map
+    /// reached): clears it, then flushes it now (eager policy, or `now`)
+    /// or puts it on the lazy list. A flush that refuses it leaves it on
+    /// the stuck list. May flush (see the crate docs: IPIs, waits).
+    ///
+    /// # Errors
+    /// [`VmError::InUse`] when `start` is a live area, a block or already
+    /// retired; [`VmError::NotReserved`] for any other address that is not
+    /// a reserved range. Nothing changes then.
     pub fn retire(
         &mut self,
         mmu: &mut impl Mmu,
@@ -76,33 +104,64 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         span: u64,
         what: Gone<A>,
         now: bool,
+    ) -> Result<Outcome<A>, VmError> {
+        if let Gone::Area(a) = &what {
+            if let Some(&p) = a.pieces().iter().find(|p| !self.reserved.contains(p)) {
+                return Err(VmError::NotReserved { va: p });
+            }
+        }
+        self.claim(start)?;
+        if let Gone::Area(a) = &what {
+            for p in a.pieces() {
+                self.reserved.remove(p);
+            }
+        }
+        let when = if now { When::Now } else { When::Policy };
+        Ok(self.retire_range(mmu, start, span, what, when))
+    }
+
+    /// [`retire`](Self::retire) of a range known to be ours and out of the
+    /// books.
+    pub(crate) fn retire_range(
+        &mut self,
+        mmu: &mut impl Mmu,
+        start: u64,
+        span: u64,
+        what: Gone<A>,
+        when: When,
     ) -> Outcome<A> {
         if matches!(what, Gone::Area(_)) {
             mmu.clear(start, span / PAGE);
         }
-        let r = Retired {
-            start,
-            span,
-            what,
-            failed: false,
+        let r = Retired::new(start, span, what);
+        let max = match (self.flush, when) {
+            (_, When::Now) | (Flush::Eager, When::Policy) => None,
+            (Flush::Lazy { max_bytes }, _) => Some(max_bytes),
+            (Flush::Eager, When::Deferred) => Some(u64::MAX),
         };
-        match self.flush {
-            Flush::Lazy { max_bytes } if !now => {
-                self.lazy.push(r);
-                self.lazy_bytes += span;
-                Outcome {
-                    released: Vec::new(),
-                    purge_due: self.lazy_bytes > max_bytes,
-                }
-            }
-            _ => {
-                let mut list = alloc::vec![r];
-                self.flush_list(&mut |s, e| mmu.flush(s, e), &mut list);
-                Outcome {
-                    released: self.settle(list),
-                    purge_due: false,
-                }
-            }
+        if let Some(max_bytes) = max {
+            self.lazy.push(r);
+            self.lazy_bytes += span;
+            return Outcome {
+                released: Vec::new(),
+                purge_due: when != When::Deferred && self.lazy_bytes > max_bytes,
+            };
+        }
+        if self.flush == Flush::Eager && !self.lazy.is_empty() {
+            // Deferred frees wait: one flush takes them with this one.
+            self.lazy.push(r);
+            self.lazy_bytes += span;
+            let purged = self.purge_through(&mut |s, e| mmu.flush(s, e));
+            return Outcome {
+                released: purged.released,
+                purge_due: false,
+            };
+        }
+        let mut list = alloc::vec![r];
+        self.flush_list(&mut |s, e| mmu.flush(s, e), &mut list);
+        Outcome {
+            released: self.settle(list),
+            purge_due: false,
         }
     }
 

@@ -1,15 +1,28 @@
 //! [`Vmalloc`]: areas of mapped frames over any range allocator, each with
-//! a guard page, unmapped eagerly or lazily (the lists and the purge are in
-//! `lazy.rs`, the checkers in `check.rs`).
+//! a guard page, unmapped eagerly or lazily. This file keeps the books (the
+//! reserved ranges, live areas, blocks) and answers `lookup`; the call
+//! sequences are in `driver.rs`, the lists and the purge in `lazy.rs`, the
+//! checkers in `check.rs`.
+//!
+//! Every range the layer holds in its range allocator is in exactly one
+//! state, and the public calls move it only along these arrows (anything
+//! else is a typed error that changes nothing):
+//!
+//! ```text
+//!  reserve ──> reserved ──insert──> live area ──take──> reserved
+//!                 │  └──unreserve──> free                  │
+//!                 └──retire──> lazy / stuck ──flush──> free (released)
+//!  reserve_block ──> block ──free_block──> lazy / stuck
+//! ```
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
 use mmkit::range::RangeAllocator;
 use mmkit::AllocError;
 
-use super::lazy::{Gone, Outcome, Retired};
-use super::{Flush, Mmu, VmError, PAGE};
+use super::lazy::{Gone, Outcome, Retired, When};
+use super::{Flush, FramePolicy, Mmu, VmError, PAGE};
 
 /// What an area holds, as the layer needs to know it: its extent, the
 /// further ranges it grew by, and the frame behind each mapped page.
@@ -29,12 +42,18 @@ pub trait AreaData {
 }
 
 /// A live area of the plain layer: `frames.len()` mapped pages from its
-/// start, then one guard page. Its frames go back to the caller at
-/// `vunmap`, before the flush (as the kernel frees them).
+/// start, then one guard page. A `vmalloc` area owns its frames (they go
+/// back to the frame source with it); a `vmap` area shows the caller's.
+/// When the frames of a freed area go back is the layer's
+/// [`FramePolicy`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Area {
-    /// The frames mapped, in page order.
+    /// The frames mapped, in page order (empty once they went back, for an
+    /// area waiting for its flush).
     pub frames: Vec<u64>,
+    /// Whether the frames came from the frame source (`vmalloc`), not from
+    /// the caller (`vmap`).
+    pub owned: bool,
 }
 
 impl AreaData for Area {
@@ -117,8 +136,27 @@ pub(crate) const HISTORY: usize = 64;
 pub struct Vmalloc<R, A = Area> {
     pub(crate) range: R,
     pub(crate) flush: Flush,
+    pub(crate) frames: FramePolicy,
+    /// Ranges handed out by `reserve` (or taken out of the books) that are
+    /// neither live areas nor retired.
+    pub(crate) reserved: BTreeSet<u64>,
     pub(crate) areas: BTreeMap<u64, A>,
     pub(crate) blocks: BTreeMap<u64, u64>,
+    /// The blocks of [`MapRam`](crate::MapRam) front ends (a subset of
+    /// `blocks`), which only their front end frees.
+    pub(crate) ram_blocks: BTreeMap<u64, usize>,
+    /// Blocks of front ends an eager unmap's flush was refused in.
+    pub(crate) ram_unflushed: BTreeSet<u64>,
+    /// Frames a retired range still shows though a live area owns them (the
+    /// old mapping of a `vrealloc` that moved): `(range start, frames)`,
+    /// until that range is released.
+    pub(crate) shadows: Vec<(u64, Vec<u64>)>,
+    /// Frames freed while a shadow showed them: they go back when it is
+    /// released ([`FramePolicy::AfterFlush`]).
+    pub(crate) deferred: Vec<u64>,
+    /// The span of `vm_map_ram` pages whose flush was refused: the next
+    /// `vm_unmap_aliases` flushes it again.
+    pub(crate) alias_pending: Option<(u64, u64)>,
     /// Freed, cleared, waiting for the purge's flush (still allocated in R).
     pub(crate) lazy: Vec<Retired<A>>,
     pub(crate) lazy_bytes: u64,
@@ -131,16 +169,29 @@ pub struct Vmalloc<R, A = Area> {
 }
 
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
-    /// A layer over `range`. The layer keeps its own lazy list (a freed
-    /// range stays allocated in `range` until its flush), so the range
-    /// allocator's automatic purge is switched off.
-    pub fn new(mut range: R, flush: Flush) -> Self {
+    /// A layer over `range` whose freed frames go back at once
+    /// ([`FramePolicy::AtOnce`], Linux's default). The layer keeps its own
+    /// lazy list (a freed range stays allocated in `range` until its
+    /// flush), so the range allocator's automatic purge is switched off.
+    pub fn new(range: R, flush: Flush) -> Self {
+        Self::with_frames(range, flush, FramePolicy::AtOnce)
+    }
+
+    /// A layer over `range` with the frame policy `frames`.
+    pub fn with_frames(mut range: R, flush: Flush, frames: FramePolicy) -> Self {
         range.set_lazy_max(u64::MAX);
         Vmalloc {
             range,
             flush,
+            frames,
+            reserved: BTreeSet::new(),
             areas: BTreeMap::new(),
             blocks: BTreeMap::new(),
+            ram_blocks: BTreeMap::new(),
+            ram_unflushed: BTreeSet::new(),
+            alias_pending: None,
+            shadows: Vec::new(),
+            deferred: Vec::new(),
             lazy: Vec::new(),
             lazy_bytes: 0,
             stuck: Vec::new(),
@@ -170,9 +221,16 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         self.flush = flush;
     }
 
+    /// When freed frames go back.
+    pub fn frame_policy(&self) -> FramePolicy {
+        self.frames
+    }
+
     /// Reserves `size` bytes at `align` in `window` from the range
     /// allocator, without purging (the caller decides whether to purge and
-    /// retry).
+    /// retry). The range is *reserved*: [`insert`](Self::insert) an area
+    /// at it, or [`unreserve`](Self::unreserve) or
+    /// [`retire`](Self::retire) it. Never flushes.
     ///
     /// # Errors
     /// As the range allocator's `alloc_in`.
@@ -182,23 +240,53 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         align: u64,
         window: (u64, u64),
     ) -> Result<u64, AllocError> {
-        self.range.alloc_in(size, align, window.0, window.1)
+        let va = self.range.alloc_in(size, align, window.0, window.1)?;
+        self.reserved.insert(va);
+        Ok(va)
     }
 
-    /// Gives back a range [`reserve`](Self::reserve) handed out and nothing
-    /// was mapped in.
+    /// Gives back a reserved range that nothing was mapped in (nothing is
+    /// cleared or flushed).
     ///
     /// # Errors
-    /// [`VmError::Invalid`] when `va` does not start an allocated range.
+    /// [`VmError::InUse`] when `va` is a live area, a block or a freed
+    /// range waiting for its flush; [`VmError::NotReserved`] for any other
+    /// address that is not a reserved range. Nothing changes then.
     pub fn unreserve(&mut self, va: u64) -> Result<(), VmError> {
-        self.range.free(va)?;
+        self.claim(va)?;
+        let freed = self.range.free(va);
+        debug_assert!(freed.is_ok(), "a reserved range is allocated");
         Ok(())
     }
 
-    /// Records the live area `a` at `va` (its range reserved, its pages
-    /// mapped).
-    pub fn insert(&mut self, va: u64, a: A) {
+    /// Takes `va` out of the reserved set, or says why it is not there.
+    pub(crate) fn claim(&mut self, va: u64) -> Result<(), VmError> {
+        if self.reserved.remove(&va) {
+            return Ok(());
+        }
+        Err(match self.lookup(va) {
+            Where::Free | Where::Freed { .. } => VmError::NotReserved { va },
+            _ => VmError::InUse { va },
+        })
+    }
+
+    /// Records the live area `a` at the reserved range `va`, its pages
+    /// mapped (and its further pieces, reserved too, with it).
+    ///
+    /// # Errors
+    /// [`VmError::InUse`] or [`VmError::NotReserved`] as
+    /// [`unreserve`](Self::unreserve) (an area inserted over a live one
+    /// would lose its frames); nothing changes then.
+    pub fn insert(&mut self, va: u64, a: A) -> Result<(), VmError> {
+        if let Some(&p) = a.pieces().iter().find(|p| !self.reserved.contains(p)) {
+            return Err(VmError::NotReserved { va: p });
+        }
+        self.claim(va)?;
+        for p in a.pieces() {
+            self.reserved.remove(p);
+        }
         self.areas.insert(va, a);
+        Ok(())
     }
 
     /// The live area at `va`.
@@ -211,10 +299,15 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         self.areas.get_mut(&va)
     }
 
-    /// Takes the live area at `va` out of the books; its range stays
-    /// allocated until it is [`retire`](Self::retire)d or put back.
+    /// Takes the live area at `va` out of the books; its range (and its
+    /// pieces) stay allocated and reserved until it is
+    /// [`retire`](Self::retire)d or [`insert`](Self::insert)ed again.
+    /// Never clears or flushes.
     pub fn take(&mut self, va: u64) -> Option<A> {
-        self.areas.remove(&va)
+        let a = self.areas.remove(&va)?;
+        self.reserved.insert(va);
+        self.reserved.extend(a.pieces().iter().copied());
+        Some(a)
     }
 
     /// Live areas, by address.
@@ -254,8 +347,9 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         self.blocks.get(&va).copied()
     }
 
-    /// Reserves a raw range (a `vm_map_ram` block) without purging; its
-    /// pages are mapped and cleared by its user.
+    /// Reserves a raw range (a `vm_map_ram` block of a front end the
+    /// machine runs itself) without purging; its pages are mapped and
+    /// cleared by its user. Never flushes.
     ///
     /// # Errors
     /// As the range allocator's `alloc_in`.
@@ -266,26 +360,52 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         window: (u64, u64),
     ) -> Result<u64, AllocError> {
         self.stats.block_ops += 1;
-        let va = self.reserve(size, align, window)?;
+        let va = self.range.alloc_in(size, align, window.0, window.1)?;
         self.blocks.insert(va, size);
         Ok(va)
     }
 
-    /// Frees a raw range whose pages its user has cleared, as an unmap
-    /// does (see [`retire`](Self::retire)), flushing it at once with `now`.
-    /// Returns its size and what that released.
+    /// Frees a raw range from [`reserve_block`](Self::reserve_block) whose
+    /// pages its user has cleared, as an unmap does (see
+    /// [`retire`](Self::retire)): flushed now with `now` (or the eager
+    /// policy), else lazily. Returns its size and what that released.
     ///
     /// # Errors
-    /// [`VmError::Invalid`] when `va` does not start a raw range.
+    /// [`VmError::InUse`] for a block of a [`MapRam`](crate::MapRam) (it
+    /// frees its own blocks when nothing is mapped in them), and as
+    /// [`vunmap`](Self::vunmap) when `va` does not start a block. Nothing
+    /// changes then.
     pub fn free_block(
         &mut self,
         mmu: &mut impl Mmu,
         va: u64,
         now: bool,
     ) -> Result<(u64, Outcome<A>), VmError> {
+        if self.ram_blocks.contains_key(&va) {
+            return Err(VmError::InUse { va });
+        }
+        let Some(size) = self.blocks.remove(&va) else {
+            return Err(self.not_an_area(va));
+        };
         self.stats.block_ops += 1;
-        let size = self.blocks.remove(&va).ok_or(VmError::Invalid)?;
-        Ok((size, self.retire(mmu, va, size, Gone::Block, now)))
+        let when = if now { When::Now } else { When::Policy };
+        Ok((size, self.retire_range(mmu, va, size, Gone::Block, when)))
+    }
+
+    /// Why `va` does not start a live area (or block).
+    pub(crate) fn not_an_area(&self, va: u64) -> VmError {
+        match self.lookup(va) {
+            Where::Mapped { area, .. } | Where::Guard { area } if area != va => {
+                VmError::Interior { va, start: area }
+            }
+            Where::Mapped { .. } | Where::Guard { .. } | Where::Block { .. } => {
+                VmError::InUse { va }
+            }
+            Where::Lazy { area } | Where::Freed { area } if area == va => {
+                VmError::DoubleFree { va }
+            }
+            _ => VmError::NotMapped { va },
+        }
     }
 
     /// What the layer knows of `va`.
@@ -317,115 +437,5 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             }
         }
         Where::Free
-    }
-}
-
-/// The plain layer: areas of frames the caller owns again at `vunmap`.
-impl<R: RangeAllocator> Vmalloc<R, Area> {
-    /// Reserves `size` bytes at `align`, purging the lazy and stuck lists
-    /// once when nothing fits (the kernel's retry).
-    fn reserve_or_purge(
-        &mut self,
-        mmu: &mut impl Mmu,
-        size: u64,
-        align: u64,
-        window: (u64, u64),
-    ) -> Result<u64, AllocError> {
-        match self.reserve(size, align, window) {
-            Err(AllocError::NoSpace) if !self.lazy.is_empty() || !self.stuck.is_empty() => {
-                self.purge(mmu);
-                self.reserve(size, align, window)
-            }
-            r => r,
-        }
-    }
-
-    /// `vmap`: maps `frames` at a new area aligned to `align` (a power of
-    /// two, at least a page) followed by a guard page.
-    ///
-    /// # Errors
-    /// [`VmError::Invalid`] for no frames or a bad alignment;
-    /// [`VmError::NoMemory`] when no space is left after a purge or the MMU
-    /// has no page-table memory (what it mapped is taken down again).
-    pub fn vmap(
-        &mut self,
-        mmu: &mut impl Mmu,
-        frames: Vec<u64>,
-        align: u64,
-    ) -> Result<u64, VmError> {
-        let n = frames.len() as u64;
-        if n == 0 || !align.is_power_of_two() || align < PAGE {
-            return Err(VmError::Invalid);
-        }
-        let size = n
-            .checked_add(1)
-            .and_then(|p| p.checked_mul(PAGE))
-            .ok_or(VmError::Invalid)?;
-        let va = self.reserve_or_purge(mmu, size, align, self.range.space())?;
-        if let Err(f) = mmu.map(va, &frames) {
-            if f.mapped == 0 {
-                // Just handed out: the free succeeds.
-                let _ = self.range.free(va);
-            } else {
-                // Nothing to give back: the frames stay the caller's.
-                let _ = self.retire(mmu, va, size, Gone::Area(Area::default()), true);
-            }
-            return Err(f.err);
-        }
-        self.insert(va, Area { frames });
-        self.stats.maps += 1;
-        Ok(va)
-    }
-
-    /// `vunmap`: clears the area's PTEs and frees its range, flushing now
-    /// (eager) or at the next purge (lazy). Returns the frames.
-    ///
-    /// # Errors
-    /// [`VmError::Invalid`] when `va` does not start a live area.
-    pub fn vunmap(&mut self, mmu: &mut impl Mmu, va: u64) -> Result<Vec<u64>, VmError> {
-        let area = self.take(va).ok_or(VmError::Invalid)?;
-        let span = area.span();
-        let out = self.retire(mmu, va, span, Gone::Area(Area::default()), false);
-        if out.purge_due {
-            self.purge(mmu);
-        }
-        self.stats.unmaps += 1;
-        Ok(area.frames)
-    }
-
-    /// Flushes the span of the lazy and stuck lists on every CPU and frees
-    /// what the flush released. Returns whether anything was flushed.
-    pub fn purge(&mut self, mmu: &mut impl Mmu) -> bool {
-        self.purge_released(mmu).flushed.is_some()
-    }
-
-    /// [`purge`](Self::purge) through the flush `flush`, which cannot
-    /// refuse (a `vm_map_ram` front end's, which widens the range by its
-    /// dirty pages).
-    pub fn purge_with(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
-        self.stats.block_ops += 1;
-        let mut flush = |s, e| {
-            flush(s, e);
-            Vec::new()
-        };
-        self.purge_through(&mut flush).flushed.is_some()
-    }
-
-    /// Hands out a raw range (a `vm_map_ram` block), purging once when
-    /// nothing fits; its pages are mapped and cleared by its user.
-    ///
-    /// # Errors
-    /// As the range allocator's `alloc_in`, after one purge.
-    pub fn alloc_block(
-        &mut self,
-        mmu: &mut impl Mmu,
-        size: u64,
-        align: u64,
-        window: (u64, u64),
-    ) -> Result<u64, AllocError> {
-        self.stats.block_ops += 1;
-        let va = self.reserve_or_purge(mmu, size, align, window)?;
-        self.blocks.insert(va, size);
-        Ok(va)
     }
 }

@@ -1,132 +1,314 @@
-//! [`MapRam`]: `vm_map_ram` / `vm_unmap_ram` through mmkit's per-CPU vmap
-//! blocks, with blocks taken from a shared [`Vmalloc`] ([`BlockSource`]).
-//! Its MMU must be one whose flush never refuses (the kernel's): a refused
-//! `vm_map_ram` page has nowhere to wait.
+//! [`MapRam`]: `vm_map_ram` / `vm_unmap_ram` / `vm_unmap_aliases` for every
+//! CPU through mmkit's per-CPU vmap blocks, one queue (and one lock) per
+//! CPU, blocks taken from a shared [`Vmalloc`].
+//!
+//! ```text
+//!  map(cpu)      queue[cpu] lock ──> VblockAllocator ──new block──> layer lock
+//!  unmap(cpu)    clear PTEs ──> queue[cpu] (the block's owner: any CPU may
+//!                unmap; another CPU's block is found through the layer)
+//!  unmap_aliases every queue's dirty range, then ONE flush with the layer's
+//!                purge under the layer lock
+//! ```
+//!
+//! Lock order: a queue's lock, then the layer's. Flushes happen with no
+//! queue lock held (the layer's lock is held for a purge).
+
+use alloc::vec::Vec;
+use core::cell::Cell;
 
 use lock_api::{Mutex, RawMutex};
 use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
-use mmkit::vblock::{Config, Policy, VblockAllocator};
+use mmkit::vblock::{Config, Counters, Policy, VblockAllocator};
 use mmkit::{AllocError, CheckError, FreeError};
 
-use super::{Flush, Mmu, VmError, Vmalloc, PAGE};
+use super::lazy::{Gone, Retired};
+use super::maps::{Area, Vmalloc, HISTORY};
+use super::{Flush, FrameSource, Mmu, VmError, PAGE};
 
 /// Most pages one `vm_map_ram` maps (the kernel's `VMAP_MAX_ALLOC`).
-pub const MAX_PAGES: usize = 64;
+pub const MAX_PAGES: usize = Config::KERNEL.max_alloc as usize;
 
-/// `vm_map_ram` for the CPUs of one queue set, over the range allocator `R`.
-pub struct MapRam<R: RangeAllocator> {
-    vb: VblockAllocator<R>,
-    flush: Flush,
+type Queue<M, R> = Mutex<M, VblockAllocator<BlockSource<M, R>>>;
+
+/// `vm_map_ram` for every CPU of a machine, over the shared layer `layer`
+/// (its flush policy decides whether `vm_unmap_ram` flushes at once). Its
+/// MMU's flush should not refuse dirty pages: a refused page waits for the
+/// flush of its whole block.
+pub struct MapRam<M: RawMutex + 'static, R: 'static> {
+    layer: &'static Mutex<M, Vmalloc<R>>,
+    queues: Vec<Queue<M, R>>,
+    /// The layer's policy is eager: every unmap flushes its pages.
+    eager: bool,
 }
 
-impl<R: RangeAllocator> MapRam<R> {
-    /// Blocks of the kernel's geometry (1024 pages) from `range`, `cpus`
-    /// queues.
+impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
+    /// A front end of `cpus` queues, blocks of the kernel's geometry (1024
+    /// pages) from `layer`. Whether an unmap flushes at once is the layer's
+    /// flush policy now (eager or lazy; a later change of the lazy
+    /// threshold is followed, a change between eager and lazy is not).
     ///
     /// # Errors
-    /// [`VmError::Invalid`] for a CPU count the front end refuses.
-    pub fn new(range: R, cpus: usize, flush: Flush) -> Result<Self, VmError> {
-        let vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, cpus)?;
-        Ok(MapRam { vb, flush })
-    }
-
-    /// The front end (counters, `check`).
-    pub fn vblock(&self) -> &VblockAllocator<R> {
-        &self.vb
-    }
-
-    /// `vm_map_ram`: maps `pfns` (1 to [`MAX_PAGES`]) on `cpu`'s queue.
-    ///
-    /// # Errors
-    /// [`VmError::Invalid`] for 0 or more than [`MAX_PAGES`] pages;
-    /// [`VmError::NoMemory`] when no block or page table can be had.
-    pub fn map(&mut self, mmu: &mut impl Mmu, cpu: usize, pfns: &[u64]) -> Result<u64, VmError> {
-        if pfns.is_empty() || pfns.len() > MAX_PAGES {
-            return Err(VmError::Invalid);
+    /// [`VmError::BadCpu`] for 0 CPUs or more than the front end takes.
+    pub fn new(layer: &'static Mutex<M, Vmalloc<R>>, cpus: usize) -> Result<Self, VmError> {
+        let bad = VmError::BadCpu { cpu: cpus, cpus };
+        if cpus == 0 || cpus > u16::MAX as usize {
+            return Err(bad);
         }
+        let mut queues = Vec::with_capacity(cpus);
+        for cpu in 0..cpus {
+            let src = BlockSource::new(layer, cpu);
+            let vb =
+                VblockAllocator::new(src, Config::KERNEL, Policy::Current, 1).map_err(|_| bad)?;
+            queues.push(Mutex::new(vb));
+        }
+        let eager = layer.lock().flush == Flush::Eager;
+        Ok(MapRam {
+            layer,
+            queues,
+            eager,
+        })
+    }
+
+    /// CPUs served.
+    pub fn cpus(&self) -> usize {
+        self.queues.len()
+    }
+
+    fn queue(&self, cpu: usize) -> Result<&Queue<M, R>, VmError> {
+        let cpus = self.queues.len();
+        self.queues.get(cpu).ok_or(VmError::BadCpu { cpu, cpus })
+    }
+
+    /// `vm_map_ram`: maps `pfns` (1 to [`MAX_PAGES`]) in a block of `cpu`
+    /// (the CPU that runs the call). When no block can be had, purges the
+    /// layer (a flush, under the layer's lock) and retries once.
+    ///
+    /// # Errors
+    /// [`VmError::Empty`], [`VmError::TooManyPages`], [`VmError::BadCpu`];
+    /// [`VmError::NoSpace`] after the purge; the MMU's error (what was
+    /// mapped is cleared). Nothing stays mapped then.
+    pub fn map(
+        &self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        cpu: usize,
+        pfns: &[u64],
+    ) -> Result<u64, VmError> {
         let n = pfns.len() as u64;
-        let va = self.vb.map(cpu, n)?;
+        check_pages(n)?;
+        let queue = self.queue(cpu)?;
+        // The queue's lock is released before the purge takes the layer's.
+        let first = queue.lock().map(0, n);
+        let va = match first {
+            Err(AllocError::NoSpace) => {
+                self.layer.lock().purge(mmu, src);
+                queue.lock().map(0, n)
+            }
+            r => r,
+        };
+        let va = va.map_err(|_| VmError::NoSpace { bytes: n * PAGE })?;
         if let Err(f) = mmu.map(va, pfns) {
-            // Never used yet: clearing what was mapped is enough. Just
-            // mapped: the unmap succeeds.
+            // Never used yet: clearing what was mapped is enough.
             mmu.clear(va, f.mapped);
-            let _ = self.vb.unmap(va, n);
+            let undone = queue.lock().unmap(va, n);
+            debug_assert!(undone.is_ok(), "just mapped");
             return Err(f.err);
         }
         Ok(va)
     }
 
-    /// `vm_unmap_ram`: clears the PTEs, then frees the pages in their block
-    /// (eager: flushed now; lazy: when the block is purged).
+    /// `vm_unmap_ram`: clears the PTEs of the mapping of `pages` pages at
+    /// `va` (made on any CPU; `cpu` is the one running the call, whose
+    /// queue is tried first), then frees its pages in their block: flushed
+    /// now under the eager policy, with the block otherwise (a purge may
+    /// run here, under the layer's lock).
     ///
     /// # Errors
-    /// [`VmError::Invalid`] when `[va, va + pages)` is not one live
-    /// mapping; its PTEs are then as they were.
-    pub fn unmap(&mut self, mmu: &mut impl Mmu, va: u64, pages: usize) -> Result<(), VmError> {
-        if pages == 0 || pages > MAX_PAGES {
-            return Err(VmError::Invalid);
-        }
+    /// [`VmError::Empty`], [`VmError::TooManyPages`], [`VmError::BadCpu`];
+    /// [`VmError::NotMapped`] when `va` maps nothing;
+    /// [`VmError::WrongPageCount`] when no mapping of `pages` pages starts
+    /// there. Its PTEs are as they were then.
+    pub fn unmap(
+        &self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        cpu: usize,
+        va: u64,
+        pages: usize,
+    ) -> Result<(), VmError> {
+        check_pages(pages as u64)?;
+        let queue = self.queue(cpu)?;
         let mut old = [0u64; MAX_PAGES];
         for (i, o) in old.iter_mut().take(pages).enumerate() {
-            *o = mmu
-                .translate(va + i as u64 * PAGE)
-                .ok_or(VmError::Invalid)?;
+            *o = match mmu.translate(va + i as u64 * PAGE) {
+                Some(pfn) => pfn,
+                None if i == 0 => return Err(VmError::NotMapped { va }),
+                None => {
+                    return Err(VmError::WrongPageCount {
+                        va,
+                        pages: pages as u64,
+                    })
+                }
+            };
         }
         mmu.clear(va, pages as u64);
-        if let Err(e) = self.vb.unmap(va, pages as u64) {
+        let n = pages as u64;
+        let mut done = self.unmap_in(queue, va, n);
+        if done.is_none() {
+            let block = va & !(Config::KERNEL.block_size() - 1);
+            let owner = self.layer.lock().ram_blocks.get(&block).copied();
+            if let Some(q) = owner.filter(|&o| o != cpu).and_then(|o| self.queues.get(o)) {
+                done = self.unmap_in(q, va, n);
+            }
+        }
+        let Some(due) = done else {
             // Frames that were mapped there need no new page tables.
             let _ = mmu.map(va, &old[..pages]);
-            return Err(e.into());
-        }
-        if self.flush == Flush::Eager {
-            let refused = mmu.flush(va, va + pages as u64 * PAGE);
-            debug_assert!(refused.is_empty(), "a vm_map_ram MMU never refuses");
+            return Err(VmError::WrongPageCount { va, pages: n });
+        };
+        if self.eager {
+            let mut layer = self.layer.lock();
+            let refused = mmu.flush(va, va + n * PAGE);
+            layer.stats.flushes += 1;
+            layer.stats.pages_flushed += n;
+            layer.stats.refusals += refused.len() as u64;
+            if !refused.is_empty() {
+                // The block waits for a flush that succeeds when it is freed.
+                let block = va & !(Config::KERNEL.block_size() - 1);
+                layer.ram_unflushed.insert(block);
+                layer.alias_refused(va, va + n * PAGE);
+            }
+        } else if due {
+            self.layer.lock().purge(mmu, src);
         }
         Ok(())
     }
 
-    /// `vm_unmap_aliases`: one flush over every dirty page and lazy area.
-    pub fn unmap_aliases(&mut self, mmu: &mut impl Mmu) -> bool {
-        self.vb.unmap_aliases(&mut |s, e| {
-            let refused = mmu.flush(s, e);
-            debug_assert!(refused.is_empty(), "a vm_map_ram MMU never refuses");
-        })
+    /// Unmaps in one queue; `Some(purge due)` when it was that queue's.
+    fn unmap_in(&self, queue: &Queue<M, R>, va: u64, pages: u64) -> Option<bool> {
+        let mut q = queue.lock();
+        q.unmap(va, pages).ok()?;
+        Some(q.range().due.take())
     }
 
-    /// The front end's invariants.
+    /// `vm_unmap_aliases`: one flush over every CPU's dirty pages, the pages
+    /// whose flush was refused before, and the layer's lazy and stuck
+    /// lists, under the layer's lock. Returns whether it flushed.
+    pub fn unmap_aliases(&self, mmu: &mut impl Mmu, src: &mut impl FrameSource) -> bool {
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        for q in &self.queues {
+            q.lock().unmap_aliases(&mut |s, e| {
+                lo = lo.min(s);
+                hi = hi.max(e);
+            });
+        }
+        self.layer.lock().purge_widened(mmu, src, lo, hi)
+    }
+
+    /// Pages mapped now, over every CPU.
+    pub fn live_pages(&self) -> u64 {
+        self.queues.iter().map(|q| q.lock().live_pages()).sum()
+    }
+
+    /// The front end's counters, summed over every CPU.
+    pub fn counters(&self) -> Counters {
+        let mut c = Counters::default();
+        for q in &self.queues {
+            c += q.lock().counters();
+        }
+        c
+    }
+
+    /// Every queue's invariants.
     ///
     /// # Errors
     /// The first violation.
     pub fn check(&self) -> Result<(), CheckError> {
-        self.vb.check()
+        self.queues.iter().try_for_each(|q| q.lock().check())
     }
 }
 
-/// A shared [`Vmalloc`] as the range allocator of `vm_map_ram` blocks:
-/// each call takes the layer's lock; a block freed lazily joins the
-/// layer's lazy list and purge. Its `stats` count the ranges this source
-/// holds (so a front end's `check` compares its own blocks), the rest of
-/// the layer's.
-pub struct BlockSource<M: RawMutex + 'static, R: 'static, U> {
-    layer: &'static Mutex<M, Vmalloc<R>>,
-    mmu: U,
-    live: u64,
-    live_bytes: u64,
+fn check_pages(pages: u64) -> Result<(), VmError> {
+    match pages {
+        0 => Err(VmError::Empty),
+        p if p > MAX_PAGES as u64 => Err(VmError::TooManyPages {
+            pages,
+            max: MAX_PAGES as u64,
+        }),
+        _ => Ok(()),
+    }
 }
 
-impl<M: RawMutex, R, U> BlockSource<M, R, U> {
-    /// Blocks from `layer`, purged through `mmu`.
-    pub fn new(layer: &'static Mutex<M, Vmalloc<R>>, mmu: U) -> Self {
+/// The layer's side of a [`MapRam`]'s blocks.
+impl<R: RangeAllocator> Vmalloc<R, Area> {
+    /// Reserves a block for `cpu`'s queue, without purging.
+    fn reserve_ram_block(
+        &mut self,
+        cpu: usize,
+        size: u64,
+        align: u64,
+        window: (u64, u64),
+    ) -> Result<u64, AllocError> {
+        let va = self.reserve_block(size, align, window)?;
+        self.ram_blocks.insert(va, cpu);
+        Ok(va)
+    }
+
+    /// Frees a block of a front end, every page of it cleared and (under
+    /// the eager policy) flushed by its unmaps: freed at once (eager, when
+    /// no unmap's flush was refused) or put on the lazy list. Never
+    /// flushes. Returns its size and whether a
+    /// purge is due.
+    fn free_ram_block(&mut self, va: u64) -> Option<(u64, bool)> {
+        self.ram_blocks.remove(&va)?;
+        let size = self.blocks.remove(&va)?;
+        self.stats.block_ops += 1;
+        let unflushed = self.ram_unflushed.remove(&va);
+        let max_bytes = match self.flush {
+            Flush::Lazy { max_bytes } => max_bytes,
+            Flush::Eager if unflushed => u64::MAX,
+            Flush::Eager => 0,
+        };
+        if max_bytes == 0 {
+            let freed = self.range.free(va);
+            debug_assert!(freed.is_ok(), "our block");
+            self.history[self.next_hist] = (va, va + size);
+            self.next_hist = (self.next_hist + 1) % HISTORY;
+            self.stats.released += 1;
+            return Some((size, false));
+        }
+        self.lazy.push(Retired::new(va, size, Gone::Block));
+        self.lazy_bytes += size;
+        Some((size, self.lazy_bytes > max_bytes))
+    }
+}
+
+/// A shared [`Vmalloc`] as the range allocator of one CPU's `vm_map_ram`
+/// blocks: each call takes the layer's lock. Its `stats` count the ranges
+/// this source holds (so a front end's `check` compares its own blocks),
+/// the rest of the layer's.
+struct BlockSource<M: RawMutex + 'static, R: 'static> {
+    layer: &'static Mutex<M, Vmalloc<R>>,
+    cpu: usize,
+    live: u64,
+    live_bytes: u64,
+    /// A freed block took the lazy list past its threshold.
+    due: Cell<bool>,
+}
+
+impl<M: RawMutex, R> BlockSource<M, R> {
+    fn new(layer: &'static Mutex<M, Vmalloc<R>>, cpu: usize) -> Self {
         BlockSource {
             layer,
-            mmu,
+            cpu,
             live: 0,
             live_bytes: 0,
+            due: Cell::new(false),
         }
     }
 }
 
-impl<M: RawMutex, R: RangeAllocator, U: Mmu> RangeAllocator for BlockSource<M, R, U> {
+impl<M: RawMutex, R: RangeAllocator> RangeAllocator for BlockSource<M, R> {
     fn space(&self) -> (u64, u64) {
         self.layer.lock().range().space()
     }
@@ -138,10 +320,11 @@ impl<M: RawMutex, R: RangeAllocator, U: Mmu> RangeAllocator for BlockSource<M, R
         vstart: u64,
         vend: u64,
     ) -> Result<u64, AllocError> {
+        let window = (vstart, vend);
         let va = self
             .layer
             .lock()
-            .alloc_block(&mut self.mmu, size, align, (vstart, vend))?;
+            .reserve_ram_block(self.cpu, size, align, window)?;
         self.live += 1;
         self.live_bytes += size;
         Ok(va)
@@ -154,21 +337,18 @@ impl<M: RawMutex, R: RangeAllocator, U: Mmu> RangeAllocator for BlockSource<M, R
     }
 
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
-        let mut layer = self.layer.lock();
-        let (size, out) = layer
-            .free_block(&mut self.mmu, addr, false)
-            .map_err(|_| FreeError::NotAllocated)?;
-        if out.purge_due {
-            layer.purge(&mut self.mmu);
-        }
-        drop(layer);
+        let freed = self.layer.lock().free_ram_block(addr);
+        let (size, due) = freed.ok_or(FreeError::NotAllocated)?;
+        self.due.set(self.due.get() || due);
         self.live -= 1;
         self.live_bytes -= size;
         Ok(size)
     }
 
-    fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
-        self.layer.lock().purge_with(flush)
+    /// Nothing: the front end purges the layer itself, with its MMU, after
+    /// collecting every queue's dirty range.
+    fn purge(&mut self, _flush: &mut dyn FnMut(u64, u64)) -> bool {
+        false
     }
 
     fn set_lazy_max(&mut self, _bytes: u64) {

@@ -3,7 +3,7 @@
 //! range mapped again while a TLB may still hold it is seen.
 
 use alloc::boxed::Box;
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -63,6 +63,51 @@ impl Mmu for Machine {
     }
 }
 
+/// Frames 0 to `n`: runs of consecutive free frames, the lowest first; a
+/// frame given back twice or never handed out fails the test.
+pub(crate) struct Pool {
+    pub(crate) free: BTreeSet<u64>,
+    pub(crate) handed: BTreeSet<u64>,
+}
+
+impl Pool {
+    pub(crate) fn new(n: u64) -> Self {
+        Pool {
+            free: (0..n).collect(),
+            handed: BTreeSet::new(),
+        }
+    }
+}
+
+impl FrameSource for Pool {
+    fn alloc(&mut self, max: u64) -> Option<(u64, u64)> {
+        let first = *self.free.iter().next()?;
+        let mut n = 0;
+        while n < max && self.free.remove(&(first + n)) {
+            self.handed.insert(first + n);
+            n += 1;
+        }
+        Some((first, n))
+    }
+
+    fn free(&mut self, pfn: u64, count: u64) {
+        for p in pfn..pfn + count {
+            assert!(
+                self.handed.remove(&p),
+                "frame {p} given back but not handed out"
+            );
+            self.free.insert(p);
+        }
+    }
+
+    fn zero(&mut self, _pfn: u64, _count: u64) {}
+}
+
+/// Frames handed out by nobody: `vmap` tests give their own.
+pub(crate) fn no_frames() -> Pool {
+    Pool::new(0)
+}
+
 fn tree(flush: Flush) -> Vmalloc<VmapAllocator> {
     Vmalloc::new(VmapAllocator::new(START, END).unwrap(), flush)
 }
@@ -74,8 +119,9 @@ fn walk(m: &Machine) -> impl Iterator<Item = (u64, u64)> + '_ {
 #[test]
 fn vmap_maps_the_frames_and_a_guard_page() {
     let mut m = Machine::default();
+    let mut f = no_frames();
     let mut v = tree(Flush::Eager);
-    let a = v.vmap(&mut m, vec![7, 8, 9], PAGE).unwrap();
+    let a = v.vmap(&mut m, &mut f, &[7, 8, 9], PAGE).unwrap();
     assert_eq!(
         (m.translate(a), m.translate(a + 2 * PAGE)),
         (Some(7), Some(9))
@@ -90,13 +136,14 @@ fn vmap_maps_the_frames_and_a_guard_page() {
 #[test]
 fn eager_unmap_flushes_before_the_range_is_free() {
     let mut m = Machine::default();
+    let mut f = no_frames();
     let mut v = tree(Flush::Eager);
-    let a = v.vmap(&mut m, vec![1, 2], PAGE).unwrap();
+    let a = v.vmap(&mut m, &mut f, &[1, 2], PAGE).unwrap();
     assert_eq!(m.read(a), Some(1));
-    assert_eq!(v.vunmap(&mut m, a), Ok(vec![1, 2]));
+    assert_eq!(v.vunmap(&mut m, &mut f, a), Ok(Some(vec![1, 2])));
     assert_eq!(m.flushes, [(a, a + 3 * PAGE)]);
     assert_eq!(v.lookup(a), Where::Freed { area: a });
-    let b = v.vmap(&mut m, vec![3], PAGE).unwrap();
+    let b = v.vmap(&mut m, &mut f, &[3], PAGE).unwrap();
     assert_eq!(b, a); // the lowest fit: the same range, flushed
     assert_eq!((m.read(b), m.stale_maps), (Some(3), 0));
     assert_eq!(v.stats().flushes, 1);
@@ -105,16 +152,17 @@ fn eager_unmap_flushes_before_the_range_is_free() {
 #[test]
 fn lazy_unmap_clears_now_and_flushes_at_the_purge() {
     let mut m = Machine::default();
+    let mut f = no_frames();
     let mut v = tree(Flush::Lazy { max_bytes: 1 << 20 });
-    let a = v.vmap(&mut m, vec![1], PAGE).unwrap();
+    let a = v.vmap(&mut m, &mut f, &[1], PAGE).unwrap();
     assert_eq!(m.read(a), Some(1));
-    v.vunmap(&mut m, a).unwrap();
+    v.vunmap(&mut m, &mut f, a).unwrap();
     assert_eq!(m.translate(a), None); // PTE cleared at once
     assert!(m.flushes.is_empty()); // the TLB may still hold it
     assert_eq!(v.lookup(a), Where::Lazy { area: a });
-    let b = v.vmap(&mut m, vec![2], PAGE).unwrap();
+    let b = v.vmap(&mut m, &mut f, &[2], PAGE).unwrap();
     assert_ne!(b, a, "a lazily freed range is not reused before its flush");
-    assert!(v.purge(&mut m));
+    assert!(v.purge(&mut m, &mut f));
     assert_eq!(m.flushes.len(), 1);
     assert_eq!(v.lookup(a), Where::Freed { area: a });
     assert_eq!(m.stale_maps, 0);
@@ -123,17 +171,18 @@ fn lazy_unmap_clears_now_and_flushes_at_the_purge() {
 #[test]
 fn past_lazy_max_one_flush_purges_everything() {
     let mut m = Machine::default();
+    let mut f = no_frames();
     let mut v = tree(Flush::Lazy {
         max_bytes: 8 * PAGE,
     });
     for i in 0..4 {
-        let a = v.vmap(&mut m, vec![i], PAGE).unwrap();
-        v.vunmap(&mut m, a).unwrap();
+        let a = v.vmap(&mut m, &mut f, &[i], PAGE).unwrap();
+        v.vunmap(&mut m, &mut f, a).unwrap();
     }
     // 4 areas of 2 pages (guard included) = 8 pages: not above the maximum.
     assert!(m.flushes.is_empty());
-    let a = v.vmap(&mut m, vec![9], PAGE).unwrap();
-    v.vunmap(&mut m, a).unwrap();
+    let a = v.vmap(&mut m, &mut f, &[9], PAGE).unwrap();
+    v.vunmap(&mut m, &mut f, a).unwrap();
     assert_eq!(m.flushes.len(), 1);
     assert_eq!(v.stats().purges, 1);
 }
@@ -141,15 +190,16 @@ fn past_lazy_max_one_flush_purges_everything() {
 #[test]
 fn a_full_space_purges_and_retries() {
     let mut m = Machine::default();
+    let mut f = no_frames();
     let mut v = Vmalloc::new(
         VmapAllocator::new(START, START + 4 * PAGE).unwrap(),
         Flush::Lazy {
             max_bytes: u64::MAX,
         },
     );
-    let a = v.vmap(&mut m, vec![1, 2, 3], PAGE).unwrap();
-    v.vunmap(&mut m, a).unwrap();
-    assert_eq!(v.vmap(&mut m, vec![4, 5, 6], PAGE), Ok(a));
+    let a = v.vmap(&mut m, &mut f, &[1, 2, 3], PAGE).unwrap();
+    v.vunmap(&mut m, &mut f, a).unwrap();
+    assert_eq!(v.vmap(&mut m, &mut f, &[4, 5, 6], PAGE), Ok(a));
     assert_eq!(m.flushes.len(), 1);
 }
 
@@ -164,6 +214,7 @@ fn no_range_is_reused_before_its_flush() {
         },
     ] {
         let mut m = Machine::default();
+        let mut f = no_frames();
         let mut t = tree(flush);
         let mut l = Vmalloc::new(LinearVmap::new(END, 2 * END - START).unwrap(), flush);
         let mut live: Vec<(bool, u64, usize)> = Vec::new();
@@ -177,9 +228,9 @@ fn no_range_is_reused_before_its_flush() {
                 let frames: Vec<u64> = (0..pages).map(|p| step * 8 + p).collect();
                 let on_tree = x & 1 == 0;
                 let a = if on_tree {
-                    t.vmap(&mut m, frames, PAGE)
+                    t.vmap(&mut m, &mut f, &frames, PAGE)
                 } else {
-                    l.vmap(&mut m, frames, PAGE)
+                    l.vmap(&mut m, &mut f, &frames, PAGE)
                 }
                 .unwrap();
                 for p in 0..pages {
@@ -189,11 +240,12 @@ fn no_range_is_reused_before_its_flush() {
             } else {
                 let (on_tree, a, pages) = live.swap_remove((x >> 16) as usize % live.len());
                 let frames = if on_tree {
-                    t.vunmap(&mut m, a)
+                    t.vunmap(&mut m, &mut f, a)
                 } else {
-                    l.vunmap(&mut m, a)
+                    l.vunmap(&mut m, &mut f, a)
                 }
-                .unwrap();
+                .unwrap()
+                .expect("AtOnce: the frames are the caller's again");
                 assert_eq!(frames.len(), pages);
             }
         }
@@ -208,15 +260,31 @@ fn no_range_is_reused_before_its_flush() {
 #[test]
 fn bad_requests_change_nothing() {
     let mut m = Machine::default();
+    let mut f = no_frames();
     let mut v = tree(Flush::Eager);
-    assert_eq!(v.vmap(&mut m, vec![], PAGE), Err(VmError::Invalid));
-    assert_eq!(v.vmap(&mut m, vec![1], 3 * PAGE), Err(VmError::Invalid));
-    assert_eq!(v.vmap(&mut m, vec![1], 1), Err(VmError::Invalid));
-    let a = v.vmap(&mut m, vec![1, 2], PAGE).unwrap();
-    assert_eq!(v.vunmap(&mut m, a + PAGE), Err(VmError::Invalid));
+    assert_eq!(v.vmap(&mut m, &mut f, &[], PAGE), Err(VmError::Empty));
+    let align = 3 * PAGE;
+    assert_eq!(
+        v.vmap(&mut m, &mut f, &[1], align),
+        Err(VmError::BadAlign { align })
+    );
+    assert_eq!(
+        v.vmap(&mut m, &mut f, &[1], 1),
+        Err(VmError::BadAlign { align: 1 })
+    );
+    let a = v.vmap(&mut m, &mut f, &[1, 2], PAGE).unwrap();
+    let (va, start) = (a + PAGE, a);
+    assert_eq!(
+        v.vunmap(&mut m, &mut f, va),
+        Err(VmError::Interior { va, start })
+    );
+    assert_eq!(
+        v.vfree(&mut m, &mut f, a),
+        Err(VmError::NotVmalloc { va: a })
+    );
     assert!(matches!(
         v.free_block(&mut m, a, false),
-        Err(VmError::Invalid)
+        Err(VmError::InUse { .. })
     ));
     assert_eq!(m.ptes.len(), 2);
     assert!(m.flushes.is_empty());
@@ -226,8 +294,9 @@ fn bad_requests_change_nothing() {
 #[test]
 fn check_walk_finds_a_stray_pte() {
     let mut m = Machine::default();
+    let mut f = no_frames();
     let mut v = tree(Flush::Eager);
-    let a = v.vmap(&mut m, vec![1], PAGE).unwrap();
+    let a = v.vmap(&mut m, &mut f, &[1], PAGE).unwrap();
     m.ptes.insert(a + PAGE, 5); // the guard page mapped behind the layer
     assert!(v.check(&m).is_err());
     assert!(v.check_walk(walk(&m)).is_err());
@@ -235,25 +304,18 @@ fn check_walk_finds_a_stray_pte() {
 
 type Spin = spin::Mutex<()>;
 
+fn shared(flush: Flush) -> &'static lock_api::Mutex<Spin, Vmalloc<VmapAllocator>> {
+    Box::leak(Box::new(lock_api::Mutex::new(tree(flush))))
+}
+
 #[test]
-fn map_ram_takes_blocks_from_a_shared_layer() {
-    let layer: &'static lock_api::Mutex<Spin, Vmalloc<VmapAllocator>> =
-        Box::leak(Box::new(lock_api::Mutex::new(tree(Flush::Lazy {
-            max_bytes: 1 << 30,
-        }))));
+fn map_ram_serves_every_cpu_from_one_front_end() {
+    let layer = shared(Flush::Lazy { max_bytes: 1 << 30 });
     let mut m = Machine::default();
-    let mut rams: Vec<_> = (0..2)
-        .map(|_| {
-            MapRam::new(
-                BlockSource::new(layer, Machine::default()),
-                1,
-                Flush::Lazy { max_bytes: 1 << 30 },
-            )
-            .unwrap()
-        })
-        .collect();
-    let a = rams[0].map(&mut m, 0, &[1, 2, 3]).unwrap();
-    let b = rams[1].map(&mut m, 0, &[4]).unwrap();
+    let mut f = no_frames();
+    let ram = MapRam::new(layer, 2).unwrap();
+    let a = ram.map(&mut m, &mut f, 0, &[1, 2, 3]).unwrap();
+    let b = ram.map(&mut m, &mut f, 1, &[4]).unwrap();
     assert_eq!(layer.lock().lookup(a), Where::Block { start: a });
     assert_ne!(
         a & !((4u64 << 20) - 1),
@@ -262,34 +324,95 @@ fn map_ram_takes_blocks_from_a_shared_layer() {
     );
     assert_eq!(layer.lock().check_walk(walk(&m)), Ok(4));
     // A wrong page count is refused and leaves the PTEs as they were.
-    assert_eq!(rams[0].unmap(&mut m, a, 2), Err(VmError::Invalid));
+    let (va, pages) = (a, 2);
+    assert_eq!(
+        ram.unmap(&mut m, &mut f, 0, a, 2),
+        Err(VmError::WrongPageCount { va, pages })
+    );
     assert_eq!(
         (m.translate(a), m.translate(a + 2 * PAGE)),
         (Some(1), Some(3))
     );
-    rams[0].unmap(&mut m, a, 3).unwrap();
+    // CPU 1 unmaps what CPU 0 mapped.
+    ram.unmap(&mut m, &mut f, 1, a, 3).unwrap();
     assert_eq!(m.translate(a), None);
     assert!(m.flushes.is_empty(), "lazy: flushed with the block");
-    assert!(rams[0].unmap_aliases(&mut m));
-    assert_eq!(m.flushes.len(), 1);
-    for r in &rams {
-        r.check().unwrap();
-    }
-    assert_eq!(rams[1].vblock().live_pages(), 1);
-    assert_eq!(rams[0].map(&mut m, 0, &[]), Err(VmError::Invalid));
     assert_eq!(
-        rams[0].map(&mut m, 0, &[0; MAX_PAGES + 1]),
-        Err(VmError::Invalid)
+        ram.unmap(&mut m, &mut f, 1, a, 3),
+        Err(VmError::NotMapped { va: a })
+    );
+    ram.unmap(&mut m, &mut f, 0, b, 1).unwrap();
+    assert!(ram.unmap_aliases(&mut m, &mut f));
+    assert_eq!(m.flushes.len(), 1, "one flush for both CPUs' aliases");
+    ram.check().unwrap();
+    assert_eq!(ram.live_pages(), 0);
+    assert_eq!(ram.map(&mut m, &mut f, 0, &[]), Err(VmError::Empty));
+    let (pages, max) = (MAX_PAGES as u64 + 1, MAX_PAGES as u64);
+    assert_eq!(
+        ram.map(&mut m, &mut f, 0, &[0; MAX_PAGES + 1]),
+        Err(VmError::TooManyPages { pages, max })
+    );
+    assert_eq!(
+        ram.map(&mut m, &mut f, 2, &[1]),
+        Err(VmError::BadCpu { cpu: 2, cpus: 2 })
     );
 }
 
 #[test]
-fn eager_map_ram_flushes_every_unmap() {
-    let layer: &'static lock_api::Mutex<Spin, Vmalloc<VmapAllocator>> =
-        Box::leak(Box::new(lock_api::Mutex::new(tree(Flush::Eager))));
+fn a_map_ram_block_cannot_be_freed_behind_its_front_end() {
+    let layer = shared(Flush::Lazy { max_bytes: 1 << 30 });
     let mut m = Machine::default();
-    let mut r = MapRam::new(BlockSource::new(layer, Machine::default()), 1, Flush::Eager).unwrap();
-    let a = r.map(&mut m, 0, &[1, 2]).unwrap();
-    r.unmap(&mut m, a, 2).unwrap();
+    let mut f = no_frames();
+    let ram = MapRam::new(layer, 1).unwrap();
+    let a = ram.map(&mut m, &mut f, 0, &[1]).unwrap();
+    let block = a & !((4u64 << 20) - 1);
+    let freed = layer.lock().free_block(&mut m, block, true).map(|_| ());
+    assert_eq!(freed, Err(VmError::InUse { va: block }));
+    assert_eq!(
+        layer.lock().unreserve(block),
+        Err(VmError::InUse { va: block })
+    );
+    assert_eq!(m.translate(a), Some(1));
+    layer.lock().check(&m).unwrap();
+}
+
+#[test]
+fn eager_map_ram_flushes_every_unmap() {
+    let layer = shared(Flush::Eager);
+    let mut m = Machine::default();
+    let mut f = no_frames();
+    let r = MapRam::new(layer, 1).unwrap();
+    let a = r.map(&mut m, &mut f, 0, &[1, 2]).unwrap();
+    r.unmap(&mut m, &mut f, 0, a, 2).unwrap();
     assert_eq!(m.flushes, [(a, a + 2 * PAGE)]);
+}
+
+#[test]
+fn map_ram_purges_the_layer_when_no_block_is_left() {
+    let range = VmapAllocator::new(START, START + (8 << 20)).unwrap();
+    let lazy = Flush::Lazy { max_bytes: 1 << 30 };
+    let layer = Box::leak(Box::new(lock_api::Mutex::<Spin, _>::new(Vmalloc::new(
+        range, lazy,
+    ))));
+    let mut m = Machine::default();
+    let mut f = no_frames();
+    let ram = MapRam::new(layer, 3).unwrap();
+    // Two CPUs fill a block each and unmap it all: both blocks wait on
+    // the lazy list, unflushed.
+    for cpu in 0..2 {
+        let maps: Vec<u64> = (0..16)
+            .map(|_| ram.map(&mut m, &mut f, cpu, &[cpu as u64; 64]).unwrap())
+            .collect();
+        for va in maps {
+            ram.unmap(&mut m, &mut f, cpu, va, 64).unwrap();
+        }
+    }
+    assert_eq!(layer.lock().lazy().0, 2);
+    assert!(m.flushes.is_empty());
+    // CPU 2 needs a block: the layer is purged (one flush) and it retries.
+    let va = ram.map(&mut m, &mut f, 2, &[9]).unwrap();
+    assert_eq!(m.flushes.len(), 1);
+    assert_eq!(m.translate(va), Some(9));
+    assert_eq!(layer.lock().lazy().0, 0);
+    ram.check().unwrap();
 }

@@ -35,7 +35,9 @@ impl Mmu for UserMachine {
         for (i, &pfn) in pfns.iter().enumerate() {
             if let Some(b) = &mut self.map_budget {
                 if *b == 0 {
-                    let err = VmError::NoMemory;
+                    let err = VmError::MapFailed {
+                        va: va + i as u64 * PAGE,
+                    };
                     return Err(MapFailed {
                         err,
                         mapped: i as u64,
@@ -114,21 +116,30 @@ fn alloc(
         Err(_) => {
             let p = v.purge_released(m);
             give_back(p.released, back);
-            v.reserve(span, PAGE, v.range().space())?
+            v.reserve(span, PAGE, v.range().space())
+                .map_err(|_| VmError::NoSpace { bytes: span })?
         }
     };
     if let Err(f) = m.map(va, &frames) {
         let out = v.retire(m, va, span, Gone::Area(Area::default()), true);
+        let out = out.unwrap();
         give_back(out.released, back);
         return Err(f.err);
     }
-    v.insert(va, Area { frames });
+    v.insert(
+        va,
+        Area {
+            frames,
+            owned: true,
+        },
+    )
+    .unwrap();
     Ok(va)
 }
 
 fn free(v: &mut Layer, m: &mut UserMachine, va: u64, back: &mut Vec<u64>) {
     let a = v.take(va).unwrap();
-    let out = v.retire(m, va, a.span(), Gone::Area(a), false);
+    let out = v.retire(m, va, a.span(), Gone::Area(a), false).unwrap();
     give_back(out.released, back);
     if out.purge_due {
         give_back(v.purge_released(m).released, back);
@@ -161,7 +172,7 @@ fn a_refused_flush_keeps_the_range_stuck_until_a_purge_releases_it() {
     // the purge the failed reservation makes is refused again.
     assert_eq!(
         alloc(&mut v, &mut m, vec![3, 4, 5], &mut back),
-        Err(VmError::NoMemory)
+        Err(VmError::NoSpace { bytes: 4 * PAGE })
     );
     assert_eq!((v.stuck(), m.calls), (1, 2));
     v.check(&m).unwrap();
@@ -199,7 +210,9 @@ fn a_map_that_fails_half_way_is_taken_down() {
     let mut back = Vec::new();
     assert_eq!(
         alloc(&mut v, &mut m, vec![1, 2, 3], &mut back),
-        Err(VmError::NoMemory)
+        Err(VmError::MapFailed {
+            va: START + 2 * PAGE
+        })
     );
     assert!(m.mapped.is_empty());
     assert_eq!((m.calls, v.stats().released), (1, 1));
@@ -251,6 +264,7 @@ fn the_same_layer_drives_both_machines() {
         let mut um = UserMachine::default();
         let mut uv = layer(4096, lazy);
         let mut back = Vec::new();
+        let mut f = super::tests::no_frames();
         let mut live: Vec<(u64, u64, Vec<u64>)> = Vec::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut made = 0;
@@ -266,7 +280,7 @@ fn the_same_layer_drives_both_machines() {
             }
             if x % 3 != 0 || live.is_empty() {
                 let frames: Vec<u64> = (0..(x >> 8) % 4 + 1).map(|p| step * 8 + p).collect();
-                let k = kv.vmap(&mut km, frames.clone(), PAGE);
+                let k = kv.vmap(&mut km, &mut f, &frames, PAGE);
                 let u = alloc(&mut uv, &mut um, frames.clone(), &mut back);
                 made += u.is_ok() as usize * frames.len();
                 match (k, u) {
@@ -279,7 +293,7 @@ fn the_same_layer_drives_both_machines() {
                     (k, u) => {
                         assert!(refusals, "step {step}: {k:?} {u:?}");
                         if let Ok(k) = k {
-                            kv.vunmap(&mut km, k).unwrap();
+                            kv.vunmap(&mut km, &mut f, k).unwrap();
                         }
                         if let Ok(u) = u {
                             free(&mut uv, &mut um, u, &mut back);
@@ -288,7 +302,7 @@ fn the_same_layer_drives_both_machines() {
                 }
             } else {
                 let (k, u, frames) = live.swap_remove((x >> 16) as usize % live.len());
-                assert_eq!(kv.vunmap(&mut km, k).unwrap(), frames);
+                assert_eq!(kv.vunmap(&mut km, &mut f, k).unwrap(), Some(frames));
                 free(&mut uv, &mut um, u, &mut back);
             }
             kv.check(&km).unwrap();

@@ -35,11 +35,10 @@ impl Mmu for MemfdMmu<'_> {
     fn map(&mut self, va: u64, pfns: &[u64]) -> Result<(), MapFailed> {
         let blocks: Vec<Block> = pfns.iter().map(|&pfn| Block { pfn, order: 0 }).collect();
         self.space.map_frames(va, &blocks).map(drop).map_err(|p| {
-            let err = match p.err {
-                crate::VmError::Invalid(_) => LayerError::Invalid,
-                _ => LayerError::NoMemory,
-            };
             let mapped = p.blocks as u64;
+            let err = LayerError::MapFailed {
+                va: va + mapped * PAGE,
+            };
             MapFailed { err, mapped }
         })
     }

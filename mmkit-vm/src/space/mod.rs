@@ -390,8 +390,10 @@ impl Space {
         let span = area.span;
         let mut st = self.state();
         let (layer, mut mmu) = st.split(self);
-        let out = layer.retire(&mut mmu, start, span, Gone::Area(area), now);
-        self.settled(st, out);
+        match layer.retire(&mut mmu, start, span, Gone::Area(area), now) {
+            Ok(out) => self.settled(st, out),
+            Err(e) => debug_assert!(false, "retiring our own range {start:#x}: {e}"),
+        }
     }
 
     /// Frees what a retirement released, before the lock `st` lets its
@@ -492,7 +494,8 @@ impl Space {
             runs,
             page: self.page,
         };
-        self.state().layer.insert(addr, area);
+        let recorded = self.state().layer.insert(addr, area);
+        debug_assert!(recorded.is_ok(), "our reserved range {addr:#x}");
         Ok(addr)
     }
 
@@ -524,8 +527,10 @@ impl Space {
         let (layer, mut mmu) = st.split(self);
         if let Some(area) = layer.take(addr) {
             let span = area.span;
-            let out = layer.retire(&mut mmu, addr, span, Gone::Area(area), false);
-            self.settled(st, out);
+            match layer.retire(&mut mmu, addr, span, Gone::Area(area), false) {
+                Ok(out) => self.settled(st, out),
+                Err(e) => debug_assert!(false, "retiring our own area {addr:#x}: {e}"),
+            }
         }
         Ok(())
     }

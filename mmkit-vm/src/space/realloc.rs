@@ -51,7 +51,8 @@ impl Space {
         if result.is_ok() {
             area.len = len;
         }
-        self.state().layer.insert(at, area);
+        let recorded = self.state().layer.insert(at, area);
+        debug_assert!(recorded.is_ok(), "our reserved range {at:#x}");
         result
     }
 

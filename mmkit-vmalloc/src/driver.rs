@@ -1,0 +1,551 @@
+//! The call sequences of the plain layer, each with every failure path:
+//! `vmalloc`/`vzalloc`/`vfree`/`vfree_atomic`, `vmap`/`vunmap`,
+//! `vrealloc` and `purge`, over the machine's [`Mmu`] and
+//! [`FrameSource`].
+//!
+//! ```text
+//!  vmalloc: frames from the source ──(none: purge, retry)──> reserve a span
+//!           ──(no space: purge, retry)──> map ──(fails: take the part mapped
+//!           down, purge, retry once)──> live area
+//!  vfree:   take out of the books ──> clear ──> flush now (eager) or lazy
+//!           list ──> frames back at once or after the flush (FramePolicy)
+//! ```
+//!
+//! Which calls flush: every call here but `vfree_atomic` may flush (send
+//! IPIs and wait for them), with the layer's lock held by the caller.
+
+use alloc::collections::btree_map::Entry;
+use alloc::vec::Vec;
+
+use mmkit::range::RangeAllocator;
+use mmkit::AllocError;
+
+use super::frames::{give_back, take};
+use super::lazy::{Gone, Released, When};
+use super::maps::{Area, Vmalloc};
+use super::{Flush, FramePolicy, FrameSource, Mmu, VmError, PAGE};
+
+/// Pages for `bytes`, and the span with a guard page.
+fn pages_for(bytes: u64) -> Result<(u64, u64), VmError> {
+    if bytes == 0 {
+        return Err(VmError::Empty);
+    }
+    let pages = bytes.div_ceil(PAGE);
+    let span = pages
+        .checked_add(1)
+        .and_then(|p| p.checked_mul(PAGE))
+        .ok_or(VmError::TooLarge { bytes })?;
+    Ok((pages, span))
+}
+
+fn check_align(align: u64) -> Result<(), VmError> {
+    if !align.is_power_of_two() || align < PAGE {
+        return Err(VmError::BadAlign { align });
+    }
+    Ok(())
+}
+
+/// The plain layer: areas of frames from a [`FrameSource`] (`vmalloc`) or
+/// from the caller (`vmap`).
+impl<R: RangeAllocator> Vmalloc<R, Area> {
+    /// `vmalloc`: `size` bytes (rounded up to pages) of frames from `src`,
+    /// mapped at a new page-aligned area followed by a guard page. The
+    /// memory is not zeroed ([`vzalloc`](Self::vzalloc) zeroes it).
+    /// May flush (a purge when no space or frames are left).
+    ///
+    /// # Errors
+    /// [`VmError::Empty`] for 0 bytes, [`VmError::TooLarge`];
+    /// [`VmError::NoFrames`], [`VmError::NoSpace`] or the MMU's error
+    /// ([`VmError::MapFailed`]) after a purge and a retry. Every frame taken
+    /// goes back to `src` and every page mapped is taken down.
+    ///
+    /// # Examples
+    /// See the crate docs.
+    pub fn vmalloc(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        size: u64,
+    ) -> Result<u64, VmError> {
+        self.alloc_area(mmu, src, size, PAGE, false)
+    }
+
+    /// [`vmalloc`](Self::vmalloc) at an address aligned to `align` (a power
+    /// of two, at least a page).
+    ///
+    /// # Errors
+    /// [`VmError::BadAlign`], and as [`vmalloc`](Self::vmalloc).
+    pub fn vmalloc_aligned(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        size: u64,
+        align: u64,
+    ) -> Result<u64, VmError> {
+        self.alloc_area(mmu, src, size, align, false)
+    }
+
+    /// [`vmalloc`](Self::vmalloc) of zeroed memory (the frames are zeroed
+    /// through [`FrameSource::zero`] before they are mapped).
+    ///
+    /// # Errors
+    /// As [`vmalloc`](Self::vmalloc).
+    pub fn vzalloc(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        size: u64,
+    ) -> Result<u64, VmError> {
+        self.alloc_area(mmu, src, size, PAGE, true)
+    }
+
+    fn alloc_area(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        size: u64,
+        align: u64,
+        zero: bool,
+    ) -> Result<u64, VmError> {
+        check_align(align)?;
+        let (pages, _) = pages_for(size)?;
+        let mut frames = Vec::new();
+        self.take_frames(mmu, src, pages, &mut frames)?;
+        if zero {
+            for (pfn, n) in super::frames::runs(&frames) {
+                src.zero(pfn, n);
+            }
+        }
+        match self.install(mmu, src, &frames, align, true) {
+            Ok(va) => {
+                self.areas.insert(
+                    va,
+                    Area {
+                        frames,
+                        owned: true,
+                    },
+                );
+                self.stats.maps += 1;
+                Ok(va)
+            }
+            Err((e, kept)) => {
+                give_back(src, &frames[kept..]);
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes `pages` frames from `src` into `out`, purging once (lazily
+    /// freed areas may hold frames) when it has too few.
+    fn take_frames(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        pages: u64,
+        out: &mut Vec<u64>,
+    ) -> Result<(), VmError> {
+        if take(src, pages, out) {
+            return Ok(());
+        }
+        if self.purge(mmu, src) && take(src, pages, out) {
+            return Ok(());
+        }
+        Err(VmError::NoFrames { pages })
+    }
+
+    /// Reserves a span for `frames` and maps them; when the map fails,
+    /// purges once and tries again. On error, how many leading frames the
+    /// layer kept (mapped, their flush not done, under
+    /// [`FramePolicy::AfterFlush`]): they go to `src` after their flush.
+    fn install(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        frames: &[u64],
+        align: u64,
+        ours: bool,
+    ) -> Result<u64, (VmError, usize)> {
+        match self.try_install(mmu, src, frames, align, ours) {
+            Err((VmError::MapFailed { .. }, 0)) if self.purgeable() => {
+                self.purge(mmu, src);
+                self.try_install(mmu, src, frames, align, ours)
+            }
+            r => r,
+        }
+    }
+
+    fn try_install(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        frames: &[u64],
+        align: u64,
+        ours: bool,
+    ) -> Result<u64, (VmError, usize)> {
+        let (_, span) = pages_for(frames.len() as u64 * PAGE).map_err(|e| (e, 0))?;
+        let va = self
+            .reserve_or_purge(mmu, src, span, align)
+            .map_err(|e| (e, 0))?;
+        let Err(f) = mmu.map(va, frames) else {
+            return Ok(va);
+        };
+        let mapped = (f.mapped as usize).min(frames.len());
+        if mapped == 0 {
+            let freed = self.range.free(va);
+            debug_assert!(freed.is_ok(), "just reserved");
+            return Err((f.err, 0));
+        }
+        // Taken down at once; the frames it reached wait for the flush when
+        // the policy asks for that and they are ours to give back.
+        let keep = ours && self.frames == FramePolicy::AfterFlush;
+        let kept = if keep { mapped } else { 0 };
+        let shown = Area {
+            frames: frames[..kept].to_vec(),
+            owned: true,
+        };
+        let out = self.retire_range(mmu, va, span, Gone::Area(shown), When::Now);
+        self.dispose(src, out.released);
+        Err((f.err, kept))
+    }
+
+    fn purgeable(&self) -> bool {
+        !self.lazy.is_empty() || !self.stuck.is_empty()
+    }
+
+    /// Reserves `span` bytes at `align`, purging the lazy and stuck lists
+    /// once when nothing fits (the kernel's retry).
+    fn reserve_or_purge(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        span: u64,
+        align: u64,
+    ) -> Result<u64, VmError> {
+        let (lo, hi) = self.range.space();
+        let r = match self.range.alloc_in(span, align, lo, hi) {
+            Err(AllocError::NoSpace) if self.purgeable() => {
+                self.purge(mmu, src);
+                self.range.alloc_in(span, align, lo, hi)
+            }
+            r => r,
+        };
+        r.map_err(|e| match e {
+            AllocError::NoSpace => VmError::NoSpace { bytes: span },
+            _ => VmError::BadAlign { align },
+        })
+    }
+
+    /// `vmap`: maps the caller's `frames` at a new area aligned to `align`
+    /// (a power of two, at least a page), followed by a guard page. The
+    /// frames stay the caller's: [`vunmap`](Self::vunmap) hands them back.
+    /// May flush (a purge when no space is left).
+    ///
+    /// # Errors
+    /// [`VmError::Empty`], [`VmError::BadAlign`], [`VmError::NoSpace`] or
+    /// the MMU's error after a purge and a retry; what was mapped is taken
+    /// down, and the frames stay the caller's.
+    pub fn vmap(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        frames: &[u64],
+        align: u64,
+    ) -> Result<u64, VmError> {
+        check_align(align)?;
+        if frames.is_empty() {
+            return Err(VmError::Empty);
+        }
+        let va = self
+            .install(mmu, src, frames, align, false)
+            .map_err(|(e, _)| e)?;
+        let frames = frames.to_vec();
+        self.areas.insert(
+            va,
+            Area {
+                frames,
+                owned: false,
+            },
+        );
+        self.stats.maps += 1;
+        Ok(va)
+    }
+
+    /// `vunmap`: clears the `vmap` area at `va` and frees its range, flushing
+    /// now (eager) or at the next purge (lazy). Returns its frames when the
+    /// caller may reuse them now (at once under [`FramePolicy::AtOnce`];
+    /// after a flush that succeeded under the eager policy), else `None`:
+    /// the layer keeps them until their flush and then gives them to `src`.
+    /// May flush.
+    ///
+    /// # Errors
+    /// [`VmError::NotVmap`] for a `vmalloc` area, and as
+    /// [`vfree`](Self::vfree); nothing changes then.
+    pub fn vunmap(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        va: u64,
+    ) -> Result<Option<Vec<u64>>, VmError> {
+        let area = self.take_live(va, false)?;
+        Ok(self.unmap_area(mmu, src, va, area, When::Policy))
+    }
+
+    /// `vfree`: clears the `vmalloc` area at `va` and frees its range,
+    /// flushing now (eager) or at the next purge (lazy, which runs here
+    /// when the lazy list passes its threshold); its frames go back to
+    /// `src` as the [`FramePolicy`] says. May flush.
+    ///
+    /// # Errors
+    /// [`VmError::NotVmalloc`] for a `vmap` area; [`VmError::Interior`],
+    /// [`VmError::DoubleFree`], [`VmError::InUse`] (a `vm_map_ram` block),
+    /// [`VmError::NotMapped`] when `va` does not start a live area.
+    /// Nothing changes then.
+    pub fn vfree(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        va: u64,
+    ) -> Result<(), VmError> {
+        let area = self.take_live(va, true)?;
+        let kept = self.unmap_area(mmu, src, va, area, When::Policy);
+        debug_assert!(kept.is_none(), "a vmalloc area's frames are ours");
+        Ok(())
+    }
+
+    /// The kernel's `vfree_atomic`: [`vfree`](Self::vfree) that never
+    /// flushes and never purges, whatever the policy: the area's PTEs are
+    /// cleared and it joins the lazy list, flushed by the next call that
+    /// flushes. Usable with interrupts off or under a spin lock (as long as
+    /// the MMU's `clear` and the source's `free` do not wait either).
+    ///
+    /// # Errors
+    /// As [`vfree`](Self::vfree).
+    pub fn vfree_atomic(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        va: u64,
+    ) -> Result<(), VmError> {
+        let area = self.take_live(va, true)?;
+        let kept = self.unmap_area(mmu, src, va, area, When::Deferred);
+        debug_assert!(kept.is_none(), "a vmalloc area's frames are ours");
+        Ok(())
+    }
+
+    fn check_vmalloc(&self, va: u64) -> Result<(), VmError> {
+        match self.areas.get(&va) {
+            Some(a) if a.owned => Ok(()),
+            Some(_) => Err(VmError::NotVmalloc { va }),
+            None => Err(self.not_an_area(va)),
+        }
+    }
+
+    /// Takes the live area at `va` out of the books when it is of the kind
+    /// asked for (`owned`: a `vmalloc` area), or says why not.
+    fn take_live(&mut self, va: u64, owned: bool) -> Result<Area, VmError> {
+        if let Entry::Occupied(e) = self.areas.entry(va) {
+            return match (e.get().owned, owned) {
+                (a, b) if a == b => Ok(e.remove()),
+                (_, true) => Err(VmError::NotVmalloc { va }),
+                (_, false) => Err(VmError::NotVmap { va }),
+            };
+        }
+        Err(self.not_an_area(va))
+    }
+
+    /// Unmaps `area`, just taken out of the books at `va`; returns the
+    /// frames of a `vmap` area when the caller may have them now.
+    fn unmap_area(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        va: u64,
+        area: Area,
+        when: When,
+    ) -> Option<Vec<u64>> {
+        self.stats.unmaps += 1;
+        let span = area.span_bytes();
+        let lazy = when == When::Deferred || matches!(self.flush, Flush::Lazy { .. });
+        let (back, shown) = if lazy && self.frames == FramePolicy::AtOnce {
+            let shown = Area {
+                frames: Vec::new(),
+                owned: area.owned,
+            };
+            (Some(area), shown)
+        } else {
+            (None, area)
+        };
+        let mut out = self.retire_range(mmu, va, span, Gone::Area(shown), when);
+        // Cleared: at once, the frames are the caller's or the source's.
+        let mut mine = back;
+        if let Some(i) = out.released.iter().position(|r| r.start == va) {
+            if let Gone::Area(a) = out.released.swap_remove(i).what {
+                mine = Some(a);
+            }
+        }
+        self.dispose(src, out.released);
+        if out.purge_due {
+            self.purge(mmu, src);
+        }
+        match mine {
+            Some(a) if a.owned => {
+                self.release_frames(src, &a.frames);
+                None
+            }
+            other => other.map(|a| a.frames),
+        }
+    }
+
+    /// `vrealloc`, growing without copying: the area's frames and new ones
+    /// from `src` are mapped at a new area, and the old one is freed as by
+    /// `vfree` (its frames stay, in the new area). A size that fits in the
+    /// area's pages keeps it. Returns the (possibly new) address. May
+    /// flush.
+    ///
+    /// # Errors
+    /// As [`vmalloc`](Self::vmalloc) and [`vfree`](Self::vfree); the area
+    /// is unchanged at `va` then.
+    pub fn vrealloc(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        va: u64,
+        size: u64,
+    ) -> Result<u64, VmError> {
+        self.check_vmalloc(va)?;
+        let (pages, _) = pages_for(size)?;
+        let have = self.areas.get(&va).map_or(0, |a| a.frames.len() as u64);
+        if pages <= have {
+            return Ok(va);
+        }
+        let mut frames = self.areas.get(&va).map(|a| a.frames.clone());
+        let frames = frames.get_or_insert_with(Vec::new);
+        self.take_frames(mmu, src, pages - have, frames)?;
+        let to = match self.install(mmu, src, frames, PAGE, false) {
+            Ok(to) => to,
+            Err((e, _)) => {
+                give_back(src, &frames[have as usize..]);
+                return Err(e);
+            }
+        };
+        let frames = core::mem::take(frames);
+        if let Some(old) = self.areas.remove(&va) {
+            let span = old.span_bytes();
+            let shown = Area {
+                frames: Vec::new(),
+                owned: false,
+            };
+            let out = self.retire_range(mmu, va, span, Gone::Area(shown), When::Policy);
+            let released = out.released.iter().any(|r| r.start == va);
+            if !released && self.frames == FramePolicy::AfterFlush {
+                // The old range may still reach the frames the new area owns.
+                self.shadows.push((va, frames[..have as usize].to_vec()));
+            }
+            self.dispose(src, out.released);
+            if out.purge_due {
+                self.purge(mmu, src);
+            }
+        }
+        self.areas.insert(
+            to,
+            Area {
+                frames,
+                owned: true,
+            },
+        );
+        Ok(to)
+    }
+
+    /// Flushes the span of the lazy and stuck lists on every CPU, frees
+    /// what the flush released and gives the frames that waited for it to
+    /// `src`. Returns whether anything was flushed. Flushes.
+    pub fn purge(&mut self, mmu: &mut impl Mmu, src: &mut impl FrameSource) -> bool {
+        let p = self.purge_released(mmu);
+        self.dispose(src, p.released);
+        p.flushed.is_some()
+    }
+
+    /// [`purge`](Self::purge) with the flush widened to cover `[lo, hi)`
+    /// too (a `vm_map_ram` front end's dirty pages, and those whose flush
+    /// was refused before); flushes `[lo, hi)` alone when nothing waits.
+    /// Returns whether it flushed.
+    pub(crate) fn purge_widened(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        lo: u64,
+        hi: u64,
+    ) -> bool {
+        let (lo, hi) = match self.alias_pending.take() {
+            Some((s, e)) => (lo.min(s), hi.max(e)),
+            None => (lo, hi),
+        };
+        let mut refused = false;
+        let p = self.purge_through(&mut |s, e| {
+            let r = mmu.flush(s.min(lo), e.max(hi));
+            refused |= !r.is_empty();
+            r
+        });
+        self.dispose(src, p.released);
+        let flushed = p.flushed.is_some() || lo < hi;
+        if p.flushed.is_none() && lo < hi {
+            // Live blocks' dirty pages: they are not reused inside their
+            // block, and the block's own release flushes them again.
+            refused = !mmu.flush(lo, hi).is_empty();
+            self.stats.flushes += 1;
+            self.stats.pages_flushed += (hi - lo) / PAGE;
+        }
+        if refused && lo < hi {
+            self.alias_pending = Some((lo, hi));
+        }
+        flushed
+    }
+
+    /// Adds `[lo, hi)` to the span the next `vm_unmap_aliases` flushes.
+    pub(crate) fn alias_refused(&mut self, lo: u64, hi: u64) {
+        self.alias_pending = Some(match self.alias_pending {
+            Some((s, e)) => (s.min(lo), e.max(hi)),
+            None => (lo, hi),
+        });
+    }
+
+    /// Gives the frames the released areas kept to `src`, and those that
+    /// waited for a released shadow.
+    fn dispose(&mut self, src: &mut impl FrameSource, released: Vec<Released<Area>>) {
+        if released.is_empty() {
+            return;
+        }
+        let had_shadows = !self.shadows.is_empty();
+        for r in released {
+            if had_shadows {
+                self.shadows.retain(|s| s.0 != r.start);
+            }
+            if let Gone::Area(a) = r.what {
+                self.release_frames(src, &a.frames);
+            }
+        }
+        if had_shadows && !self.deferred.is_empty() {
+            let waiting = core::mem::take(&mut self.deferred);
+            self.release_frames(src, &waiting);
+        }
+    }
+
+    /// Gives `frames` to `src`, but keeps those a shadow still shows.
+    fn release_frames(&mut self, src: &mut impl FrameSource, frames: &[u64]) {
+        if self.shadows.is_empty() {
+            give_back(src, frames);
+            return;
+        }
+        let shown = |p: &u64| self.shadows.iter().any(|s| s.1.contains(p));
+        let (held, free): (Vec<u64>, Vec<u64>) = frames.iter().partition(|p| shown(p));
+        self.deferred.extend(held);
+        give_back(src, &free);
+    }
+}
+
+impl Area {
+    /// Bytes of the area, its guard page included.
+    fn span_bytes(&self) -> u64 {
+        (self.frames.len() as u64 + 1) * PAGE
+    }
+}

@@ -1,0 +1,106 @@
+//! The second trait a machine implements: where `vmalloc`'s frames come
+//! from ([`FrameSource`]), and when a freed area's frames go back to it
+//! ([`FramePolicy`]).
+
+use alloc::vec::Vec;
+
+/// Physical frames for `vmalloc` (a buddy allocator, per-CPU lists, a
+/// memory file). Frames are numbered (pfn); the layer never touches their
+/// memory except through [`zero`](Self::zero).
+///
+/// The layer calls it with its own lock held: it must not call back into
+/// the layer, and when `vfree_atomic` is used from a context that cannot
+/// wait, [`free`](Self::free) must not wait either.
+pub trait FrameSource {
+    /// Allocates a run of 1 to `max` physically contiguous frames and
+    /// returns its first frame and length, or `None` when it has none left.
+    /// A source without contiguous runs returns one frame at a time.
+    fn alloc(&mut self, max: u64) -> Option<(u64, u64)>;
+    /// Takes back `count` frames from `pfn`. Every frame was handed out by
+    /// [`alloc`](Self::alloc) (or, for `vmap` areas the layer keeps until
+    /// their flush, by whatever gave the caller its frames), but a run given
+    /// back may join or split the runs handed out.
+    fn free(&mut self, pfn: u64, count: u64);
+    /// Zeroes `count` frames from `pfn` (for `vzalloc`).
+    fn zero(&mut self, pfn: u64, count: u64);
+}
+
+/// When the frames of a freed area go back to the frame source (or, for
+/// `vmap`, to the caller).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FramePolicy {
+    /// As soon as the area's PTEs are cleared, before the flush (Linux's
+    /// default): a CPU may still reach the frames through a stale TLB entry
+    /// until the flush, which is harmless as long as nobody touches freed
+    /// memory. An eager unmap whose flush the MMU refuses keeps its frames
+    /// until a later flush succeeds.
+    #[default]
+    AtOnce,
+    /// Only after the flush that removes every translation of them (Linux's
+    /// `VM_FLUSH_RESET_PERMS`; what a machine needs whose `clear` leaves the
+    /// mapping in place until the flush, as user space's `munmap`): no frame
+    /// is handed out again while any CPU may still reach it.
+    AfterFlush,
+}
+
+/// The runs of consecutive frames in `frames`: `(first, count)`.
+pub(crate) fn runs(frames: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let mut i = 0;
+    core::iter::from_fn(move || {
+        let &first = frames.get(i)?;
+        let n = frames[i..]
+            .iter()
+            .enumerate()
+            .take_while(|&(k, &f)| first.checked_add(k as u64) == Some(f))
+            .count();
+        i += n;
+        Some((first, n as u64))
+    })
+}
+
+/// Gives `frames` back to `src`, one call per run of consecutive frames.
+pub(crate) fn give_back(src: &mut impl FrameSource, frames: &[u64]) {
+    let Some((&first, rest)) = frames.split_first() else {
+        return;
+    };
+    let (mut start, mut n) = (first, 1);
+    for &pfn in rest {
+        if start.checked_add(n) == Some(pfn) {
+            n += 1;
+        } else {
+            src.free(start, n);
+            (start, n) = (pfn, 1);
+        }
+    }
+    src.free(start, n);
+}
+
+/// Takes `pages` frames from `src` into `out` (appended, in page order).
+/// On failure gives back what it took and returns false.
+pub(crate) fn take(src: &mut impl FrameSource, pages: u64, out: &mut Vec<u64>) -> bool {
+    let first = out.len();
+    if out.try_reserve(pages as usize).is_err() {
+        return false;
+    }
+    let mut left = pages;
+    while left > 0 {
+        match src.alloc(left) {
+            Some((pfn, n)) if n >= 1 && n <= left && pfn.checked_add(n).is_some() => {
+                out.extend(pfn..pfn + n);
+                left -= n;
+            }
+            Some((pfn, n)) => {
+                // A source that broke its contract: keep nothing of it.
+                src.free(pfn, n.min(u64::MAX - pfn));
+                break;
+            }
+            None => break,
+        }
+    }
+    if left > 0 {
+        give_back(src, &out[first..]);
+        out.truncate(first);
+        return false;
+    }
+    true
+}
