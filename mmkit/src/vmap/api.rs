@@ -295,6 +295,7 @@ impl VmapAllocator {
         let (lo, hi, highest) = match req.placement() {
             Policy::Lowest => (lo, hi, false),
             Policy::Highest => (lo, hi, true),
+            Policy::BestFit => return self.try_best_fit(size, align, lo, hi),
             Policy::Exact(a) => {
                 let end = a.checked_add(size)?;
                 if a < lo || end > hi {
@@ -314,6 +315,26 @@ impl VmapAllocator {
         self.free.enable_summaries(align);
         let mut pos = Pos::new();
         let a = self.free.highest_fit(size, align, lo, hi, &mut pos)?;
+        self.claim(&pos, a, size);
+        Some(a)
+    }
+
+    /// The best fit in `[lo, hi)` (see [`Policy::BestFit`]), made a live
+    /// area. The isolated blocks and the pending area go into the tree
+    /// first, so the tree's size index sees every free block.
+    fn try_best_fit(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        if lo >= hi {
+            return None;
+        }
+        self.settle_isolated();
+        let mut pos = Pos::new();
+        let a = self.free.best_fit(size, align, lo, hi, &mut pos)?;
+        debug_assert_eq!(
+            Some(a),
+            (self.free.len() <= 4096)
+                .then(|| self.free.best_fit_linear(size, align, lo, hi))
+                .unwrap_or(Some(a))
+        );
         self.claim(&pos, a, size);
         Some(a)
     }

@@ -81,9 +81,12 @@
 //! released nodes are chained for reuse, so a steady state of inserts and
 //! removals allocates no heap memory.
 
+use alloc::collections::BTreeSet;
+
 use node::{Inner, Leaf, Pool, NONE};
 use search::{Cleared, Shape};
 
+mod by_size;
 mod check;
 mod entry;
 mod finger;
@@ -208,6 +211,9 @@ pub struct BTree {
     /// The longest block in the nodes and the version it was read at
     /// (see [`may_hold_below`](Self::may_hold_below)).
     nodes_max: (u64, u64),
+    /// Once a best fit is asked for: every block as `(length, start)`
+    /// (see `by_size.rs`).
+    by_size: Option<BTreeSet<(u64, u64)>>,
 }
 
 impl Default for BTree {
@@ -233,6 +239,7 @@ impl BTree {
             cleared: Cleared::NONE,
             shape: 0,
             nodes_max: (NO_VERSION, 0),
+            by_size: None,
         }
     }
 

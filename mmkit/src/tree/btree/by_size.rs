@@ -1,0 +1,158 @@
+//! The size index and the best-fit search: the tree's blocks, the
+//! wilderness included, ordered by `(length, start)` beside the address
+//! order of the nodes.
+//!
+//! ```text
+//!   address order (nodes):  [0,4) [10,26) [40,48) [60,62) ... wild [200,4096)
+//!   size index:             (2,60) (4,0) (8,40) (16,10) ... (3896,200)
+//! ```
+//!
+//! The index is built the first time a best-fit search asks for it
+//! ([`BTree::best_fit`]) and kept from then on: every public change to the
+//! blocks (`update.rs`) replaces the entries of the blocks it removed,
+//! shrank or grew. Moves between nodes (splits, borrows, merges of
+//! siblings, the wilderness taken from the highest leaf) change no block
+//! and touch no entry. A tree that is never asked for a best fit keeps no
+//! index and pays one branch per change.
+//!
+//! The index is an `alloc` `BTreeSet`: its own node splits and merges
+//! allocate and free heap memory, so a best-fit allocator allocates now
+//! and then in steady state where a lowest-fit one does not.
+
+use alloc::collections::BTreeSet;
+
+use super::{BTree, Pos};
+use crate::error::CheckError;
+use crate::range::fit_in;
+
+impl BTree {
+    /// Whether the size index is kept.
+    pub fn has_size_index(&self) -> bool {
+        self.by_size.is_some()
+    }
+
+    /// Builds the size index from the blocks, if it is not kept yet.
+    ///
+    /// # Complexity
+    /// O(n log n) the first time, O(1) after.
+    pub fn enable_size_index(&mut self) {
+        if self.by_size.is_none() {
+            self.by_size = Some(self.iter().map(|(s, e)| (e - s, s)).collect());
+        }
+    }
+
+    /// Files `[s, e)` in the size index, if kept.
+    #[inline]
+    pub(super) fn index_block(&mut self, s: u64, e: u64) {
+        if let Some(ix) = &mut self.by_size {
+            ix.insert((e - s, s));
+        }
+    }
+
+    /// Drops `[s, e)` from the size index, if kept.
+    #[inline]
+    pub(super) fn unindex_block(&mut self, s: u64, e: u64) {
+        if let Some(ix) = &mut self.by_size {
+            ix.remove(&(e - s, s));
+        }
+    }
+
+    /// Replaces the index entry of the block at `pos` with `[s, e)`.
+    #[inline]
+    pub(super) fn reindex_at(&mut self, pos: &Pos, s: u64, e: u64) {
+        if self.by_size.is_some() {
+            let (os, oe) = self.get(pos);
+            self.unindex_block(os, oe);
+            self.index_block(s, e);
+        }
+    }
+
+    /// The best fit: in the shortest block that holds `size` bytes at a
+    /// multiple of `align` (a power of two) inside `[lo, hi)`, the lowest
+    /// such address; among blocks of that length, the lowest block. Sets
+    /// `pos` to the block. `size > 0`. Builds the size index on first use.
+    ///
+    /// Two walks take turns: the size index from the first block of at
+    /// least `size` bytes, whose first block that holds the request is the
+    /// answer, and the blocks meeting the window in address order, which
+    /// knows the answer once it has seen them all. The first to know
+    /// answers.
+    ///
+    /// # Complexity
+    /// O(log n + min(k, m)): `k` blocks at least `size` long come before
+    /// the answer in size order but cannot hold the request (the alignment
+    /// misses in them, or they lie outside the window), `m` blocks meet
+    /// the window. Without a window and with an alignment every block
+    /// start and length are multiples of (pages for page-aligned
+    /// requests), `k` is 0.
+    pub fn best_fit(
+        &mut self,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+        pos: &mut Pos,
+    ) -> Option<u64> {
+        if lo >= hi || hi - lo < size {
+            return None;
+        }
+        self.enable_size_index();
+        let (s, a) = self.best_fit_in_index(size, align, lo, hi)?;
+        *pos = self.find(s).expect("an indexed block is in the tree");
+        Some(a)
+    }
+
+    /// [`best_fit`](Self::best_fit)'s two walks: the block's start and the
+    /// address.
+    fn best_fit_in_index(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<(u64, u64)> {
+        let ix = self.by_size.as_ref()?;
+        let fit = |(s, e): (u64, u64)| fit_in(s.max(lo), e.min(hi), size, align);
+        let mut by_size = ix.range((size, 0)..);
+        let mut by_addr = self.iter_from(lo);
+        // The best block the address walk has seen: (length, start, address).
+        let mut seen: Option<(u64, u64, u64)> = None;
+        loop {
+            let &(len, s) = by_size.next()?;
+            if let Some(a) = fit((s, s + len)) {
+                return Some((s, a));
+            }
+            match by_addr.next() {
+                Some((s, e)) if s < hi => {
+                    if e - s >= size {
+                        if let Some(a) = fit((s, e)) {
+                            let c = (e - s, s, a);
+                            seen = Some(seen.map_or(c, |b| b.min(c)));
+                        }
+                    }
+                }
+                _ => return seen.map(|(_, s, a)| (s, a)),
+            }
+        }
+    }
+
+    /// The slow reference for [`best_fit`](Self::best_fit): every block in
+    /// address order.
+    pub fn best_fit_linear(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        self.iter()
+            .filter_map(|(s, e)| fit_in(s.max(lo), e.min(hi), size, align).map(|a| (e - s, s, a)))
+            .min()
+            .map(|(_, _, a)| a)
+    }
+
+    /// Verifies that the size index, when kept, holds exactly the blocks.
+    pub(super) fn check_size_index(&self) -> Result<(), CheckError> {
+        let Some(ix) = &self.by_size else {
+            return Ok(());
+        };
+        let want: BTreeSet<(u64, u64)> = self.iter().map(|(s, e)| (e - s, s)).collect();
+        if let Some(&(len, s)) = want.symmetric_difference(ix).next() {
+            let held = if ix.contains(&(len, s)) {
+                "holds"
+            } else {
+                "misses"
+            };
+            crate::ensure!(false, Structure @ s, "size index {held} ({len:#x}, {s:#x})");
+        }
+        Ok(())
+    }
+}
