@@ -151,6 +151,31 @@ impl<M: lock_api::RawMutex> Guarded<M, crate::vmap::VmapAllocator> {
         self.lock().free_sized(addr, size)
     }
 
+    /// [`VmapAllocator::allocate`](crate::vmap::VmapAllocator::allocate)
+    /// under the lock: any [`Policy`](crate::request::Policy).
+    ///
+    /// # Errors
+    /// As `allocate`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::request::{Policy, Request};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(10, 1).unwrap();
+    /// va.alloc(60, 1).unwrap();
+    /// va.free(a).unwrap(); // free: [0, 10) and [70, 100)
+    /// let best = Request::bytes(8).unwrap().policy(Policy::BestFit);
+    /// assert_eq!(va.allocate(best), Ok(0));
+    /// ```
+    pub fn allocate(
+        &self,
+        req: crate::request::Request,
+    ) -> Result<u64, crate::request::RequestError> {
+        self.lock().allocate(req)
+    }
+
     /// [`VmapAllocator::free_lazy_sized`](crate::vmap::VmapAllocator::free_lazy_sized)
     /// under the lock.
     ///

@@ -9,7 +9,7 @@ include!("models/nodes.rs");
 
 fn nodes_op() -> impl Strategy<Value = NodesOp> {
     prop_oneof![
-        6 => (any::<u8>(), any::<(u8, u8)>(), any::<u8>()).prop_map(|(cpu, size, align)| NodesOp::Alloc { cpu, size, align }),
+        6 => (any::<u8>(), any::<(u8, u8)>(), any::<u8>(), any::<bool>()).prop_map(|(cpu, size, align, best)| NodesOp::Alloc { cpu, size, align, best }),
         3 => (any::<u8>(), any::<usize>()).prop_map(|(cpu, pick)| NodesOp::Free { cpu, pick }),
         3 => (any::<u8>(), any::<usize>()).prop_map(|(cpu, pick)| NodesOp::FreeLazy { cpu, pick }),
         2 => (any::<u8>(), any::<usize>(), any::<u8>(), any::<bool>()).prop_map(|(cpu, pick, off, lazy)| NodesOp::FreeSized { cpu, pick, off, lazy }),
@@ -53,6 +53,50 @@ fn with_pools_empty_every_answer_is_the_lowest_fit() {
             let a = v.alloc(i, size, align).unwrap();
             assert_eq!(exact.alloc(size, align), Ok(a));
             live.push(a);
+        }
+    }
+    v.check().unwrap();
+}
+
+#[test]
+fn with_pools_empty_every_policy_answers_as_the_exact_allocator() {
+    // Drained before each request, `allocate` answers as the exact
+    // allocator's, at every policy, with and without a window.
+    use mmkit::request::{Policy, Request};
+    let cfg = NodesConfig {
+        nodes: 2,
+        ..NodesConfig::default()
+    };
+    let v = StdVmapNodes::new(0, 1 << 24, cfg).unwrap();
+    let mut exact = mmkit::vmap::VmapAllocator::new(0, 1 << 24).unwrap();
+    let mut live = Vec::new();
+    let mut x = 5u64;
+    for i in 0..3000usize {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        if live.len() > 100 || (x >> 61) < 3 && !live.is_empty() {
+            let a = live.swap_remove((x >> 20) as usize % live.len());
+            assert_eq!(v.free(i, a), exact.free(a));
+        } else {
+            v.drain();
+            let size = 4096 * (1 + (x >> 40) % 8);
+            let policy = match (x >> 30) % 4 {
+                0 => Policy::Lowest,
+                1 => Policy::Highest,
+                _ => Policy::BestFit,
+            };
+            let mut req = Request::bytes(size)
+                .unwrap()
+                .align(4096 << ((x >> 36) % 3))
+                .policy(policy);
+            if (x >> 33) % 3 == 0 {
+                let lo = (x >> 8) % (1 << 23);
+                req = req.within(lo..lo + (1 << 22));
+            }
+            let got = v.allocate(i, &req);
+            assert_eq!(got, exact.allocate(req), "request {i}");
+            live.extend(got.ok());
         }
     }
     v.check().unwrap();

@@ -553,6 +553,20 @@ impl RangeAllocator for VmapAllocator {
         )
     }
 
+    /// Every [`Policy`](crate::request::Policy), through
+    /// [`allocate`](Self::allocate).
+    fn alloc_placed(
+        &mut self,
+        size: u64,
+        align: u64,
+        (vstart, vend): (u64, u64),
+        policy: crate::request::Policy,
+    ) -> Result<u64, AllocError> {
+        let req = crate::request::Request::bytes(size).ok_or(AllocError::Invalid)?;
+        self.allocate(req.align(align).within(vstart..vend).policy(policy))
+            .map_err(AllocError::from)
+    }
+
     /// # Complexity
     /// O(log n).
     fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
