@@ -293,3 +293,26 @@ fn eager_map_ram_flushes_every_unmap() {
     r.unmap(&mut m, a, 2).unwrap();
     assert_eq!(m.flushes, [(a, a + 2 * PAGE)]);
 }
+
+#[test]
+fn best_fit_placement_passes_through_to_the_range_allocator() {
+    let mut m = Machine::default();
+    let mut v = tree(Flush::Eager);
+    v.set_placement(mmkit::request::Policy::BestFit);
+    // Areas of 4 and 1 pages, each with its guard page and a live area
+    // after it: freeing the two leaves holes of 5 and 2 pages.
+    let big = v.vmap(&mut m, vec![1; 4], PAGE).unwrap();
+    v.vmap(&mut m, vec![3], PAGE).unwrap();
+    let small = v.vmap(&mut m, vec![2], PAGE).unwrap();
+    v.vmap(&mut m, vec![3], PAGE).unwrap();
+    v.vunmap(&mut m, big).unwrap();
+    v.vunmap(&mut m, small).unwrap();
+    // One page and its guard: the 2-page hole, not the lowest (5 pages).
+    assert_eq!(v.vmap(&mut m, vec![4], PAGE), Ok(small));
+    assert_eq!(v.placement(), mmkit::request::Policy::BestFit);
+    // A range allocator that places only lowest refuses best fit.
+    let mut lin = Vmalloc::<LinearVmap>::new(LinearVmap::new(START, END).unwrap(), Flush::Eager);
+    lin.set_placement(mmkit::request::Policy::BestFit);
+    assert_eq!(lin.vmap(&mut m, vec![5], PAGE), Err(VmError::Invalid));
+    v.check(&m).unwrap();
+}
