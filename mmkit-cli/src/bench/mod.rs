@@ -45,7 +45,7 @@ use workload::{Plan, Workload};
 pub use mmkit_index::MmkitIndex;
 pub use mmkit_pooled::MmkitPooled;
 pub use mmkit_sized::{MmkitPooledSized, MmkitSized};
-pub use mmkit_vmap::Mmkit;
+pub use mmkit_vmap::{Mmkit, MmkitBest};
 pub use offset_allocator::OffsetAlloc;
 pub use range_alloc::RangeAlloc;
 pub use vm_allocator::VmAllocator;
