@@ -304,11 +304,14 @@ impl VmapAllocator {
         let (js, je) = self.isolated.take_adjacent(s, e);
         let joins_prev = nb.prev.is_some_and(|p| p.1 == js);
         let joins_next = nb.next.is_some_and(|n| n.0 == je);
+        // Once best fit is asked for, blocks go straight into the tree: a
+        // best-fit search would settle them there before it looks.
+        let aside = !self.free.has_size_index();
         if !joins_prev && !joins_next {
-            if !self.isolated.push(js, je) {
+            if !(aside && self.isolated.push(js, je)) {
                 self.free.insert_at(nb, js, je);
             }
-        } else if !(may_hold && (js, je) == (s, e) && self.hold_pending(s, e)) {
+        } else if !(aside && may_hold && (js, je) == (s, e) && self.hold_pending(s, e)) {
             self.join_tree(js, je, joins_prev, joins_next);
         }
     }
