@@ -192,7 +192,7 @@ impl VmapAllocator {
 /// Requests, iterators and resizing.
 impl VmapAllocator {
     /// Allocates by a [`Request`]: size, alignment, window and
-    /// [`Policy`] (lowest, highest or exact). A failing request purges the
+    /// [`Policy`] (lowest, highest, best fit or exact). A failing request purges the
     /// lazily freed areas once and retries, as [`alloc`](Self::alloc) does.
     ///
     /// # Errors
@@ -202,8 +202,15 @@ impl VmapAllocator {
     /// (exact address). Nothing changes.
     ///
     /// # Complexity
-    /// O(log n) for every policy (plus the near misses documented at
-    /// [`alloc_in`](Self::alloc_in)).
+    /// O(log n) for lowest, highest and exact (plus the near misses
+    /// documented at [`alloc_in`](Self::alloc_in)). Best fit: O(log n +
+    /// min(k, m)), where `k` free blocks at least as long as the request
+    /// come before the answer in length order but cannot hold it (the
+    /// alignment misses in them, or they lie outside the window) and `m`
+    /// free blocks meet the window; `k` is 0 without a window when every
+    /// block's start and length are multiples of the alignment. The first
+    /// best-fit request builds the size index (O(n log n), once), and the
+    /// isolated blocks and the pending area go into the tree before each.
     ///
     /// # Examples
     /// ```
