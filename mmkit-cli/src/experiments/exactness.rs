@@ -6,7 +6,7 @@
 //! - **occupancy at the first failure**: from an empty space sized for `N`
 //!   average areas, two allocations for each free (of a random live area)
 //!   until an allocation fails: the live bytes then, over the space, the
-//!   mean over three seeds;
+//!   mean over three seeds (`--seeds`);
 //! - **largest free / total free** after a long churn: the space sized so
 //!   `N` areas fill three quarters of it, `N` allocated, then `5N`
 //!   free+alloc pairs: the largest gap between live areas over all gaps
@@ -40,8 +40,12 @@ pub const EXPERIMENT: Experiment = Experiment {
 /// The seed of every stream (the churn's, and the first occupancy run's).
 const SEED: u64 = 0x6578_6163_7400_0000;
 
-/// The occupancy runs: one per seed, `SEED + i`, averaged.
+/// The occupancy runs by default (`--seeds`): one per seed, `SEED + i`,
+/// averaged.
 const OCCUPANCY_SEEDS: u64 = 3;
+
+/// The live counts of a full run; `--loops N` keeps those up to `N`.
+const LIVES: [usize; 3] = [1_000, 10_000, 100_000];
 
 /// One request stream.
 #[derive(Debug, Clone, Copy)]
@@ -198,10 +202,10 @@ fn free_one<P: PeerRange>(p: &mut P, live: &mut Live<P::Handle>, r: &mut Mt64) -
 }
 
 /// Occupancy at the first failure, in a space of `n` mean areas, the
-/// mean over [`OCCUPANCY_SEEDS`] runs.
-fn occupancy<P: PeerRange>(s: &Stream, n: usize) -> f64 {
-    let runs = (0..OCCUPANCY_SEEDS).map(|i| occupancy_with::<P>(s, n, SEED + i));
-    runs.sum::<f64>() / OCCUPANCY_SEEDS as f64
+/// mean over `seeds` runs.
+fn occupancy<P: PeerRange>(s: &Stream, n: usize, seeds: u64) -> f64 {
+    let runs = (0..seeds).map(|i| occupancy_with::<P>(s, n, SEED + i));
+    runs.sum::<f64>() / seeds as f64
 }
 
 /// One occupancy run, its requests drawn from `seed`.
@@ -269,7 +273,7 @@ fn churned<P: PeerRange>(s: &Stream, n: usize) -> (f64, f64, usize) {
     )
 }
 
-fn measure<P: PeerRange>(s: &Stream, n: usize) -> Row {
+fn measure<P: PeerRange>(s: &Stream, n: usize, seeds: u64) -> Row {
     let runs = !s.aligned || P::supports_align();
     let churn = runs.then(|| churned::<P>(s, n));
     Row {
@@ -277,7 +281,7 @@ fn measure<P: PeerRange>(s: &Stream, n: usize) -> Row {
         live: n,
         allocator: P::name(),
         exact: P::exact_lowest_fit(),
-        occupancy_pct: runs.then(|| 100.0 * occupancy::<P>(s, n)),
+        occupancy_pct: runs.then(|| 100.0 * occupancy::<P>(s, n, seeds)),
         largest_over_free_pct: churn.map(|c| 100.0 * c.0),
         span_over_live: churn.map(|c| c.1),
         churn_failures: churn.map(|c| c.2),
@@ -285,7 +289,7 @@ fn measure<P: PeerRange>(s: &Stream, n: usize) -> Row {
 }
 
 /// Every allocator, mmkit's exact one first, then its best fit.
-const ALLOCATORS: [fn(&Stream, usize) -> Row; 7] = [
+const ALLOCATORS: [fn(&Stream, usize, u64) -> Row; 7] = [
     measure::<Mmkit>,
     measure::<MmkitBest>,
     measure::<MmkitPooled>,
@@ -358,7 +362,7 @@ fn wins_of(
     (won, cells.len())
 }
 
-fn verdict(rows: &[Row]) -> Vec<String> {
+fn verdict(rows: &[Row], seeds: u64) -> Vec<String> {
     let (o, c) = wins(rows, |r| r.occupancy_pct, true, 0.5);
     let (f, _) = wins(rows, |r| r.largest_over_free_pct, true, 0.5);
     let (s, _) = wins(rows, |r| r.span_over_live, false, 0.005);
@@ -372,7 +376,7 @@ fn verdict(rows: &[Row]) -> Vec<String> {
         ),
         format!(
             "measured: mmkit's exact best fit reached an occupancy at the first failure at least the \
-             best peer crate's (mean over {OCCUPANCY_SEEDS} seeds) in {bo} of {c} cells, and the \
+             best peer crate's (mean over {seeds} seeds) in {bo} of {c} cells, and the \
              highest largest/total free among them (within 0.5 points) in {bf} of {c}"
         ),
     ]
@@ -390,11 +394,16 @@ fn best_fit_target(rows: &[Row]) -> Target {
 }
 
 fn run(opts: &Options) -> Report {
-    let lives: &[usize] = if opts.quick {
-        &[1_000]
+    let most = opts.loops.map_or(usize::MAX, |l| l as usize);
+    let lives: Vec<usize> = if opts.quick {
+        vec![1_000]
     } else {
-        &[1_000, 10_000, 100_000]
+        LIVES
+            .into_iter()
+            .filter(|&n| n <= most.max(LIVES[0]))
+            .collect()
     };
+    let seeds = opts.seeds.unwrap_or(OCCUPANCY_SEEDS);
     let pb = progress(
         (lives.len() * STREAMS.len() * ALLOCATORS.len()) as u64,
         "exactness",
@@ -402,9 +411,9 @@ fn run(opts: &Options) -> Report {
     let t0 = Instant::now();
     let mut rows = Vec::new();
     for s in &STREAMS {
-        for &n in lives {
+        for &n in &lives {
             for m in ALLOCATORS {
-                rows.push(m(s, n));
+                rows.push(m(s, n, seeds));
                 pb.inc(1);
             }
         }
@@ -426,8 +435,8 @@ fn run(opts: &Options) -> Report {
         missing == 0,
     ));
     report.targets.push(best_fit_target(&rows));
-    report.notes.extend(verdict(&rows));
-    let n = if opts.quick { 1_000 } else { 10_000 };
+    report.notes.extend(verdict(&rows, seeds));
+    let n = if lives.len() == 1 { lives[0] } else { 10_000 };
     let cases: Vec<String> = STREAMS.iter().map(|s| s.name.to_string()).collect();
     let groups: Vec<(String, Vec<f64>)> = (ALLOCATORS.iter().enumerate())
         .map(|(i, _)| {
@@ -457,12 +466,12 @@ fn run(opts: &Options) -> Report {
     }
     report.notes.push(format!(
         "seed {SEED:#x}; occupancy: a space of N mean-size areas, two allocations per free until the first \
-         failure, the mean over seeds {SEED:#x} to +{}; churn: a space N areas fill to 3/4, N allocated, then 5N free+alloc pairs; offset-allocator \
+         failure, the mean over seeds {SEED:#x} to +{}; N up to --loops (default 10^5); churn: a space N areas fill to 3/4, N allocated, then 5N free+alloc pairs; offset-allocator \
          cannot align above one page (no row on aligned streams); on the aligned streams one request in 11 \
          wants 1024-page alignment, and a space of N mean-size areas has about N/190 such starts, so every \
          allocator fails at a few percent: compare the allocators there, not the streams; vmap nodes free lazily (32 MiB threshold), \
          mmkit-pooled at once ({:.0} ms in all)",
-        OCCUPANCY_SEEDS - 1,
+        seeds - 1,
         ms(t0.elapsed())
     ));
     report
@@ -476,7 +485,7 @@ mod tests {
     fn every_allocator_fills_and_churns_a_small_space() {
         for s in &STREAMS {
             for m in ALLOCATORS {
-                let r = m(s, 200);
+                let r = m(s, 200, 1);
                 if let Some(o) = r.occupancy_pct {
                     // Aligned streams: a few percent at most (see the notes).
                     let least = if s.aligned { 1.0 } else { 50.0 };
