@@ -214,6 +214,10 @@ pub struct BTree {
     /// Once a best fit is asked for: every block as `(length, start)`
     /// (see `by_size.rs`).
     by_size: Option<BTreeSet<(u64, u64)>>,
+    /// Per alignment a best fit asked for above the granule floor: the
+    /// blocks that hold an aligned start, as `(usable length, start,
+    /// end)` (see `by_size.rs`).
+    by_usable: alloc::vec::Vec<(u32, BTreeSet<(u64, u64, u64)>)>,
 }
 
 impl Default for BTree {
@@ -240,6 +244,7 @@ impl BTree {
             shape: 0,
             nodes_max: (NO_VERSION, 0),
             by_size: None,
+            by_usable: alloc::vec::Vec::new(),
         }
     }
 
