@@ -161,7 +161,8 @@ impl BTree {
         let ix = self.by_size.as_ref()?;
         let fit = |(s, e): (u64, u64)| fit_in(s.max(lo), e.min(hi), size, align);
         let mut by_size = ix.range((size, 0)..);
-        let mut by_addr = self.iter_from(lo);
+        // Started at the first miss: most searches end at the first block.
+        let mut by_addr = None;
         // The best block the address walk has seen: (length, start, address).
         let mut seen: Option<(u64, u64, u64)> = None;
         loop {
@@ -169,7 +170,7 @@ impl BTree {
             if let Some(a) = fit((s, s + len)) {
                 return Some((s, a));
             }
-            match by_addr.next() {
+            match by_addr.get_or_insert_with(|| self.iter_from(lo)).next() {
                 Some((s, e)) if s < hi => {
                     if e - s >= size {
                         if let Some(a) = fit((s, e)) {
