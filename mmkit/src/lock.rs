@@ -23,9 +23,6 @@
 //! assert_eq!(live, 0);
 //! ```
 
-use crate::error::{AllocError, FreeError};
-use crate::range::RangeAllocator;
-
 /// An allocator `A` behind a lock whose raw mutex is `M`.
 ///
 /// Every method takes the lock once. `Guarded` is `Sync` when `A` is `Send`
@@ -133,24 +130,14 @@ impl<M: lock_api::RawMutex, A> Guarded<M, A> {
     }
 }
 
-impl<M: lock_api::RawMutex, R: RangeAllocator> Guarded<M, R> {
-    crate::range::locked_range_calls!(
-        "mmkit::lock::Guarded",
-        "let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());"
-    );
-}
+crate::range::locked_range_calls!(
+    impl[M: lock_api::RawMutex,] Guarded<M, R>,
+    "mmkit::lock::Guarded",
+    "let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());"
+);
 
-/// Frees that carry the size, on the exact allocator.
+/// Requests with any placement policy, on the exact allocator.
 impl<M: lock_api::RawMutex> Guarded<M, crate::vmap::VmapAllocator> {
-    /// [`VmapAllocator::free_sized`](crate::vmap::VmapAllocator::free_sized)
-    /// under the lock.
-    ///
-    /// # Errors
-    /// As `free_sized`.
-    pub fn free_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        self.lock().free_sized(addr, size)
-    }
-
     /// [`VmapAllocator::allocate`](crate::vmap::VmapAllocator::allocate)
     /// under the lock: any [`Policy`](crate::request::Policy).
     ///
@@ -175,15 +162,6 @@ impl<M: lock_api::RawMutex> Guarded<M, crate::vmap::VmapAllocator> {
     ) -> Result<u64, crate::request::RequestError> {
         self.lock().allocate(req)
     }
-
-    /// [`VmapAllocator::free_lazy_sized`](crate::vmap::VmapAllocator::free_lazy_sized)
-    /// under the lock.
-    ///
-    /// # Errors
-    /// As `free_lazy_sized`.
-    pub fn free_lazy_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        self.lock().free_lazy_sized(addr, size)
-    }
 }
 
 impl<M: lock_api::RawMutex, A: core::fmt::Debug> core::fmt::Debug for Guarded<M, A> {
@@ -204,6 +182,7 @@ impl<M: lock_api::RawMutex, A: Default> Default for Guarded<M, A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::FreeError;
     use crate::vmap::VmapAllocator;
 
     type Spin = spin::Mutex<()>;
