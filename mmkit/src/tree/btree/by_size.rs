@@ -31,7 +31,7 @@
 
 use alloc::collections::BTreeSet;
 
-use super::{BTree, Pos};
+use super::{AlignedIndex, BTree, Pos};
 use crate::error::CheckError;
 use crate::range::fit_in;
 
@@ -81,7 +81,7 @@ impl BTree {
     ///
     /// # Complexity
     /// O(n log n) the first time, O(1) after (at most 64 alignments).
-    fn aligned_index(&mut self, k: u32) -> &BTreeSet<(u64, u64, u64)> {
+    fn aligned_index(&mut self, k: u32) -> &AlignedIndex {
         let i = match self.by_usable.iter().position(|(j, _)| *j == k) {
             Some(i) => i,
             None => {
@@ -239,7 +239,7 @@ fn usable(s: u64, e: u64, k: u32) -> Option<u64> {
 /// at least `size`, the shortest, the lowest of those; its start and the
 /// aligned start in it. A block's length is at least its usable length,
 /// so the walk stops once the usable lengths pass the best length found.
-fn best_aligned(ax: &BTreeSet<(u64, u64, u64)>, size: u64) -> Option<(u64, u64)> {
+fn best_aligned(ax: &AlignedIndex, size: u64) -> Option<(u64, u64)> {
     let mut best: Option<(u64, u64, u64)> = None;
     for &(u, s, e) in ax.range((size, 0, 0)..) {
         if best.is_some_and(|b| u > b.0) {

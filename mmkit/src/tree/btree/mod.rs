@@ -116,6 +116,10 @@ const INNER_MIN: usize = FANOUT / 2;
 /// reach 2^32 leaves, every `u32` id, in 11 levels.
 pub const MAX_HEIGHT: usize = 12;
 
+/// The blocks holding a start aligned to one alignment, as `(usable
+/// length from that start, start, end)` (see `by_size.rs`).
+type AlignedIndex = BTreeSet<(u64, u64, u64)>;
+
 /// A [`Neighbours`] version no tree reaches.
 const NO_VERSION: u64 = u64::MAX;
 
@@ -217,7 +221,7 @@ pub struct BTree {
     /// Per alignment a best fit asked for above the granule floor: the
     /// blocks that hold an aligned start, as `(usable length, start,
     /// end)` (see `by_size.rs`).
-    by_usable: alloc::vec::Vec<(u32, BTreeSet<(u64, u64, u64)>)>,
+    by_usable: alloc::vec::Vec<(u32, AlignedIndex)>,
 }
 
 impl Default for BTree {
