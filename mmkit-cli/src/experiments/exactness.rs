@@ -44,9 +44,6 @@ const SEED: u64 = 0x6578_6163_7400_0000;
 /// averaged.
 const OCCUPANCY_SEEDS: u64 = 3;
 
-/// The live counts of a full run; `--loops N` keeps those up to `N`.
-const LIVES: [usize; 3] = [1_000, 10_000, 100_000];
-
 /// One request stream.
 #[derive(Debug, Clone, Copy)]
 struct Stream {
@@ -394,15 +391,7 @@ fn best_fit_target(rows: &[Row]) -> Target {
 }
 
 fn run(opts: &Options) -> Report {
-    let most = opts.loops.map_or(usize::MAX, |l| l as usize);
-    let lives: Vec<usize> = if opts.quick {
-        vec![1_000]
-    } else {
-        LIVES
-            .into_iter()
-            .filter(|&n| n <= most.max(LIVES[0]))
-            .collect()
-    };
+    let lives: &[usize] = opts.pick(&[1_000], &[1_000, 10_000], &[1_000, 10_000, 100_000]);
     let seeds = opts.seeds.unwrap_or(OCCUPANCY_SEEDS);
     let pb = progress(
         (lives.len() * STREAMS.len() * ALLOCATORS.len()) as u64,
@@ -411,7 +400,7 @@ fn run(opts: &Options) -> Report {
     let t0 = Instant::now();
     let mut rows = Vec::new();
     for s in &STREAMS {
-        for &n in &lives {
+        for &n in lives {
             for m in ALLOCATORS {
                 rows.push(m(s, n, seeds));
                 pb.inc(1);
@@ -436,7 +425,7 @@ fn run(opts: &Options) -> Report {
     ));
     report.targets.push(best_fit_target(&rows));
     report.notes.extend(verdict(&rows, seeds));
-    let n = if lives.len() == 1 { lives[0] } else { 10_000 };
+    let n = opts.pick(1_000, 10_000, 10_000);
     let cases: Vec<String> = STREAMS.iter().map(|s| s.name.to_string()).collect();
     let groups: Vec<(String, Vec<f64>)> = (ALLOCATORS.iter().enumerate())
         .map(|(i, _)| {
@@ -466,7 +455,7 @@ fn run(opts: &Options) -> Report {
     }
     report.notes.push(format!(
         "seed {SEED:#x}; occupancy: a space of N mean-size areas, two allocations per free until the first \
-         failure, the mean over seeds {SEED:#x} to +{}; N up to --loops (default 10^5); churn: a space N areas fill to 3/4, N allocated, then 5N free+alloc pairs; offset-allocator \
+         failure, the mean over seeds {SEED:#x} to +{}; churn: a space N areas fill to 3/4, N allocated, then 5N free+alloc pairs; offset-allocator \
          cannot align above one page (no row on aligned streams); on the aligned streams one request in 11 \
          wants 1024-page alignment, and a space of N mean-size areas has about N/190 such starts, so every \
          allocator fails at a few percent: compare the allocators there, not the streams; vmap nodes free lazily (32 MiB threshold), \

@@ -34,8 +34,9 @@ use alloc::collections::BTreeSet;
 use super::{AlignedIndex, BTree, Pos};
 use crate::error::CheckError;
 use crate::range::fit_in;
+use crate::storage::Storage;
 
-impl BTree {
+impl<S: Storage> BTree<S> {
     /// Whether the size index is kept.
     pub fn has_size_index(&self) -> bool {
         self.by_size.is_some()
