@@ -222,16 +222,17 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         align: u64,
     ) -> Result<u64, VmError> {
         let (lo, hi) = self.range.space();
-        let r = match self.range.alloc_in(span, align, lo, hi) {
+        let r = match self.range.alloc_placed(span, align, (lo, hi), self.place) {
             Err(AllocError::NoSpace) if self.purgeable() => {
                 self.purge(mmu, src);
-                self.range.alloc_in(span, align, lo, hi)
+                self.range.alloc_placed(span, align, (lo, hi), self.place)
             }
             r => r,
         };
         r.map_err(|e| match e {
             AllocError::NoSpace => VmError::NoSpace { bytes: span },
-            _ => VmError::BadAlign { align },
+            _ if !align.is_power_of_two() || align < PAGE => VmError::BadAlign { align },
+            _ => VmError::PlacementRefused,
         })
     }
 

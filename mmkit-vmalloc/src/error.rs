@@ -27,6 +27,10 @@ pub enum VmError {
         /// The alignment asked for.
         align: u64,
     },
+    /// The range allocator does not place ranges by the layer's placement
+    /// ([`Vmalloc::set_placement`](crate::Vmalloc::set_placement)): it
+    /// places lowest fit only.
+    PlacementRefused,
     /// A CPU number the front end has no queue for.
     BadCpu {
         /// The CPU asked for.
@@ -116,6 +120,7 @@ impl fmt::Display for VmError {
                     "alignment {align:#x} is not a power of two of a page or more"
                 )
             }
+            PlacementRefused => f.write_str("the range allocator does not place by this policy"),
             BadCpu { cpu, cpus } => write!(f, "CPU {cpu} asked for, the front end has {cpus}"),
             NoSpace { bytes } => write!(f, "no {bytes:#x} bytes of address space left"),
             NoFrames { pages } => write!(f, "no {pages} frames left in the frame source"),

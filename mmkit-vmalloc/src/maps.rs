@@ -19,6 +19,7 @@ use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
 use mmkit::range::RangeAllocator;
+use mmkit::request::Policy;
 use mmkit::AllocError;
 
 use super::lazy::{Gone, Outcome, Retired, When};
@@ -166,6 +167,8 @@ pub struct Vmalloc<R, A = Area> {
     pub(crate) history: [(u64, u64); HISTORY],
     pub(crate) next_hist: usize,
     pub(crate) stats: LayerStats,
+    /// Where the range allocator places new ranges.
+    pub(crate) place: Policy,
 }
 
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
@@ -198,6 +201,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             history: [(0, 0); HISTORY],
             next_hist: 0,
             stats: LayerStats::default(),
+            place: Policy::Lowest,
         }
     }
 
@@ -226,21 +230,35 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         self.frames
     }
 
+    /// Where new ranges go in their window: [`Policy::Lowest`] (the
+    /// kernel's) unless set.
+    pub fn placement(&self) -> Policy {
+        self.place
+    }
+
+    /// Places every new range (areas and raw blocks) by `place`, passed to
+    /// the range allocator's
+    /// [`alloc_placed`](RangeAllocator::alloc_placed): lowest fit, best
+    /// fit or top down. A range allocator that places only lowest refuses
+    /// the others (`AllocError::Invalid`), and
+    /// [`Policy::Exact`] asks for one address every time.
+    pub fn set_placement(&mut self, place: Policy) {
+        self.place = place;
+    }
+
     /// Reserves `size` bytes at `align` in `window` from the range
-    /// allocator, without purging (the caller decides whether to purge and
-    /// retry). The range is *reserved*: [`insert`](Self::insert) an area
-    /// at it, or [`unreserve`](Self::unreserve) or
-    /// [`retire`](Self::retire) it. Never flushes.
+    /// allocator, placed by [`placement`](Self::placement), without purging
+    /// (the caller decides whether to purge and retry).
     ///
     /// # Errors
-    /// As the range allocator's `alloc_in`.
+    /// As the range allocator's `alloc_placed`.
     pub fn reserve(
         &mut self,
         size: u64,
         align: u64,
         window: (u64, u64),
     ) -> Result<u64, AllocError> {
-        let va = self.range.alloc_in(size, align, window.0, window.1)?;
+        let va = self.range.alloc_placed(size, align, window, self.place)?;
         self.reserved.insert(va);
         Ok(va)
     }
@@ -352,7 +370,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// cleared by its user. Never flushes.
     ///
     /// # Errors
-    /// As the range allocator's `alloc_in`.
+    /// As the range allocator's `alloc_placed`.
     pub fn reserve_block(
         &mut self,
         size: u64,
@@ -360,7 +378,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         window: (u64, u64),
     ) -> Result<u64, AllocError> {
         self.stats.block_ops += 1;
-        let va = self.range.alloc_in(size, align, window.0, window.1)?;
+        let va = self.range.alloc_placed(size, align, window, self.place)?;
         self.blocks.insert(va, size);
         Ok(va)
     }

@@ -416,3 +416,30 @@ fn map_ram_purges_the_layer_when_no_block_is_left() {
     assert_eq!(layer.lock().lazy().0, 0);
     ram.check().unwrap();
 }
+
+#[test]
+fn best_fit_placement_passes_through_to_the_range_allocator() {
+    let mut m = Machine::default();
+    let mut f = no_frames();
+    let mut v = tree(Flush::Eager);
+    v.set_placement(mmkit::request::Policy::BestFit);
+    // Areas of 4 and 1 pages, each with its guard page and a live area
+    // after it: freeing the two leaves holes of 5 and 2 pages.
+    let big = v.vmap(&mut m, &mut f, &[1; 4], PAGE).unwrap();
+    v.vmap(&mut m, &mut f, &[3], PAGE).unwrap();
+    let small = v.vmap(&mut m, &mut f, &[2], PAGE).unwrap();
+    v.vmap(&mut m, &mut f, &[3], PAGE).unwrap();
+    v.vunmap(&mut m, &mut f, big).unwrap();
+    v.vunmap(&mut m, &mut f, small).unwrap();
+    // One page and its guard: the 2-page hole, not the lowest (5 pages).
+    assert_eq!(v.vmap(&mut m, &mut f, &[4], PAGE), Ok(small));
+    assert_eq!(v.placement(), mmkit::request::Policy::BestFit);
+    // A range allocator that places only lowest refuses best fit.
+    let mut lin = Vmalloc::<LinearVmap>::new(LinearVmap::new(START, END).unwrap(), Flush::Eager);
+    lin.set_placement(mmkit::request::Policy::BestFit);
+    assert_eq!(
+        lin.vmap(&mut m, &mut f, &[5], PAGE),
+        Err(VmError::PlacementRefused)
+    );
+    v.check(&m).unwrap();
+}

@@ -136,6 +136,34 @@ crate::range::locked_range_calls!(
     "let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());"
 );
 
+/// Requests with any placement policy, on the exact allocator.
+impl<M: lock_api::RawMutex> Guarded<M, crate::vmap::VmapAllocator> {
+    /// [`VmapAllocator::allocate`](crate::vmap::VmapAllocator::allocate)
+    /// under the lock: any [`Policy`](crate::request::Policy).
+    ///
+    /// # Errors
+    /// As `allocate`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::lock::Guarded;
+    /// use mmkit::request::{Policy, Request};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(10, 1).unwrap();
+    /// va.alloc(60, 1).unwrap();
+    /// va.free(a).unwrap(); // free: [0, 10) and [70, 100)
+    /// let best = Request::bytes(8).unwrap().policy(Policy::BestFit);
+    /// assert_eq!(va.allocate(best), Ok(0));
+    /// ```
+    pub fn allocate(
+        &self,
+        req: crate::request::Request,
+    ) -> Result<u64, crate::request::RequestError> {
+        self.lock().allocate(req)
+    }
+}
+
 impl<M: lock_api::RawMutex, A: core::fmt::Debug> core::fmt::Debug for Guarded<M, A> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self.0.try_lock() {

@@ -103,6 +103,30 @@ pub trait RangeAllocator {
         self.alloc_in(size, align, start, end)
     }
 
+    /// Allocates in `[vstart, vend)` where `policy` places it (see
+    /// [`Policy`](crate::request::Policy)). [`Policy::Lowest`] is
+    /// [`alloc_in`](RangeAllocator::alloc_in); an allocator that places by
+    /// other policies overrides this, and by default they are refused.
+    ///
+    /// # Errors
+    /// As [`alloc_in`](RangeAllocator::alloc_in); [`AllocError::Invalid`]
+    /// for a policy the allocator does not place by, and
+    /// [`AllocError::NoSpace`] for an exact address that is not free.
+    ///
+    /// [`Policy::Lowest`]: crate::request::Policy::Lowest
+    fn alloc_placed(
+        &mut self,
+        size: u64,
+        align: u64,
+        (vstart, vend): (u64, u64),
+        policy: crate::request::Policy,
+    ) -> Result<u64, AllocError> {
+        match policy {
+            crate::request::Policy::Lowest => self.alloc_in(size, align, vstart, vend),
+            _ => Err(AllocError::Invalid),
+        }
+    }
+
     /// Frees the live area that starts at `addr` and returns its size.
     ///
     /// # Errors
@@ -488,3 +512,32 @@ locked_range_calls!(
     "mmkit::range::Locked",
     "let va = Locked::new(VmapAllocator::new(0, 100).unwrap());"
 );
+
+/// Requests with any placement policy, on the exact allocator.
+#[cfg(feature = "std")]
+impl Locked<crate::vmap::VmapAllocator> {
+    /// [`VmapAllocator::allocate`](crate::vmap::VmapAllocator::allocate)
+    /// under the lock: any [`Policy`](crate::request::Policy).
+    ///
+    /// # Errors
+    /// As `allocate`.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::Locked;
+    /// use mmkit::request::{Policy, Request};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
+    /// let a = va.alloc(10, 1).unwrap();
+    /// va.alloc(60, 1).unwrap();
+    /// va.free(a).unwrap(); // free: [0, 10) and [70, 100)
+    /// let best = Request::bytes(8).unwrap().policy(Policy::BestFit);
+    /// assert_eq!(va.allocate(best), Ok(0));
+    /// ```
+    pub fn allocate(
+        &self,
+        req: crate::request::Request,
+    ) -> Result<u64, crate::request::RequestError> {
+        self.lock().allocate(req)
+    }
+}

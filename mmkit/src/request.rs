@@ -48,6 +48,26 @@ pub enum Policy {
     /// The highest fitting address: the space fills from the top of the
     /// window down (vm-allocator's `LastMatch`, a top-down mmap layout).
     Highest,
+    /// The best fit: the shortest free block that holds the request
+    /// (aligned, inside the window), and in it the lowest fitting address;
+    /// among free blocks of that length, the lowest one. Leaves the long
+    /// blocks whole for the requests that need them (range-alloc's and
+    /// TLSF's placement, made exact with alignment and window).
+    ///
+    /// ```
+    /// use mmkit::request::{Policy, Request};
+    /// use mmkit::vmap::VmapAllocator;
+    ///
+    /// let mut va = VmapAllocator::new(0, 0x100).unwrap();
+    /// for (a, size) in [(0, 0x10), (0x10, 0x20), (0x30, 0x08), (0x38, 0x40)] {
+    ///     assert_eq!(va.alloc(size, 1), Ok(a));
+    /// }
+    /// va.free(0x10).unwrap(); // free: [0x10, 0x30), [0x78, 0x100)
+    /// let best = Request::bytes(0x18).unwrap().policy(Policy::BestFit);
+    /// assert_eq!(va.allocate(best.clone()), Ok(0x10)); // the 0x20 block
+    /// assert_eq!(va.allocate(best), Ok(0x78)); // the 0x88 one
+    /// ```
+    BestFit,
     /// Exactly this address, or an error (vm-allocator's `ExactMatch`; a
     /// fixed MMIO window, `MAP_FIXED_NOREPLACE`). The address must be a
     /// multiple of the alignment.

@@ -9,7 +9,7 @@ include!("models/nodes.rs");
 
 fn nodes_op() -> impl Strategy<Value = NodesOp> {
     prop_oneof![
-        6 => (any::<u8>(), any::<(u8, u8)>(), any::<u8>()).prop_map(|(cpu, size, align)| NodesOp::Alloc { cpu, size, align }),
+        6 => (any::<u8>(), any::<(u8, u8)>(), any::<u8>(), any::<bool>()).prop_map(|(cpu, size, align, best)| NodesOp::Alloc { cpu, size, align, best }),
         3 => (any::<u8>(), any::<usize>()).prop_map(|(cpu, pick)| NodesOp::Free { cpu, pick }),
         3 => (any::<u8>(), any::<usize>()).prop_map(|(cpu, pick)| NodesOp::FreeLazy { cpu, pick }),
         2 => (any::<u8>(), any::<usize>(), any::<u8>(), any::<bool>()).prop_map(|(cpu, pick, off, lazy)| NodesOp::FreeSized { cpu, pick, off, lazy }),
@@ -27,18 +27,23 @@ proptest! {
     }
 }
 
-#[test]
-fn with_pools_empty_every_answer_is_the_lowest_fit() {
-    // Drained before each allocation, the nodes answer as the exact
-    // allocator does.
+/// 3000 steps on `nodes` nodes and on an exact allocator of the same
+/// space: a free of a random live area on both, or (every node drained
+/// first) `ask` with the step and a random number, which compares the
+/// answers itself and returns the address, if any.
+fn drained_steps(
+    nodes: usize,
+    seed: u64,
+    mut ask: impl FnMut(&StdVmapNodes, &mut mmkit::vmap::VmapAllocator, usize, u64) -> Option<u64>,
+) {
     let cfg = NodesConfig {
-        nodes: 3,
+        nodes,
         ..NodesConfig::default()
     };
     let v = StdVmapNodes::new(0, 1 << 24, cfg).unwrap();
     let mut exact = mmkit::vmap::VmapAllocator::new(0, 1 << 24).unwrap();
     let mut live = Vec::new();
-    let mut x = 3u64;
+    let mut x = seed;
     for i in 0..3000usize {
         x = x
             .wrapping_mul(6364136223846793005)
@@ -48,12 +53,47 @@ fn with_pools_empty_every_answer_is_the_lowest_fit() {
             assert_eq!(v.free(i, a), exact.free(a));
         } else {
             v.drain();
-            let size = 4096 * (1 + (x >> 40) % 8);
-            let align = 4096 << ((x >> 36) % 3);
-            let a = v.alloc(i, size, align).unwrap();
-            assert_eq!(exact.alloc(size, align), Ok(a));
-            live.push(a);
+            live.extend(ask(&v, &mut exact, i, x));
         }
     }
     v.check().unwrap();
+}
+
+#[test]
+fn with_pools_empty_every_answer_is_the_lowest_fit() {
+    // Drained before each allocation, the nodes answer as the exact
+    // allocator does.
+    drained_steps(3, 3, |v, exact, i, x| {
+        let size = 4096 * (1 + (x >> 40) % 8);
+        let align = 4096 << ((x >> 36) % 3);
+        let a = v.alloc(i, size, align).unwrap();
+        assert_eq!(exact.alloc(size, align), Ok(a));
+        Some(a)
+    });
+}
+
+#[test]
+fn with_pools_empty_every_policy_answers_as_the_exact_allocator() {
+    // Drained before each request, `allocate` answers as the exact
+    // allocator's, at every policy, with and without a window.
+    use mmkit::request::{Policy, Request};
+    drained_steps(2, 5, |v, exact, i, x| {
+        let size = 4096 * (1 + (x >> 40) % 8);
+        let policy = match (x >> 30) % 4 {
+            0 => Policy::Lowest,
+            1 => Policy::Highest,
+            _ => Policy::BestFit,
+        };
+        let mut req = Request::bytes(size)
+            .unwrap()
+            .align(4096 << ((x >> 36) % 3))
+            .policy(policy);
+        if (x >> 33) % 3 == 0 {
+            let lo = (x >> 8) % (1 << 23);
+            req = req.within(lo..lo + (1 << 22));
+        }
+        let got = v.allocate(i, &req);
+        assert_eq!(got, exact.allocate(req), "request {i}");
+        got.ok()
+    });
 }

@@ -1,6 +1,6 @@
-//! `VmapAllocator::allocate` with every policy (lowest, highest, exact),
-//! lazy frees, purges, `grow` and `shrink`, against a brute-force model: a
-//! sorted list of free ranges scanned linearly (`models/policy.rs`, shared
+//! `VmapAllocator::allocate` with every policy (lowest, highest, best fit,
+//! exact), lazy frees, purges, `grow` and `shrink`, against a brute-force
+//! model: a sorted list of free ranges scanned linearly (`models/policy.rs`, shared
 //! with the fuzz target `vmap_policy`). Results (addresses and every error
 //! with its fields), the free blocks and the space must agree after every
 //! operation, and `check()` must pass.
@@ -13,6 +13,7 @@ fn op() -> impl Strategy<Value = Op> {
     let place = prop_oneof![
         Just(Place::Lowest),
         Just(Place::Highest),
+        Just(Place::BestFit),
         (0u64..5000).prop_map(Place::Exact),
     ];
     let align = prop_oneof![4 => (0u32..9).prop_map(|k| 1u64 << k), 1 => Just(3u64)];
@@ -87,9 +88,10 @@ fn fragmented(space: (u64, u64), areas: u64, seed: u64) -> (VmapAllocator, Model
 /// Steps inside the fragmented part of the deep run's space.
 fn deep_op() -> impl Strategy<Value = Op> {
     let place = prop_oneof![
-        Just(Place::Lowest),
-        Just(Place::Highest),
-        (0u64..60_000).prop_map(|a| Place::Exact(a & !15)),
+        1 => Just(Place::Lowest),
+        1 => Just(Place::Highest),
+        2 => Just(Place::BestFit),
+        1 => (0u64..60_000).prop_map(|a| Place::Exact(a & !15)),
     ];
     let align = (0u32..7).prop_map(|k| 1u64 << k);
     let window = proptest::option::of((0u64..60_000, 0u64..60_000));
@@ -110,13 +112,51 @@ const DEEP_POLICY_AREAS: u64 = 1200;
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(8))]
 
-    /// Lowest, highest and exact placement on a tree of three levels.
+    /// Lowest, highest, best-fit and exact placement on a tree of three
+    /// levels.
     #[test]
     fn policies_match_the_model_on_a_deep_tree(seed in any::<u64>(), ops in proptest::collection::vec(deep_op(), 1..100)) {
         let (v, m) = fragmented((0, 1 << 20), DEEP_POLICY_AREAS, seed);
         prop_assert!(m.free.len() > 16 * 16 + 1, "{} free blocks", m.free.len());
         run_policy_ops_from(v, m, &ops).map_err(TestCaseError::fail)?;
     }
+}
+
+/// Best fit alone on a tree of three levels, at several alignments, with
+/// and without a window, frees between: every answer is the model's, and
+/// many differ from the lowest fit (so a best fit that answered the
+/// lowest fit would fail here).
+#[test]
+fn best_fit_on_a_deep_tree_is_the_models_and_not_the_lowest_fit() {
+    let (mut v, mut m) = fragmented((0, 1 << 20), DEEP_POLICY_AREAS, 11);
+    let mut differ = 0;
+    for i in 0..600u64 {
+        let size = 8 * (1 + i % 9);
+        let align = [1, 16, 64][(i % 3) as usize];
+        let window = (i % 4 == 3).then(|| (i * 997 % 40_000, i * 997 % 40_000 + 9000));
+        let (lo, hi) = window.unwrap_or(m.space);
+        let lowest = m.find(size, align, lo, hi, Policy::Lowest);
+        let best = m.find(size, align, lo, hi, Policy::BestFit);
+        differ += usize::from(lowest != best);
+        let ops = [
+            Op::Alloc {
+                size,
+                align,
+                window,
+                place: Place::BestFit,
+            },
+            Op::Free(i as usize * 13),
+        ];
+        let ops = if i % 3 == 0 { &ops[..] } else { &ops[..1] };
+        for op in ops {
+            step(&mut v, &mut m, op).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        }
+    }
+    assert!(
+        differ > 200,
+        "{differ} best fits differ from the lowest fit"
+    );
+    v.check().unwrap();
 }
 
 /// Requests aligned to the granule every block start has (16 here), with

@@ -2,6 +2,7 @@
 //! augmented B+tree of free blocks. It is also the oracle the bench asks
 //! for the exact lowest fit of every peer's request.
 
+use mmkit::request::{Policy, Request};
 use mmkit::vmap::VmapAllocator;
 
 use super::{PeerRange, PAGE};
@@ -56,5 +57,43 @@ impl PeerRange for Mmkit {
     fn place(&mut self, addr: u64, size: u64) -> Option<u64> {
         let end = addr.checked_add(size)?;
         self.0.alloc_in(size, 1, addr, end).ok()
+    }
+}
+
+/// [`VmapAllocator`] placing every request by [`Policy::BestFit`]: the
+/// shortest free block that holds it; the handle is the start address.
+pub struct MmkitBest(VmapAllocator);
+
+impl PeerRange for MmkitBest {
+    type Handle = u64;
+
+    fn name() -> &'static str {
+        "mmkit-best"
+    }
+
+    fn about() -> &'static str {
+        "exact best fit, a size index beside the B+tree, O(log n)"
+    }
+
+    fn new(space_bytes: u64, max_areas: usize) -> Self {
+        MmkitBest(reserved(space_bytes, max_areas))
+    }
+
+    fn alloc(&mut self, size: u64, align: u64) -> Option<(u64, u64)> {
+        let req = Request::bytes(size)?.align(align).policy(Policy::BestFit);
+        let a = self.0.allocate(req).ok()?;
+        Some((a, a))
+    }
+
+    fn free(&mut self, addr: u64) -> bool {
+        self.0.free(addr).is_ok()
+    }
+
+    fn exact_lowest_fit() -> bool {
+        false
+    }
+
+    fn supports_align() -> bool {
+        true
     }
 }

@@ -1,10 +1,12 @@
-//! What exact lowest fit buys: the same request streams on mmkit's exact
-//! allocator, its two pooled front ends and the peer crates of `mmkit
-//! bench` (TLSF, offset-allocator's two-level bins, range-alloc's first
-//! fit), measured not for speed but for the space they leave usable:
+//! What exact placement buys: the same request streams on mmkit's exact
+//! allocator placing by lowest fit and by best fit, its two pooled front
+//! ends and the peer crates of `mmkit bench` (TLSF, offset-allocator's
+//! two-level bins, range-alloc's best fit), measured not for speed but for
+//! the space they leave usable:
 //! - **occupancy at the first failure**: from an empty space sized for `N`
 //!   average areas, two allocations for each free (of a random live area)
-//!   until an allocation fails: the live bytes then, over the space;
+//!   until an allocation fails: the live bytes then, over the space, the
+//!   mean over three seeds (`--seeds`);
 //! - **largest free / total free** after a long churn: the space sized so
 //!   `N` areas fill three quarters of it, `N` allocated, then `5N`
 //!   free+alloc pairs: the largest gap between live areas over all gaps
@@ -23,7 +25,7 @@ use rand_mt::Mt64;
 use serde::Serialize;
 
 use super::{Experiment, Options};
-use crate::bench::{Mmkit, MmkitPooled, OffsetAlloc, PeerRange, RangeAlloc, XallocTlsf};
+use crate::bench::{Mmkit, MmkitBest, MmkitPooled, OffsetAlloc, PeerRange, RangeAlloc, XallocTlsf};
 use crate::plot::{self, Axis, Chart};
 use crate::render::{col, Col, Fmt, Report, Table, Target};
 use crate::run::{ms, progress, PAGE};
@@ -31,12 +33,16 @@ use crate::run::{ms, progress, PAGE};
 /// Registry entry.
 pub const EXPERIMENT: Experiment = Experiment {
     name: "exactness",
-    about: "what exact lowest fit buys: occupancy at the first failure, largest/total free and span, mmkit vs TLSF, offset-allocator, range-alloc",
+    about: "what exact placement buys: occupancy at the first failure, largest/total free and span, mmkit's lowest and best fit vs TLSF, offset-allocator, range-alloc",
     run,
 };
 
-/// The seed of every stream.
+/// The seed of every stream (the churn's, and the first occupancy run's).
 const SEED: u64 = 0x6578_6163_7400_0000;
+
+/// The occupancy runs by default (`--seeds`): one per seed, `SEED + i`,
+/// averaged.
+const OCCUPANCY_SEEDS: u64 = 3;
 
 /// One request stream.
 #[derive(Debug, Clone, Copy)]
@@ -192,11 +198,18 @@ fn free_one<P: PeerRange>(p: &mut P, live: &mut Live<P::Handle>, r: &mut Mt64) -
     (pick_long, bytes)
 }
 
-/// Occupancy at the first failure, in a space of `n` mean areas.
-fn occupancy<P: PeerRange>(s: &Stream, n: usize) -> f64 {
+/// Occupancy at the first failure, in a space of `n` mean areas, the
+/// mean over `seeds` runs.
+fn occupancy<P: PeerRange>(s: &Stream, n: usize, seeds: u64) -> f64 {
+    let runs = (0..seeds).map(|i| occupancy_with::<P>(s, n, SEED + i));
+    runs.sum::<f64>() / seeds as f64
+}
+
+/// One occupancy run, its requests drawn from `seed`.
+fn occupancy_with<P: PeerRange>(s: &Stream, n: usize, seed: u64) -> f64 {
     let space = ((n as f64 * s.mean_pages).ceil() as u64).max(1) * PAGE;
     let mut p = P::new(space, 2 * n + 16);
-    let mut r = Mt64::new(SEED);
+    let mut r = Mt64::new(seed);
     let mut live: Live<P::Handle> = Live::new();
     let mut bytes = 0;
     for _ in 0..40 * n {
@@ -257,7 +270,7 @@ fn churned<P: PeerRange>(s: &Stream, n: usize) -> (f64, f64, usize) {
     )
 }
 
-fn measure<P: PeerRange>(s: &Stream, n: usize) -> Row {
+fn measure<P: PeerRange>(s: &Stream, n: usize, seeds: u64) -> Row {
     let runs = !s.aligned || P::supports_align();
     let churn = runs.then(|| churned::<P>(s, n));
     Row {
@@ -265,16 +278,17 @@ fn measure<P: PeerRange>(s: &Stream, n: usize) -> Row {
         live: n,
         allocator: P::name(),
         exact: P::exact_lowest_fit(),
-        occupancy_pct: runs.then(|| 100.0 * occupancy::<P>(s, n)),
+        occupancy_pct: runs.then(|| 100.0 * occupancy::<P>(s, n, seeds)),
         largest_over_free_pct: churn.map(|c| 100.0 * c.0),
         span_over_live: churn.map(|c| c.1),
         churn_failures: churn.map(|c| c.2),
     }
 }
 
-/// Every allocator, mmkit's exact one first.
-const ALLOCATORS: [fn(&Stream, usize) -> Row; 6] = [
+/// Every allocator, mmkit's exact one first, then its best fit.
+const ALLOCATORS: [fn(&Stream, usize, u64) -> Row; 7] = [
     measure::<Mmkit>,
+    measure::<MmkitBest>,
     measure::<MmkitPooled>,
     measure::<Nodes>,
     measure::<XallocTlsf>,
@@ -282,23 +296,61 @@ const ALLOCATORS: [fn(&Stream, usize) -> Row; 6] = [
     measure::<RangeAlloc>,
 ];
 
-/// In how many (stream, N) cells mmkit's exact allocator is at least as
-/// good as every other allocator that ran, by `metric` (higher better
-/// when `higher`), within `slack`.
+/// Whether an allocator is a peer crate, not one of mmkit's.
+fn is_peer(name: &str) -> bool {
+    ![
+        Mmkit::name(),
+        MmkitBest::name(),
+        MmkitPooled::name(),
+        Nodes::name(),
+    ]
+    .contains(&name)
+}
+
+/// What [`wins`] compares: `who` against every allocator `rival` names.
+struct Contest {
+    who: &'static str,
+    rival: fn(&str) -> bool,
+}
+
+/// mmkit's lowest fit against everything but mmkit's best fit.
+const LOWEST: Contest = Contest {
+    who: "mmkit",
+    rival: |a| a != MmkitBest::name(),
+};
+
+/// mmkit's best fit against the peer crates.
+const BEST: Contest = Contest {
+    who: "mmkit-best",
+    rival: is_peer,
+};
+
+/// In how many (stream, N) cells mmkit's lowest fit is at least as good
+/// as every other allocator that ran but its best fit, by `metric`
+/// (higher better when `higher`), within `slack`.
 fn wins(rows: &[Row], metric: fn(&Row) -> Option<f64>, higher: bool, slack: f64) -> (usize, usize) {
+    wins_of(&LOWEST, rows, metric, higher, slack)
+}
+
+/// [`wins`] for any [`Contest`].
+fn wins_of(
+    c: &Contest,
+    rows: &[Row],
+    metric: fn(&Row) -> Option<f64>,
+    higher: bool,
+    slack: f64,
+) -> (usize, usize) {
     let mut cells: Vec<(&str, usize)> = rows.iter().map(|r| (r.stream, r.live)).collect();
     cells.dedup();
     let won = cells
         .iter()
         .filter(|&&(s, n)| {
             let cell = || rows.iter().filter(move |r| r.stream == s && r.live == n);
-            let Some(m) = cell()
-                .find(|r| r.allocator == Mmkit::name())
-                .and_then(metric)
-            else {
+            let Some(m) = cell().find(|r| r.allocator == c.who).and_then(metric) else {
                 return false;
             };
-            cell().filter_map(metric).all(|o| match higher {
+            let rivals = cell().filter(|r| r.allocator != c.who && (c.rival)(r.allocator));
+            rivals.filter_map(metric).all(|o| match higher {
                 true => m >= o - slack,
                 false => m <= o + slack,
             })
@@ -307,19 +359,40 @@ fn wins(rows: &[Row], metric: fn(&Row) -> Option<f64>, higher: bool, slack: f64)
     (won, cells.len())
 }
 
-fn verdict(rows: &[Row]) -> Vec<String> {
+fn verdict(rows: &[Row], seeds: u64) -> Vec<String> {
     let (o, c) = wins(rows, |r| r.occupancy_pct, true, 0.5);
     let (f, _) = wins(rows, |r| r.largest_over_free_pct, true, 0.5);
     let (s, _) = wins(rows, |r| r.span_over_live, false, 0.005);
-    vec![format!(
-        "measured: mmkit's exact lowest fit reached the highest occupancy before its first failure \
-         (within 0.5 points) in {o} of {c} cells, the highest largest/total free after the churn in \
-         {f} of {c}, and the lowest span in {s} of {c}"
-    )]
+    let (bo, _) = wins_of(&BEST, rows, |r| r.occupancy_pct, true, 0.0);
+    let (bf, _) = wins_of(&BEST, rows, |r| r.largest_over_free_pct, true, 0.5);
+    vec![
+        format!(
+            "measured: mmkit's exact lowest fit reached the highest occupancy before its first failure \
+             (within 0.5 points) in {o} of {c} cells, the highest largest/total free after the churn in \
+             {f} of {c}, and the lowest span in {s} of {c} (against every allocator but mmkit's best fit)"
+        ),
+        format!(
+            "measured: mmkit's exact best fit reached an occupancy at the first failure at least the \
+             best peer crate's (mean over {seeds} seeds) in {bo} of {c} cells, and the \
+             highest largest/total free among them (within 0.5 points) in {bf} of {c}"
+        ),
+    ]
+}
+
+/// The best-fit target: in every (stream, N) cell, best fit's occupancy
+/// at the first failure (mean over seeds) is at least every peer crate's.
+fn best_fit_target(rows: &[Row]) -> Target {
+    let (won, cells) = wins_of(&BEST, rows, |r| r.occupancy_pct, true, 0.0);
+    Target::new(
+        "mmkit's best fit: occupancy at the first failure >= the best peer crate's in every cell",
+        format!("{won} of {cells} cells"),
+        won == cells,
+    )
 }
 
 fn run(opts: &Options) -> Report {
     let lives: &[usize] = opts.pick(&[1_000], &[1_000, 10_000], &[1_000, 10_000, 100_000]);
+    let seeds = opts.seeds.unwrap_or(OCCUPANCY_SEEDS);
     let pb = progress(
         (lives.len() * STREAMS.len() * ALLOCATORS.len()) as u64,
         "exactness",
@@ -329,7 +402,7 @@ fn run(opts: &Options) -> Report {
     for s in &STREAMS {
         for &n in lives {
             for m in ALLOCATORS {
-                rows.push(m(s, n));
+                rows.push(m(s, n, seeds));
                 pb.inc(1);
             }
         }
@@ -350,7 +423,8 @@ fn run(opts: &Options) -> Report {
         format!("{} rows, {missing} missing", rows.len()),
         missing == 0,
     ));
-    report.notes.extend(verdict(&rows));
+    report.targets.push(best_fit_target(&rows));
+    report.notes.extend(verdict(&rows, seeds));
     let n = opts.pick(1_000, 10_000, 10_000);
     let cases: Vec<String> = STREAMS.iter().map(|s| s.name.to_string()).collect();
     let groups: Vec<(String, Vec<f64>)> = (ALLOCATORS.iter().enumerate())
@@ -381,11 +455,12 @@ fn run(opts: &Options) -> Report {
     }
     report.notes.push(format!(
         "seed {SEED:#x}; occupancy: a space of N mean-size areas, two allocations per free until the first \
-         failure; churn: a space N areas fill to 3/4, N allocated, then 5N free+alloc pairs; offset-allocator \
+         failure, the mean over seeds {SEED:#x} to +{}; churn: a space N areas fill to 3/4, N allocated, then 5N free+alloc pairs; offset-allocator \
          cannot align above one page (no row on aligned streams); on the aligned streams one request in 11 \
          wants 1024-page alignment, and a space of N mean-size areas has about N/190 such starts, so every \
          allocator fails at a few percent: compare the allocators there, not the streams; vmap nodes free lazily (32 MiB threshold), \
          mmkit-pooled at once ({:.0} ms in all)",
+        seeds - 1,
         ms(t0.elapsed())
     ));
     report
@@ -399,7 +474,7 @@ mod tests {
     fn every_allocator_fills_and_churns_a_small_space() {
         for s in &STREAMS {
             for m in ALLOCATORS {
-                let r = m(s, 200);
+                let r = m(s, 200, 1);
                 if let Some(o) = r.occupancy_pct {
                     // Aligned streams: a few percent at most (see the notes).
                     let least = if s.aligned { 1.0 } else { 50.0 };
@@ -429,5 +504,20 @@ mod tests {
         let rows = [row("mmkit", 70.0), row("other", 80.0)];
         assert_eq!(wins(&rows, |r| r.occupancy_pct, true, 0.5), (0, 1));
         assert_eq!(wins(&rows, |r| r.span_over_live, false, 0.0), (0, 1));
+        // Best fit is judged against the peer crates alone, and lowest
+        // fit against all but best fit.
+        let rows = [
+            row("mmkit", 70.0),
+            row("mmkit-best", 85.0),
+            row("other", 80.0),
+        ];
+        assert_eq!(
+            wins_of(&BEST, &rows, |r| r.occupancy_pct, true, 0.0),
+            (1, 1)
+        );
+        assert_eq!(wins(&rows, |r| r.occupancy_pct, true, 0.5), (0, 1));
+        assert_eq!(best_fit_target(&rows).met, Some(true));
+        let rows = [row("mmkit-best", 79.0), row("other", 80.0)];
+        assert_eq!(best_fit_target(&rows).met, Some(false));
     }
 }

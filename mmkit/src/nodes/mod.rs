@@ -68,6 +68,7 @@ use alloc::vec::Vec;
 use crate::error::{AllocError, FreeError};
 use crate::lazy::LazyList;
 use crate::range::FlushHook;
+use crate::request::{Policy, Request, RequestError};
 use crate::vmap::busy::BusyIndex;
 use crate::vmap::VmapAllocator;
 
@@ -280,9 +281,64 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         if size == 0 || !align.is_power_of_two() {
             return Err(AllocError::Invalid);
         }
+        self.take_or_ask(cpu, size, align, true, |va| {
+            va.alloc(size, align)
+                .map_err(|e| (e == AllocError::NoSpace, e))
+        })
+    }
+
+    /// Allocates by a [`Request`] on node `cpu % nodes`: a request with
+    /// no window, placed lowest or best, may take a pooled area as
+    /// [`alloc`](Self::alloc) does (a pooled area of exactly the size is
+    /// as good a fit as any); every other request, and a miss, is
+    /// answered by the free tree with the request's policy, exactly.
+    ///
+    /// # Errors
+    /// As [`VmapAllocator::allocate`]; a request that finds no space asks
+    /// once more after every node was drained.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::{NodesConfig, StdVmapNodes};
+    /// use mmkit::request::{Policy, Request};
+    /// let v = StdVmapNodes::new(0, 1 << 20, NodesConfig::default()).unwrap();
+    /// let top = Request::bytes(4096).unwrap().align(4096).policy(Policy::Highest);
+    /// assert_eq!(v.allocate(0, &top), Ok((1 << 20) - 4096));
+    /// let best = Request::bytes(4096).unwrap().policy(Policy::BestFit);
+    /// assert_eq!(v.allocate(1, &best), Ok(0));
+    /// ```
+    pub fn allocate(&self, cpu: usize, req: &Request) -> Result<u64, RequestError> {
+        let align = req.alignment();
+        if !align.is_power_of_two() {
+            return Err(RequestError::BadAlign { align });
+        }
+        let poolable =
+            req.window().is_none() && matches!(req.placement(), Policy::Lowest | Policy::BestFit);
+        self.take_or_ask(cpu, req.size(), align, poolable, |va| {
+            va.allocate(req.clone()).map_err(|e| {
+                let no_space =
+                    matches!(e, RequestError::NoFit { .. } | RequestError::NotFree { .. });
+                (no_space, e)
+            })
+        })
+    }
+
+    /// The pooled area of node `cpu % nodes` for `size` at `align` when
+    /// `poolable` and there is one, else what `ask` gets from the free
+    /// tree (its error paired with whether it means no space: then every
+    /// node is drained and `ask` runs once more). The area enters the
+    /// node's busy index.
+    fn take_or_ask<E>(
+        &self,
+        cpu: usize,
+        size: u64,
+        align: u64,
+        poolable: bool,
+        ask: impl Fn(&mut VmapAllocator) -> Result<u64, (bool, E)>,
+    ) -> Result<u64, E> {
         let at = &self.nodes[cpu % self.nodes.len()].0;
         let mut n = at.lock();
-        if let Some(k) = self.class_of(size) {
+        if let Some(k) = self.class_of(size).filter(|_| poolable) {
             if let Some(&a) = n.pools[k].last() {
                 if a % align == 0 {
                     n.pools[k].pop();
@@ -293,18 +349,18 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             }
         }
         n.misses += 1;
-        let got = self.global.0.lock().alloc(size, align);
+        let got = ask(&mut self.global.0.lock());
         let a = match got {
-            Err(AllocError::NoSpace) => {
+            Err((true, _)) => {
                 // Pooled and lazy areas may hold the space: every node gives
                 // them back (this one's lock released first: a drain takes
                 // each node's), then the free tree is asked once more.
                 drop(n);
                 self.drain();
                 n = at.lock();
-                self.global.0.lock().alloc(size, align)?
+                ask(&mut self.global.0.lock()).map_err(|e| e.1)?
             }
-            r => r?,
+            r => r.map_err(|e| e.1)?,
         };
         n.busy.insert(a, a + size);
         Ok(a)

@@ -212,7 +212,7 @@ where
     Self: PerStorage,
 {
     /// Allocates by a [`Request`]: size, alignment, window and
-    /// [`Policy`] (lowest, highest or exact). A failing request purges the
+    /// [`Policy`] (lowest, highest, best fit or exact). A failing request purges the
     /// lazily freed areas once and retries, as [`alloc`](Self::alloc) does.
     ///
     /// # Errors
@@ -222,8 +222,15 @@ where
     /// (exact address). Nothing changes.
     ///
     /// # Complexity
-    /// O(log n) for every policy (plus the near misses documented at
-    /// [`alloc_in`](Self::alloc_in)).
+    /// O(log n) for lowest, highest and exact (plus the near misses
+    /// documented at [`alloc_in`](Self::alloc_in)). Best fit: O(log n +
+    /// min(k, m)), where `k` free blocks at least as long as the request
+    /// come before the answer in length order but cannot hold it (the
+    /// alignment misses in them, or they lie outside the window) and `m`
+    /// free blocks meet the window; `k` is 0 without a window when every
+    /// block's start and length are multiples of the alignment. The first
+    /// best-fit request builds the size index (O(n log n), once), and the
+    /// isolated blocks and the pending area go into the tree before each.
     ///
     /// # Examples
     /// ```
@@ -324,6 +331,7 @@ where
         let (lo, hi, highest) = match req.placement() {
             Policy::Lowest => (lo, hi, false),
             Policy::Highest => (lo, hi, true),
+            Policy::BestFit => return self.try_best_fit(size, align, lo, hi),
             Policy::Exact(a) => {
                 let end = a.checked_add(size)?;
                 if a < lo || end > hi {
@@ -343,6 +351,24 @@ where
         self.free.enable_summaries(align);
         let mut pos = Pos::new();
         let a = self.free.highest_fit(size, align, lo, hi, &mut pos)?;
+        self.claim(&pos, a, size);
+        Some(a)
+    }
+
+    /// The best fit in `[lo, hi)` (see [`Policy::BestFit`]), made a live
+    /// area. The isolated blocks and the pending area go into the tree
+    /// first, so the tree's size index sees every free block.
+    fn try_best_fit(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        if lo >= hi {
+            return None;
+        }
+        self.settle_isolated();
+        let mut pos = Pos::new();
+        let a = self.free.best_fit(size, align, lo, hi, &mut pos)?;
+        debug_assert!(
+            self.free.len() > 4096 || self.free.best_fit_linear(size, align, lo, hi) == Some(a),
+            "the best fit differs from a scan of every block"
+        );
         self.claim(&pos, a, size);
         Some(a)
     }

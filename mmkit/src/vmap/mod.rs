@@ -349,13 +349,17 @@ where
         let (js, je) = self.isolated.take_adjacent(s, e);
         let joins_prev = nb.prev.is_some_and(|p| p.1 == js);
         let joins_next = nb.next.is_some_and(|n| n.0 == je);
+        // Once best fit is asked for, blocks go straight into the tree: a
+        // best-fit search would settle them there before it looks.
+        let aside = !self.free.has_size_index();
         if !joins_prev && !joins_next {
             // Fixed storage holds no block aside: one operation adds at
             // most one block to the tree, the room checked before it.
-            if S::FIXED || !self.isolated.push(js, je) {
+            if S::FIXED || !(aside && self.isolated.push(js, je)) {
                 self.free.insert_at(nb, js, je);
             }
-        } else if !(!S::FIXED && may_hold && (js, je) == (s, e) && self.hold_pending(s, e)) {
+        } else if !(!S::FIXED && aside && may_hold && (js, je) == (s, e) && self.hold_pending(s, e))
+        {
             self.join_tree(js, je, joins_prev, joins_next);
         }
     }
@@ -606,6 +610,20 @@ impl RangeAllocator {
             Self::try_alloc,
             Self::purge_with_hook,
         )
+    }
+
+    /// Every [`Policy`](crate::request::Policy), through
+    /// [`allocate`](Self::allocate).
+    fn alloc_placed(
+        &mut self,
+        size: u64,
+        align: u64,
+        (vstart, vend): (u64, u64),
+        policy: crate::request::Policy,
+    ) -> Result<u64, AllocError> {
+        let req = crate::request::Request::bytes(size).ok_or(AllocError::Invalid)?;
+        self.allocate(req.align(align).within(vstart..vend).policy(policy))
+            .map_err(AllocError::from)
     }
 
     /// # Complexity

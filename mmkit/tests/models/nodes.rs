@@ -44,8 +44,11 @@ impl NodesModel {
         (size % self.cfg.granule == 0 && k >= 1 && k <= self.cfg.classes as u64).then_some(k)
     }
 
-    fn tree_alloc(&mut self, size: u64, align: u64) -> Option<u64> {
-        let a = self.free.iter().find_map(|&(s, e)| fit_in(s, e, size, align))?;
+    /// The lowest fit, or (`best`) the best: the lowest fit in the
+    /// shortest block that holds one, the lowest such block.
+    fn tree_alloc(&mut self, size: u64, align: u64, best: bool) -> Option<u64> {
+        let fits = self.free.iter().filter_map(|&(s, e)| fit_in(s, e, size, align).map(|a| (e - s, a)));
+        let a = if best { fits.min()?.1 } else { fits.map(|f| f.1).next()? };
         let i = self.free.iter().position(|&(s, e)| s <= a && a + size <= e).unwrap();
         let (s, e) = self.free.remove(i);
         if a + size < e {
@@ -71,7 +74,7 @@ impl NodesModel {
         }
     }
 
-    fn alloc(&mut self, cpu: usize, size: u64, align: u64) -> Result<u64, AllocError> {
+    fn alloc(&mut self, cpu: usize, size: u64, align: u64, best: bool) -> Result<u64, AllocError> {
         if size == 0 || !align.is_power_of_two() {
             return Err(AllocError::Invalid);
         }
@@ -88,11 +91,11 @@ impl NodesModel {
             }
         }
         self.nodes[c].misses += 1;
-        let a = match self.tree_alloc(size, align) {
+        let a = match self.tree_alloc(size, align, best) {
             Some(a) => a,
             None => {
                 self.purge(true);
-                self.tree_alloc(size, align).ok_or(AllocError::NoSpace)?
+                self.tree_alloc(size, align, best).ok_or(AllocError::NoSpace)?
             }
         };
         self.nodes[c].live.insert(a, a + size);
@@ -179,7 +182,9 @@ impl NodesModel {
 /// One step on both.
 #[derive(Debug, Clone, arbitrary::Arbitrary)]
 enum NodesOp {
-    Alloc { cpu: u8, size: (u8, u8), align: u8 },
+    /// `best`: [`Policy::BestFit`](mmkit::request::Policy::BestFit)
+    /// through `allocate`, else `alloc` (lowest fit).
+    Alloc { cpu: u8, size: (u8, u8), align: u8, best: bool },
     Free { cpu: u8, pick: usize },
     FreeLazy { cpu: u8, pick: usize },
     FreeSized { cpu: u8, pick: usize, off: u8, lazy: bool },
@@ -214,14 +219,20 @@ fn run_nodes(cfg: NodesConfig, ops: &[NodesOp]) -> Result<(), String> {
     for (i, op) in ops.iter().enumerate() {
         let pick = |p: usize| returned.get(p % returned.len().max(1)).copied().unwrap_or((0, 1));
         let (got, want) = match *op {
-            NodesOp::Alloc { cpu, size, align } => {
+            NodesOp::Alloc { cpu, size, align, best } => {
                 let size = match size.0 % 4 {
                     0 => 1 + u64::from(size.1 % 9),
                     _ => g * (1 + u64::from(size.1 % 6)),
                 };
                 let align = 1u64 << (align % 7);
-                let (cpu, got) = (usize::from(cpu), v.alloc(usize::from(cpu), size, align));
-                let want = m.alloc(cpu, size, align);
+                let cpu = usize::from(cpu);
+                let got = if best {
+                    let req = mmkit::request::Request::bytes(size).unwrap().align(align);
+                    v.allocate(cpu, &req.policy(mmkit::request::Policy::BestFit)).map_err(AllocError::from)
+                } else {
+                    v.alloc(cpu, size, align)
+                };
+                let want = m.alloc(cpu, size, align, best);
                 if let Ok(a) = got {
                     returned.push((a, a + size));
                 }

@@ -14,6 +14,7 @@ use mmkit::vmap::VmapAllocator;
 pub enum Place {
     Lowest,
     Highest,
+    BestFit,
     Exact(u64),
 }
 
@@ -22,6 +23,7 @@ impl Place {
         match self {
             Place::Lowest => Policy::Lowest,
             Place::Highest => Policy::Highest,
+            Place::BestFit => Policy::BestFit,
             Place::Exact(a) => Policy::Exact(a),
         }
     }
@@ -103,6 +105,14 @@ impl Model {
         match policy {
             Policy::Lowest => self.free.iter().find_map(low),
             Policy::Highest => self.free.iter().rev().find_map(high),
+            // The shortest block that holds the request, the lowest of
+            // those; in it, the lowest fit.
+            Policy::BestFit => self
+                .free
+                .iter()
+                .filter_map(|b| low(b).map(|a| (b.1 - b.0, b.0, a)))
+                .min()
+                .map(|(_, _, a)| a),
             Policy::Exact(a) => {
                 let end = a.checked_add(size)?;
                 let ok = a >= lo && end <= hi && self.free.iter().any(|&(s, e)| s <= a && end <= e);

@@ -70,6 +70,7 @@ impl<S: Storage> BTree<S> {
             self.leaves.used(),
             self.inners.used()
         );
+        self.check_size_index()?;
         let (c, q) = (&self.cleared, &self.cleared.asked);
         if q.size > 0 {
             let first = self.lowest_fit_linear(q.size, q.align, q.lo, q.hi);

@@ -81,10 +81,13 @@
 //! released nodes are chained for reuse, so a steady state of inserts and
 //! removals allocates no heap memory.
 
+use alloc::collections::BTreeSet;
+
 use crate::storage::{Fixed, Heap, Storage};
 use node::{Inner, Leaf, Pool, NONE};
 use search::{Cleared, Shape};
 
+mod by_size;
 mod check;
 mod entry;
 mod finger;
@@ -113,6 +116,10 @@ const INNER_MIN: usize = FANOUT / 2;
 /// Inner levels, at most: `FANOUT / 2` children per node (2 at the root)
 /// reach 2^32 leaves, every `u32` id, in 11 levels.
 pub const MAX_HEIGHT: usize = 12;
+
+/// The blocks holding a start aligned to one alignment, as `(usable
+/// length from that start, start, end)` (see `by_size.rs`).
+type AlignedIndex = BTreeSet<(u64, u64, u64)>;
 
 /// A [`Neighbours`] version no tree reaches.
 const NO_VERSION: u64 = u64::MAX;
@@ -209,6 +216,13 @@ pub struct BTree<S: Storage = Heap> {
     /// The longest block in the nodes and the version it was read at
     /// (see [`may_hold_below`](Self::may_hold_below)).
     nodes_max: (u64, u64),
+    /// Once a best fit is asked for: every block as `(length, start)`
+    /// (see `by_size.rs`).
+    by_size: Option<BTreeSet<(u64, u64)>>,
+    /// Per alignment a best fit asked for above the granule floor: the
+    /// blocks that hold an aligned start, as `(usable length, start,
+    /// end)` (see `by_size.rs`).
+    by_usable: alloc::vec::Vec<(u32, AlignedIndex)>,
 }
 
 impl Default for BTree {
@@ -250,6 +264,8 @@ impl<S: Storage> BTree<S> {
             cleared: Cleared::NONE,
             shape: 0,
             nodes_max: (NO_VERSION, 0),
+            by_size: None,
+            by_usable: alloc::vec::Vec::new(),
         }
     }
 

@@ -101,6 +101,19 @@ fn run_model(shift: u32, base: u64, ops: &[Op], check_every: usize) -> Result<()
                     prop_assert!(s <= a && a + size <= e);
                 }
                 prop_assert_eq!(t.lowest_fit_linear(size, align, lo, hi), want);
+                let want_best = model
+                    .iter()
+                    .filter_map(|(&s, &e)| {
+                        crate::range::fit_in(s.max(lo), e.min(hi), size, align)
+                            .map(|a| (e - s, s, a))
+                    })
+                    .min();
+                let mut pos = Pos::new();
+                let got = t.best_fit(size, align, lo, hi, &mut pos);
+                prop_assert_eq!(got, want_best.map(|b| b.2));
+                if let Some((_, s, _)) = want_best {
+                    prop_assert_eq!(t.get(&pos).0, s);
+                }
             }
         }
         if step % check_every == 0 || step + 1 == ops.len() {
@@ -179,8 +192,18 @@ fn churn(
                 (lo, hi)
             };
             let top = rnd() % 8 == 0;
+            let best = !top && rnd() % 3 == 0;
             t.enable_summaries(align);
-            let want = if top {
+            let want = if best {
+                model
+                    .iter()
+                    .filter_map(|&(s, e)| {
+                        crate::range::fit_in(s.max(ws), e.min(we), size, align)
+                            .map(|a| (e - s, s, a))
+                    })
+                    .min()
+                    .map(|b| b.2)
+            } else if top {
                 model
                     .iter()
                     .rev()
@@ -190,7 +213,10 @@ fn churn(
                     .iter()
                     .find_map(|&(s, e)| crate::range::fit_in(s.max(ws), e.min(we), size, align))
             };
-            let got = if top {
+            let got = if best {
+                let mut pos = Pos::new();
+                t.best_fit(size, align, ws, we, &mut pos).map(|a| (pos, a))
+            } else if top {
                 highest(&t, size, align, ws, we)
             } else {
                 lowest(&mut t, size, align, ws, we)

@@ -22,6 +22,7 @@ impl<S: Storage> BTree<S> {
     /// # Complexity
     /// O(log n); stops at the first ancestor left unchanged.
     pub fn set_range_at(&mut self, pos: &Pos, start: u64, end: u64) {
+        self.reindex_at(pos, start, end);
         self.version += 1;
         self.lower_floor(start, end);
         self.gained_block(start, end, Some(pos));
@@ -73,6 +74,8 @@ impl<S: Storage> BTree<S> {
     /// `[ls, le)`, which lies between the block before and `start`, is
     /// inserted before it (an allocation inside a free block).
     pub fn split_at(&mut self, pos: &Pos, (ls, le): (u64, u64), start: u64, end: u64) {
+        self.reindex_at(pos, start, end);
+        self.index_block(ls, le);
         self.version += 1;
         self.lower_floor(start, end);
         self.lower_floor(ls, le);
@@ -87,6 +90,10 @@ impl<S: Storage> BTree<S> {
 
     /// Removes the block at `pos`.
     pub fn remove_at(&mut self, pos: &Pos) {
+        if self.by_size.is_some() {
+            let (s, e) = self.get(pos);
+            self.unindex_block(s, e);
+        }
         self.version += 1;
         if pos.wild {
             self.wild = None;
@@ -126,8 +133,15 @@ impl<S: Storage> BTree<S> {
     /// Joins the two blocks `nb` found, and the gap between, into one.
     pub fn merge(&mut self, nb: &Neighbours) {
         self.version += 1;
-        let (ps, _) = nb.prev.expect("a block before the key");
-        let (_, ne) = nb.next.expect("a block after the key");
+        let (ps, pe) = nb.prev.expect("a block before the key");
+        let (ns, ne) = nb.next.expect("a block after the key");
+        // The block after leaves; the one before becomes the joined block
+        // (by `set_range_at` when the two lie in different leaves).
+        self.unindex_block(ns, ne);
+        if nb.next_at != Next::Leaf {
+            self.unindex_block(ps, pe);
+            self.index_block(ps, ne);
+        }
         self.len -= 1;
         let mut prev = nb.pos;
         prev.at = prev.at.wrapping_sub(1);
@@ -168,6 +182,7 @@ impl<S: Storage> BTree<S> {
     /// Inserts `[start, end)` at the key `nb` was found for (`start`),
     /// overlapping no block.
     pub fn insert_at(&mut self, nb: &Neighbours, start: u64, end: u64) {
+        self.index_block(start, end);
         self.version += 1;
         self.lower_floor(start, end);
         // The block goes into the leaf `nb` found, unless it becomes the

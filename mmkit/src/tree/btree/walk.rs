@@ -255,6 +255,23 @@ impl<S: Storage> BTree<S> {
         (self.leaves[pos.leaf as usize].start[pos.at] == start).then_some(pos)
     }
 
+    /// The blocks in address order from the one holding `addr` (or the
+    /// first above it), the block before it included when it ends at or
+    /// below `addr`.
+    ///
+    /// # Complexity
+    /// O(log n) to start, O(1) amortized per block.
+    pub fn iter_from(&self, addr: u64) -> Iter<'_, S> {
+        let mut pos = self.descend_below(addr);
+        pos.at = pos.at.saturating_sub(1);
+        Iter {
+            t: self,
+            pos,
+            tree_done: false,
+            wild: self.wild,
+        }
+    }
+
     /// The blocks in address order.
     pub fn iter(&self) -> Iter<'_, S> {
         let mut pos = self.descend_below(0);
