@@ -36,5 +36,5 @@ timeout 1200 qemu-system-x86_64 "${accel[@]}" -M q35 -m 512M -display none -seri
 grep -q '^MMKIT TRACE end' "$log" || { tail -20 "$log" >&2; echo "trace.sh: no trace in the output" >&2; exit 1; }
 sed -n '/^MMKIT TRACE begin/,/^MMKIT TRACE end/p' "$log" | sed '1d;$d' | tr -d '\r' \
   | base64 -d | gunzip >"$out"
-grep -v '^MMKIT TRACE\|^[A-Za-z0-9+/=]*$' "$log" | tr -d '\r' >"$out.console"
-echo "trace.sh: $(grep -vc '^#' "$out") events at $smp vCPUs in $out (console log: $out.console)"
+tr -d '\r' <"$log" | grep -v '^MMKIT TRACE\|^[A-Za-z0-9+/=]*$' >"${out%.txt}.console.txt"
+echo "trace.sh: $(grep -vc '^#' "$out") events at $smp vCPUs in $out (console log: ${out%.txt}.console.txt)"
