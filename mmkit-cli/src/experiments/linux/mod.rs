@@ -19,7 +19,7 @@ mod tables;
 use parse::{perf_ms, stress_ms, LinuxRun};
 use tables::{
     map_ram_row, mode_row, targets, test_rows, AtCpus, BootRow, MapRamRow, ModeRow, TestRow,
-    BOOT_COLS, MAP_RAM_COLS, MODE_COLS, TEST_COLS,
+    BOOT_COLS, MAP_RAM_COLS, PERF_COLS, STRESS_COLS, TEST_COLS,
 };
 
 use super::kernel::qemu::{self, Accel, Boot};
@@ -430,12 +430,12 @@ fn run(opts: &Options) -> Report {
     let tests: Vec<TestRow> = all.iter().flat_map(test_rows).collect();
     report.tables.push(Table::of(
         format!("test_vmalloc performance mode (one worker, sequential, 3 timed runs after a warm-up), total ms, median (min-max) of {boots} boots ({a})"),
-        &MODE_COLS[..6],
+        &PERF_COLS,
         &perf,
     ));
     report.tables.push(Table::of(
         format!("test_vmalloc stress mode (one worker per vCPU, shuffled), ms to the slowest worker's end, with the TLB-shootdown IPIs taken ({a})"),
-        &MODE_COLS,
+        &STRESS_COLS,
         &stress,
     ));
     report.tables.push(Table::of(
