@@ -4,10 +4,10 @@
 #   mmkit.step=NAME:MODULE:PARAM=VALUE,PARAM=VALUE,...
 # loads /lib/modules/MODULE.ko with those parameters, and prints between
 #   MMKIT STEP NAME begin
-#   MMKIT STEP NAME end rc=N tlb=N
+#   MMKIT STEP NAME end rc=N tlb=N cal=N
 # the kernel log lines the step wrote (the console is quiet, so the log is
-# copied from dmesg) and the TLB-shootdown interrupts all CPUs took during
-# it (/proc/interrupts). With mmkit.trace=1 the trace buffer follows last,
+# copied from dmesg) and the TLB-shootdown and function-call interrupts all
+# CPUs took during it (/proc/interrupts). With mmkit.trace=1 the trace buffer follows last,
 # gzip-compressed and base64-encoded between MMKIT TRACE begin/end.
 export PATH=/bin
 mount -t proc proc /proc
@@ -15,8 +15,11 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 
-tlb() {
-  awk '$1 == "TLB:" { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) s += $i } END { print s + 0 }' \
+# The interrupts of one /proc/interrupts line, all CPUs: TLB counts the
+# shootdowns of user address spaces, CAL the function-call IPIs that carry
+# kernel-range flushes (vmalloc's purges) among other cross-CPU calls.
+irqs() {
+  awk -v line="$1:" '$1 == line { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) s += $i } END { print s + 0 }' \
     /proc/interrupts
 }
 
@@ -38,13 +41,15 @@ for word in $(cat /proc/cmdline); do
     *:*) params="$(echo "${rest#*:}" | tr ',' ' ')" ;;
   esac
   echo "MMKIT STEP $name begin module=$module $params"
-  t0="$(tlb)"
+  t0="$(irqs TLB)"
+  c0="$(irqs CAL)"
   # shellcheck disable=SC2086
   load "/lib/modules/$module.ko" $params
   rc=$?
-  t1="$(tlb)"
+  t1="$(irqs TLB)"
+  c1="$(irqs CAL)"
   dmesg -c | sed 's/^/MMKIT LOG /'
-  echo "MMKIT STEP $name end rc=$rc tlb=$((t1 - t0))"
+  echo "MMKIT STEP $name end rc=$rc tlb=$((t1 - t0)) cal=$((c1 - c0))"
 done
 
 if grep -q 'mmkit.trace=1' /proc/cmdline; then

@@ -10,8 +10,13 @@ pub struct Step {
     pub name: String,
     /// The loader's exit status (0: loaded, or its init returned -EAGAIN).
     pub rc: i32,
-    /// TLB-shootdown interrupts all CPUs took during the step.
+    /// TLB-shootdown interrupts all CPUs took during the step (the `TLB`
+    /// line of /proc/interrupts: user address spaces only).
     pub tlb: u64,
+    /// Function-call interrupts all CPUs took during the step (the `CAL`
+    /// line): x86 sends kernel-range flushes, vmalloc's purges among them,
+    /// as these, with other cross-CPU calls.
+    pub cal: u64,
     /// Wall time of the `finit_module` call, as the loader measured it.
     pub load_ns: Option<u64>,
     /// The kernel log lines the step wrote, prefix removed.
@@ -109,6 +114,7 @@ impl LinuxRun {
                         name: name.to_string(),
                         rc: -1,
                         tlb: 0,
+                        cal: 0,
                         load_ns: None,
                         log: Vec::new(),
                     });
@@ -116,6 +122,7 @@ impl LinuxRun {
                     if let Some(mut s) = open.take().filter(|s| s.name == name) {
                         s.rc = number(end, "rc").unwrap_or(-1);
                         s.tlb = number(end, "tlb").unwrap_or(0);
+                        s.cal = number(end, "cal").unwrap_or(0);
                         run.steps.push(s);
                     }
                 }
@@ -145,6 +152,12 @@ fn tsc(message: &str, prefix: &str) -> Option<f64> {
 }
 
 impl Step {
+    /// Every IPI that may carry a TLB flush: shootdowns and function calls
+    /// (an upper bound on the flush IPIs).
+    pub fn flush_ipis(&self) -> u64 {
+        self.tlb.saturating_add(self.cal)
+    }
+
     /// test_vmalloc's `Summary:` lines, every worker's.
     pub fn summaries(&self) -> Vec<Summary> {
         self.log

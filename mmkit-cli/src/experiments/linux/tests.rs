@@ -49,7 +49,7 @@ fn step(name: &str, tlb: u64, log: &[&str]) -> Vec<String> {
     let mut v = vec![format!("MMKIT STEP {name} begin module=x")];
     v.push("MMKIT load /lib/modules/x.ko ns=1234".into());
     v.extend(log.iter().map(|l| format!("MMKIT LOG [    2.000000] {l}")));
-    v.push(format!("MMKIT STEP {name} end rc=0 tlb={tlb}"));
+    v.push(format!("MMKIT STEP {name} end rc=0 tlb={tlb} cal=3"));
     v
 }
 
@@ -79,24 +79,30 @@ fn a_captured_boot_gives_its_figures() {
     let lines: Vec<&str> = SMP2_QUICK.lines().collect();
     let run = LinuxRun::parse(&lines);
     assert!(run.done);
-    assert_eq!(run.tsc_mhz, Some(2445.402));
+    // The refined calibration comes later in the log, and wins.
+    assert_eq!(run.tsc_mhz, Some(2445.375));
     let names: Vec<&str> = run.steps.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["warm", "perf", "stress", "vm_map_ram"]);
+    assert_eq!(names, ["warm", "perf", "stress", "vm_map_ram", "load"]);
     let perf = run.step("perf").expect("perf");
-    assert_eq!(perf.load_ns, Some(175_021_087));
-    assert_eq!(perf.tlb, 2);
+    assert_eq!(perf.load_ns, Some(76_015_962));
+    assert_eq!((perf.tlb, perf.cal), (0, 30));
+    // The refused load: its exit status is 1.
+    assert_eq!(
+        run.step("load").map(|s| (s.rc, s.flush_ipis())),
+        Some((1, 18))
+    );
     // The warning's stack dump and memory report are in the log, not in
     // the summaries.
     assert_eq!(run.steps[0].summaries().len(), 7);
     assert_eq!(run.step("stress").map(|s| s.summaries().len()), Some(14));
     let m = linux_measured(&run, 2).expect("figures");
-    let us = [346.0, 3751.0, 8305.0, 4086.0, 494.0, 2266.0, 5479.0];
+    let us = [323.0, 1604.0, 3495.0, 1711.0, 525.0, 1150.0, 1715.0];
     assert_eq!(m.perf_tests, us.map(|u| u * 3.0 / 1e3).to_vec());
-    assert_eq!(m.stress_ms, 69_529_236.0 / 2445.402 / 1e3);
-    assert_eq!(
-        (m.stress_ipis, m.map_ram_ns, m.map_ram_ipis_per_1e6),
-        (0.0, 2218.0, 0.0)
-    );
+    assert_eq!(m.stress_ms, 39_464_771.0 / 2445.375 / 1e3);
+    // 1 + 29 IPIs less the load's 18; 22 less 18 over 440 unmaps.
+    assert_eq!(m.stress_ipis, 12.0);
+    assert_eq!(m.map_ram_ns, 2016.0);
+    assert_eq!(m.map_ram_ipis_per_1e6, 4.0 * 1e6 / 440.0);
     let map = run
         .step("vm_map_ram")
         .and_then(Step::map_ram)
@@ -147,6 +153,8 @@ fn linux_lines(
     let vmr =
         format!("vm_map_ram_loop: cpus={cpus} pages=4 iters=2000 ns_per_op={map_ns} failed=0");
     v.extend(step("vm_map_ram", map_tlb, &[vmr.as_str()]));
+    // A module load alone: 1 + 3 IPIs, taken off each step's.
+    v.extend(step("load", 1, &[]));
     v.push("MMKIT DONE\r".into());
     v
 }
@@ -157,7 +165,7 @@ fn a_linux_boot_gives_its_figures() {
     assert!(run.done);
     // The refined calibration wins over the first estimate.
     assert_eq!(run.tsc_mhz, Some(1000.0));
-    assert_eq!(run.steps.len(), 4);
+    assert_eq!(run.steps.len(), 5);
     assert_eq!(run.step("perf").map(|s| s.load_ns), Some(Some(1234)));
     let m = linux_measured(&run, 2).expect("figures");
     // avg 1000 us times 3 runs, each of the seven tests.
@@ -165,10 +173,13 @@ fn a_linux_boot_gives_its_figures() {
     assert_eq!(m.perf_total_ms, 21.0);
     // The slowest worker: 6 * 10^6 cycles at 1000 MHz.
     assert_eq!(m.stress_ms, 6.0);
-    assert_eq!(m.stress_ipis, 40.0);
+    // Shootdowns and function calls (kernel-range flushes) together.
+    assert_eq!(run.step("stress").map(|s| (s.tlb, s.cal)), Some((40, 3)));
+    // Less a module load's 4.
+    assert_eq!(m.stress_ipis, 39.0);
     assert_eq!(m.map_ram_ns, 700.0);
-    // 44 IPIs over (2000 + 200) * 2 unmaps.
-    assert_eq!(m.map_ram_ipis_per_1e6, 44.0 * 1e6 / 4400.0);
+    // 43 IPIs over (2000 + 200) * 2 unmaps.
+    assert_eq!(m.map_ram_ipis_per_1e6, 43.0 * 1e6 / 4400.0);
 }
 
 #[test]
