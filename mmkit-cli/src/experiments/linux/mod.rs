@@ -162,7 +162,7 @@ impl Sizes {
         );
         let (l, b, f) = self.stress(cpus);
         format!(
-            "console=ttyS0 quiet panic=-1 \
+            "console=ttyS0 quiet panic=-1 no_timer_check \
              mmkit.step=warm:{perf},test_repeat_count=1 \
              mmkit.step=perf:{perf},test_repeat_count=3 \
              mmkit.step=stress:test_vmalloc:run_test_mask=127,nr_threads={cpus},test_loop_count={l},busy_count={b},full_fit_pairs={f} \
