@@ -81,14 +81,15 @@ where
     /// use mmkit::vmap::VmapAllocator;
     /// use mmkit::AddFreeError;
     ///
-    /// let mut va = VmapAllocator::<Fixed<1>>::new_fixed();
+    /// let mut va = VmapAllocator::<Fixed<2>>::new_fixed();
     /// va.add_free(0, 10).unwrap();
-    /// // One hole fits in the array; a second needs the heap.
+    /// // Two holes fit in the array; a third needs the heap.
     /// va.add_free(20, 30).unwrap();
-    /// assert_eq!(va.add_free(40, 50), Err(AddFreeError::StorageFull));
-    /// va.allow_heap();
     /// va.add_free(40, 50).unwrap();
-    /// assert_eq!(va.managed().count(), 3);
+    /// assert_eq!(va.add_free(60, 70), Err(AddFreeError::StorageFull));
+    /// va.allow_heap();
+    /// va.add_free(60, 70).unwrap();
+    /// assert_eq!(va.managed().count(), 4);
     /// ```
     pub fn allow_heap(&mut self) {
         self.free.allow_heap();

@@ -110,8 +110,8 @@ struct Sizes {
 }
 
 impl Sizes {
-    /// Reads the `key=value` words of mmkit-kernel's command line (the
-    /// last of a key wins, as in the kernel).
+    /// Reads the `key=value` words of mmkit-kernel's `SCALE` line (the
+    /// last of a key wins).
     fn of(append: &str) -> Sizes {
         let mut s = Sizes {
             seed_iters: 2000,
@@ -300,15 +300,23 @@ fn measure(
     accel: Accel,
     notes: &mut Vec<String>,
 ) -> AtCpus {
-    let sizes = Sizes::of(append);
-    let linux_append = sizes.linux_append(vcpus);
     let timeout = Duration::from_secs(1200);
     let mut a = AtCpus {
         vcpus,
         ..AtCpus::default()
     };
+    // Linux runs at the sizes mmkit-kernel printed on its SCALE line.
+    let mut sizes: Option<Sizes> = None;
     for n in 1..=boots {
-        let verdict = match qemu::boot(elf, vcpus, append, timeout, accel, None) {
+        let booted = qemu::boot(elf, vcpus, append, timeout, accel, None);
+        if let Some(line) = booted
+            .as_ref()
+            .ok()
+            .and_then(|b| b.lines.iter().find(|l| l.starts_with("SCALE ")))
+        {
+            sizes = Some(Sizes::of(line));
+        }
+        let verdict = match booted {
             Ok(b) if b.passed => {
                 let found = ["old", "old_lazy", "new"].map(|d| mmkit_measured(&b, d));
                 match found {
@@ -331,6 +339,21 @@ fn measure(
             wall_s: verdict.1.as_secs_f64(),
             verdict: verdict.0,
         });
+        let Some(linux_append) = sizes.map(|s| s.linux_append(vcpus)) else {
+            a.boots.push(BootRow {
+                vcpus,
+                system: "Linux 6.12",
+                boot: n,
+                wall_s: 0.0,
+                verdict: "FAIL: no SCALE line from mmkit-kernel to size it".into(),
+            });
+            continue;
+        };
+        if n == 1 {
+            notes.push(format!(
+                "Linux's command line at {vcpus} vCPUs: {linux_append}"
+            ));
+        }
         let verdict = match qemu::boot_image(
             &linux.kernel,
             Some(&linux.initrd),
@@ -399,14 +422,14 @@ fn run(opts: &Options) -> Report {
     let qemu_line = match qemu::qemu_version() {
         Ok(v) => v,
         Err(e) => {
-            skip(&mut report, e);
+            skip(&mut report, e.message().to_string());
             return report;
         }
     };
     let elf = match qemu::build() {
         Ok(p) => p,
         Err(e) => {
-            skip(&mut report, e);
+            skip(&mut report, e.message().to_string());
             return report;
         }
     };
@@ -419,7 +442,7 @@ fn run(opts: &Options) -> Report {
     };
     let accel = Accel::here();
     let a = accel.name();
-    let append = qemu::scale(opts.quick, opts.loops);
+    let append = qemu::scale(if opts.quick { "quick" } else { "default" }, opts.loops);
     let (counts, boots) = plan(opts.quick);
     let mut notes = Vec::new();
     let all: Vec<AtCpus> = counts
@@ -472,8 +495,7 @@ fn run(opts: &Options) -> Report {
     ));
     report.notes.push(format!(
         "accelerator: {a} ({qemu_line}); both systems boot on mmkit-kernel's QEMU command line (q35, 512 MiB); mmkit-kernel's \
-         command line: {append}; Linux's: {}",
-        Sizes::of(&append).linux_append(2)
+         command line: {append}; Linux runs at the sizes of mmkit-kernel's SCALE line"
     ));
     report.notes.push(
         "Linux is Debian's linux-source-6.12 built by scripts/linux/build.sh (tinyconfig + scripts/linux/linux.config: x86_64, SMP, \
