@@ -80,7 +80,7 @@ fn run(command: Command, out: &mut dyn Write) -> io::Result<ExitCode> {
         Command::Soak(opts) => soak::main(&opts, out),
         Command::Kernel(opts) => experiments::kernel::main(&opts, out),
         Command::List => {
-            for e in experiments::ALL {
+            for e in experiments::ALL.iter().chain(experiments::OPT_IN) {
                 writeln!(out, "{:<14} {}", e.name, e.about)?;
             }
             Ok(ExitCode::SUCCESS)

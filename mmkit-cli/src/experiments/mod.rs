@@ -14,6 +14,7 @@ use crate::run::{lookup, Machine};
 pub mod buddy;
 pub mod exactness;
 pub mod kernel;
+pub mod linux;
 pub mod percpu;
 pub mod vm_map_ram;
 pub mod vmalloc;
@@ -135,14 +136,19 @@ pub const ALL: &[Experiment] = &[
     kernel::EXPERIMENT,
 ];
 
-/// The experiments named in `opts`, all when none.
+/// Experiments that run only when named: `mmkit experiments linux`
+/// builds a Linux kernel the first time (minutes to half an hour).
+pub const OPT_IN: &[Experiment] = &[linux::EXPERIMENT];
+
+/// The experiments named in `opts`, all but the opt-in ones when none.
 fn chosen(opts: &Options) -> Result<Vec<&'static Experiment>, String> {
     if opts.names.is_empty() {
         return Ok(ALL.iter().collect());
     }
+    let known: Vec<&'static Experiment> = ALL.iter().chain(OPT_IN).collect();
     opts.names
         .iter()
-        .map(|n| lookup("experiment", n, ALL, |e| e.name))
+        .map(|n| lookup("experiment", n, &known, |e| e.name).copied())
         .collect()
 }
 

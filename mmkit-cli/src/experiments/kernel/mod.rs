@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-mod qemu;
+pub(crate) mod qemu;
 
 use qemu::{boot, build, num, qemu_version, scale, Accel, Boot, NotBooted};
 

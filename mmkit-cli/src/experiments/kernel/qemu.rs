@@ -220,9 +220,28 @@ pub fn boot(
     append: &str,
     timeout: Duration,
     accel: Accel,
+    echo: Option<&mut dyn Write>,
+) -> Result<Boot, String> {
+    boot_image(elf, None, smp, append, timeout, accel, echo)
+}
+
+/// [`boot`] for any kernel QEMU can load (an ELF or a bzImage), with an
+/// initial RAM disk when given: the same machine, so Linux runs beside
+/// mmkit-kernel on exactly its command line.
+///
+/// # Errors
+/// QEMU could not be started.
+pub fn boot_image(
+    kernel: &Path,
+    initrd: Option<&Path>,
+    smp: usize,
+    append: &str,
+    timeout: Duration,
+    accel: Accel,
     mut echo: Option<&mut dyn Write>,
 ) -> Result<Boot, String> {
     let t0 = Instant::now();
+    let initrd_args = initrd.map(|p| ["-initrd".as_ref(), p.as_os_str()]);
     let mut child = Command::new("qemu-system-x86_64")
         .args(accel.args())
         .args([
@@ -240,7 +259,8 @@ pub fn boot(
         .arg("-smp")
         .arg(smp.to_string())
         .arg("-kernel")
-        .arg(elf)
+        .arg(kernel)
+        .args(initrd_args.iter().flatten())
         .arg("-append")
         .arg(append)
         .stdin(Stdio::null())
