@@ -31,7 +31,8 @@ use std::process::ExitCode;
 use std::rc::Rc;
 
 use mmkit::baseline::linear_vmap::LinearVmap;
-use mmkit::range::RangeAllocator;
+use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
+use mmkit::request::{Policy, Request};
 use mmkit::vmap::VmapAllocator;
 use mmkit::{AllocError, CheckError, FreeError};
 use mmkit_cli::trace::{check_trace, Cmd, Commands, ParseError};
@@ -43,6 +44,44 @@ pub enum AllocatorKind {
     Vmap,
     /// The busy-list design seed 000 replaced.
     Baseline,
+    /// mmkit's allocator placing as Linux 6.12 does (`Policy::Linux`).
+    Linux,
+}
+
+/// [`VmapAllocator`] answering every allocation with [`Policy::Linux`].
+#[derive(Debug)]
+pub struct LinuxVmap(pub VmapAllocator);
+
+impl RangeAllocator for LinuxVmap {
+    fn space(&self) -> (u64, u64) {
+        self.0.space()
+    }
+    fn alloc_in(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, AllocError> {
+        let req = Request::bytes(size).ok_or(AllocError::Invalid)?;
+        let req = req.align(align).within(lo..hi).policy(Policy::Linux);
+        self.0.allocate(req).map_err(AllocError::from)
+    }
+    fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
+        self.0.free(addr)
+    }
+    fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
+        self.0.free_lazy(addr)
+    }
+    fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
+        self.0.purge(flush)
+    }
+    fn set_lazy_max(&mut self, bytes: u64) {
+        self.0.set_lazy_max(bytes)
+    }
+    fn set_flush_hook(&mut self, hook: Option<FlushHook>) {
+        self.0.set_flush_hook(hook)
+    }
+    fn stats(&self) -> RangeStats {
+        self.0.stats()
+    }
+    fn check(&self) -> Result<(), CheckError> {
+        self.0.check()
+    }
 }
 
 /// Totals printed to stderr after a replay.
@@ -108,10 +147,11 @@ pub fn run<R: RangeAllocator>(
     for item in cmds {
         let (line, cmd) = item.map_err(RunError::Parse)?;
         match cmd {
-            // The allocator was built over it.
-            Cmd::Space(..) => continue,
+            // The allocator was built over it; one range allocator has no
+            // vmap nodes.
+            Cmd::Space(..) | Cmd::Cpus(_) => continue,
             Cmd::LazyMax(b) => a.set_lazy_max(b),
-            Cmd::Purge => {
+            Cmd::Purge | Cmd::PurgeFull => {
                 a.purge(&mut |_, _| {});
             }
             Cmd::Alloc {
@@ -119,6 +159,7 @@ pub fn run<R: RangeAllocator>(
                 size,
                 align,
                 range,
+                ..
             } => alloc(a, &mut sum, &mut ids, (id, size, align, range), out)?,
             Cmd::Free(ref id) | Cmd::Lazy(ref id) => {
                 let lazy = matches!(cmd, Cmd::Lazy(_));
@@ -280,6 +321,10 @@ pub fn main(
         },
         AllocatorKind::Baseline => match LinearVmap::new(s, e) {
             Ok(a) => replay_on(a, "baseline", cmds, check, out),
+            Err(err) => Ok(bad_space(err)),
+        },
+        AllocatorKind::Linux => match VmapAllocator::new(s, e) {
+            Ok(a) => replay_on(LinuxVmap(a), "linux", cmds, check, out),
             Err(err) => Ok(bad_space(err)),
         },
     }
