@@ -15,6 +15,7 @@ fn line(cmd: &Cmd) -> String {
         Cmd::Space(s, e) => format!("space {s:#x} {e}"),
         Cmd::LazyMax(b) => format!("lazymax {b}"),
         Cmd::Cpus(n) => format!("cpus {n}"),
+        Cmd::Vmalloc(s, e) => format!("vmalloc {s} {e:#x}"),
         Cmd::Alloc { id, size, align, range, cpu } => {
             let r = range.map_or(String::new(), |(s, e)| format!(" range {s} {e:#x}"));
             let c = cpu.map_or(String::new(), |c| format!(" cpu {c}"));

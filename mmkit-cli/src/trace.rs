@@ -6,6 +6,7 @@
 //! lazymax BYTES                 optional, before or after space
 //! space START END               the managed space [START, END); first command
 //! cpus N                        optional: the CPUs of a Linux trace
+//! vmalloc VSTART VEND           optional: the window Linux's node pools serve
 //! alloc ID SIZE [align A] [range VSTART VEND] [cpu C]
 //! free ID                       free what ID's last successful alloc returned
 //! lazy ID                       the same, lazily
@@ -26,6 +27,9 @@ pub enum Cmd {
     /// `cpus N`: the CPUs of the machine a Linux trace comes from (`N >=
     /// 1`; Linux 6.12 has one vmap node a CPU).
     Cpus(u32),
+    /// `vmalloc VSTART VEND`: Linux's `[VMALLOC_START, VMALLOC_END)`, the
+    /// window whose requests its vmap nodes serve.
+    Vmalloc(u64, u64),
     /// `alloc ID SIZE [align A] [range VSTART VEND] [cpu C]`; align
     /// defaults to 1, the range to the whole space.
     Alloc {
@@ -60,6 +64,7 @@ impl Cmd {
             Cmd::Space(..) => "space",
             Cmd::LazyMax(_) => "lazymax",
             Cmd::Cpus(_) => "cpus",
+            Cmd::Vmalloc(..) => "vmalloc",
             Cmd::Alloc { .. } => "alloc",
             Cmd::Free(_) => "free",
             Cmd::Lazy(_) => "lazy",
@@ -166,6 +171,10 @@ fn parse_line(words: &[&str]) -> Result<Cmd, String> {
             0 => Err("`cpus 0`: a machine has at least one CPU".into()),
             n => Ok(Cmd::Cpus(n)),
         },
+        "vmalloc" => {
+            let ops = operands(words, 2, "`vmalloc VSTART VEND`")?;
+            Ok(Cmd::Vmalloc(number(ops[0])?, number(ops[1])?))
+        }
         "alloc" => parse_alloc(words),
         "free" => Ok(Cmd::Free(operands(words, 1, "`free ID`")?[0].to_string())),
         "lazy" => Ok(Cmd::Lazy(operands(words, 1, "`lazy ID`")?[0].to_string())),
@@ -245,7 +254,7 @@ impl<R: BufRead> Commands<R> {
                 self.space = Some((s, e));
                 Ok(cmd)
             }
-            Cmd::LazyMax(_) | Cmd::Cpus(_) => Ok(cmd),
+            Cmd::LazyMax(_) | Cmd::Cpus(_) | Cmd::Vmalloc(..) => Ok(cmd),
             _ if self.space.is_none() => Err(self.error(
                 self.line,
                 format!("`{}` before the `space` command", cmd.keyword()),
@@ -280,15 +289,42 @@ impl<R: BufRead> Iterator for Commands<R> {
 /// # Errors
 /// The first malformed or unreadable line, with its number.
 pub fn check_trace(src: impl BufRead) -> Result<(u64, u64), ParseError> {
+    check_header(src).map(|h| h.space)
+}
+
+/// What a trace says about its machine, read by the checking pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// `space`.
+    pub space: (u64, u64),
+    /// The last `cpus`, if any.
+    pub cpus: Option<u32>,
+    /// The last `vmalloc`, if any.
+    pub vmalloc: Option<(u64, u64)>,
+}
+
+/// [`check_trace`], returning the whole [`Header`].
+///
+/// # Errors
+/// The first malformed or unreadable line, with its number.
+pub fn check_header(src: impl BufRead) -> Result<Header, ParseError> {
     let mut cmds = Commands::new(src);
-    let mut space = None;
+    let (mut space, mut cpus, mut vmalloc) = (None, None, None);
     for item in &mut cmds {
-        if let (_, Cmd::Space(s, e)) = item? {
-            space = Some((s, e));
+        match item?.1 {
+            Cmd::Space(s, e) => space = Some((s, e)),
+            Cmd::Cpus(n) => cpus = Some(n),
+            Cmd::Vmalloc(s, e) => vmalloc = Some((s, e)),
+            _ => {}
         }
     }
     // A trace without a space ends in an error above, so this is set.
-    space.ok_or_else(|| cmds.error(1, "the trace has no `space` command"))
+    let space = space.ok_or_else(|| cmds.error(1, "the trace has no `space` command"))?;
+    Ok(Header {
+        space,
+        cpus,
+        vmalloc,
+    })
 }
 
 #[cfg(test)]
@@ -383,15 +419,17 @@ mod tests {
     /// `purge full`.
     #[test]
     fn parses_the_linux_commands() {
-        let t = parse("cpus 2\nspace 1 0x10000\nalloc a 0x1000 cpu 1 align 0x1000\npurge full\n")
-            .unwrap();
+        let text = "cpus 2\nspace 1 0x10000\nvmalloc 0x100 0x200\n\
+                    alloc a 0x1000 cpu 1 align 0x1000\npurge full\n";
+        let t = parse(text).unwrap();
         assert_eq!(
             t,
             vec![
                 (1, Cmd::Cpus(2)),
                 (2, Cmd::Space(1, 0x10000)),
+                (3, Cmd::Vmalloc(0x100, 0x200)),
                 (
-                    3,
+                    4,
                     Cmd::Alloc {
                         id: "a".into(),
                         size: 0x1000,
@@ -400,8 +438,13 @@ mod tests {
                         cpu: Some(1),
                     }
                 ),
-                (4, Cmd::PurgeFull),
+                (5, Cmd::PurgeFull),
             ]
+        );
+        let h = check_header(text.as_bytes()).unwrap();
+        assert_eq!(
+            (h.space, h.cpus, h.vmalloc),
+            ((1, 0x10000), Some(2), Some((0x100, 0x200)))
         );
     }
 

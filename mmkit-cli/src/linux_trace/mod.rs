@@ -24,7 +24,8 @@
 //! The trace opens with `lazymax` at `u64::MAX` (Linux's purges happen
 //! where the events say, never by mmkit's threshold), `space 1
 //! 0xffffffffffffffff` (Linux's initial free tree: every address but 0)
-//! and `cpus N` from the `#P:N` of the header. The size of an event
+//! `cpus N` from the `#P:N` of the header and `vmalloc VSTART VEND`, the
+//! window most requests ask for (vmalloc's). The size of an event
 //! already includes the guard page. The expected output has one line per
 //! `alloc`: Linux's address, or `nospace`.
 
@@ -201,14 +202,29 @@ pub struct Imported {
     pub allocs: u64,
     live: HashMap<u64, usize>,
     failed: HashMap<u32, Failed>,
+    windows: HashMap<(u64, u64), u64>,
 }
 
 impl Imported {
+    /// The window most requests ask for: vmalloc's own (`VMALLOC_START`,
+    /// `VMALLOC_END`), which vmalloc, vmap and vm_map_ram's blocks all
+    /// use; the lowest of equally frequent ones.
+    pub fn vmalloc(&self) -> Option<(u64, u64)> {
+        let best = self
+            .windows
+            .iter()
+            .max_by_key(|&(&w, &n)| (n, core::cmp::Reverse(w)));
+        best.map(|(&w, _)| w)
+    }
+
     /// The whole replay trace: header, then the commands.
     pub fn trace(&self) -> String {
+        let vmalloc = self
+            .vmalloc()
+            .map_or(String::new(), |(s, e)| format!("vmalloc {s:#x} {e:#x}\n"));
         format!(
             "# Linux vmalloc trace, imported by `mmkit trace import-linux`\n\
-             lazymax {:#x}\nspace 0x1 {:#x}\ncpus {}\n{}",
+             lazymax {:#x}\nspace 0x1 {:#x}\ncpus {}\n{vmalloc}{}",
             u64::MAX,
             u64::MAX,
             self.cpus.max(1),
@@ -218,6 +234,7 @@ impl Imported {
 
     fn alloc_line(&mut self, id: usize, (size, align, vs, ve): (u64, u64, u64, u64), cpu: u32) {
         self.allocs += 1;
+        *self.windows.entry((vs, ve)).or_insert(0) += 1;
         let _ = writeln!(
             self.body,
             "alloc L{id} {size:#x} align {align:#x} range {vs:#x} {ve:#x} cpu {cpu}"

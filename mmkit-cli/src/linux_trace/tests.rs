@@ -41,6 +41,7 @@ fn each_event_becomes_its_command() {
         t.trace(),
         "# Linux vmalloc trace, imported by `mmkit trace import-linux`\n\
          lazymax 0xffffffffffffffff\nspace 0x1 0xffffffffffffffff\ncpus 2\n\
+         vmalloc 0xffffc90000000000 0xffffe8ffffffffff\n\
          alloc L13 0x5000 align 0x1000 range 0xffffc90000000000 0xffffe8ffffffffff cpu 0\n\
          alloc L14 0x2000 align 0x1000 range 0xffffc90000000000 0xffffe8ffffffffff cpu 0\n\
          lazy L13\n\
@@ -61,7 +62,7 @@ fn the_trace_parses() {
     let cmds: Vec<_> = crate::trace::Commands::new(t.trace().as_bytes())
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(cmds.len(), 8);
+    assert_eq!(cmds.len(), 9);
 }
 
 /// A failed attempt, the purge it starts on its CPU (full) and the retry
@@ -108,7 +109,7 @@ fn a_failed_attempt_its_purge_and_its_retry_are_one_request() {
     let t = imported(&text);
     let range = "align 0x1000 range 0x1000 0x3000";
     assert_eq!(
-        t.trace().lines().skip(4).collect::<Vec<_>>(),
+        t.trace().lines().skip(5).collect::<Vec<_>>(),
         [
             "purge".to_string(),
             "purge full".into(),
