@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use mmkit_cli::linux_trace::judge::{answers, replay};
 use mmkit_cli::linux_trace::{import, Imported};
 
 /// The `trace` subcommands.
@@ -22,6 +23,15 @@ pub enum TraceCommand {
         /// format, to diff against `mmkit replay --allocator linux`.
         #[arg(long)]
         expected: Option<PathBuf>,
+    },
+    /// Compare Linux's answers (an imported trace's expected output) with
+    /// `--allocator linux`'s: judged one allocation at a time on Linux's
+    /// state, and free-running.
+    JudgeLinux {
+        /// The imported trace.
+        trace: PathBuf,
+        /// Linux's answers (`import-linux --expected`).
+        expected: PathBuf,
     },
 }
 
@@ -45,7 +55,10 @@ fn read(path: &Path) -> io::Result<Result<Imported, String>> {
 /// # Errors
 /// Writing to `out` failed.
 pub fn main(cmd: &TraceCommand, out: &mut dyn Write) -> io::Result<ExitCode> {
-    let TraceCommand::ImportLinux { input, expected } = cmd;
+    let (input, expected) = match cmd {
+        TraceCommand::ImportLinux { input, expected } => (input, expected),
+        TraceCommand::JudgeLinux { trace, expected } => return judge(trace, expected, out),
+    };
     let fail = |e: &dyn std::fmt::Display| {
         eprintln!("mmkit trace import-linux: {}: {e}", input.display());
         Ok(ExitCode::from(2))
@@ -66,5 +79,43 @@ pub fn main(cmd: &TraceCommand, out: &mut dyn Write) -> io::Result<ExitCode> {
         "mmkit trace import-linux: {} events, {} allocations, {} CPUs",
         t.events, t.allocs, t.cpus
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `judge-linux`: one line for each way of judging, then the first
+/// differences.
+fn judge(trace: &Path, expected: &Path, out: &mut dyn Write) -> io::Result<ExitCode> {
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("mmkit trace judge-linux: {e}");
+        Ok(ExitCode::from(2))
+    };
+    let (t, x) = match (
+        std::fs::read_to_string(trace),
+        std::fs::read_to_string(expected),
+    ) {
+        (Ok(t), Ok(x)) => (t, x),
+        (Err(e), _) | (_, Err(e)) => return fail(&e),
+    };
+    let linux = match answers(&x) {
+        Ok(a) => a,
+        Err(e) => return fail(&e),
+    };
+    for (judged, how) in [(true, "judged on Linux's state"), (false, "free-running")] {
+        let v = match replay(&t, &linux, judged) {
+            Ok(v) => v,
+            Err(e) => return fail(&e),
+        };
+        let pct = 100.0 * v.same as f64 / v.allocs.max(1) as f64;
+        writeln!(
+            out,
+            "{how}: {} of {} allocations at Linux's address ({pct:.2}%), {} pool hits, \
+             {} shrinker runs inferred, {} purges run ahead of their event",
+            v.same, v.allocs, v.pool_hits, v.shrinks, v.early_purges
+        )?;
+        for (id, l, o) in &v.differ {
+            let show = |a: &Option<u64>| a.map_or("nospace".to_string(), |a| format!("{a:#x}"));
+            writeln!(out, "  {id}: Linux {}, model {}", show(l), show(o))?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -365,5 +365,6 @@ pub fn import(src: impl BufRead) -> Result<Imported, ImportError> {
     Ok(out)
 }
 
+pub mod judge;
 #[cfg(test)]
 mod tests;

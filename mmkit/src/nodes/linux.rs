@@ -88,6 +88,8 @@ pub struct LinuxNodes {
     /// Per node, per size in pages - 1: area starts, newest first.
     pools: Vec<Vec<VecDeque<u64>>>,
     hits: u64,
+    last_hit: Option<u64>,
+    inferred_shrinks: u64,
     purges: u64,
 }
 
@@ -122,6 +124,8 @@ impl LinuxNodes {
             lazy_max: crate::range::DEFAULT_LAZY_MAX,
             pools: vec![vec![VecDeque::new(); POOLED_PAGES as usize]; nodes],
             hits: 0,
+            last_hit: None,
+            inferred_shrinks: 0,
             purges: 0,
         })
     }
@@ -174,9 +178,11 @@ impl LinuxNodes {
         let a = match pooled {
             Some(a) => {
                 self.hits += 1;
+                self.last_hit = Some(a);
                 a
             }
             None => {
+                self.last_hit = None;
                 let req = Request::bytes(size).ok_or(RequestError::ZeroSize)?;
                 self.tree
                     .allocate(req.align(align).within(lo..hi).policy(Policy::Linux))?
@@ -190,6 +196,108 @@ impl LinuxNodes {
             },
         );
         Ok(a)
+    }
+
+    /// Judges one allocation on Linux's state: returns this model's answer
+    /// (`None`: it would fail), then leaves the state as if the answer had
+    /// been `linux`, Linux's own address (taken from the node's pool if it
+    /// is there, else from the free tree).
+    ///
+    /// # Errors
+    /// `NoSpace` if `[linux, linux + size)` is neither pooled on the
+    /// request's node nor free here: the two states differ. `Invalid` for
+    /// a request Linux would refuse. The model's answer is undone either
+    /// way.
+    pub fn alloc_judged(
+        &mut self,
+        size: u64,
+        align: u64,
+        (lo, hi): (u64, u64),
+        linux: u64,
+    ) -> Result<Option<u64>, AllocError> {
+        let ours = match self.try_alloc(size, align, lo, hi) {
+            Ok(a) => Some(a),
+            Err(RequestError::NoFit { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        if ours == Some(linux) {
+            return Ok(ours);
+        }
+        let node = (self.nodes > 1 && (lo, hi) == self.vmalloc).then(|| self.cpu % self.nodes);
+        if let Some(a) = ours {
+            self.live.remove(&a);
+            match (node, Self::class(size)) {
+                (Some(n), Some(c)) if self.last_hit == Some(a) => {
+                    self.hits -= 1;
+                    self.pools[n][c].push_front(a);
+                }
+                _ => {
+                    self.tree.free(a).expect("just allocated");
+                }
+            }
+        }
+        let pooled = node.zip(Self::class(size)).and_then(|(n, c)| {
+            let pool = &mut self.pools[n][c];
+            let i = pool.iter().position(|&p| p == linux)?;
+            pool.remove(i)
+        });
+        if pooled.is_none() {
+            let req = Request::bytes(size).ok_or(AllocError::Invalid)?;
+            let req = req.align(align).at(linux);
+            if self.tree.allocate(req.clone()).is_err() {
+                // Only the shrinker, which leaves no trace event, frees a
+                // pooled area outside a purge.
+                if !self.pooled_overlap(linux, linux + size) {
+                    return Err(AllocError::NoSpace);
+                }
+                self.shrink();
+                self.inferred_shrinks += 1;
+                self.tree.allocate(req)?;
+            }
+        }
+        self.live.insert(
+            linux,
+            Area {
+                end: linux + size,
+                node,
+            },
+        );
+        Ok(ours)
+    }
+
+    /// Whether a lazily freed area overlaps `[lo, hi)`.
+    pub fn lazy_overlap(&self, lo: u64, hi: u64) -> bool {
+        let lazy = self.lazy.iter().flatten().chain(&self.lazy_global);
+        lazy.clone().any(|&(a, e)| a < hi && e > lo)
+    }
+
+    /// Whether a pooled area overlaps `[lo, hi)`.
+    fn pooled_overlap(&self, lo: u64, hi: u64) -> bool {
+        self.pools.iter().any(|p| {
+            p.iter().enumerate().any(|(c, q)| {
+                let len = (c as u64 + 1) * PAGE;
+                q.iter().any(|&a| a < hi && a + len > lo)
+            })
+        })
+    }
+
+    /// The shrinker's decay (`vmap_node_shrink_scan`): every pool of every
+    /// node back to the free tree. Linux runs it under memory pressure and
+    /// traces no event for it.
+    pub fn shrink(&mut self) {
+        for pool in self.pools.iter_mut().flatten() {
+            for a in pool.drain(..) {
+                self.tree
+                    .free(a)
+                    .expect("a pooled area is live in the tree");
+            }
+        }
+    }
+
+    /// Shrinker runs [`alloc_judged`](Self::alloc_judged) inferred: Linux
+    /// took an address that lies in a pool here.
+    pub fn inferred_shrinks(&self) -> u64 {
+        self.inferred_shrinks
     }
 
     /// A purge; `full` empties the pools and pools nothing. Whether any
