@@ -12,9 +12,13 @@
 //!  range allocators, all keeping the RangeAllocator contract of `range`:
 //!    vblock ──> any R: RangeAllocator   per-CPU blocks for small ranges
 //!                (VmapAllocator in practice; the kernel's vm_map_ram)  [001, 002]
-//!    vmap ────> tree, range, request    lowest/highest/exact fit over an augmented tree
-//!                                       of free blocks + lazy purge    [000, 002]
-//!    baseline::linear_vmap ──> range    the O(n) design vmap replaced  [000]
+//!    vmap ────> tree, range, request,   lowest/highest/exact fit over an augmented tree
+//!               lazy                    of free blocks + lazy purge    [000, 002]
+//!    baseline::linear_vmap ──> range,   the O(n) design vmap replaced  [000]
+//!                              lazy
+//!  lazy                                 one lazy list and purge: when a freed range
+//!                                       may be reused (vmap, its pools, nodes, the
+//!                                       baseline, a vmalloc layer)     [002]
 //!  bitmap and page allocators, standalone:
 //!    percpu                             bitmap chunks with block hints [003]
 //!    baseline::area_map ──> percpu      the area map percpu replaced   [003]
@@ -111,6 +115,7 @@ pub mod baseline;
 pub mod buddy;
 pub mod debug;
 pub mod error;
+pub mod lazy;
 #[cfg(feature = "lock_api")]
 pub mod lock;
 #[cfg(feature = "lock_api")]

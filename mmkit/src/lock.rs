@@ -23,9 +23,6 @@
 //! assert_eq!(live, 0);
 //! ```
 
-use crate::error::{AllocError, FreeError};
-use crate::range::RangeAllocator;
-
 /// An allocator `A` behind a lock whose raw mutex is `M`.
 ///
 /// Every method takes the lock once. `Guarded` is `Sync` when `A` is `Send`
@@ -133,33 +130,11 @@ impl<M: lock_api::RawMutex, A> Guarded<M, A> {
     }
 }
 
-impl<M: lock_api::RawMutex, R: RangeAllocator> Guarded<M, R> {
-    crate::range::locked_range_calls!(
-        "mmkit::lock::Guarded",
-        "let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());"
-    );
-}
-
-/// Frees that carry the size, on the exact allocator.
-impl<M: lock_api::RawMutex> Guarded<M, crate::vmap::VmapAllocator> {
-    /// [`VmapAllocator::free_sized`](crate::vmap::VmapAllocator::free_sized)
-    /// under the lock.
-    ///
-    /// # Errors
-    /// As `free_sized`.
-    pub fn free_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        self.lock().free_sized(addr, size)
-    }
-
-    /// [`VmapAllocator::free_lazy_sized`](crate::vmap::VmapAllocator::free_lazy_sized)
-    /// under the lock.
-    ///
-    /// # Errors
-    /// As `free_lazy_sized`.
-    pub fn free_lazy_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        self.lock().free_lazy_sized(addr, size)
-    }
-}
+crate::range::locked_range_calls!(
+    impl[M: lock_api::RawMutex,] Guarded<M, R>,
+    "mmkit::lock::Guarded",
+    "let va: Guarded<spin::Mutex<()>, _> = Guarded::new(VmapAllocator::new(0, 100).unwrap());"
+);
 
 impl<M: lock_api::RawMutex, A: core::fmt::Debug> core::fmt::Debug for Guarded<M, A> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -179,6 +154,7 @@ impl<M: lock_api::RawMutex, A: Default> Default for Guarded<M, A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::FreeError;
     use crate::vmap::VmapAllocator;
 
     type Spin = spin::Mutex<()>;

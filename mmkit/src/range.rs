@@ -141,6 +141,43 @@ pub trait RangeAllocator {
     fn check(&self) -> Result<(), CheckError>;
 }
 
+/// Frees that carry the area's size, for range allocators that can check
+/// it (or, made without an index, need it): the calls
+/// [`Locked`] and `lock::Guarded` forward besides the [`RangeAllocator`]
+/// ones.
+///
+/// # Examples
+/// ```
+/// use mmkit::range::{RangeAllocator, SizedFree};
+/// use mmkit::vmap::VmapAllocator;
+/// use mmkit::FreeError;
+///
+/// fn release<A: SizedFree>(a: &mut A, addr: u64, size: u64) -> Result<u64, FreeError> {
+///     a.free_sized(addr, size)
+/// }
+/// let mut va = VmapAllocator::new(0, 100).unwrap();
+/// let a = RangeAllocator::alloc(&mut va, 10, 1).unwrap();
+/// assert_eq!(release(&mut va, a, 9), Err(FreeError::SizeMismatch));
+/// assert_eq!(release(&mut va, a, 10), Ok(10));
+/// ```
+pub trait SizedFree: RangeAllocator {
+    /// Frees the live area `[addr, addr + size)`; returns `size`.
+    ///
+    /// # Errors
+    /// [`FreeError::Invalid`] for `size == 0` or a range outside the
+    /// space, [`FreeError::NotAllocated`] if no live area starts at
+    /// `addr`, [`FreeError::SizeMismatch`] if it has another size (where
+    /// the allocator can tell). Nothing changes then.
+    fn free_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError>;
+
+    /// Frees the live area `[addr, addr + size)` lazily (as
+    /// [`RangeAllocator::free_lazy`]); returns `size`.
+    ///
+    /// # Errors
+    /// As [`free_sized`](SizedFree::free_sized).
+    fn free_lazy_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError>;
+}
+
 #[doc(hidden)]
 /// Validates and clamps an allocation request against the space
 /// `[start, end)`. Returns the clamped window, or `Invalid`.
@@ -229,14 +266,18 @@ pub fn fit_in(lo: u64, hi: u64, size: u64, align: u64) -> Option<u64> {
     (end <= hi).then_some(a)
 }
 
-/// Writes the four [`RangeAllocator`] calls of a wrapper that puts a
-/// range allocator behind a lock (`alloc`, `alloc_in`, `free`,
-/// `free_lazy`, each taking the lock once through the wrapper's `lock()`),
-/// with their docs: the wrappers differ only in their lock. The examples
-/// import `$import` and declare the wrapper `va` with `$new`.
+/// Writes the calls a wrapper that puts a range allocator `R` behind a
+/// lock forwards, each taking the lock once through the wrapper's
+/// `lock()`, with their docs: the four [`RangeAllocator`] calls (`alloc`,
+/// `alloc_in`, `free`, `free_lazy`) for any `R`, and the two
+/// [`SizedFree`] ones for an `R` that has them. The wrappers
+/// ([`Locked`], `lock::Guarded`) differ only in their lock. `impl[..]`
+/// names the wrapper's generics other than `R`; the examples import
+/// `$import` and declare the wrapper `va` with `$new`.
 #[cfg(any(feature = "std", feature = "lock_api"))]
 macro_rules! locked_range_calls {
-    ($import:literal, $new:literal) => {
+    (impl[$($g:tt)*] $wrapper:ty, $import:literal, $new:literal) => {
+    impl<$($g)* R: $crate::range::RangeAllocator> $wrapper {
         /// [`RangeAllocator::alloc`] under the lock.
         ///
         /// # Errors
@@ -250,8 +291,8 @@ macro_rules! locked_range_calls {
         /// assert_eq!(va.alloc(10, 8), Ok(0));
         /// assert_eq!(va.alloc(10, 8), Ok(16));
         /// ```
-        pub fn alloc(&self, size: u64, align: u64) -> Result<u64, AllocError> {
-            self.lock().alloc(size, align)
+        pub fn alloc(&self, size: u64, align: u64) -> Result<u64, $crate::error::AllocError> {
+            $crate::range::RangeAllocator::alloc(&mut *self.lock(), size, align)
         }
 
         /// [`RangeAllocator::alloc_in`] under the lock.
@@ -272,8 +313,8 @@ macro_rules! locked_range_calls {
             align: u64,
             vstart: u64,
             vend: u64,
-        ) -> Result<u64, AllocError> {
-            self.lock().alloc_in(size, align, vstart, vend)
+        ) -> Result<u64, $crate::error::AllocError> {
+            $crate::range::RangeAllocator::alloc_in(&mut *self.lock(), size, align, vstart, vend)
         }
 
         /// [`RangeAllocator::free`] under the lock.
@@ -290,8 +331,8 @@ macro_rules! locked_range_calls {
         /// assert_eq!(va.free(a), Ok(10));
         /// assert!(va.free(a).is_err());
         /// ```
-        pub fn free(&self, addr: u64) -> Result<u64, FreeError> {
-            self.lock().free(addr)
+        pub fn free(&self, addr: u64) -> Result<u64, $crate::error::FreeError> {
+            $crate::range::RangeAllocator::free(&mut *self.lock(), addr)
         }
 
         /// [`RangeAllocator::free_lazy`] under the lock.
@@ -308,9 +349,53 @@ macro_rules! locked_range_calls {
         /// assert_eq!(va.free_lazy(a), Ok(10));
         /// assert_eq!(va.lock().stats().lazy_bytes, 10);
         /// ```
-        pub fn free_lazy(&self, addr: u64) -> Result<u64, FreeError> {
-            self.lock().free_lazy(addr)
+        pub fn free_lazy(&self, addr: u64) -> Result<u64, $crate::error::FreeError> {
+            $crate::range::RangeAllocator::free_lazy(&mut *self.lock(), addr)
         }
+    }
+
+    /// Frees that carry the size.
+    impl<$($g)* R: $crate::range::SizedFree> $wrapper {
+        /// [`SizedFree::free_sized`](crate::range::SizedFree::free_sized)
+        /// under the lock.
+        ///
+        /// # Errors
+        /// As `free_sized`: a wrong size is [`FreeError::SizeMismatch`]
+        /// where the allocator can tell.
+        ///
+        /// # Examples
+        /// ```
+        #[doc = concat!("use ", $import, ";")]
+        /// use mmkit::vmap::VmapAllocator;
+        /// use mmkit::FreeError;
+        #[doc = $new]
+        /// let a = va.alloc(10, 1).unwrap();
+        /// assert_eq!(va.free_sized(a, 9), Err(FreeError::SizeMismatch));
+        /// assert_eq!(va.free_sized(a, 10), Ok(10));
+        /// ```
+        pub fn free_sized(&self, addr: u64, size: u64) -> Result<u64, $crate::error::FreeError> {
+            $crate::range::SizedFree::free_sized(&mut *self.lock(), addr, size)
+        }
+
+        /// [`SizedFree::free_lazy_sized`](crate::range::SizedFree::free_lazy_sized)
+        /// under the lock.
+        ///
+        /// # Errors
+        /// As `free_lazy_sized`.
+        ///
+        /// # Examples
+        /// ```
+        #[doc = concat!("use ", $import, ";")]
+        /// use mmkit::vmap::VmapAllocator;
+        #[doc = $new]
+        /// let a = va.alloc(10, 1).unwrap();
+        /// assert_eq!(va.free_lazy_sized(a, 10), Ok(10));
+        /// assert_eq!(va.lock().stats().lazy_areas, 1);
+        /// ```
+        pub fn free_lazy_sized(&self, addr: u64, size: u64) -> Result<u64, $crate::error::FreeError> {
+            $crate::range::SizedFree::free_lazy_sized(&mut *self.lock(), addr, size)
+        }
+    }
     };
 }
 #[cfg(any(feature = "std", feature = "lock_api"))]
@@ -382,11 +467,6 @@ impl<R: RangeAllocator> Locked<R> {
         self.0.lock()
     }
 
-    locked_range_calls!(
-        "mmkit::range::Locked",
-        "let va = Locked::new(VmapAllocator::new(0, 100).unwrap());"
-    );
-
     /// Unwraps the allocator.
     ///
     /// # Examples
@@ -402,46 +482,9 @@ impl<R: RangeAllocator> Locked<R> {
     }
 }
 
-/// Frees that carry the size, on the exact allocator.
 #[cfg(feature = "std")]
-impl Locked<crate::vmap::VmapAllocator> {
-    /// [`VmapAllocator::free_sized`](crate::vmap::VmapAllocator::free_sized)
-    /// under the lock.
-    ///
-    /// # Errors
-    /// As `free_sized`: a wrong size is [`FreeError::SizeMismatch`] where
-    /// the allocator can tell.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::range::Locked;
-    /// use mmkit::vmap::VmapAllocator;
-    /// use mmkit::FreeError;
-    /// let va = Locked::new(VmapAllocator::new(0, 100).unwrap());
-    /// let a = va.alloc(10, 1).unwrap();
-    /// assert_eq!(va.free_sized(a, 9), Err(FreeError::SizeMismatch));
-    /// assert_eq!(va.free_sized(a, 10), Ok(10));
-    /// ```
-    pub fn free_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        self.lock().free_sized(addr, size)
-    }
-
-    /// [`VmapAllocator::free_lazy_sized`](crate::vmap::VmapAllocator::free_lazy_sized)
-    /// under the lock.
-    ///
-    /// # Errors
-    /// As `free_lazy_sized`.
-    ///
-    /// # Examples
-    /// ```
-    /// use mmkit::range::Locked;
-    /// use mmkit::vmap::VmapAllocator;
-    /// let va = Locked::new(VmapAllocator::without_busy_index(0, 100).unwrap());
-    /// let a = va.alloc(10, 1).unwrap();
-    /// assert_eq!(va.free_lazy_sized(a, 10), Ok(10));
-    /// assert_eq!(va.lock().stats().lazy_areas, 1);
-    /// ```
-    pub fn free_lazy_sized(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        self.lock().free_lazy_sized(addr, size)
-    }
-}
+locked_range_calls!(
+    impl[] Locked<R>,
+    "mmkit::range::Locked",
+    "let va = Locked::new(VmapAllocator::new(0, 100).unwrap());"
+);

@@ -40,13 +40,14 @@
 //! # Lazy frees
 //! As in the old kernel, a lazily freed area stays in the busy map, flagged,
 //! until a purge: the walk treats it as busy, so its space is not reused.
-//! The lazily freed areas are also listed (the kernel's purge list) so a
-//! purge does not rescan the whole map.
+//! The lazily freed areas are also listed (the kernel's purge list, a
+//! [`LazyList`]) so a purge does not rescan the whole map.
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
 use crate::error::{AllocError, CheckError, FreeError};
+use crate::lazy::LazyList;
 use crate::range::{fit_in, FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 
 /// One busy area: live, or lazily freed and waiting for a purge.
@@ -66,7 +67,7 @@ struct Area {
 ///   do not overlap (`prev.end <= next.start`);
 /// - `live_areas + lazy_areas == busy.len()`, and the byte counters equal the
 ///   sums over the flagged areas;
-/// - `lazy_list` holds exactly the starts of the lazy areas, once each;
+/// - `lazy` holds exactly the lazy areas, once each;
 /// - `cache`, when set, is the start of an area in `busy`;
 /// - every hole below the cache and at or above `cached_vstart` is smaller
 ///   than any request that uses the cache (`size > cached_hole_size`, for
@@ -91,8 +92,8 @@ pub struct LinearVmap {
     end: u64,
     /// Busy areas (live and lazy) keyed by start address.
     busy: BTreeMap<u64, Area>,
-    /// Starts of the lazily freed areas (the kernel's purge list).
-    lazy_list: Vec<u64>,
+    /// The lazily freed areas (the kernel's purge list) and `lazy_max`.
+    lazy: LazyList<(u64, u64)>,
     /// `free_vmap_cache`: start of the area the next walk resumes after.
     cache: Option<u64>,
     cached_hole_size: u64,
@@ -100,8 +101,6 @@ pub struct LinearVmap {
     cached_align: u64,
     live_areas: u64,
     live_bytes: u64,
-    lazy_bytes: u64,
-    lazy_max: u64,
     purges: u64,
     flushes: u64,
     hook: Option<FlushHook>,
@@ -112,7 +111,7 @@ impl core::fmt::Debug for LinearVmap {
         f.debug_struct("LinearVmap")
             .field("space", &(self.start, self.end))
             .field("areas", &self.busy.len())
-            .field("lazy_areas", &self.lazy_list.len())
+            .field("lazy_areas", &self.lazy.len())
             .field("cache", &self.cache)
             .finish()
     }
@@ -141,15 +140,13 @@ impl LinearVmap {
             start,
             end,
             busy: BTreeMap::new(),
-            lazy_list: Vec::new(),
+            lazy: LazyList::new(DEFAULT_LAZY_MAX),
             cache: None,
             cached_hole_size: 0,
             cached_vstart: start,
             cached_align: 1,
             live_areas: 0,
             live_bytes: 0,
-            lazy_bytes: 0,
-            lazy_max: DEFAULT_LAZY_MAX,
             purges: 0,
             flushes: 0,
             hook: None,
@@ -342,11 +339,10 @@ impl RangeAllocator for LinearVmap {
                 lazy: true,
             },
         );
-        self.lazy_list.push(addr);
+        let due = self.lazy.push((addr, area.end));
         self.live_areas -= 1;
         self.live_bytes -= size;
-        self.lazy_bytes += size;
-        if self.lazy_bytes > self.lazy_max {
+        if due {
             self.purge_with_hook();
         }
         Ok(size)
@@ -355,23 +351,18 @@ impl RangeAllocator for LinearVmap {
     /// # Complexity
     /// O(L log N) for L lazily freed areas.
     fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
-        if self.lazy_list.is_empty() {
+        let Some(mut batch) = self.lazy.take() else {
             return false; // nothing released: not counted as a purge
-        }
+        };
         self.purges += 1;
-        let (mut lo, mut hi) = (u64::MAX, 0);
-        let list = core::mem::take(&mut self.lazy_list);
-        for &s in &list {
-            let area = self.release(s);
-            lo = lo.min(s);
-            hi = hi.max(area.end);
+        for &(s, _) in &batch.items {
+            self.release(s);
         }
         // Keep the list's buffer for the next batch.
-        self.lazy_list = list;
-        self.lazy_list.clear();
-        self.lazy_bytes = 0;
+        batch.items.clear();
+        self.lazy.recycle(batch.items);
         self.flushes += 1;
-        flush(lo, hi);
+        flush(batch.span.0, batch.span.1);
         true
     }
 
@@ -379,8 +370,7 @@ impl RangeAllocator for LinearVmap {
     /// so `lazy_bytes <= lazy_max` holds between calls.
     fn set_lazy_max(&mut self, bytes: u64) {
         crate::debug_check!(self);
-        self.lazy_max = bytes;
-        if self.lazy_bytes > self.lazy_max {
+        if self.lazy.set_max(bytes) {
             self.purge_with_hook();
         }
     }
@@ -407,12 +397,11 @@ impl RangeAllocator for LinearVmap {
             largest_free: largest,
             live_areas: self.live_areas,
             live_bytes: self.live_bytes,
-            lazy_areas: self.lazy_list.len() as u64,
-            lazy_bytes: self.lazy_bytes,
+            lazy_areas: self.lazy.len() as u64,
+            lazy_bytes: self.lazy.bytes(),
             purges: self.purges,
             flushes: self.flushes,
-            metadata_bytes: self.busy.len() as u64 * entry * 4 / 3
-                + self.lazy_list.capacity() as u64 * 8,
+            metadata_bytes: self.busy.len() as u64 * entry * 4 / 3 + self.lazy.heap_bytes() as u64,
         }
     }
 
@@ -458,27 +447,28 @@ impl RangeAllocator for LinearVmap {
             "live bytes {live_bytes} != counter"
         );
         crate::ensure!(
-            lazy_bytes == self.lazy_bytes,
+            lazy_bytes == self.lazy.bytes(),
             Accounting,
             "lazy bytes {lazy_bytes} != counter"
         );
         crate::ensure!(
-            lazy == self.lazy_list.len() as u64,
+            lazy == self.lazy.len() as u64,
             Accounting,
             "lazy list length != lazy areas {lazy}"
         );
-        let mut listed = self.lazy_list.clone();
+        self.lazy.check()?;
+        let mut listed: Vec<(u64, u64)> = self.lazy.iter().copied().collect();
         listed.sort_unstable();
-        listed.dedup();
+        listed.dedup_by_key(|r| r.0);
         crate::ensure!(
-            listed.len() == self.lazy_list.len(),
+            listed.len() == self.lazy.len(),
             Structure,
             "lazy list has duplicates"
         );
-        for s in &listed {
+        for &(s, e) in &listed {
             crate::ensure!(
-                self.busy.get(s).is_some_and(|a| a.lazy),
-                Structure @ *s,
+                self.busy.get(&s).is_some_and(|a| a.lazy && a.end == e),
+                Structure @ s,
                 "lazy list names {s:#x}, not a lazy area"
             );
         }
@@ -486,11 +476,11 @@ impl RangeAllocator for LinearVmap {
             crate::ensure!(self.busy.contains_key(&c), Hint @ c, "cache {c:#x} is not a busy area");
         }
         crate::ensure!(
-            self.lazy_bytes <= self.lazy_max,
+            !self.lazy.over(),
             Bounds,
             "lazy bytes {} above lazy_max {}",
-            self.lazy_bytes,
-            self.lazy_max
+            self.lazy.bytes(),
+            self.lazy.max()
         );
         crate::ensure!(
             self.cached_align.is_power_of_two(),

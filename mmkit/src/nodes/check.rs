@@ -105,10 +105,10 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             // Not bounded by `lazy_max`: the free that passes it releases
             // the node's lock before the purge it starts takes them all.
             ensure!(
-                bytes == n.lazy_bytes,
+                bytes == n.lazy.bytes(),
                 Accounting @ i,
                 "node {i}: lazy bytes {bytes} (counter {})",
-                n.lazy_bytes
+                n.lazy.bytes()
             );
             held.extend(n.lazy.iter().copied());
             for (k, p) in n.pools.iter().enumerate() {

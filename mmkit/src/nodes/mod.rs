@@ -66,6 +66,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::error::{AllocError, FreeError};
+use crate::lazy::LazyList;
 use crate::range::FlushHook;
 use crate::vmap::busy::BusyIndex;
 use crate::vmap::VmapAllocator;
@@ -143,8 +144,9 @@ pub struct NodeStats {
 #[derive(Debug)]
 struct Node {
     busy: BusyIndex,
-    lazy: Vec<(u64, u64)>,
-    lazy_bytes: u64,
+    /// Lazily freed areas; past the configuration's `lazy_max`, every
+    /// node is purged.
+    lazy: LazyList<(u64, u64)>,
     /// `pools[k]`: starts of free areas of `k + 1` granules, oldest first.
     pools: Vec<Vec<u64>>,
     hits: u64,
@@ -221,8 +223,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         let node = || {
             Padded(Lock::new(Node {
                 busy: BusyIndex::new(),
-                lazy: Vec::new(),
-                lazy_bytes: 0,
+                lazy: LazyList::new(cfg.lazy_max),
                 pools: vec![Vec::new(); cfg.classes],
                 hits: 0,
                 misses: 0,
@@ -399,9 +400,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
 
     fn lazy_on_owner(&self, cpu: usize, addr: u64, size: Option<u64>) -> Result<u64, FreeError> {
         let (mut n, end) = self.owner(cpu, addr, size)?;
-        n.lazy.push((addr, end));
-        n.lazy_bytes += end - addr;
-        let over = n.lazy_bytes > self.cfg.lazy_max;
+        let over = n.lazy.push((addr, end));
         drop(n);
         if over {
             self.purge();

@@ -5,6 +5,7 @@
 use alloc::vec::Vec;
 
 use super::{Node, VmapNodes};
+use crate::lazy::Batch;
 
 impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// Takes every node's lazy list, calls the flush hook once with the
@@ -55,18 +56,15 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// A purge; `full` decays every pool to empty, even with nothing lazy.
     fn purge_with(&self, full: bool) -> bool {
         let mut p = self.purger.lock();
-        let batches: Vec<Vec<(u64, u64)>> = (self.nodes.iter())
-            .map(|n| {
-                let mut n = n.0.lock();
-                n.lazy_bytes = 0;
-                core::mem::take(&mut n.lazy)
-            })
+        let batches: Vec<Option<Batch<(u64, u64)>>> = (self.nodes.iter())
+            .map(|n| n.0.lock().lazy.take())
             .collect();
-        let all = batches.iter().flatten();
-        let lo = all.clone().map(|a| a.0).min();
-        let hi = all.map(|a| a.1).max();
-        let any = lo.is_some();
-        if let (Some(lo), Some(hi)) = (lo, hi) {
+        // One flush covers every node's batch.
+        let span = (batches.iter().flatten())
+            .map(|b| b.span)
+            .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+        let any = span.is_some();
+        if let Some((lo, hi)) = span {
             p.purges += 1;
             if let Some(f) = p.hook.as_mut() {
                 f(lo, hi);
@@ -78,8 +76,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         let mut back = Vec::new();
         for (n, batch) in self.nodes.iter().zip(batches) {
             let mut n = n.0.lock();
-            for (s, e) in batch {
-                self.pool(&mut n, s, e, &mut back);
+            if let Some(mut batch) = batch {
+                for (s, e) in batch.items.drain(..) {
+                    self.pool(&mut n, s, e, &mut back);
+                }
+                n.lazy.recycle(batch.items);
             }
             self.decay(&mut n, full, &mut back);
         }

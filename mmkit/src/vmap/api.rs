@@ -414,7 +414,7 @@ impl VmapAllocator {
     /// assert_eq!(va.lazy_areas().collect::<Vec<_>>(), [0..10]);
     /// ```
     pub fn lazy_areas(&self) -> impl Iterator<Item = Range<u64>> + '_ {
-        self.lazy.areas.iter().map(|&(s, e)| s..e)
+        self.lazy.iter().map(|&(s, e)| s..e)
     }
 
     /// Grows the managed space to `new`, which must contain the current one

@@ -23,6 +23,7 @@
 //!              the tree beside them (its pads, left as they were) until
 //!              taken back whole or merged (see `pending`)
 //!   lazy list: areas freed lazily; not reusable until the next purge
+//!              (a `crate::lazy::LazyList`, which decides when)
 //! ```
 //!
 //! Metadata: a free block is 16 bytes in a leaf of the
@@ -45,6 +46,7 @@
 
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
+use crate::lazy::LazyList;
 use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
 use crate::tree::btree::{BTree, Neighbours, Pos};
 
@@ -152,9 +154,9 @@ pub struct VmapAllocator {
     /// The last freed area that had free neighbours, kept out of `free`
     /// beside them until taken back or merged (see `pending`).
     pending: Pending,
-    /// Lazily freed areas, waiting for a purge.
-    lazy: LazyList,
-    lazy_max: u64,
+    /// Lazily freed areas, waiting for a purge, and the threshold
+    /// (`lazy_max`) past which they are purged.
+    lazy: LazyList<(u64, u64)>,
     flush_hook: Option<FlushHook>,
     free_bytes: u64,
     live_bytes: u64,
@@ -168,15 +170,6 @@ pub struct VmapAllocator {
     indexed: bool,
     purges: u64,
     flushes: u64,
-}
-
-/// The lazily freed areas awaiting a purge, and the range covering them.
-#[derive(Debug, Default)]
-struct LazyList {
-    areas: Vec<(u64, u64)>,
-    bytes: u64,
-    lo: u64,
-    hi: u64,
 }
 
 impl core::fmt::Debug for VmapAllocator {
@@ -215,8 +208,7 @@ impl VmapAllocator {
             busy: BusyIndex::new(),
             isolated: Isolated::new(),
             pending: Pending::new(),
-            lazy: LazyList::default(),
-            lazy_max: DEFAULT_LAZY_MAX,
+            lazy: LazyList::new(DEFAULT_LAZY_MAX),
             flush_hook: None,
             free_bytes: end - start,
             live_bytes: 0,
@@ -416,15 +408,7 @@ impl VmapAllocator {
     /// Puts `[s, e)`, no longer live, on the lazy list; purges when the
     /// list passes `lazy_max`.
     fn defer(&mut self, s: u64, e: u64) {
-        let lz = &mut self.lazy;
-        if lz.areas.is_empty() {
-            (lz.lo, lz.hi) = (s, e);
-        } else {
-            (lz.lo, lz.hi) = (lz.lo.min(s), lz.hi.max(e));
-        }
-        lz.areas.push((s, e));
-        lz.bytes += e - s;
-        if self.lazy.bytes > self.lazy_max {
+        if self.lazy.push((s, e)) {
             self.purge_with_hook();
         }
     }
@@ -582,12 +566,12 @@ impl RangeAllocator for VmapAllocator {
     /// # Complexity
     /// O(k log n) for k lazy areas.
     fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
-        if self.lazy.areas.is_empty() {
+        let Some(batch) = self.lazy.take() else {
             return false; // nothing released: not counted as a purge
-        }
+        };
         self.purges += 1;
-        let (lo, hi) = (self.lazy.lo, self.lazy.hi);
-        let mut areas = core::mem::take(&mut self.lazy.areas);
+        let (lo, hi) = batch.span;
+        let mut areas = batch.items;
         // In address order, consecutive merges walk nearby tree paths (warm
         // in cache), and adjacent lazy areas join before touching the tree.
         // Downwards, so that a batch at the top of the used space grows the
@@ -609,11 +593,10 @@ impl RangeAllocator for VmapAllocator {
             self.merge_or_add(rs, re);
         }
         areas.clear();
-        self.lazy.areas = areas; // keep the capacity: no allocation next time
-        self.lazy.bytes = 0;
-        // One flush covers the whole batch. It runs last: nothing can reuse
-        // the batch before we return, and a flush that panics finds every
-        // invariant (lazy_max included) already holding.
+        self.lazy.recycle(areas); // keep the capacity: no allocation next time
+                                  // One flush covers the whole batch. It runs last: nothing can reuse
+                                  // the batch before we return, and a flush that panics finds every
+                                  // invariant (lazy_max included) already holding.
         self.flushes += 1;
         flush(lo, hi);
         true
@@ -621,8 +604,7 @@ impl RangeAllocator for VmapAllocator {
 
     fn set_lazy_max(&mut self, bytes: u64) {
         crate::debug_check!(self);
-        self.lazy_max = bytes;
-        if self.lazy.bytes > self.lazy_max {
+        if self.lazy.set_max(bytes) {
             self.purge_with_hook();
         }
     }
@@ -634,7 +616,7 @@ impl RangeAllocator for VmapAllocator {
     fn stats(&self) -> RangeStats {
         let metadata = self.free.heap_bytes()
             + self.busy.heap_bytes()
-            + self.lazy.areas.capacity() * core::mem::size_of::<(u64, u64)>()
+            + self.lazy.heap_bytes()
             + core::mem::size_of::<Self>();
         RangeStats {
             free_blocks: self.free_block_count() as u64,
@@ -642,8 +624,8 @@ impl RangeAllocator for VmapAllocator {
             largest_free: self.largest_free(),
             live_areas: self.live_count,
             live_bytes: self.live_bytes,
-            lazy_areas: self.lazy.areas.len() as u64,
-            lazy_bytes: self.lazy.bytes,
+            lazy_areas: self.lazy.len() as u64,
+            lazy_bytes: self.lazy.bytes(),
             purges: self.purges,
             flushes: self.flushes,
             metadata_bytes: metadata as u64,
@@ -714,13 +696,7 @@ impl RangeAllocator for VmapAllocator {
             self.busy.len(),
             self.live_count
         );
-        for &(s, e) in &self.lazy.areas {
-            ensure!(s < e, Layout @ s, "empty lazy area at {s:#x}");
-            ensure!(
-                self.lazy.lo <= s && e <= self.lazy.hi,
-                Bounds @ s,
-                "lazy area {s:#x} outside the flush range"
-            );
+        for &(s, e) in self.lazy.iter() {
             all.push((s, e, "lazy"));
         }
         all.sort_unstable();
@@ -760,13 +736,15 @@ impl RangeAllocator for VmapAllocator {
             self.live_bytes
         );
         ensure!(
-            lazy == self.lazy.bytes,
+            lazy == self.lazy.bytes(),
             Accounting,
             "lazy bytes {lazy} != counter {}",
-            self.lazy.bytes
+            self.lazy.bytes()
         );
+        // The list's own: each area inside the range its purge flushes.
+        self.lazy.check()?;
         ensure!(
-            self.lazy.bytes <= self.lazy_max,
+            !self.lazy.over(),
             Bounds,
             "lazy bytes above lazy_max after a free"
         );

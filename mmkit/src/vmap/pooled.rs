@@ -50,6 +50,7 @@ use super::busy::BusyIndex;
 use super::VmapAllocator;
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
+use crate::lazy::LazyList;
 use crate::range::FlushHook;
 use crate::sync::{lock, Mutex, MutexGuard};
 
@@ -119,8 +120,8 @@ pub struct PoolStats {
 struct Cpu {
     /// The live areas this CPU allocated, by start.
     busy: BusyIndex,
-    lazy: Vec<(u64, u64)>,
-    lazy_bytes: u64,
+    /// Lazily freed areas, purged past the configuration's `lazy_max`.
+    lazy: LazyList<(u64, u64)>,
     /// `pools[k]`: starts of free areas of `k + 1` granules, newest last.
     pools: Vec<Vec<u64>>,
     stats: PoolStats,
@@ -186,8 +187,7 @@ impl PooledVmap {
         let cpu = || {
             Padded(Mutex::new(Cpu {
                 busy: BusyIndex::new(),
-                lazy: Vec::new(),
-                lazy_bytes: 0,
+                lazy: LazyList::new(cfg.lazy_max),
                 pools: vec![Vec::new(); cfg.classes],
                 stats: PoolStats::default(),
             }))
@@ -351,9 +351,7 @@ impl PooledVmap {
 
     /// Puts `[addr, end)` on `c`'s lazy list, purging it past `lazy_max`.
     fn defer(&self, c: &mut Cpu, addr: u64, end: u64) {
-        c.lazy.push((addr, end));
-        c.lazy_bytes += end - addr;
-        if c.lazy_bytes > self.cfg.lazy_max {
+        if c.lazy.push((addr, end)) {
             self.purge(c);
         }
     }
@@ -407,7 +405,7 @@ impl PooledVmap {
     /// Pools `[addr, end)` on `c`, or gives it back when it has no pool.
     fn pool_now(&self, c: &mut Cpu, addr: u64, end: u64) {
         let mut back = Vec::new();
-        self.pool(c, addr, end, &mut back);
+        self.pool(&mut c.pools, addr, end, &mut back);
         if !back.is_empty() {
             self.give_back(&back);
         }
@@ -440,12 +438,12 @@ impl PooledVmap {
         Err(FreeError::NotAllocated)
     }
 
-    /// Puts the free area `[s, e)` in `c`'s pool of its size, or on `back`
-    /// for the exact allocator.
-    fn pool(&self, c: &mut Cpu, s: u64, e: u64, back: &mut Vec<(u64, u64)>) {
+    /// Puts the free area `[s, e)` in its pool of `pools` (a CPU's), or on
+    /// `back` for the exact allocator.
+    fn pool(&self, pools: &mut [Vec<u64>], s: u64, e: u64, back: &mut Vec<(u64, u64)>) {
         match self.class_of(e - s) {
-            Some(k) if c.pools[k].len() < self.cfg.pool_max => {
-                c.pools[k].push(s);
+            Some(k) if pools[k].len() < self.cfg.pool_max => {
+                pools[k].push(s);
             }
             _ => back.push((s, e)),
         }
@@ -464,23 +462,17 @@ impl PooledVmap {
 
     /// One flush for `c`'s lazy list, then its areas to the pools.
     fn purge(&self, c: &mut Cpu) {
-        if c.lazy.is_empty() {
-            return;
-        }
-        let lo = c.lazy.iter().map(|a| a.0).min().unwrap_or(0);
-        let hi = c.lazy.iter().map(|a| a.1).max().unwrap_or(0);
-        if let Some(f) = lock(&self.flush).as_mut() {
-            f(lo, hi);
-        }
-        c.stats.purges += 1;
         let mut back = Vec::new();
-        let lazy = core::mem::take(&mut c.lazy);
-        for &(s, e) in &lazy {
-            self.pool(c, s, e, &mut back);
-        }
-        c.lazy = lazy;
-        c.lazy.clear();
-        c.lazy_bytes = 0;
+        let Cpu {
+            lazy, pools, stats, ..
+        } = c;
+        let flush = |lo, hi| {
+            if let Some(f) = lock(&self.flush).as_mut() {
+                f(lo, hi);
+            }
+            stats.purges += 1;
+        };
+        lazy.purge(flush, |(s, e)| self.pool(pools, s, e, &mut back));
         if !back.is_empty() {
             self.give_back(&back);
         }
@@ -577,13 +569,14 @@ impl PooledVmap {
             held.extend(c.busy.iter());
             let bytes: u64 = c.lazy.iter().map(|&(s, e)| e - s).sum();
             ensure!(
-                bytes == c.lazy_bytes && bytes <= self.cfg.lazy_max,
+                bytes == c.lazy.bytes() && bytes <= self.cfg.lazy_max,
                 Accounting @ i,
                 "cpu {i}: lazy bytes {} (counter {}, max {})",
                 bytes,
-                c.lazy_bytes,
+                c.lazy.bytes(),
                 self.cfg.lazy_max
             );
+            c.lazy.check()?;
             held.extend(c.lazy.iter().copied());
             for (k, p) in c.pools.iter().enumerate() {
                 ensure!(p.len() <= self.cfg.pool_max, Bounds @ i, "cpu {i}: pool {k} over pool_max");

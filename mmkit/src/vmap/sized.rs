@@ -24,6 +24,7 @@
 
 use super::VmapAllocator;
 use crate::error::{AllocError, FreeError};
+use crate::range::SizedFree;
 
 /// Whether an allocator made without a busy index keeps one anyway, to
 /// check the sizes it is given.
@@ -198,5 +199,15 @@ impl VmapAllocator {
             return Err(FreeError::NotAllocated);
         }
         Ok(())
+    }
+}
+
+impl SizedFree for VmapAllocator {
+    fn free_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        VmapAllocator::free_sized(self, addr, size)
+    }
+
+    fn free_lazy_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        VmapAllocator::free_lazy_sized(self, addr, size)
     }
 }
