@@ -293,7 +293,10 @@ impl VmapAllocator {
     fn try_place(&mut self, req: &Request, lo: u64, hi: u64) -> Option<u64> {
         let (size, align) = (req.size(), req.alignment());
         let (lo, hi, highest) = match req.placement() {
-            Policy::Linux if lo < hi => {
+            // Without the extra length Linux's search is the exact one.
+            Policy::Linux
+                if lo < hi && Policy::linux_search_len(size, align, hi - lo) != Some(size) =>
+            {
                 let a = self.linux_fit(size, align, lo, hi)?;
                 (a, a + size, false)
             }
