@@ -7,7 +7,7 @@
 
 judges() {
   case $1 in
-    tree | vmap) echo range_model policy_model vmap_churn pooled sized_model hostile_range ;;
+    tree | vmap) echo range_model policy_model vmap_churn pooled sized_model hostile_range memmap_model free_list before_heap ;;
     buddy) echo buddy_model buddy_pcp_model hostile_buddy ;;
     percpu) echo percpu_model hostile_percpu ;;
     vblock) echo vblock_model hostile_vblock ;;

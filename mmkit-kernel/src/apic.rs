@@ -3,7 +3,7 @@
 
 use core::ptr::{read_volatile, write_volatile};
 
-use crate::idt::SPURIOUS_VECTOR;
+use crate::trap::SPURIOUS_VECTOR;
 
 const BASE: u64 = 0xfee0_0000;
 const TPR: u64 = 0x80;

@@ -8,6 +8,7 @@
 //! tables and GDT until they load their own.
 
 use core::arch::global_asm;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// Physical address the AP trampoline runs from (SIPI vector 0x08).
 pub const TRAMPOLINE: u64 = 0x8000;
@@ -185,15 +186,14 @@ extern "C" {
     static kernel_end: u8;
 }
 
-/// The stack the next AP starts on (top address), set before its SIPI.
-#[no_mangle]
-static mut ap_stack_top: u64 = 0;
+/// The stack the next AP starts on (top address), set before its SIPI;
+/// the trampoline reads it by its symbol (an atomic has a `u64`'s layout).
+#[export_name = "ap_stack_top"]
+static AP_STACK_TOP: AtomicU64 = AtomicU64::new(0);
 
 /// Sets the stack top the next AP starts on.
 pub fn set_ap_stack(top: u64) {
-    // SAFETY: written only by the boot CPU between AP start-ups, while no
-    // AP is reading it (the previous AP reported itself online).
-    unsafe { core::ptr::addr_of_mut!(ap_stack_top).write_volatile(top) };
+    AP_STACK_TOP.store(top, Ordering::SeqCst);
 }
 
 /// The trampoline's bytes in the kernel image: `(address, length)`.

@@ -7,9 +7,9 @@
 use core::arch::global_asm;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::idt::TrapFrame;
-use crate::paging::{VMALLOC_SIZE, VMALLOC_START};
-use crate::{arch, mm, serial};
+use crate::paging::{self, VMALLOC_SIZE, VMALLOC_START};
+use crate::trap::TrapFrame;
+use crate::{arch, mm, phys, serial};
 
 global_asm!(
     r#"
@@ -141,4 +141,20 @@ pub fn fatal(f: &mut TrapFrame) {
         arch::cr2()
     ));
     arch::qemu_exit(crate::EXIT_FAIL);
+}
+
+/// Fresh words for [`touch`]: none is written twice.
+static TOUCHES: AtomicU64 = AtomicU64::new(1);
+
+/// The loops' "touch": writes a fresh word at each page of
+/// `[va, va + pages)` through `va`, then reads it back from the frame the
+/// page table maps there, through the identity map. A write that a stale
+/// translation sent to another frame is missed there. Returns whether
+/// every page took its word (and none faulted).
+pub fn touch(va: u64, pages: u64) -> bool {
+    (0..pages).all(|i| {
+        let at = va + i * phys::PAGE;
+        let v = TOUCHES.fetch_add(1, Ordering::Relaxed);
+        probe_write(at, v) && paging::translate(at).and_then(phys::read_frame) == Some(v)
+    })
 }

@@ -1,48 +1,14 @@
 //! Interrupt entry: one assembly stub per vector pushes a uniform
-//! [`TrapFrame`] and calls [`trap`]; the IDT (shared by every CPU) points
+//! [`TrapFrame`] and calls [`trap`] (the vectors and the frame are in
+//! [`crate::trap`]); the IDT (shared by every CPU) points
 //! at the stubs. Exceptions 0-31, the TLB-shootdown IPI, the wake-up IPI
 //! and the APIC's spurious vector.
 
 use core::arch::{asm, global_asm};
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use crate::trap::{TrapFrame, SPURIOUS_VECTOR, TLB_VECTOR, WAKE_VECTOR};
 use crate::{apic, fault, tlb};
-
-/// The TLB-shootdown IPI.
-pub const TLB_VECTOR: u8 = 0xf0;
-/// The wake-up IPI (a CPU idling in `hlt` has work).
-pub const WAKE_VECTOR: u8 = 0xf1;
-/// The local APIC's spurious vector.
-pub const SPURIOUS_VECTOR: u8 = 0xff;
-
-/// Registers as the stubs leave them on the stack.
-#[repr(C)]
-#[derive(Debug)]
-#[allow(missing_docs)]
-pub struct TrapFrame {
-    pub r15: u64,
-    pub r14: u64,
-    pub r13: u64,
-    pub r12: u64,
-    pub r11: u64,
-    pub r10: u64,
-    pub r9: u64,
-    pub r8: u64,
-    pub rbp: u64,
-    pub rdi: u64,
-    pub rsi: u64,
-    pub rdx: u64,
-    pub rcx: u64,
-    pub rbx: u64,
-    pub rax: u64,
-    pub vector: u64,
-    pub error: u64,
-    pub rip: u64,
-    pub cs: u64,
-    pub rflags: u64,
-    pub rsp: u64,
-    pub ss: u64,
-}
 
 global_asm!(
     r#"

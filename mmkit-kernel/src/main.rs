@@ -2,13 +2,15 @@
 //! booted by QEMU through the PVH entry. See README.md.
 #![no_std]
 #![no_main]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 extern crate alloc;
 
 mod apic;
 mod arch;
-mod bench;
 mod boot;
+mod buddy_pcp;
+mod counters;
 mod fault;
 mod heap;
 mod idt;
@@ -17,12 +19,17 @@ mod paging;
 mod percpu;
 mod pervar;
 mod phys;
+mod scale;
+mod seed002;
 mod serial;
 mod smp;
 mod stale;
+mod stale_vmalloc;
+mod test_vmalloc;
 mod tests;
 mod time;
 mod tlb;
+mod trap;
 
 use core::panic::PanicInfo;
 
@@ -65,7 +72,7 @@ extern "C" fn kmain(info: u64) -> ! {
     );
     let mut buf = [0u8; 256];
     let cmdline = phys::cmdline(info, &mut buf);
-    let scale = bench::Scale::parse(cmdline);
+    let scale = scale::Scale::parse(cmdline);
     println!(
         "SCALE cpus={} seed_iters={} seed_old_iters={} loops={} busy={} full_fit={} stress_loops={} stress_busy={} stress_full_fit={} buddy_pairs={} cycles={} stale_cycles={} lazy_max_mib={}",
         online,
@@ -100,20 +107,20 @@ extern "C" fn kmain(info: u64) -> ! {
 }
 
 /// The tests, then the experiments, each followed by every check.
-fn run(scale: bench::Scale) -> Result<usize, alloc::string::String> {
+fn run(scale: scale::Scale) -> Result<usize, alloc::string::String> {
     let n = tests::run_all(scale.detector_cycles())?;
     if scale.tests_only {
         return Ok(n);
     }
     type Step = (
         &'static str,
-        fn(bench::Scale) -> Result<(), alloc::string::String>,
+        fn(scale::Scale) -> Result<(), alloc::string::String>,
     );
     let steps: [Step; 4] = [
-        ("seed002", bench::seed002),
-        ("test_vmalloc performance", bench::test_vmalloc_perf),
-        ("test_vmalloc stress", bench::test_vmalloc_stress),
-        ("buddy_pcp", bench::buddy_pcp),
+        ("seed002", seed002::run),
+        ("test_vmalloc performance", test_vmalloc::performance),
+        ("test_vmalloc stress", test_vmalloc::stress),
+        ("buddy_pcp", buddy_pcp::run),
     ];
     for (name, step) in steps {
         // Each experiment starts with the lazy lists empty: what the tests

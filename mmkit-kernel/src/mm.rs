@@ -200,23 +200,3 @@ pub fn whereabouts(va: u64) -> Option<Where> {
         Some(Where::Free)
     }
 }
-
-/// Writes a byte at each page of `[va, va + pages)` (the loop's "touch").
-/// Returns whether every write went through (no page fault).
-pub fn touch(va: u64, pages: u64, v: u8) -> bool {
-    (0..pages).all(|i| crate::fault::probe_write(va + i * PAGE, u64::from(v)))
-}
-
-/// Writes the first word of frame `pfn` through the identity map, if the
-/// buddy allocator has the frame allocated (so it is not the kernel's or
-/// the heap's). Returns whether it wrote.
-pub fn write_frame(pfn: u64, v: u64) -> bool {
-    if phys::allocated_order(pfn).is_none() {
-        return false;
-    }
-    // SAFETY: the frame is an allocated buddy frame (never heap, kernel
-    // image or page tables in use by Rust references); RAM is identity
-    // mapped; the volatile write is one aligned word.
-    unsafe { core::ptr::write_volatile((pfn * PAGE) as *mut u64, v) };
-    true
-}

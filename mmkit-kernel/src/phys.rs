@@ -150,6 +150,51 @@ fn zero_frames(pfn: u64, n: u64) {
     unsafe { core::ptr::write_bytes((pfn * PAGE) as *mut u8, 0, (n * PAGE) as usize) };
 }
 
+/// A frame of data, owned: the one way to write a frame's memory from
+/// Rust. Page-table pages and AP stacks are allocated as bare frame
+/// numbers ([`alloc`]) and never become one, so a write through it cannot
+/// reach them. Not `Clone`: one owner writes it.
+#[derive(Debug)]
+pub struct DataFrame {
+    pfn: u64,
+}
+
+impl DataFrame {
+    /// An order-0 frame from `cpu`'s lists.
+    pub fn alloc(cpu: usize) -> Option<DataFrame> {
+        alloc(cpu, 0, false).map(|pfn| DataFrame { pfn })
+    }
+
+    /// Its frame number (to map it).
+    pub fn pfn(&self) -> u64 {
+        self.pfn
+    }
+
+    /// Writes the frame's first word through the identity map.
+    pub fn write(&mut self, v: u64) {
+        // SAFETY: the frame is this token's alone (allocated for it, never
+        // a page table, a stack, the heap or the kernel image); RAM is
+        // identity mapped; the volatile write is one aligned word. Other
+        // CPUs reach it only through mappings, by instructions, not Rust
+        // references.
+        unsafe { core::ptr::write_volatile((self.pfn * PAGE) as *mut u64, v) };
+    }
+
+    /// Returns the frame to `cpu`'s lists.
+    pub fn free(self, cpu: usize) {
+        free(cpu, self.pfn, 0);
+    }
+}
+
+/// The first word of frame `pfn` through the identity map, if the buddy
+/// allocator has the frame allocated.
+pub fn read_frame(pfn: u64) -> Option<u64> {
+    allocated_order(pfn)?;
+    // SAFETY: the frame is an allocated buddy frame and RAM is identity
+    // mapped; the volatile read is one aligned word of plain memory.
+    Some(unsafe { core::ptr::read_volatile((pfn * PAGE) as *const u64) })
+}
+
 /// Frees a block to `cpu`'s lists.
 pub fn free(cpu: usize, pfn: u64, order: u8) {
     zone()

@@ -2,13 +2,13 @@
 //! local APIC, the real-mode trampoline at 0x8000, a stack each) and
 //! running work on every CPU at once.
 
-use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use spin::Mutex;
 
 use crate::arch::{self, inb, outw};
-use crate::idt::WAKE_VECTOR;
+use crate::trap::WAKE_VECTOR;
 use crate::{apic, boot, idt, percpu, phys, println, time};
 
 /// The CPU count QEMU reports through fw_cfg (key 0x05).
@@ -21,13 +21,12 @@ pub fn cpu_count() -> usize {
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
 
-/// A job for every CPU: `f(cpu)`.
-type Job = Arc<dyn Fn(usize) + Send + Sync>;
+/// The job every CPU runs: `f(cpu)`. Borrowed from [`run_on`]'s caller,
+/// which waits for every CPU to finish before the borrow ends.
+type Job = &'static (dyn Fn(usize) + Sync);
 static JOB: Mutex<Option<Job>> = Mutex::new(None);
 static JOB_GEN: AtomicU64 = AtomicU64::new(0);
 static JOB_DONE: AtomicUsize = AtomicUsize::new(0);
-static JOB_CPUS: AtomicUsize = AtomicUsize::new(0);
-
 /// Starts every AP; returns the CPUs online.
 pub fn start_aps(cpus: usize) -> usize {
     let (src, len) = boot::trampoline_image();
@@ -78,11 +77,9 @@ fn idle(cpu: usize) -> ! {
         let gen = JOB_GEN.load(Ordering::Acquire);
         if gen != seen {
             seen = gen;
-            let job = JOB.lock().clone();
+            let job = *JOB.lock();
             if let Some(job) = job {
-                if cpu < JOB_CPUS.load(Ordering::Acquire) {
-                    job(cpu);
-                }
+                job(cpu);
             }
             JOB_DONE.fetch_add(1, Ordering::AcqRel);
             continue;
@@ -96,13 +93,29 @@ fn idle(cpu: usize) -> ! {
     }
 }
 
-/// Runs `f(cpu)` on CPUs `0..n` (the caller is CPU 0) and waits for all.
-/// CPUs at or above `n` stay idle.
-pub fn run_on(n: usize, f: impl Fn(usize) + Send + Sync + 'static) {
+/// Runs `f(cpu)` on CPUs `0..n` at once (the caller is CPU 0), waits for
+/// all, and returns their results in CPU order. CPUs at or above `n` stay
+/// idle; `n` is at most the CPUs online.
+pub fn run_on<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     let online = percpu::online();
-    let job: Job = Arc::new(f);
-    *JOB.lock() = Some(job.clone());
-    JOB_CPUS.store(n, Ordering::Release);
+    let n = n.clamp(1, online);
+    let results: Vec<Mutex<Option<T>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let job = |cpu: usize| {
+        if let Some(slot) = results.get(cpu) {
+            let r = f(cpu);
+            *slot.lock() = Some(r);
+        }
+    };
+    let borrowed: &(dyn Fn(usize) + Sync) = &job;
+    // SAFETY: only the lifetime changes. The other CPUs call the job only
+    // between the generation bump below and their increment of JOB_DONE;
+    // this function waits for every increment and clears JOB before
+    // `job`, `f` and `results` go out of scope, and the next run_on cannot
+    // start before that.
+    let job_static: Job = unsafe {
+        core::mem::transmute::<&(dyn Fn(usize) + Sync), &'static (dyn Fn(usize) + Sync)>(borrowed)
+    };
+    *JOB.lock() = Some(job_static);
     JOB_DONE.store(0, Ordering::Release);
     JOB_GEN.fetch_add(1, Ordering::AcqRel);
     if online > 1 {
@@ -113,4 +126,8 @@ pub fn run_on(n: usize, f: impl Fn(usize) + Send + Sync + 'static) {
         arch::pause();
     }
     *JOB.lock() = None;
+    results
+        .into_iter()
+        .map(|r| r.into_inner().expect("every CPU below n ran the job"))
+        .collect()
 }

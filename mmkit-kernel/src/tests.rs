@@ -6,11 +6,11 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::Ordering;
 
 use crate::mm::{self, KernelMmu};
 use crate::paging::{self, VMALLOC_START};
-use crate::{arch, fault, percpu, phys, println, smp, stale, tlb};
+use crate::{arch, fault, percpu, phys, println, smp, stale, stale_vmalloc, tlb};
 use mmkit_vmalloc::{Mmu, Where, PAGE};
 
 /// Every allocator's `check()`, and the page-table walk against the layers.
@@ -100,39 +100,74 @@ pub fn check_all() -> Result<(), String> {
     Ok(())
 }
 
-/// Runs every test; returns how many passed, or the first failure.
-pub fn run_all(cycles: u64) -> Result<usize, String> {
-    type Test<'a> = (&'a str, &'a dyn Fn() -> Result<(), String>);
-    let tests: [Test<'_>; 8] = [
-        ("ipi_reaches_every_cpu", &ipi_reaches_every_cpu),
-        ("vmalloc_maps_real_frames", &vmalloc_maps_real_frames),
-        ("use_after_vfree_faults", &use_after_vfree_faults),
-        ("map_ram_on_every_cpu", &map_ram_on_every_cpu),
-        ("bad_input_changes_nothing", &bad_input_changes_nothing),
-        (
-            "percpu_counters_on_every_cpu",
-            &percpu_counters_on_every_cpu,
-        ),
-        ("stale_tlb_caught_without_flush", &stale_tlb_caught),
-        ("stale_tlb_none_with_flush", &|| stale_tlb_none(cycles)),
-    ];
-    for (name, t) in tests.iter() {
-        let t0 = arch::rdtsc();
-        t().map_err(|e| format!("{name}: {e}"))?;
-        check_all().map_err(|e| format!("{name}: check after: {e}"))?;
-        println!(
-            "TEST {name} ok ({} ms)",
-            crate::time::ns(arch::rdtsc() - t0) / 1_000_000
-        );
-    }
-    Ok(tests.len())
+/// How a test ended, when it did not fail.
+pub enum Outcome {
+    /// It ran and passed.
+    Passed,
+    /// It cannot run on this machine (the reason).
+    Skipped(&'static str),
 }
 
-/// `n` scaled by 2 / CPUs above 2 CPUs (at least a tenth of `n`): each
-/// cycle of a cross-CPU test waits for every other CPU.
-pub fn per_cpu_share(n: u64) -> u64 {
-    let cpus = percpu::online().max(2) as u64;
-    (n * 2 / cpus).max(n / 10).max(1)
+/// A test's result.
+type TestResult = Result<Outcome, String>;
+
+/// Runs every test; returns how many passed, or the first failure.
+pub fn run_all(cycles: u64) -> Result<usize, String> {
+    type Test<'a> = (&'a str, &'a dyn Fn() -> TestResult);
+    let tests: [Test<'_>; 11] = [
+        ("ipi_reaches_every_cpu", &ipi_reaches_every_cpu),
+        (
+            "vmalloc_maps_real_frames",
+            &passes(vmalloc_maps_real_frames),
+        ),
+        ("use_after_vfree_faults", &passes(use_after_vfree_faults)),
+        ("map_ram_on_every_cpu", &passes(map_ram_on_every_cpu)),
+        (
+            "bad_input_changes_nothing",
+            &passes(bad_input_changes_nothing),
+        ),
+        (
+            "percpu_counters_on_every_cpu",
+            &passes(percpu_counters_on_every_cpu),
+        ),
+        ("stale_tlb_caught_without_flush", &passes(stale_tlb_caught)),
+        (
+            "stale_tlb_none_with_flush",
+            &passes(|| stale_tlb_none(cycles)),
+        ),
+        (
+            "stale_tlb_none_after_vfree_eager",
+            &passes(|| vfree_reuse("eager list", mm::linear())),
+        ),
+        (
+            "stale_tlb_none_after_vfree_lazy",
+            &passes(|| {
+                vfree_reuse("lazy tree", mm::tree())?;
+                vfree_reuse("lazy list", mm::linear_lazy())
+            }),
+        ),
+        ("stale_tlb_none_after_vm_unmap_ram", &passes(map_ram_reuse)),
+    ];
+    let mut passed = 0;
+    for (name, t) in tests.iter() {
+        let t0 = arch::rdtsc();
+        let outcome = t().map_err(|e| format!("{name}: {e}"))?;
+        check_all().map_err(|e| format!("{name}: check after: {e}"))?;
+        let ms = crate::time::ns(arch::rdtsc() - t0) / 1_000_000;
+        match outcome {
+            Outcome::Passed => {
+                passed += 1;
+                println!("TEST {name} ok ({ms} ms)");
+            }
+            Outcome::Skipped(why) => println!("TEST {name} skipped: {why}"),
+        }
+    }
+    Ok(passed)
+}
+
+/// A test that always runs.
+fn passes(t: impl Fn() -> Result<(), String>) -> impl Fn() -> TestResult {
+    move || t().map(|()| Outcome::Passed)
 }
 
 fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
@@ -143,16 +178,24 @@ fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     }
 }
 
-fn ipi_reaches_every_cpu() -> Result<(), String> {
-    let others = percpu::online() as u64 - 1;
-    let before = tlb::HANDLED.load(Ordering::SeqCst);
+fn ipi_reaches_every_cpu() -> TestResult {
+    let cpus = percpu::online();
+    if cpus == 1 {
+        return Ok(Outcome::Skipped("one CPU: no other CPU to reach"));
+    }
+    let before: Vec<u64> = (0..cpus).map(tlb::handled).collect();
     for _ in 0..10 {
         tlb::flush_range(VMALLOC_START, VMALLOC_START + PAGE);
     }
-    let got = tlb::HANDLED.load(Ordering::SeqCst) - before;
-    ensure(got == 10 * others, || {
-        format!("{got} IPIs handled, {} expected", 10 * others)
-    })
+    for (cpu, b) in before.into_iter().enumerate() {
+        let got = tlb::handled(cpu) - b;
+        // The sender flushes its own TLB without an IPI.
+        let want = if cpu == arch::cpu_id() { 0 } else { 10 };
+        ensure(got == want, || {
+            format!("CPU {cpu} handled {got} shootdowns, {want} expected")
+        })?;
+    }
+    Ok(Outcome::Passed)
 }
 
 fn vmalloc_maps_real_frames() -> Result<(), String> {
@@ -231,27 +274,26 @@ fn use_after_vfree_faults() -> Result<(), String> {
 }
 
 fn map_ram_on_every_cpu() -> Result<(), String> {
-    static FAILS: AtomicUsize = AtomicUsize::new(0);
-    static DONE: AtomicUsize = AtomicUsize::new(0);
-    FAILS.store(0, Ordering::SeqCst);
-    DONE.store(0, Ordering::SeqCst);
     let cpus = percpu::online();
-    smp::run_on(cpus, move |cpu| {
+    let fails = smp::run_on(cpus, |cpu| {
+        let mut fails = 0;
         let cpu_real = arch::cpu_id();
         if cpu_real != cpu {
-            FAILS.fetch_add(1, Ordering::SeqCst);
+            fails += 1;
         }
         let frames: Vec<u64> = (0..64)
             .filter_map(|_| phys::alloc(cpu_real, 0, false))
             .collect();
+        if frames.len() != 64 {
+            frames.iter().for_each(|&p| phys::free(cpu_real, p, 0));
+            return 1;
+        }
         let mut maps = Vec::new();
         let mut mmu = KernelMmu;
         for n in [1usize, 2, 3, 4, 8, 17, 64] {
             match mm::map_ram(cpu_real).lock().map(&mut mmu, 0, &frames[..n]) {
                 Ok(va) => maps.push((va, n)),
-                Err(_) => {
-                    FAILS.fetch_add(1, Ordering::SeqCst);
-                }
+                Err(_) => fails += 1,
             }
         }
         for &(va, n) in &maps {
@@ -259,7 +301,7 @@ fn map_ram_on_every_cpu() -> Result<(), String> {
                 if !fault::probe_write(va + p * PAGE, va + p)
                     || mmu.translate(va + p * PAGE) != Some(frames[p as usize])
                 {
-                    FAILS.fetch_add(1, Ordering::SeqCst);
+                    fails += 1;
                 }
             }
         }
@@ -267,17 +309,16 @@ fn map_ram_on_every_cpu() -> Result<(), String> {
             if mm::map_ram(cpu_real).lock().unmap(&mut mmu, va, n).is_err()
                 || mmu.translate(va).is_some()
             {
-                FAILS.fetch_add(1, Ordering::SeqCst);
+                fails += 1;
             }
         }
         for p in frames {
             phys::free(cpu_real, p, 0);
         }
-        DONE.fetch_add(1, Ordering::SeqCst);
+        fails
     });
-    let f = FAILS.load(Ordering::SeqCst);
-    ensure(f == 0 && DONE.load(Ordering::SeqCst) == cpus, || {
-        format!("{f} failures")
+    ensure(fails.iter().all(|&f| f == 0) && fails.len() == cpus, || {
+        format!("failures by CPU: {fails:?}")
     })?;
     for cpu in 0..cpus {
         mm::map_ram(cpu).lock().unmap_aliases(&mut KernelMmu);
@@ -286,14 +327,12 @@ fn map_ram_on_every_cpu() -> Result<(), String> {
 }
 
 fn percpu_counters_on_every_cpu() -> Result<(), String> {
-    use alloc::sync::Arc;
     let live0 = crate::pervar::check().map_err(|e| format!("percpu: {e}"))?;
     let cpus = percpu::online();
-    let c = Arc::new(crate::pervar::Counter::new().ok_or("no per-CPU counter")?);
-    let c2 = Arc::clone(&c);
-    smp::run_on(cpus, move |cpu| {
+    let c = crate::pervar::Counter::new().ok_or("no per-CPU counter")?;
+    smp::run_on(cpus, |cpu| {
         for _ in 0..1000 {
-            c2.add(cpu as u64 + 1);
+            c.add(cpu as u64 + 1);
         }
     });
     for cpu in 0..cpus {
@@ -355,38 +394,83 @@ fn bad_input_changes_nothing() -> Result<(), String> {
 
 fn stale_tlb_caught() -> Result<(), String> {
     // After 20 rounds of steady use: round 21 flushes the whole area,
-    // round 24 a chunk; the flush skipped is one of each kind.
-    let mut caught = [0; 2];
-    for (k, skip) in [21u64, 24].into_iter().enumerate() {
-        caught[k] = stale::run(skip + 1, Some(skip))?.stale;
+    // round 24 a chunk; the flush skipped is one of each kind, in the last
+    // round of its run, and only that round's reads are counted.
+    let mut runs = Vec::new();
+    for skip in [21u64, 24] {
+        runs.push(stale::run(skip, Some(skip))?);
     }
-    let possible = (stale::PAGES + tlb::CEILING) * percpu::online() as u64;
+    let stale: u64 = runs.iter().map(|r| r.seen.stale()).sum();
+    let reads: u64 = runs.iter().map(|r| r.seen.reads()).sum();
     println!(
-        "STALE skipped_flush={} of={possible} whole={} chunk={}",
-        caught[0] + caught[1],
-        caught[0],
-        caught[1]
+        "STALE skipped_flush={stale} of={reads} whole={} chunk={} by_cpu_whole={} by_cpu_chunk={}",
+        runs[0].seen.stale(),
+        runs[1].seen.stale(),
+        runs[0].seen.by_cpu(),
+        runs[1].seen.by_cpu()
     );
-    ensure(caught.iter().all(|&c| c > 0), || {
-        format!("a skipped flush went unnoticed (stale reads {caught:?})")
-    })
+    for (kind, r) in ["whole-area", "32-page"].iter().zip(&runs) {
+        let missed: Vec<usize> = (0..r.seen.per_cpu.len())
+            .filter(|&c| r.seen.per_cpu[c].stale == 0)
+            .collect();
+        ensure(missed.is_empty(), || {
+            format!("a skipped {kind} flush went unnoticed on CPUs {missed:?}")
+        })?;
+    }
+    Ok(())
 }
 
 /// The detector with flushing on over at least `cycles` cycles.
 fn stale_tlb_none(cycles: u64) -> Result<(), String> {
     let r = stale::run(stale::rounds_for(cycles), None)?;
     println!(
-        "STALE flushing cycles={} pages={} cpus={} reads={} flushes={} stale={} ms={} ns_per_cycle={}",
+        "STALE flushing cycles={} pages={} cpus={} reads={} flushes={} stale={} by_cpu={} ms={} ns_per_cycle={}",
         r.cycles,
         stale::PAGES,
         percpu::online(),
-        r.reads,
-        r.flushes,
-        r.stale,
-        r.ns / 1_000_000,
-        r.ns / r.cycles.max(1)
+        r.seen.reads(),
+        r.seen.flushes,
+        r.seen.stale(),
+        r.seen.by_cpu(),
+        r.seen.ns / 1_000_000,
+        r.seen.ns / r.cycles.max(1)
     );
-    ensure(r.stale == 0, || {
-        format!("{} stale reads with flushing on", r.stale)
-    })
+    r.seen.none_stale("flushing on")
+}
+
+/// Rounds of the `vm_map_ram` test: a block or more each.
+const MAP_RAM_ROUNDS: u64 = 24;
+
+/// [`stale_vmalloc::vfree_reuse`] on `layer`, every CPU checked: an eager
+/// layer sends a shootdown per vfree (costly under emulation), so it makes
+/// fewer rounds of fewer areas.
+fn vfree_reuse<R: mmkit::range::RangeAllocator + Send>(
+    name: &str,
+    layer: &'static mm::Lock<mmkit_vmalloc::Vmalloc<R>>,
+) -> Result<(), String> {
+    let (rounds, areas) = match mm::locked(layer).flush_policy() {
+        mmkit_vmalloc::Flush::Eager => (8, 8),
+        mmkit_vmalloc::Flush::Lazy { .. } => (12, 24),
+    };
+    let s = stale_vmalloc::vfree_reuse(layer, rounds, areas)?;
+    report_layer(&format!("vfree {name}"), &s);
+    s.none_stale(&format!("vfree on the {name}"))
+}
+
+fn map_ram_reuse() -> Result<(), String> {
+    let s = stale_vmalloc::map_ram_reuse(MAP_RAM_ROUNDS)?;
+    report_layer("vm_unmap_ram", &s);
+    s.none_stale("vm_map_ram ranges")
+}
+
+fn report_layer(what: &str, s: &stale::Seen) {
+    println!(
+        "STALE layer={} reads={} flushes={} stale={} by_cpu={} ms={}",
+        what.replace(' ', "_"),
+        s.reads(),
+        s.flushes,
+        s.stale(),
+        s.by_cpu(),
+        s.ns / 1_000_000
+    );
 }

@@ -41,6 +41,7 @@ mod check;
 mod lazy;
 mod maps;
 mod ram;
+pub mod test_vmalloc;
 
 pub use lazy::{Gone, Outcome, Purged, Released, Retired};
 pub use maps::{Area, AreaData, LayerStats, Vmalloc, Where};

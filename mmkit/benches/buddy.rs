@@ -1,5 +1,5 @@
 //! Order-0 alloc+free pair of the buddy allocator against a bare
-//! doubly-linked-list push+pop (issue 5 target: under 2x).
+//! doubly-linked-list push+pop (the goal: under 2x).
 //!
 //! - `list_push_pop`: a Vec-indexed doubly-linked list (head, next, prev),
 //!   one pop from the head and one push at the head: the floor any
@@ -11,11 +11,10 @@
 //! - `buddy_order0_split_merge/<placement>`: an empty zone, so each pair
 //!   splits an order-10 block down and merges it back up (the worst case).
 //! - `pcp_order0_pair`: the same pair through the per-CPU lists of a
-//!   `PcpZone` over the fragmented zone (issue 11 target: under 2x the
-//!   list).
+//!   `PcpZone` over the fragmented zone (the goal: under 2x the list).
 //! - `pcp_threads/<n>`: `n` threads, each on its own CPU of a
 //!   `ConcurrentZone`, doing order-0 pairs; the time is per pair per thread
-//!   (issue 11 target: 2 threads under 1.2x of 1). Each round allocates 64
+//!   (the goal: 2 threads under 1.2x of 1). Each round allocates 64
 //!   pages, then frees them. `pcp_threads/2-separate-zones` is the control:
 //!   two threads with a zone each, sharing nothing.
 

@@ -19,8 +19,8 @@
 //! allocator holding 10^4 live areas, each thread churning its own 64 areas
 //! of test_vmalloc's random sizes (1..100 pages plus a guard page, lazy
 //! frees, the kernel's 64 MiB threshold): free its oldest, allocate a new
-//! one. The time is wall time per pair over all threads (issue 9: 2 threads
-//! at most 1.3x of 1); a thread's own latency per pair is n times that.
+//! one. The time is wall time per pair over all threads (the goal: 2
+//! threads at most 1.3x of 1); a thread's own latency per pair is n times that.
 //! `guarded_parking_lot/<n>` and `guarded_spin/<n>` run the same churn
 //! through `lock::Guarded` over parking_lot's and spin's raw mutexes, and
 //! `pooled/<n>` through `vmap::pooled::PooledVmap` (inexact: per-CPU

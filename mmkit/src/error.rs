@@ -31,6 +31,9 @@ pub enum AllocError {
     /// any purge or retry the allocator is documented to attempt). From a
     /// constructor: the heap refused the metadata for the size asked.
     NoSpace,
+    /// The allocator keeps its metadata in fixed storage (no heap), and
+    /// that storage has no room for what the allocation would need.
+    StorageFull,
 }
 
 impl fmt::Display for AllocError {
@@ -38,6 +41,7 @@ impl fmt::Display for AllocError {
         match self {
             AllocError::Invalid => f.write_str("invalid allocation request"),
             AllocError::NoSpace => f.write_str("no free space satisfies the request"),
+            AllocError::StorageFull => f.write_str("the allocator's fixed storage is full"),
         }
     }
 }
@@ -56,6 +60,9 @@ pub enum FreeError {
     /// A free that carries a size (`free_sized`) names a live area of
     /// another size.
     SizeMismatch,
+    /// The allocator's fixed storage has no room for the metadata the free
+    /// needs (a free block that merges with nothing takes a slot).
+    StorageFull,
 }
 
 impl fmt::Display for FreeError {
@@ -64,6 +71,60 @@ impl fmt::Display for FreeError {
             FreeError::NotAllocated => f.write_str("address is not a live allocation"),
             FreeError::Invalid => f.write_str("invalid free request"),
             FreeError::SizeMismatch => f.write_str("size does not match the live area"),
+            FreeError::StorageFull => f.write_str("the allocator's fixed storage is full"),
+        }
+    }
+}
+
+/// Why free space from a memory map was refused
+/// ([`VmapAllocator::add_free`](crate::vmap::VmapAllocator::add_free)).
+/// Nothing changed.
+///
+/// # Examples
+/// ```
+/// use mmkit::error::AddFreeError;
+/// use mmkit::vmap::VmapAllocator;
+/// let mut va = VmapAllocator::new_empty();
+/// va.add_free(0x1000, 0x8000).unwrap();
+/// assert_eq!(
+///     va.add_free(0x7000, 0x9000),
+///     Err(AddFreeError::Overlaps { start: 0x7000, end: 0x8000 })
+/// );
+/// assert_eq!(va.add_free(5, 5), Err(AddFreeError::Empty { start: 5, end: 5 }));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AddFreeError {
+    /// The range is empty or inverted (`start >= end`).
+    Empty {
+        /// Start asked for.
+        start: u64,
+        /// End asked for.
+        end: u64,
+    },
+    /// Part of the range is managed already (free, live or lazily freed):
+    /// `[start, end)` is the first such part.
+    Overlaps {
+        /// First managed byte inside the range asked for.
+        start: u64,
+        /// One past the last byte of that managed part inside the range.
+        end: u64,
+    },
+    /// The allocator keeps its metadata in fixed storage, which has no room
+    /// for the new range.
+    StorageFull,
+}
+
+impl fmt::Display for AddFreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            AddFreeError::Empty { start, end } => {
+                write!(f, "range [{start:#x}, {end:#x}) is empty")
+            }
+            AddFreeError::Overlaps { start, end } => {
+                write!(f, "[{start:#x}, {end:#x}) is managed already")
+            }
+            AddFreeError::StorageFull => f.write_str("the allocator's fixed storage is full"),
         }
     }
 }
@@ -226,6 +287,8 @@ pub(crate) fn try_vec<T: Clone>(n: usize, value: T) -> Result<Vec<T>, AllocError
 impl std::error::Error for AllocError {}
 #[cfg(feature = "std")]
 impl std::error::Error for FreeError {}
+#[cfg(feature = "std")]
+impl std::error::Error for AddFreeError {}
 #[cfg(feature = "std")]
 impl std::error::Error for CheckError {}
 

@@ -124,6 +124,7 @@ pub mod percpu;
 pub mod prelude;
 pub mod range;
 pub mod request;
+pub mod storage;
 #[cfg(feature = "std")]
 mod sync;
 // The B+tree under `vmap`: public only with the unstable `internals`
@@ -141,7 +142,7 @@ mod tree;
 pub mod vblock;
 pub mod vmap;
 
-pub use error::{AllocError, CheckError, FreeError};
+pub use error::{AddFreeError, AllocError, CheckError, FreeError};
 
 #[cfg(test)]
 mod testkit;
@@ -152,6 +153,7 @@ mod testkit;
 const _: () = {
     const fn send<T: Send>() {}
     send::<vmap::VmapAllocator>();
+    send::<vmap::VmapAllocator<storage::Fixed<4>>>();
     send::<baseline::linear_vmap::LinearVmap>();
     send::<baseline::area_map::AreaMapAllocator>();
     send::<percpu::PercpuAllocator>();

@@ -12,7 +12,7 @@
 //! ```
 
 pub use crate::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
-pub use crate::error::{AllocError, CheckError, FreeError};
+pub use crate::error::{AddFreeError, AllocError, CheckError, FreeError};
 #[cfg(feature = "lock_api")]
 pub use crate::lock::Guarded;
 pub use crate::percpu::{PcpuPtr, PercpuAllocator};

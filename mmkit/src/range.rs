@@ -278,10 +278,10 @@ pub fn fit_in(lo: u64, hi: u64, size: u64, align: u64) -> Option<u64> {
 macro_rules! locked_range_calls {
     (impl[$($g:tt)*] $wrapper:ty, $import:literal, $new:literal) => {
     impl<$($g)* R: $crate::range::RangeAllocator> $wrapper {
-        /// [`RangeAllocator::alloc`] under the lock.
+        /// [`RangeAllocator::alloc`](crate::range::RangeAllocator::alloc) under the lock.
         ///
         /// # Errors
-        /// As [`RangeAllocator::alloc_in`].
+        /// As [`RangeAllocator::alloc_in`](crate::range::RangeAllocator::alloc_in).
         ///
         /// # Examples
         /// ```
@@ -295,10 +295,10 @@ macro_rules! locked_range_calls {
             $crate::range::RangeAllocator::alloc(&mut *self.lock(), size, align)
         }
 
-        /// [`RangeAllocator::alloc_in`] under the lock.
+        /// [`RangeAllocator::alloc_in`](crate::range::RangeAllocator::alloc_in) under the lock.
         ///
         /// # Errors
-        /// As [`RangeAllocator::alloc_in`].
+        /// As [`RangeAllocator::alloc_in`](crate::range::RangeAllocator::alloc_in).
         ///
         /// # Examples
         /// ```
@@ -317,10 +317,10 @@ macro_rules! locked_range_calls {
             $crate::range::RangeAllocator::alloc_in(&mut *self.lock(), size, align, vstart, vend)
         }
 
-        /// [`RangeAllocator::free`] under the lock.
+        /// [`RangeAllocator::free`](crate::range::RangeAllocator::free) under the lock.
         ///
         /// # Errors
-        /// As [`RangeAllocator::free`].
+        /// As [`RangeAllocator::free`](crate::range::RangeAllocator::free).
         ///
         /// # Examples
         /// ```
@@ -335,10 +335,10 @@ macro_rules! locked_range_calls {
             $crate::range::RangeAllocator::free(&mut *self.lock(), addr)
         }
 
-        /// [`RangeAllocator::free_lazy`] under the lock.
+        /// [`RangeAllocator::free_lazy`](crate::range::RangeAllocator::free_lazy) under the lock.
         ///
         /// # Errors
-        /// As [`RangeAllocator::free_lazy`].
+        /// As [`RangeAllocator::free_lazy`](crate::range::RangeAllocator::free_lazy).
         ///
         /// # Examples
         /// ```
@@ -360,7 +360,7 @@ macro_rules! locked_range_calls {
         /// under the lock.
         ///
         /// # Errors
-        /// As `free_sized`: a wrong size is [`FreeError::SizeMismatch`]
+        /// As `free_sized`: a wrong size is [`FreeError::SizeMismatch`](crate::error::FreeError::SizeMismatch)
         /// where the allocator can tell.
         ///
         /// # Examples

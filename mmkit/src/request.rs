@@ -363,6 +363,9 @@ pub enum RequestError {
         /// One past the end of that part.
         end: u64,
     },
+    /// The allocator keeps its metadata in fixed storage, which has no room
+    /// for what the request would need.
+    StorageFull,
 }
 
 impl fmt::Display for RequestError {
@@ -401,6 +404,7 @@ impl fmt::Display for RequestError {
             RequestError::InUse { start, end } => {
                 write!(f, "[{start:#x}, {end:#x}) is in use")
             }
+            RequestError::StorageFull => f.write_str("the allocator's fixed storage is full"),
         }
     }
 }
@@ -410,6 +414,7 @@ impl From<RequestError> for AllocError {
         match e {
             RequestError::NoFit { .. } | RequestError::NotFree { .. } => AllocError::NoSpace,
             RequestError::InUse { .. } => AllocError::NoSpace,
+            RequestError::StorageFull => AllocError::StorageFull,
             _ => AllocError::Invalid,
         }
     }

@@ -51,8 +51,8 @@ fn bad_configs_are_refused() {
     );
 }
 
-/// Issue 12 item 1: `max_alloc` above 2^63 wrapped `next_power_of_two` and
-/// passed validation.
+/// `max_alloc` above 2^63 would wrap `next_power_of_two` and pass
+/// validation: it is refused.
 #[test]
 fn max_alloc_near_u64_max_is_refused() {
     let cfg = Config {

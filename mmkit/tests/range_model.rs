@@ -304,7 +304,7 @@ fn align_two_to_the_63<A: RangeAllocator>(make: fn(u64, u64) -> A) {
     ok(&a);
 }
 
-/// Issue 12, defect 4: a flush hook that panics once is still installed
+/// A flush hook that panics once is still installed
 /// afterwards, so later automatic purges call it and `lazy_max` holds.
 fn panicking_hook_stays_installed<A: RangeAllocator>(make: fn(u64, u64) -> A) {
     let mut a = make(0, 0x10000);

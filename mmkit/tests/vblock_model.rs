@@ -453,9 +453,9 @@ fn concurrent_front_end_purges_fragmented_blocks_when_space_runs_out() {
     vb.check().unwrap();
 }
 
-/// Issue 12, defect 1: `max_alloc` above 2^63 made `next_power_of_two` wrap
-/// to 0 (release builds), so validate accepted it and `map` handed out the
-/// same pages twice; `pages as u32` truncated 2^32 + 1 to 1.
+/// `max_alloc` above 2^63 would make `next_power_of_two` wrap to 0 (release
+/// builds), so that validation accepts it and `map` hands out the same
+/// pages twice; a count of 2^32 + 1 must not truncate to 1.
 #[test]
 fn huge_max_alloc_is_refused_never_overlapping() {
     for max_alloc in [u64::MAX, (1 << 63) + 1, 1 << 32, 1 << 20] {
@@ -481,7 +481,7 @@ fn huge_max_alloc_is_refused_never_overlapping() {
     }
 }
 
-/// Issue 12, defect 1: a request of 2^32 + 1 pages is large (range
+/// A request of 2^32 + 1 pages is large (range
 /// allocator), never truncated to one page from a block.
 #[test]
 fn page_counts_never_truncate() {
@@ -493,7 +493,7 @@ fn page_counts_never_truncate() {
     vb.check().unwrap();
 }
 
-/// Issue 12, defect 5: `live_pages` counts the pages asked for, not the
+/// `live_pages` counts the pages asked for, not the
 /// power-of-two slot a block reserves for them.
 #[test]
 fn live_pages_counts_requested_pages() {
@@ -510,8 +510,8 @@ fn live_pages_counts_requested_pages() {
     }
 }
 
-/// Issue 12: `cpus = u32::MAX` aborted allocating the queues; a CPU count
-/// above `MAX_CPUS` is refused before anything is allocated.
+/// `cpus = u32::MAX` would abort allocating the queues: a CPU count above
+/// `MAX_CPUS` is refused before anything is allocated.
 #[test]
 fn absurd_cpu_counts_are_refused_before_allocating() {
     for cpus in [u32::MAX as usize, 1 << 20] {

@@ -7,7 +7,10 @@
 //! The "kernel" has a vmalloc space managed by a [`VmapAllocator`] with lazy
 //! TLB flushing (the flush hook counts flushes in an atomic, as a kernel
 //! would send its IPI), and a zone of page frames managed by a
-//! [`BuddyAllocator`]; both live in `static`s set up at boot.
+//! [`BuddyAllocator`]; both live in `static`s set up at boot. Before them,
+//! [`EARLY`], an allocator of physical ranges in fixed storage, is a
+//! `static` built at compile time: it takes the firmware's memory map and
+//! hands out the ranges the kernel needs before it has a heap.
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -17,11 +20,40 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use mmkit::buddy::{BuddyAllocator, BuddyConfig, MigrateType};
 use mmkit::lock::Guarded;
+use mmkit::storage::Fixed;
 use mmkit::vmap::VmapAllocator;
-use mmkit::{AllocError, FreeError};
+use mmkit::{AddFreeError, AllocError, FreeError};
 
 /// The kernel's lock: a spin lock, usable before any scheduler exists.
 pub type Spin = spin::Mutex<()>;
+
+/// Physical memory before the heap: no heap behind it, built by a `const fn`.
+pub static EARLY: Guarded<Spin, VmapAllocator<Fixed<8>>> = Guarded::new(VmapAllocator::new_fixed());
+
+/// Gives [`EARLY`] the firmware's usable RAM ranges `[start, end)` and
+/// carves out a first heap of `heap_bytes`, 2 MiB aligned; returns its
+/// address.
+///
+/// # Errors
+/// [`EarlyError::Map`] for a range overlapping one added before;
+/// [`EarlyError::Heap`] when no range holds the heap.
+pub fn early_boot(map: &[(u64, u64)], heap_bytes: u64) -> Result<u64, EarlyError> {
+    EARLY.with(|early| {
+        for &(start, end) in map {
+            early.add_free(start, end).map_err(EarlyError::Map)?;
+        }
+        early.alloc(heap_bytes, 2 << 20).map_err(EarlyError::Heap)
+    })
+}
+
+/// Why [`early_boot`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EarlyError {
+    /// A range of the map was refused.
+    Map(AddFreeError),
+    /// No range holds the first heap.
+    Heap(AllocError),
+}
 
 /// The vmalloc space; `None` until [`boot`] knows the memory map.
 pub static VMALLOC: Guarded<Spin, Option<VmapAllocator>> = Guarded::new(None);
@@ -103,6 +135,22 @@ pub fn free_frames(pfn: u64, order: u8) -> Result<(), FreeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn early_boot_takes_the_map_and_carves_a_heap() {
+        let map = [
+            (0x1000, 0x9f000),
+            (0x10_0000, 0xc000_0000),
+            (0x1_0000_0000, 0x2_0000_0000),
+        ];
+        assert_eq!(early_boot(&map, 64 << 20), Ok(0x20_0000));
+        assert_eq!(EARLY.free_range(0x20_0000, 0x1000), Ok(0x1000));
+        let again = early_boot(&map[..1], 1);
+        assert!(matches!(
+            again,
+            Err(EarlyError::Map(AddFreeError::Overlaps { .. }))
+        ));
+    }
 
     #[test]
     fn boot_map_unmap_flush() {

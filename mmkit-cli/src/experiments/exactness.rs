@@ -319,11 +319,7 @@ fn verdict(rows: &[Row]) -> Vec<String> {
 }
 
 fn run(opts: &Options) -> Report {
-    let lives: &[usize] = if opts.quick {
-        &[1_000]
-    } else {
-        &[1_000, 10_000, 100_000]
-    };
+    let lives: &[usize] = opts.pick(&[1_000], &[1_000, 10_000], &[1_000, 10_000, 100_000]);
     let pb = progress(
         (lives.len() * STREAMS.len() * ALLOCATORS.len()) as u64,
         "exactness",
@@ -355,7 +351,7 @@ fn run(opts: &Options) -> Report {
         missing == 0,
     ));
     report.notes.extend(verdict(&rows));
-    let n = if opts.quick { 1_000 } else { 10_000 };
+    let n = opts.pick(1_000, 10_000, 10_000);
     let cases: Vec<String> = STREAMS.iter().map(|s| s.name.to_string()).collect();
     let groups: Vec<(String, Vec<f64>)> = (ALLOCATORS.iter().enumerate())
         .map(|(i, _)| {

@@ -2,9 +2,10 @@
 //! fixed parameters that prints the seed's published figures beside what it
 //! measures here, baseline against mmkit.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 use crate::render::Report;
 use crate::report::{Outputs, Page};
@@ -61,8 +62,12 @@ pub struct Options {
     /// Experiments to run (`mmkit list` names them); none runs them all.
     pub names: Vec<String>,
     /// A tiny scale for CI smoke runs: seconds, not minutes.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "full")]
     pub quick: bool,
+    /// The full scale: the seeds' sizes and every vCPU count (tens of
+    /// minutes); the default is a smaller scale that answers in minutes.
+    #[arg(long)]
+    pub full: bool,
     /// Scale the main loop count, 1 to 10^9 (each experiment documents its
     /// default).
     #[arg(long, value_parser = count())]
@@ -82,6 +87,20 @@ pub struct Options {
     /// Exit with status 1 when a target is NOT met.
     #[arg(long)]
     pub strict: bool,
+}
+
+impl Options {
+    /// The value for this run's scale: `--quick`, the default (the main
+    /// job's minutes on a 2-core machine) or `--full` (the seeds' sizes).
+    pub fn pick<T>(&self, quick: T, default: T, full: T) -> T {
+        if self.quick {
+            quick
+        } else if self.full {
+            full
+        } else {
+            default
+        }
+    }
 }
 
 /// Parses `--loops` and `--seeds`: 0 would average over nothing (a table
@@ -132,6 +151,7 @@ fn command(opts: &Options) -> String {
     let mut c = vec!["mmkit experiments".to_string()];
     c.extend(opts.names.iter().cloned());
     c.extend(opts.quick.then(|| "--quick".to_string()));
+    c.extend(opts.full.then(|| "--full".to_string()));
     c.extend(opts.loops.map(|l| format!("--loops {l}")));
     c.extend(opts.seeds.map(|s| format!("--seeds {s}")));
     c.extend(opts.out.as_ref().map(|d| format!("--out {}", d.display())));
@@ -159,8 +179,23 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> io::Result<ExitCode> {
     let machine = Machine::here();
     writeln!(out, "# machine: {machine}")?;
     let mut reports = Vec::new();
-    for e in chosen {
+    // Progress on stderr: on a terminal each experiment's bar under a line
+    // naming it; elsewhere (a log, CI) one line per finished experiment.
+    let terminal = io::stderr().is_terminal();
+    let n = chosen.len();
+    for (i, e) in chosen.into_iter().enumerate() {
+        if terminal {
+            eprintln!("[{}/{n}] {} ...", i + 1, e.name);
+        }
+        let t0 = Instant::now();
         let report = (e.run)(opts);
+        let verdicts = report.targets.iter().filter(|t| t.met.is_some()).count();
+        eprintln!(
+            "[{}/{n}] {} done in {:.1} s, {verdicts} verdicts",
+            i + 1,
+            e.name,
+            t0.elapsed().as_secs_f64()
+        );
         let head = format!("== {} ({}) ==", e.name, e.about);
         match head.chars().count() <= crate::render::MAX_WIDTH {
             true => writeln!(out, "\n{head}")?,

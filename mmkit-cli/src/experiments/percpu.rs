@@ -38,10 +38,12 @@ pub const EXPERIMENT: Experiment = Experiment {
 /// Bytes per unit of every chunk (the kernel's minimum unit is 32 KiB; a
 /// unit holds 16 metadata blocks here).
 pub const UNIT_SIZE: u64 = 64 << 10;
-/// Objects per run by default: the seed's 2^20.
-pub const DEFAULT_OBJECTS: u64 = 1 << 20;
+/// Objects per run under `--full`: the seed's 2^20.
+pub const FULL_OBJECTS: u64 = 1 << 20;
 /// Objects per run under `--quick`.
 pub const QUICK_OBJECTS: u64 = 1 << 12;
+/// Objects per run of the main job (`mmkit experiments` without `--full`).
+pub const DEFAULT_OBJECTS: u64 = 1 << 18;
 /// The area map's object count in the alignment case (O(n^2)), default.
 pub const ALIGN_BASELINE_OBJECTS: u64 = 1 << 16;
 /// The same under `--quick`.
@@ -447,11 +449,7 @@ fn plot_free(
 fn run(opts: &Options) -> Report {
     let n = opts
         .loops
-        .unwrap_or(if opts.quick {
-            QUICK_OBJECTS
-        } else {
-            DEFAULT_OBJECTS
-        })
+        .unwrap_or(opts.pick(QUICK_OBJECTS, DEFAULT_OBJECTS, FULL_OBJECTS))
         .max(2);
     let nb = if opts.quick {
         QUICK_ALIGN_BASELINE_OBJECTS
@@ -461,7 +459,7 @@ fn run(opts: &Options) -> Report {
     .min(n);
     let steps = 2 * SIZES.len() as u64 * 3 + 2 * SIZES.len() as u64 + 3;
     let pb = progress(steps, "percpu");
-    let reps = if opts.quick { 1 } else { REPS };
+    let reps = opts.pick(1, 1, REPS);
     let area = orders_rows(Kind::AreaMap, n, reps, &pb);
     let bitmap = orders_rows(Kind::Bitmap, n, reps, &pb);
     let half = [

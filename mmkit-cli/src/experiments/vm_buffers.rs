@@ -352,7 +352,7 @@ fn plot_churn(speed: &[SpeedRow]) -> Result<String, Box<dyn std::error::Error>> 
 }
 
 fn run(opts: &Options) -> Report {
-    let (budget, max, reps) = if opts.quick { (64 * MIB, 64 * MIB, 1) } else { (1 << 30, 1 << 30, 3) };
+    let (budget, max, reps) = opts.pick((64 * MIB, 64 * MIB, 1), (256 * MIB, 256 * MIB, 1), (1 << 30, 1 << 30, 3));
     let budget = opts.loops.map_or(budget, |l| l * MIB);
     let mut report = Report::new("vm_buffers");
     // Growth first: both contenders start from fresh memory (after the

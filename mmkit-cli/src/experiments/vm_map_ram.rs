@@ -314,7 +314,7 @@ const NAMES: [&str; 3] = [
 ];
 
 fn scale(opts: &Options) -> Scale {
-    let base = opts.loops.unwrap_or(if opts.quick { 100 } else { 1000 });
+    let base = opts.loops.unwrap_or(opts.pick(100, 1000, 1000));
     Scale {
         s1_iters: base,
         // The seed's 10,000 calls take milliseconds: quick keeps them.

@@ -49,8 +49,8 @@ impl spin::relax::RelaxStrategy for SpinThenYield {
         }
     }
 }
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+pub use mmkit_vmalloc::test_vmalloc::{Params, TestCase, TESTS};
+use mmkit_vmalloc::test_vmalloc::{Rng, TestVmalloc, Workload};
 use serde::Serialize;
 
 use super::vmalloc_nodes::on_nodes;
@@ -67,77 +67,24 @@ pub const EXPERIMENT: Experiment = Experiment {
     run,
 };
 
-/// `test_loop_count` when neither `--loops` nor `--quick` is given; chosen
-/// so both modes on both allocators take about a minute on 2 cores.
-pub const DEFAULT_LOOPS: u64 = 150_000;
+/// `test_loop_count` of the default scale: both modes on both allocators
+/// in seconds on 2 cores.
+pub const DEFAULT_LOOPS: u64 = 10_000;
+/// `test_loop_count` under `--full`: both modes on both allocators take
+/// minutes on 2 cores.
+pub const FULL_LOOPS: u64 = 150_000;
 /// `test_loop_count` under `--quick` (CI smoke runs).
 pub const QUICK_LOOPS: u64 = 500;
 /// `test_repeat_count` of the performance mode (`test_vmalloc.sh`).
 pub const PERF_REPEAT: u32 = 3;
 /// `test_repeat_count` of the stress mode, as in the seed's measured run.
 pub const STRESS_REPEAT: u32 = 1;
-/// Stress-mode runs of a full run: its timings depend on how the threads'
+/// Stress-mode runs under `--full` (one otherwise): its timings depend on how the threads'
 /// tests overlap, so one run says little; the table shows the median and
 /// the range.
 pub const STRESS_RUNS: usize = 5;
 /// Live 1-page areas held by `long_busy_list_alloc_test`.
 pub const LONG_BUSY_LIST: usize = 15_000;
-/// The random seed of every run (per thread: `SEED + thread`).
-pub const SEED: u64 = 0x5eed_0000;
-
-/// The seven allocator tests of `test_vmalloc` that seed 000 ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TestCase {
-    /// 1: `loops` x vmalloc(1 page), vfree.
-    FixSize,
-    /// 2: J pairs of 1-page areas, one of each freed (J holes), then
-    /// `loops` x 1-page vmalloc/vfree; J = fls(cpus) * 32 MiB / PAGE.
-    FullFit,
-    /// 4: 15000 live 1-page areas, then `loops` x {100 pages, 1 page}.
-    LongBusyList,
-    /// 8: `loops` x vmalloc(uniform 1..=100 pages).
-    RandomSize,
-    /// 16: `loops` x 5 pages aligned to `THREAD_ALIGN << 1` (32 KiB).
-    FixAlign,
-    /// 32: `loops` x {r random: (r % 10 + 1) pages aligned to 1 << (r % 23)}.
-    RandomSizeAlign,
-    /// 64: 1 page aligned to 1 << i for i = 0..64, up to the first failure.
-    AlignShift,
-}
-
-/// Every test, in `test_vmalloc`'s order (its `run_test_mask` bits).
-pub const TESTS: [TestCase; 7] = [
-    TestCase::FixSize,
-    TestCase::FullFit,
-    TestCase::LongBusyList,
-    TestCase::RandomSize,
-    TestCase::FixAlign,
-    TestCase::RandomSizeAlign,
-    TestCase::AlignShift,
-];
-
-impl TestCase {
-    /// The kernel's name for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            TestCase::FixSize => "fix_size_alloc_test",
-            TestCase::FullFit => "full_fit_alloc_test",
-            TestCase::LongBusyList => "long_busy_list_alloc_test",
-            TestCase::RandomSize => "random_size_alloc_test",
-            TestCase::FixAlign => "fix_align_alloc_test",
-            TestCase::RandomSizeAlign => "random_size_align_alloc_test",
-            TestCase::AlignShift => "align_shift_alloc_test",
-        }
-    }
-
-    /// Its loop count: `loops`, but the align-shift test makes 64 attempts.
-    pub fn loops(self, loops: u64) -> u64 {
-        match self {
-            TestCase::AlignShift => 64,
-            _ => loops,
-        }
-    }
-}
 
 /// `fls(x)`: the 1-based index of the highest set bit (0 for 0).
 fn fls(x: u64) -> u64 {
@@ -152,14 +99,9 @@ pub fn lazy_max(cpus: usize) -> u64 {
 /// A vmalloc'ed area: its address.
 pub type Area = u64;
 
-/// What `test_vmalloc`'s tests call, so the same tests run on a range
-/// allocator (addresses only) and on real memory (`vmalloc-real`).
-pub trait Vmalloc: Sync {
-    /// `vmalloc`: `pages` pages (plus the guard page), aligned to `align`;
-    /// `None` when it fails.
-    fn vmalloc(&self, pages: u64, align: u64) -> Option<Area>;
-    /// `vfree` of an area this workload allocated.
-    fn vfree(&self, a: Area);
+/// A vmalloc the experiments run `test_vmalloc`'s tests on, from any
+/// thread, with the unmapping system calls it makes.
+pub trait Vmalloc: TestVmalloc + Sync {
     /// Unmapping system calls so far (0 where nothing is mapped).
     fn unmap_calls(&self) -> u64 {
         0
@@ -167,138 +109,28 @@ pub trait Vmalloc: Sync {
 }
 
 /// The allocator-level vmalloc: the range allocator behind one lock.
-impl<R: RangeAllocator + Send> Vmalloc for TicketLock<R> {
+pub struct OneLock<R>(TicketLock<R>);
+
+impl<R: RangeAllocator + Send> TestVmalloc for OneLock<R> {
     fn vmalloc(&self, pages: u64, align: u64) -> Option<Area> {
-        self.lock().alloc((pages + 1) * PAGE, align).ok()
+        self.0.lock().alloc((pages + 1) * PAGE, align).ok()
     }
 
     /// Lazy, as the kernel's.
     fn vfree(&self, a: Area) {
         // Only areas this workload allocated are freed: an error is a bug.
-        self.lock().free_lazy(a).expect("vfree of a live area");
+        self.0.lock().free_lazy(a).expect("vfree of a live area");
     }
 }
 
-/// The tests' parameters.
-#[derive(Debug, Clone, Copy)]
-pub struct Params {
-    /// `test_loop_count`.
-    pub loops: u64,
-    /// Pairs of 1-page areas of `full_fit_alloc_test` (the kernel:
-    /// `lazy_max(cpus) / PAGE`).
-    pub full_fit: usize,
-    /// Live areas of `long_busy_list_alloc_test` (the kernel: 15000).
-    pub busy_list: usize,
-}
+impl<R: RangeAllocator + Send> Vmalloc for OneLock<R> {}
 
-impl Params {
-    /// The kernel's parameters for `cpus` CPUs.
-    pub fn kernel(loops: u64, cpus: usize) -> Self {
-        Params {
-            loops,
-            full_fit: (lazy_max(cpus) / PAGE) as usize,
-            busy_list: LONG_BUSY_LIST,
-        }
-    }
-}
-
-/// What a test run needs: the shared vmalloc and the parameters.
-pub struct Workload<'a, V> {
-    /// The vmalloc every thread shares.
-    pub va: &'a V,
-    /// Loop counts and sizes.
-    pub p: Params,
-}
-
-impl<V: Vmalloc> Workload<'_, V> {
-    fn vmalloc(&self, pages: u64, align: u64) -> Option<Area> {
-        self.va.vmalloc(pages, align)
-    }
-
-    fn vfree(&self, a: Area) {
-        self.va.vfree(a);
-    }
-
-    /// `vmalloc` of an array of `n` pointers (the tests' bookkeeping).
-    fn vmalloc_array(&self, n: usize) -> Option<Area> {
-        self.vmalloc((n as u64 * 8).div_ceil(PAGE), PAGE)
-    }
-
-    /// Runs one test once. Returns whether it passed (every allocation
-    /// succeeded; the align-shift test is expected to stop at a failure).
-    pub fn run(&self, test: TestCase, rng: &mut StdRng) -> bool {
-        match test {
-            TestCase::FixSize => self.repeat(|| (1, PAGE)),
-            TestCase::FullFit => self.full_fit(),
-            TestCase::LongBusyList => self.long_busy_list(),
-            TestCase::RandomSize => self.repeat(|| (rng.gen_range(1..=100), PAGE)),
-            TestCase::FixAlign => self.repeat(|| (5, 32 << 10)),
-            TestCase::RandomSizeAlign => self.repeat(|| {
-                let r: u8 = rng.gen();
-                (u64::from(r % 10) + 1, 1 << (r % 23))
-            }),
-            TestCase::AlignShift => {
-                for i in 0..64 {
-                    match self.vmalloc(1, 1 << i) {
-                        Some(a) => self.vfree(a),
-                        None => break,
-                    }
-                }
-                true
-            }
-        }
-    }
-
-    /// `loops` x {vmalloc(pages, align) from `next`, vfree}.
-    fn repeat(&self, mut next: impl FnMut() -> (u64, u64)) -> bool {
-        for _ in 0..self.p.loops {
-            let (pages, align) = next();
-            match self.vmalloc(pages, align) {
-                Some(a) => self.vfree(a),
-                None => return false,
-            }
-        }
-        true
-    }
-
-    fn full_fit(&self) -> bool {
-        let j = self.p.full_fit;
-        let (Some(arr), Some(junk_arr)) = (self.vmalloc_array(j), self.vmalloc_array(j)) else {
-            return false;
-        };
-        let mut kept = Vec::with_capacity(j);
-        let mut junk = Vec::with_capacity(j);
-        for _ in 0..j {
-            kept.extend(self.vmalloc(1, PAGE));
-            junk.extend(self.vmalloc(1, PAGE));
-        }
-        let mut ok = kept.len() == j && junk.len() == j;
-        junk.into_iter().for_each(|a| self.vfree(a));
-        ok = ok && self.repeat(|| (1, PAGE));
-        kept.into_iter().for_each(|a| self.vfree(a));
-        self.vfree(arr);
-        self.vfree(junk_arr);
-        ok
-    }
-
-    fn long_busy_list(&self) -> bool {
-        let n = self.p.busy_list;
-        let Some(arr) = self.vmalloc_array(n) else {
-            return false;
-        };
-        let held: Vec<Area> = (0..n).filter_map(|_| self.vmalloc(1, PAGE)).collect();
-        let mut ok = held.len() == n;
-        for _ in 0..self.p.loops {
-            let (Some(a), Some(b)) = (self.vmalloc(100, PAGE), self.vmalloc(1, PAGE)) else {
-                ok = false;
-                break;
-            };
-            self.vfree(a);
-            self.vfree(b);
-        }
-        held.into_iter().for_each(|a| self.vfree(a));
-        self.vfree(arr);
-        ok
+/// The kernel's parameters for `cpus` CPUs.
+pub fn kernel_params(loops: u64, cpus: usize) -> Params {
+    Params {
+        loops,
+        full_fit: (lazy_max(cpus) / PAGE) as usize,
+        busy_list: LONG_BUSY_LIST,
     }
 }
 
@@ -358,9 +190,9 @@ pub fn on_allocator<R: RangeAllocator + Send>(
     pb: &ProgressBar,
 ) -> ModeResult {
     va.set_lazy_max(lazy_max(cpus));
-    let va = TicketLock::new(va);
+    let va = OneLock(TicketLock::new(va));
     let mut r = run_mode(&va, p, mode, pb);
-    let mut a = va.lock();
+    let mut a = va.0.lock();
     a.purge(&mut |_, _| {});
     let s = a.stats();
     let check = a
@@ -383,7 +215,7 @@ fn index(t: TestCase) -> usize {
 /// Performance mode: one thread, the tests in order, each `repeat` times.
 fn performance<V: Vmalloc>(va: &V, p: Params, pb: &ProgressBar) -> ModeResult {
     let w = Workload { va, p };
-    let mut rng = StdRng::seed_from_u64(SEED);
+    let mut rng = Rng::for_worker(0);
     let mut r = ModeResult::new();
     let start = Instant::now();
     for (i, &t) in TESTS.iter().enumerate() {
@@ -400,15 +232,6 @@ fn performance<V: Vmalloc>(va: &V, p: Params, pb: &ProgressBar) -> ModeResult {
     r
 }
 
-/// Fisher-Yates, as the kernel's `shuffle_array` (j uniform below i + 1).
-fn shuffled(rng: &mut StdRng) -> Vec<TestCase> {
-    let mut order = TESTS.to_vec();
-    for i in (1..order.len()).rev() {
-        order.swap(i, rng.gen_range(0..=i));
-    }
-    order
-}
-
 /// Stress mode: `threads` workers, each shuffling its test order, sharing
 /// one vmalloc; each test runs `repeat` times per worker.
 fn stress<V: Vmalloc>(va: &V, p: Params, threads: usize, pb: &ProgressBar) -> ModeResult {
@@ -420,8 +243,8 @@ fn stress<V: Vmalloc>(va: &V, p: Params, threads: usize, pb: &ProgressBar) -> Mo
                 let go = &go;
                 s.spawn(move || {
                     let w = Workload { va, p };
-                    let mut rng = StdRng::seed_from_u64(SEED + id as u64);
-                    let order = shuffled(&mut rng);
+                    let mut rng = Rng::for_worker(id as u64);
+                    let order = rng.shuffled();
                     let mut mine = Vec::new();
                     go.wait();
                     for t in order {
@@ -746,14 +569,12 @@ fn plots(r: &mut Report, perf: &[PerfRow], stress: &[StressRow]) {
 
 /// The experiment: both modes, baseline and mmkit, in one run.
 pub fn run(opts: &Options) -> Report {
-    let loops = opts.loops.unwrap_or(if opts.quick {
-        QUICK_LOOPS
-    } else {
-        DEFAULT_LOOPS
-    });
+    let loops = opts
+        .loops
+        .unwrap_or(opts.pick(QUICK_LOOPS, DEFAULT_LOOPS, FULL_LOOPS));
     let threads = cpus();
-    let runs = if opts.quick { 1 } else { STRESS_RUNS };
-    let m = measure(Params::kernel(loops, threads), threads, runs);
+    let runs = opts.pick(1, 1, STRESS_RUNS);
+    let m = measure(kernel_params(loops, threads), threads, runs);
     let perf = perf_rows(loops, &m.perf.0, &m.perf.1);
     let stress = stress_rows(loops, &m.stress, &m.nodes);
     let mut r = Report::new("vmalloc");
@@ -796,7 +617,7 @@ mod tests {
     #[test]
     fn every_test_passes_on_both_allocators() {
         let pb = ProgressBar::hidden();
-        let p = Params::kernel(50, 2);
+        let p = kernel_params(50, 2);
         for r in [
             on_allocator(new_baseline(), p, Mode::Performance, 2, &pb),
             on_allocator(new_vmap(), p, Mode::Performance, 2, &pb),
@@ -804,21 +625,21 @@ mod tests {
             assert!(r.failed.iter().all(|&f| f == 0), "{:?}", r.failed);
             assert_eq!(r.after, "check() ok, 0 live areas, 1 free blocks");
         }
-        let r = on_allocator(new_vmap(), Params::kernel(20, 2), Mode::Stress(2), 2, &pb);
+        let r = on_allocator(new_vmap(), kernel_params(20, 2), Mode::Stress(2), 2, &pb);
         assert!(r.failed.iter().all(|&f| f == 0));
         assert_eq!(r.after, "check() ok, 0 live areas, 1 free blocks");
     }
 
     #[test]
     fn align_shift_stops_at_the_first_impossible_alignment() {
-        let va = TicketLock::new(new_vmap());
+        let va = OneLock(TicketLock::new(new_vmap()));
         let w = Workload {
             va: &va,
-            p: Params::kernel(1, 1),
+            p: kernel_params(1, 1),
         };
-        assert!(w.run(TestCase::AlignShift, &mut StdRng::seed_from_u64(1)));
+        assert!(w.run(TestCase::AlignShift, &mut Rng::for_worker(1)));
         // 2^45 still has a multiple in the 32 TiB space, 2^46 does not.
-        assert!(w.vmalloc(1, 1 << 45).is_some());
-        assert!(w.vmalloc(1, 1 << 46).is_none());
+        assert!(va.vmalloc(1, 1 << 45).is_some());
+        assert!(va.vmalloc(1, 1 << 46).is_none());
     }
 }

@@ -9,23 +9,27 @@
 use indicatif::ProgressBar;
 use mmkit::nodes::{NodesConfig, VmapNodes};
 
+use mmkit_vmalloc::test_vmalloc::TestVmalloc;
+
 use super::vmalloc::{lazy_max, run_mode, Area, Mode, ModeResult, Params, SpinThenYield, Vmalloc};
 use crate::run::{PAGE, VMALLOC_END, VMALLOC_START};
 
 /// Vmap nodes behind the stress mode's ticket locks.
-type Nodes = VmapNodes<spin::mutex::TicketMutex<(), SpinThenYield>>;
+struct Nodes(VmapNodes<spin::mutex::TicketMutex<(), SpinThenYield>>);
 
-impl Vmalloc for Nodes {
+impl TestVmalloc for Nodes {
     fn vmalloc(&self, pages: u64, align: u64) -> Option<Area> {
-        self.alloc_here((pages + 1) * PAGE, align).ok()
+        self.0.alloc_here((pages + 1) * PAGE, align).ok()
     }
 
     fn vfree(&self, a: Area) {
         let here = mmkit::vblock::current_slot();
         // Only areas this workload allocated are freed: an error is a bug.
-        self.free_lazy(here, a).expect("vfree of a live area");
+        self.0.free_lazy(here, a).expect("vfree of a live area");
     }
 }
+
+impl Vmalloc for Nodes {}
 
 /// `mode` on vmap nodes, one per CPU, drained and checked afterwards.
 pub fn on_nodes(p: Params, mode: Mode, cpus: usize, pb: &ProgressBar) -> ModeResult {
@@ -35,8 +39,9 @@ pub fn on_nodes(p: Params, mode: Mode, cpus: usize, pb: &ProgressBar) -> ModeRes
         lazy_max: lazy_max(cpus) / cpus.max(1) as u64,
         ..NodesConfig::default()
     };
-    let v = Nodes::new(VMALLOC_START, VMALLOC_END, cfg).expect("a valid config");
+    let v = Nodes(VmapNodes::new(VMALLOC_START, VMALLOC_END, cfg).expect("a valid config"));
     let mut r = run_mode(&v, p, mode, pb);
+    let v = v.0;
     v.drain();
     let s = v.stats();
     let check = v
@@ -55,13 +60,14 @@ pub fn on_nodes(p: Params, mode: Mode, cpus: usize, pb: &ProgressBar) -> ModeRes
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::experiments::vmalloc::kernel_params;
 
     /// Every test runs to the end on the nodes from two threads, and the
     /// drain leaves the space whole (tiny loop count; not a timing).
     #[test]
     fn every_test_passes_on_the_nodes_in_stress_mode() {
         let pb = ProgressBar::hidden();
-        let r = on_nodes(Params::kernel(20, 2), Mode::Stress(2), 2, &pb);
+        let r = on_nodes(kernel_params(20, 2), Mode::Stress(2), 2, &pb);
         assert!(r.failed.iter().all(|&f| f == 0), "{:?}", r.failed);
         assert!(
             r.after

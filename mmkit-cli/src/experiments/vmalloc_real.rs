@@ -14,6 +14,8 @@ use mmkit_vm::Vm;
 use serde::Serialize;
 
 use super::real::{touch, unmap_calls, vm};
+use mmkit_vmalloc::test_vmalloc::TestVmalloc;
+
 use super::vmalloc::{
     lazy_max, new_baseline, new_vmap, on_allocator, run_mode, Mode, ModeResult, Params, Vmalloc,
     TESTS,
@@ -45,7 +47,7 @@ struct Real {
     vm: Vm,
 }
 
-impl Vmalloc for Real {
+impl TestVmalloc for Real {
     fn vmalloc(&self, pages: u64, align: u64) -> Option<u64> {
         let a = self.vm.vmalloc_aligned(pages * PAGE, align).ok()?;
         // SAFETY: `a` is a live area of `pages` pages just mapped read-write
@@ -57,7 +59,9 @@ impl Vmalloc for Real {
     fn vfree(&self, a: u64) {
         self.vm.vfree(a).expect("vfree of a live area");
     }
+}
 
+impl Vmalloc for Real {
     fn unmap_calls(&self) -> u64 {
         unmap_calls(&self.vm)
     }
@@ -181,11 +185,11 @@ fn plot_modes(all: &[Row]) -> Result<String, Box<dyn std::error::Error>> {
 }
 
 fn run(opts: &Options) -> Report {
-    let loops = opts.loops.unwrap_or(if opts.quick { 100 } else { 3000 });
+    let loops = opts.loops.unwrap_or(opts.pick(100, 300, 3000));
     let p = Params { loops, full_fit: FULL_FIT, busy_list: BUSY_LIST };
     let n = cpus();
     let runs_of = |m: Mode| match m {
-        Mode::Stress(_) if !opts.quick => STRESS_RUNS,
+        Mode::Stress(_) if opts.full => STRESS_RUNS,
         _ => 1,
     };
     let per_mode = |m: Mode| TESTS.len() * runs_of(m) * match m { Mode::Performance => 1, Mode::Stress(t) => t };

@@ -273,8 +273,8 @@ fn targets(rows: &[Row]) -> Vec<Target> {
 fn run(opts: &Options) -> Report {
     let pairs = opts
         .loops
-        .map_or(if opts.quick { 20_000 } else { 200_000 }, |l| l as usize);
-    let reps = if opts.quick { 1 } else { 5 };
+        .map_or(opts.pick(20_000, 50_000, 200_000), |l| l as usize);
+    let reps = opts.pick(1, 1, 5);
     let ncpu = cpus();
     let pb = progress(THREADS.len() as u64, "vmap_nodes");
     let t_all = Instant::now();

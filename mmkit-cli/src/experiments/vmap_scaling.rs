@@ -304,10 +304,8 @@ pub fn plot_threads(
 }
 
 fn run(opts: &Options) -> Report {
-    let iters = opts
-        .loops
-        .unwrap_or(if opts.quick { 20_000 } else { 200_000 });
-    let reps = if opts.quick { 1 } else { 5 };
+    let iters = opts.loops.unwrap_or(opts.pick(20_000, 50_000, 200_000));
+    let reps = opts.pick(1, 1, 5);
     let ncpu = cpus();
     let counts = thread_counts();
     let pb = progress(counts.len() as u64 * 2, "vmap_scaling");

@@ -111,8 +111,8 @@ fn targets(rows: &[Row]) -> Vec<Target> {
 }
 
 fn run(opts: &Options) -> Report {
-    let iters = opts.loops.unwrap_or(if opts.quick { 2000 } else { 10_000 });
-    let reps = if opts.quick { 1 } else { 3 };
+    let iters = opts.loops.unwrap_or(opts.pick(2000, 5000, 10_000));
+    let reps = opts.pick(1, 1, 3);
     let n = cpus();
     let pb = progress(2 * THREADS.len() as u64, "vmap_scaling_real");
     let t0 = std::time::Instant::now();

@@ -386,8 +386,8 @@ fn metrics_on_hand_computed_counts() {
         .ends_with("Node 0, zone   Normal            0            1            0            0 \n"));
 }
 
-/// Issue 12: a span near `u32::MAX` needed 36 GiB of metadata up front and
-/// aborted (or was killed) allocating it; spans above `MAX_SPAN` are refused.
+/// A span near `u32::MAX` would need 36 GiB of metadata up front: spans
+/// above `MAX_SPAN` are refused before anything is allocated.
 #[test]
 fn absurd_spans_are_refused_before_allocating() {
     for span in [u64::from(u32::MAX) - 2, (1 << 31) + 1] {

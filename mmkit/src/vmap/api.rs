@@ -5,15 +5,22 @@
 use core::alloc::Layout;
 use core::ops::Range;
 
-use super::VmapAllocator;
+use super::{PerStorage, VmapAllocator};
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::range::{FlushHook, RangeAllocator, RangeStats};
 use crate::request::{Policy, Request, RequestError};
+use crate::storage::Storage;
 use crate::tree::btree::Pos;
 
 /// The [`RangeAllocator`] methods, callable without importing the trait.
-impl VmapAllocator {
-    /// The managed space `[start, end)`.
+impl<S: Storage> VmapAllocator<S>
+where
+    Self: PerStorage,
+{
+    /// The managed space `[start, end)`: with ranges added by
+    /// [`add_free`](Self::add_free), their hull (the lowest start and the
+    /// highest end added; `(0, 0)` before the first), of which
+    /// [`managed`](Self::managed) lists the parts that are managed.
     ///
     /// # Examples
     /// ```
@@ -21,6 +28,7 @@ impl VmapAllocator {
     /// let va = VmapAllocator::new(0x1000, 0x9000).unwrap();
     /// assert_eq!(va.space(), (0x1000, 0x9000));
     /// ```
+    #[inline]
     pub fn space(&self) -> (u64, u64) {
         (self.start, self.end)
     }
@@ -40,6 +48,7 @@ impl VmapAllocator {
     /// assert_eq!(va.alloc(0x100, 1), Ok(0));
     /// assert_eq!(va.alloc(0x100, 0x1000), Ok(0x1000));
     /// ```
+    #[inline]
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
         <Self as RangeAllocator>::alloc(self, size, align)
     }
@@ -57,6 +66,7 @@ impl VmapAllocator {
     /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
     /// assert_eq!(va.alloc_in(0x100, 0x100, 0x8000, 0x9000), Ok(0x8000));
     /// ```
+    #[inline]
     pub fn alloc_in(
         &mut self,
         size: u64,
@@ -80,6 +90,7 @@ impl VmapAllocator {
     /// assert_eq!(va.free(a), Ok(0x100));
     /// assert!(va.free(a).is_err()); // a double free is refused
     /// ```
+    #[inline]
     pub fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
         <Self as RangeAllocator>::free(self, addr)
     }
@@ -98,6 +109,7 @@ impl VmapAllocator {
     /// assert_eq!(va.free_lazy(a), Ok(0x100));
     /// assert_eq!(va.alloc(0x100, 1), Ok(0x100)); // not reused yet
     /// ```
+    #[inline]
     pub fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
         <Self as RangeAllocator>::free_lazy(self, addr)
     }
@@ -116,6 +128,7 @@ impl VmapAllocator {
     /// assert_eq!(flushed, Some((0, 0x100)));
     /// assert!(!va.purge(&mut |_, _| unreachable!())); // nothing left
     /// ```
+    #[inline]
     pub fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
         <Self as RangeAllocator>::purge(self, flush)
     }
@@ -132,6 +145,7 @@ impl VmapAllocator {
     /// va.free_lazy(a).unwrap(); // 0x200 > 0x100: purged at once
     /// assert_eq!(va.stats().lazy_bytes, 0);
     /// ```
+    #[inline]
     pub fn set_lazy_max(&mut self, bytes: u64) {
         <Self as RangeAllocator>::set_lazy_max(self, bytes)
     }
@@ -154,6 +168,7 @@ impl VmapAllocator {
     /// va.alloc(0x1000, 1).unwrap(); // full: purges through the hook, retries
     /// assert_eq!(flushes.load(Ordering::Relaxed), 1);
     /// ```
+    #[inline]
     pub fn set_flush_hook(&mut self, hook: Option<FlushHook>) {
         <Self as RangeAllocator>::set_flush_hook(self, hook)
     }
@@ -168,6 +183,7 @@ impl VmapAllocator {
     /// let s = va.stats();
     /// assert_eq!((s.live_areas, s.live_bytes, s.free_bytes), (1, 10, 90));
     /// ```
+    #[inline]
     pub fn stats(&self) -> RangeStats {
         <Self as RangeAllocator>::stats(self)
     }
@@ -184,13 +200,17 @@ impl VmapAllocator {
     /// va.alloc(10, 1).unwrap();
     /// va.check().unwrap();
     /// ```
+    #[inline]
     pub fn check(&self) -> Result<(), CheckError> {
         <Self as RangeAllocator>::check(self)
     }
 }
 
 /// Requests, iterators and resizing.
-impl VmapAllocator {
+impl<S: Storage> VmapAllocator<S>
+where
+    Self: PerStorage,
+{
     /// Allocates by a [`Request`]: size, alignment, window and
     /// [`Policy`] (lowest, highest or exact). A failing request purges the
     /// lazily freed areas once and retries, as [`alloc`](Self::alloc) does.
@@ -221,9 +241,18 @@ impl VmapAllocator {
     ///     Err(RequestError::NoFit { size: 0x10000, largest_free: 0x7000, .. })
     /// ));
     /// ```
+    #[inline]
     pub fn allocate(&mut self, req: Request) -> Result<u64, RequestError> {
+        PerStorage::allocate_entry(self, req)
+    }
+
+    /// The body of [`allocate`](Self::allocate).
+    pub(super) fn allocate_body(&mut self, req: Request) -> Result<u64, RequestError> {
         crate::debug_check!(self);
         let (lo, hi) = req.clamp(self.space())?;
+        if !self.has_room(1, 0) {
+            return Err(RequestError::StorageFull);
+        }
         if let Some(a) = self.try_place(&req, lo, hi) {
             return Ok(a);
         }
@@ -439,6 +468,15 @@ impl VmapAllocator {
     /// ```
     pub fn grow(&mut self, new: Range<u64>) -> Result<(), RequestError> {
         crate::debug_check!(self);
+        if !self.has_room(2, 0) {
+            return Err(RequestError::StorageFull);
+        }
+        if self.start == self.end && new.start < new.end {
+            // Nothing managed yet: the new space is the first range.
+            (self.start, self.end) = (new.start, new.end);
+            self.merge_or_add(new.start, new.end);
+            return Ok(());
+        }
         if new.start > self.start || new.end < self.end {
             return Err(RequestError::BadSpace {
                 space: self.space(),
@@ -457,12 +495,14 @@ impl VmapAllocator {
     }
 
     /// Shrinks the managed space to `new`, which must be non-empty and lie
-    /// inside the current one; what it drops at either end must be free
-    /// (not live, not waiting for a purge).
+    /// inside the current one, its bounds in managed ranges (not in a hole
+    /// between ranges added by [`add_free`](Self::add_free)); what it
+    /// drops at either end must be free (not live, not waiting for a
+    /// purge) or unmanaged.
     ///
     /// # Errors
-    /// [`RequestError::BadSpace`] when `new` is empty or not inside the
-    /// current space; [`RequestError::InUse`] naming a dropped part that is
+    /// [`RequestError::BadSpace`] when `new` is empty, not inside the
+    /// current space, or starts or ends in a hole; [`RequestError::InUse`] naming a dropped part that is
     /// in use. Nothing changes.
     ///
     /// # Examples
@@ -478,7 +518,11 @@ impl VmapAllocator {
     /// ```
     pub fn shrink(&mut self, new: Range<u64>) -> Result<(), RequestError> {
         crate::debug_check!(self);
-        if new.start >= new.end || new.start < self.start || new.end > self.end {
+        if new.start >= new.end
+            || new.start < self.start
+            || new.end > self.end
+            || !self.bounds_managed(new.start, new.end)
+        {
             return Err(RequestError::BadSpace {
                 space: self.space(),
                 asked: (new.start, new.end),
@@ -488,16 +532,21 @@ impl VmapAllocator {
         // both first, so a refusal changes nothing (the isolated blocks
         // moving into the tree changes no free block).
         self.settle_isolated();
-        for (s, e) in [(self.start, new.start), (new.end, self.end)] {
-            if s < e && !self.is_free(s, e) {
+        let dropped = [(self.start, new.start), (new.end, self.end)];
+        for (s, e) in dropped {
+            if s < e && self.managed_in(s, e).any(|(a, b)| !self.is_free(a, b)) {
                 return Err(RequestError::InUse { start: s, end: e });
             }
         }
-        for (s, e) in [(self.start, new.start), (new.end, self.end)] {
-            if s < e {
-                self.cut_free(s, e);
+        for (s, e) in dropped {
+            // The managed parts, one at a time: each cut changes no other.
+            loop {
+                let part = self.managed_in(s, e).find(|&(a, b)| self.is_free(a, b));
+                let Some((a, b)) = part else { break };
+                self.cut_free(a, b);
             }
         }
+        self.drop_holes_outside(new.start, new.end);
         (self.start, self.end) = (new.start, new.end);
         Ok(())
     }

@@ -124,6 +124,20 @@ impl BusyIndex {
         Self::with_buckets(4)
     }
 
+    /// An index with no table, for an allocator that keeps none (in fixed
+    /// storage): never probed, inserted into or removed from.
+    pub(crate) const fn empty() -> Self {
+        BusyIndex {
+            buckets: Vec::new(),
+            passed: Vec::new(),
+            len: 0,
+            shift: 63,
+            zeros: 63,
+            grow_at: 0,
+            vacated: NOT_VACATED,
+        }
+    }
+
     fn with_buckets(n: usize) -> Self {
         debug_assert!(n.is_power_of_two() && n >= 2);
         BusyIndex {

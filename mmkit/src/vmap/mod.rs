@@ -38,9 +38,10 @@
 //! count it was found at and whether descending from it has paid), the
 //! tree's last failed search, the bound its last aligned search left with
 //! the path to its leaf, the root's longest block and the busy slot last
-//! emptied, the live-area count and the two flags of
-//! [`without_busy_index`](VmapAllocator::without_busy_index), the
-//! allocator itself is 888 bytes (`size_of::<VmapAllocator>()`
+//! emptied, the live-area count, the two flags of
+//! [`without_busy_index`](VmapAllocator::without_busy_index) and the list
+//! of holes in a memory map (see `memmap`), the allocator itself is 912
+//! bytes (`size_of::<VmapAllocator>()`
 //! on 64-bit targets). Released nodes are reused and none of these shrink,
 //! so steady-state operation allocates no heap memory.
 
@@ -48,11 +49,29 @@ use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
 use crate::lazy::LazyList;
 use crate::range::{FlushHook, RangeAllocator, RangeStats, DEFAULT_LAZY_MAX};
+use crate::storage::{Heap, Storage};
 use crate::tree::btree::{BTree, Neighbours, Pos};
+
+/// Writes a trait's `impl` block (`impl Trait { .. }`) once for each
+/// storage: for the heap as a block of non-generic methods,
+/// which this crate compiles, inlining into one another its generic
+/// helpers as it would inline non-generic ones (a generic method is
+/// compiled in the crate that calls it, with that crate's inlining), and
+/// for fixed storage.
+macro_rules! per_storage {
+    ($(#[$attr:meta])* impl $trait:path { $($body:tt)* }) => {
+        $(#[$attr])*
+        impl $trait for VmapAllocator<crate::storage::Heap> { $($body)* }
+        $(#[$attr])*
+        impl<const N: usize> $trait for VmapAllocator<crate::storage::Fixed<N>> { $($body)* }
+    };
+}
 
 mod api;
 pub(crate) mod busy;
+mod fixed;
 mod isolated;
+mod memmap;
 mod pending;
 #[cfg(feature = "std")]
 pub mod pooled;
@@ -60,6 +79,7 @@ mod sized;
 use alloc::vec::Vec;
 use busy::{BusyIndex, Probe};
 use isolated::Isolated;
+use memmap::Holes;
 use pending::Pending;
 
 /// How an allocated `[a, a + size)` sits in the free block `[s, e)` it was
@@ -117,7 +137,9 @@ impl FitType {
 /// The augmented-tree range allocator (seed 000) with lazy purge (seed 002).
 ///
 /// Invariants (checked by [`check`](RangeAllocator::check)):
-/// `free_bytes + live_bytes + lazy_bytes == end - start`; free blocks are
+/// `free_bytes + live_bytes + lazy_bytes == end - start - holes` (the hull
+/// less the unmanaged gaps inside it, see [`add_free`](Self::add_free));
+/// free blocks are
 /// maximal (no two adjacent); free, busy and lazy ranges are disjoint; every
 /// augmented value of the tree holds (keys and maxima exact, alignment
 /// summaries upper bounds of the true usable lengths).
@@ -137,11 +159,14 @@ impl FitType {
 /// assert_eq!(flushed, [(0, 4096)]);
 /// assert_eq!(va.alloc(4096, 4096).unwrap(), 0);
 /// ```
-pub struct VmapAllocator {
+pub struct VmapAllocator<S: Storage = Heap> {
+    /// The hull of the managed space (`start == end`: nothing managed).
     start: u64,
     end: u64,
+    /// The gaps inside the hull that are not managed (see `memmap`).
+    holes: Holes<S>,
     /// Maximal free blocks, augmented with the largest block per subtree.
-    free: BTree,
+    free: BTree<S>,
     /// The tree's blocks around the last area freed, and the path to them:
     /// kept, so that the next free starts from that leaf while the tree is
     /// unchanged (see `BTree::neighbours_near`).
@@ -172,7 +197,10 @@ pub struct VmapAllocator {
     flushes: u64,
 }
 
-impl core::fmt::Debug for VmapAllocator {
+impl<S: Storage> core::fmt::Debug for VmapAllocator<S>
+where
+    Self: RangeAllocator,
+{
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("VmapAllocator")
             .field("space", &(self.start, self.end))
@@ -198,26 +226,48 @@ impl VmapAllocator {
         if start >= end {
             return Err(AllocError::Invalid);
         }
+        Ok(Self::with_space(start, end))
+    }
+
+    /// An allocator managing `[start, end)`, all free (nothing when
+    /// `start == end`).
+    fn with_space(start: u64, end: u64) -> Self {
         let mut free = BTree::new();
-        free.insert(start, end);
-        Ok(VmapAllocator {
-            start,
-            end,
+        if start < end {
+            free.insert(start, end);
+        }
+        let mut va = Self::from_parts(free, Holes::new(), BusyIndex::new());
+        (va.start, va.end, va.free_bytes) = (start, end, end - start);
+        va
+    }
+}
+
+impl<S: Storage> VmapAllocator<S>
+where
+    Self: RangeAllocator,
+{
+    /// An allocator over the empty `free` tree and `holes` and the busy
+    /// index `busy`, managing nothing yet.
+    const fn from_parts(free: BTree<S>, holes: Holes<S>, busy: BusyIndex) -> Self {
+        VmapAllocator {
+            start: 0,
+            end: 0,
+            holes,
             free,
             nb: Neighbours::new(),
-            busy: BusyIndex::new(),
+            busy,
             isolated: Isolated::new(),
             pending: Pending::new(),
             lazy: LazyList::new(DEFAULT_LAZY_MAX),
             flush_hook: None,
-            free_bytes: end - start,
+            free_bytes: 0,
             live_bytes: 0,
             live_count: 0,
             sized_only: false,
             indexed: true,
             purges: 0,
             flushes: 0,
-        })
+        }
     }
 
     /// Reserves node storage for `n` more live areas or free blocks, so the
@@ -253,6 +303,9 @@ impl VmapAllocator {
     /// assert_eq!(va.area_size(a + 1), None);
     /// ```
     pub fn area_size(&self, addr: u64) -> Option<u64> {
+        if !self.indexed {
+            return None;
+        }
         self.busy.get(addr).map(|end| end - addr)
     }
 
@@ -297,10 +350,12 @@ impl VmapAllocator {
         let joins_prev = nb.prev.is_some_and(|p| p.1 == js);
         let joins_next = nb.next.is_some_and(|n| n.0 == je);
         if !joins_prev && !joins_next {
-            if !self.isolated.push(js, je) {
+            // Fixed storage holds no block aside: one operation adds at
+            // most one block to the tree, the room checked before it.
+            if S::FIXED || !self.isolated.push(js, je) {
                 self.free.insert_at(nb, js, je);
             }
-        } else if !(may_hold && (js, je) == (s, e) && self.hold_pending(s, e)) {
+        } else if !(!S::FIXED && may_hold && (js, je) == (s, e) && self.hold_pending(s, e)) {
             self.join_tree(js, je, joins_prev, joins_next);
         }
     }
@@ -392,9 +447,6 @@ impl VmapAllocator {
     /// Detaches the live area at `addr` from the busy index, from `probe`,
     /// its home bucket read with no change to the index since.
     fn take_busy(&mut self, addr: u64, probe: Probe) -> Result<(u64, u64), FreeError> {
-        if self.sized_only {
-            return Err(FreeError::Invalid);
-        }
         let e = self
             .busy
             .remove_probed(addr, probe)
@@ -411,6 +463,16 @@ impl VmapAllocator {
         if self.lazy.push((s, e)) {
             self.purge_with_hook();
         }
+    }
+
+    /// Whether `[s, e)` overlaps a lazily freed area.
+    fn overlaps_lazy(&self, s: u64, e: u64) -> bool {
+        self.lazy.iter().any(|&(ls, le)| ls < e && s < le)
+    }
+
+    /// The end of the lazily freed area that starts at `s`, if any.
+    fn lazy_end(&self, s: u64) -> Option<u64> {
+        self.lazy.iter().find(|a| a.0 == s).map(|a| a.1)
     }
 
     /// Purge through the installed hook (threshold and failure purges).
@@ -508,9 +570,17 @@ impl VmapAllocator {
     }
 }
 
-impl RangeAllocator for VmapAllocator {
+per_storage! {
+impl RangeAllocator {
+    #[inline]
     fn space(&self) -> (u64, u64) {
         (self.start, self.end)
+    }
+
+    /// # Complexity
+    /// As [`alloc_in`](RangeAllocator::alloc_in).
+    fn alloc(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
+        self.alloc_in(size, align, self.start, self.end)
     }
 
     /// # Complexity
@@ -529,6 +599,7 @@ impl RangeAllocator for VmapAllocator {
         vend: u64,
     ) -> Result<u64, AllocError> {
         crate::debug_check!(self);
+        self.alloc_room()?;
         crate::range::alloc_with_purge_retry(
             self,
             (size, align, vstart, vend),
@@ -541,6 +612,9 @@ impl RangeAllocator for VmapAllocator {
     /// O(log n).
     fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
+        if self.sized_only {
+            return Err(FreeError::Invalid);
+        }
         // The busy index's home bucket is read first and used only after the
         // free-block descent, which needs the address alone: in a large
         // allocator both miss the cache, and the misses then overlap
@@ -558,6 +632,9 @@ impl RangeAllocator for VmapAllocator {
     /// O(log n), plus a purge when the lazy bytes pass `lazy_max`.
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
+        if self.sized_only {
+            return Err(FreeError::Invalid);
+        }
         let (s, e) = self.take_busy(addr, self.busy.probe(addr))?;
         self.defer(s, e);
         Ok(e - s)
@@ -696,6 +773,16 @@ impl RangeAllocator for VmapAllocator {
             self.busy.len(),
             self.live_count
         );
+        let mut prev_hole = lo;
+        for (s, e) in self.holes.iter() {
+            ensure!(
+                prev_hole < s && s < e && e < hi,
+                Layout @ s,
+                "hole {s:#x}..{e:#x} empty, out of order, touching another or outside the hull"
+            );
+            prev_hole = e;
+            all.push((s, e, "hole"));
+        }
         for &(s, e) in self.lazy.iter() {
             all.push((s, e, "lazy"));
         }
@@ -711,11 +798,12 @@ impl RangeAllocator for VmapAllocator {
             }
             ensure!(s == expect, Layout @ s, "{kind} range at {s:#x}: expected one at {expect:#x}");
             expect = e;
-            sums[match kind {
-                "free" => 0,
-                "busy" => 1,
-                _ => 2,
-            }] += e - s;
+            match kind {
+                "free" => sums[0] += e - s,
+                "busy" => sums[1] += e - s,
+                "lazy" => sums[2] += e - s,
+                _ => {}
+            }
         }
         if !self.indexed && expect < hi {
             sums[1] += hi - expect;
@@ -749,6 +837,31 @@ impl RangeAllocator for VmapAllocator {
             "lazy bytes above lazy_max after a free"
         );
         Ok(())
+    }
+}
+}
+
+/// The calls written once per storage (`per_storage`), so that the
+/// heap's are compiled in this crate, reached from the methods of the same
+/// name that code generic over the storage calls. Not meant to be used
+/// directly.
+#[doc(hidden)]
+pub trait PerStorage: crate::range::SizedFree {
+    /// [`VmapAllocator::allocate`].
+    fn allocate_entry(
+        &mut self,
+        req: crate::request::Request,
+    ) -> Result<u64, crate::request::RequestError>;
+}
+
+per_storage! {
+    impl PerStorage {
+        fn allocate_entry(
+            &mut self,
+            req: crate::request::Request,
+        ) -> Result<u64, crate::request::RequestError> {
+            self.allocate_body(req)
+        }
     }
 }
 

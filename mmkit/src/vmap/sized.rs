@@ -22,13 +22,22 @@
 //! tell, having no record of the live areas), as a wrong handle corrupts
 //! TLSF. Test with debug builds, where every such free is refused.
 
-use super::VmapAllocator;
+use super::{PerStorage, VmapAllocator};
 use crate::error::{AllocError, FreeError};
 use crate::range::SizedFree;
 
 /// Whether an allocator made without a busy index keeps one anyway, to
 /// check the sizes it is given.
 const CHECKED: bool = cfg!(any(debug_assertions, feature = "debug-check"));
+
+impl<S: crate::storage::Storage> VmapAllocator<S> {
+    /// Whether the busy index holds every live area (so `live_areas`
+    /// lists them).
+    #[cfg(feature = "lock_api")]
+    pub(crate) fn indexes_live(&self) -> bool {
+        self.indexed
+    }
+}
 
 impl VmapAllocator {
     /// An allocator managing `[start, end)`, as [`new`](Self::new), that
@@ -72,6 +81,30 @@ impl VmapAllocator {
         Ok(va)
     }
 
+    /// An allocator that manages nothing yet, as
+    /// [`new_empty`](Self::new_empty), and keeps no busy index, as
+    /// [`without_busy_index`](Self::without_busy_index).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::empty_without_busy_index();
+    /// va.add_free(0x1000, 0x2000).unwrap();
+    /// let a = va.alloc(0x100, 1).unwrap();
+    /// assert_eq!(va.free_range(a, 0x100), Ok(0x100));
+    /// ```
+    pub fn empty_without_busy_index() -> Self {
+        let mut va = Self::new_empty();
+        va.sized_only = true;
+        va.indexed = CHECKED;
+        va
+    }
+}
+
+impl<S: crate::storage::Storage> VmapAllocator<S>
+where
+    Self: PerStorage,
+{
     /// Whether the allocator was made
     /// [`without_busy_index`](Self::without_busy_index): frees must carry
     /// their size.
@@ -84,13 +117,6 @@ impl VmapAllocator {
     /// ```
     pub fn frees_need_size(&self) -> bool {
         self.sized_only
-    }
-
-    /// Whether the busy index holds every live area (so `live_areas`
-    /// lists them).
-    #[cfg(feature = "lock_api")]
-    pub(crate) fn indexes_live(&self) -> bool {
-        self.indexed
     }
 
     /// Frees the live area `[addr, addr + size)`; returns `size`. As
@@ -118,9 +144,16 @@ impl VmapAllocator {
     /// assert_eq!(va.free_sized(a, 0x2000), Ok(0x2000));
     /// assert_eq!(va.free_sized(a, 0x2000), Err(FreeError::NotAllocated));
     /// ```
+    #[inline]
     pub fn free_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        SizedFree::free_sized(self, addr, size)
+    }
+
+    /// The body of [`free_sized`](Self::free_sized).
+    pub(super) fn free_sized_body(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
         let end = self.sized_end(addr, size)?;
+        self.free_room()?;
         self.take_sized(addr, end, true)?;
         self.release(addr, end, true);
         Ok(size)
@@ -141,9 +174,18 @@ impl VmapAllocator {
     /// assert_eq!(va.free_lazy_sized(a, 0x100), Ok(0x100));
     /// assert_eq!(va.alloc(0x100, 1), Ok(0x100)); // not reused before a purge
     /// ```
+    #[inline]
     pub fn free_lazy_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
+        SizedFree::free_lazy_sized(self, addr, size)
+    }
+
+    /// The body of [`free_lazy_sized`](Self::free_lazy_sized).
+    pub(super) fn free_lazy_sized_body(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
         crate::debug_check!(self);
         let end = self.sized_end(addr, size)?;
+        if !self.lazy_allowed() {
+            return Err(FreeError::StorageFull);
+        }
         self.take_sized(addr, end, false)?;
         self.defer(addr, end);
         Ok(size)
@@ -173,14 +215,15 @@ impl VmapAllocator {
             self.trusted(addr, end)?;
         }
         self.live_bytes -= end - addr;
-        self.live_count -= 1;
+        // Without an index, a range free may have left the count behind.
+        self.live_count = self.live_count.saturating_sub(1);
         Ok(())
     }
 
     /// The end of `[addr, addr + size)`, a range inside the space.
     fn sized_end(&self, addr: u64, size: u64) -> Result<u64, FreeError> {
         let end = addr.checked_add(size).ok_or(FreeError::Invalid)?;
-        if size == 0 || addr < self.start || end > self.end {
+        if size == 0 || self.outside(addr, end) {
             return Err(FreeError::Invalid);
         }
         Ok(end)
@@ -202,12 +245,14 @@ impl VmapAllocator {
     }
 }
 
-impl SizedFree for VmapAllocator {
+per_storage! {
+impl SizedFree {
     fn free_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        VmapAllocator::free_sized(self, addr, size)
+        self.free_sized_body(addr, size)
     }
 
     fn free_lazy_sized(&mut self, addr: u64, size: u64) -> Result<u64, FreeError> {
-        VmapAllocator::free_lazy_sized(self, addr, size)
+        self.free_lazy_sized_body(addr, size)
     }
+}
 }

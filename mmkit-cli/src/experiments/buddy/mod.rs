@@ -94,15 +94,15 @@ impl Scale {
         // Ten zone-sizes of requests: the long-lived classes turn over
         // several times. Huge pages: one try per 2000 requests, each held
         // for 0.1 n / 512 tries' worth, at most ~10% of the zone.
-        let frames: u64 = if opts.quick { 16_384 } else { 262_144 };
-        let huge_every = if opts.quick { 500 } else { 2_000 };
+        let frames: u64 = opts.pick(16_384, 32_768, 262_144);
+        let huge_every = opts.pick(500, 2_000, 2_000);
         let mut s = Scale {
             frames,
             ticks: 10 * frames,
-            seeds: if opts.quick { 2 } else { 10 },
+            seeds: opts.pick(2, 4, 10),
             huge_every,
             huge_hold: frames / 10 * huge_every / 512,
-            samples: if opts.quick { 100 } else { 400 },
+            samples: opts.pick(100, 200, 400),
         };
         if let Some(n) = opts.seeds {
             s.seeds = n.max(1);

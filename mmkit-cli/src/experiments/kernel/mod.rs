@@ -19,7 +19,7 @@ use serde::Serialize;
 
 mod qemu;
 
-use qemu::{boot, build, num, qemu_version, scale, Accel, Boot};
+use qemu::{boot, build, num, qemu_version, scale, Accel, Boot, NotBooted};
 
 use super::{Experiment, Options};
 use crate::render::{col, Col, Fmt, Report, Table, Target};
@@ -124,15 +124,6 @@ const STALE_COLS: [Col; 8] = [
 pub const STALE_CYCLES: u64 = 1_000_000;
 /// The same at the quick scale.
 pub const STALE_CYCLES_QUICK: u64 = 100_000;
-
-/// vCPU counts of the dedicated detector boots.
-fn stale_smp_counts(quick: bool) -> &'static [usize] {
-    if quick {
-        &[2]
-    } else {
-        &[2, 4]
-    }
-}
 
 fn stale_row(b: &Boot) -> Option<StaleRow> {
     let on = b.lines.iter().find(|l| l.starts_with("STALE flushing"))?;
@@ -366,7 +357,7 @@ fn targets(
     boots: &[Boot],
     seeds: &[SeedRow],
     modes: &[ModeRow],
-    ci_total: Duration,
+    ci_total: Option<Duration>,
 ) -> Vec<Target> {
     let a = accel.name();
     let mut t = Vec::new();
@@ -454,73 +445,108 @@ fn targets(
         first.map_or("-".into(), |d| format!("{:.0} ms", d.as_secs_f64() * 1e3)),
         first.is_some_and(|d| d < Duration::from_secs(1)),
     ));
-    t.push(Target::new(
-        format!(
-            "CI's in-kernel suite (--quick --tests-only at {} vCPUs) < 3 minutes ({a})",
-            CI_SMP.map(|n| n.to_string()).join(" and ")
+    let ci = format!(
+        "CI's in-kernel suite (--quick --tests-only at {} vCPUs) < 3 minutes ({a})",
+        CI_SMP.map(|n| n.to_string()).join(" and ")
+    );
+    t.push(match ci_total {
+        Some(d) => Target::new(
+            ci,
+            format!("{:.0} s", d.as_secs_f64()),
+            d < Duration::from_secs(180),
         ),
-        format!("{:.0} s", ci_total.as_secs_f64()),
-        ci_total < Duration::from_secs(180),
-    ));
+        None => Target::skipped(ci, "CI's boots run with --quick or --full"),
+    });
     t
 }
 
 /// The vCPU counts of CI's boots (`.ci/run`).
 const CI_SMP: [usize; 2] = [2, 4];
 
-/// vCPU counts of a run.
-fn smp_counts(quick: bool) -> &'static [usize] {
-    if quick {
-        &[1, 2]
-    } else {
-        &[1, 2, 4, 8]
+/// What a run boots: the kernel's scale by name, the vCPU counts of the
+/// boots with experiments, whether CI's boots are timed, and the dedicated
+/// stale-TLB detector boots (vCPU counts, cycles).
+struct Plan {
+    scale: &'static str,
+    smp: &'static [usize],
+    ci_boots: bool,
+    stale: Option<(&'static [usize], u64)>,
+}
+
+impl Plan {
+    /// `--quick`: CI's smoke run; the default: the main job's minutes;
+    /// `--full`: every vCPU count and the dedicated boots.
+    fn of(opts: &Options) -> Plan {
+        if opts.quick {
+            Plan {
+                scale: "quick",
+                smp: &[1, 2],
+                ci_boots: true,
+                stale: Some((&[2], STALE_CYCLES_QUICK)),
+            }
+        } else if opts.full {
+            Plan {
+                scale: "full",
+                smp: &[1, 2, 4, 8],
+                ci_boots: true,
+                stale: Some((&[2, 4], STALE_CYCLES)),
+            }
+        } else {
+            Plan {
+                scale: "default",
+                smp: &[1, 2],
+                ci_boots: false,
+                stale: None,
+            }
+        }
     }
 }
 
 fn run(opts: &Options) -> Report {
     let mut report = Report::new("kernel");
-    let skip = |report: &mut Report, why: String| {
-        report.notes.push(format!("kernel: skipped: {why}"));
-        report.targets.push(Target::skipped(
-            "the kernel boots and its experiments run",
-            why,
-        ));
+    // Missing tools are a skip; anything else that stops a boot is a failure.
+    let stop = |report: &mut Report, why: NotBooted| {
+        report
+            .notes
+            .push(format!("kernel: not booted: {}", why.message()));
+        report.targets.push(match why {
+            NotBooted::Missing(m) => Target::skipped("the kernel boots and its experiments run", m),
+            NotBooted::Failed(m) => {
+                Target::new("the kernel boots and its experiments run", m, false)
+            }
+        });
     };
-    let qemu = match qemu_version() {
-        Ok(v) => v,
+    let fail = |report: &mut Report, why: String| stop(report, NotBooted::Failed(why));
+    let (qemu, elf) = match qemu_version().and_then(|v| build().map(|elf| (v, elf))) {
+        Ok(x) => x,
         Err(e) => {
-            skip(&mut report, e);
-            return report;
-        }
-    };
-    let elf = match build() {
-        Ok(p) => p,
-        Err(e) => {
-            skip(&mut report, e);
+            stop(&mut report, e);
             return report;
         }
     };
     let accel = Accel::here();
-    let append = scale(opts.quick, opts.loops);
+    let plan = Plan::of(opts);
+    let append = scale(plan.scale, opts.loops);
     let t0 = Instant::now();
     let mut boots = Vec::new();
-    for &smp in smp_counts(opts.quick) {
+    for &smp in plan.smp {
         match boot(&elf, smp, &append, Duration::from_secs(600), accel, None) {
             Ok(b) => boots.push(b),
             Err(e) => {
-                skip(&mut report, e);
+                fail(&mut report, e);
                 return report;
             }
         }
     }
     let total = t0.elapsed();
     let t_ci = Instant::now();
-    let ci_cmd = format!("{} tests-only", scale(true, None));
-    for smp in CI_SMP {
+    let ci_cmd = format!("{} tests-only", scale("quick", None));
+    let ci_smp: &[usize] = if plan.ci_boots { &CI_SMP } else { &[] };
+    for &smp in ci_smp {
         match boot(&elf, smp, &ci_cmd, Duration::from_secs(600), accel, None) {
             Ok(b) if b.passed => {}
             Ok(b) => {
-                skip(
+                fail(
                     &mut report,
                     format!(
                         "CI's boot at {smp} vCPUs failed: {}",
@@ -530,24 +556,20 @@ fn run(opts: &Options) -> Report {
                 return report;
             }
             Err(e) => {
-                skip(&mut report, e);
+                fail(&mut report, e);
                 return report;
             }
         }
     }
-    let ci_total = t_ci.elapsed();
-    let asked = if opts.quick {
-        STALE_CYCLES_QUICK
-    } else {
-        STALE_CYCLES
-    };
+    let ci_total = plan.ci_boots.then(|| t_ci.elapsed());
+    let (stale_smp, asked) = plan.stale.unwrap_or((&[], 0));
     let mut stale_boots = Vec::new();
-    for &smp in stale_smp_counts(opts.quick) {
+    for &smp in stale_smp {
         let cmd = format!("{append} tests-only stale_cycles={asked}");
         match boot(&elf, smp, &cmd, Duration::from_secs(600), accel, None) {
             Ok(b) => stale_boots.push(b),
             Err(e) => {
-                skip(&mut report, e);
+                fail(&mut report, e);
                 return report;
             }
         }
@@ -584,7 +606,8 @@ fn run(opts: &Options) -> Report {
         &BOOT_COLS,
         &boots.iter().map(boot_row).collect::<Vec<_>>(),
     ));
-    report.tables.push(Table::of(
+    if plan.stale.is_some() {
+        report.tables.push(Table::of(
         format!(
             "stale-TLB detector, dedicated boots (tests only, stale_cycles={asked}): a cycle is one page unmapped, \
              flushed, remapped to a new frame and read by every CPU ({a})"
@@ -592,6 +615,7 @@ fn run(opts: &Options) -> Report {
         &STALE_COLS,
         &stale_rows,
     ));
+    }
     report.targets = targets(accel, &boots, &seeds, &modes, ci_total);
     report
         .targets
@@ -658,9 +682,14 @@ pub struct BootOptions {
     pub timeout: u64,
 }
 
+/// `mmkit kernel`'s exit status when QEMU or the target is missing (the
+/// kernel was not built: a skip, in the automake convention).
+pub const EXIT_MISSING: u8 = 77;
+
 /// `mmkit kernel`: builds the kernel and boots it once, printing its
-/// serial output. Exit status 0 when its tests pass, 1 when they fail, 2
-/// when QEMU or the target is missing.
+/// serial output. Exit status 0 when its tests pass; 1 when it does not
+/// build, its tests fail or QEMU does not run it to the end;
+/// [`EXIT_MISSING`] when QEMU or the target is missing.
 ///
 /// # Errors
 /// Writing to `out` failed.
@@ -668,13 +697,17 @@ pub fn main(opts: &BootOptions, out: &mut dyn Write) -> std::io::Result<ExitCode
     let ready = qemu_version().and_then(|v| build().map(|elf| (v, elf)));
     let (qemu, elf) = match ready {
         Ok(x) => x,
-        Err(e) => {
-            eprintln!("mmkit: {e}");
-            return Ok(ExitCode::from(2));
+        Err(NotBooted::Missing(m)) => {
+            eprintln!("mmkit: kernel not booted: {m}");
+            return Ok(ExitCode::from(EXIT_MISSING));
+        }
+        Err(NotBooted::Failed(m)) => {
+            eprintln!("mmkit: {m}");
+            return Ok(ExitCode::from(1));
         }
     };
     let accel = Accel::here();
-    let mut append = scale(opts.quick, None);
+    let mut append = scale(if opts.quick { "quick" } else { "default" }, None);
     if opts.tests_only {
         append.push_str(" tests-only");
     }
@@ -698,7 +731,7 @@ pub fn main(opts: &BootOptions, out: &mut dyn Write) -> std::io::Result<ExitCode
         Ok(b) => b,
         Err(e) => {
             eprintln!("mmkit: {e}");
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(1));
         }
     };
     match &b.failure {

@@ -64,23 +64,74 @@ impl Accel {
 ///
 /// # Errors
 /// QEMU is missing or does not run.
-pub fn qemu_version() -> Result<String, String> {
+pub fn qemu_version() -> Result<String, NotBooted> {
     let out = Command::new("qemu-system-x86_64")
         .arg("--version")
         .output()
-        .map_err(|e| format!("qemu-system-x86_64 not found ({e}): {INSTALL}"))?;
+        .map_err(|e| {
+            NotBooted::Missing(format!("qemu-system-x86_64 not found ({e}): {INSTALL}"))
+        })?;
     let v = String::from_utf8_lossy(&out.stdout);
     Ok(v.lines().next().unwrap_or("qemu-system-x86_64").to_string())
+}
+
+/// Why the kernel could not be booted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotBooted {
+    /// QEMU or the `x86_64-unknown-none` target is not installed: nothing
+    /// about the kernel is known (a skip).
+    Missing(String),
+    /// The kernel did not build, or QEMU did not start or stop as it should:
+    /// a failure.
+    Failed(String),
+}
+
+impl NotBooted {
+    /// What went wrong, in words.
+    pub fn message(&self) -> &str {
+        match self {
+            NotBooted::Missing(m) | NotBooted::Failed(m) => m,
+        }
+    }
+}
+
+/// Whether the standard library of `x86_64-unknown-none` is installed for
+/// the toolchain that builds the kernel (the one its directory selects).
+fn target_installed(dir: &Path) -> Result<(), NotBooted> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = Command::new(rustc)
+        .args([
+            "--print",
+            "target-libdir",
+            "--target",
+            "x86_64-unknown-none",
+        ])
+        .current_dir(dir)
+        .output()
+        .map_err(|e| NotBooted::Missing(format!("rustc not found ({e}): {INSTALL}")))?;
+    let libdir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let has_core = std::fs::read_dir(&libdir).is_ok_and(|d| {
+        d.filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().starts_with("libcore-"))
+    });
+    if out.status.success() && has_core {
+        Ok(())
+    } else {
+        Err(NotBooted::Missing(format!(
+            "the target x86_64-unknown-none is not installed: {INSTALL}"
+        )))
+    }
 }
 
 /// Builds the kernel (`cargo build --release` in its crate, for
 /// `x86_64-unknown-none`) and returns the ELF's path.
 ///
 /// # Errors
-/// The build failed; the message says how to install the target when that
-/// is what is missing.
-pub fn build() -> Result<PathBuf, String> {
+/// [`NotBooted::Missing`] when the target is not installed;
+/// [`NotBooted::Failed`] when the build fails (its last lines).
+pub fn build() -> Result<PathBuf, NotBooted> {
     let dir = kernel_dir();
+    target_installed(&dir)?;
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| dir.join("target"));
@@ -90,19 +141,14 @@ pub fn build() -> Result<PathBuf, String> {
         .current_dir(&dir)
         .env("CARGO_TARGET_DIR", &target_dir)
         .output()
-        .map_err(|e| format!("running cargo: {e}"))?;
+        .map_err(|e| NotBooted::Failed(format!("running cargo: {e}")))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(6).collect();
-        let hint = if err.contains("x86_64-unknown-none") || err.contains("can't find crate") {
-            format!(" ({INSTALL})")
-        } else {
-            String::new()
-        };
-        return Err(format!(
-            "building mmkit-kernel failed{hint}: {}",
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        ));
+        let tail: Vec<&str> = err.lines().rev().take(12).collect();
+        return Err(NotBooted::Failed(format!(
+            "building mmkit-kernel failed: {}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )));
     }
     Ok(target_dir.join("x86_64-unknown-none/release/mmkit-kernel"))
 }
@@ -273,17 +319,11 @@ pub fn boot(
     })
 }
 
-/// The kernel command line of a scale: quick (CI smoke) or full.
-pub fn scale(quick: bool, loops: Option<u64>) -> String {
-    let mut s = if quick {
-        "seed_iters=200 seed_old_iters=20 loops=20 busy=100 full_fit=64 stress_loops=4 stress_busy=16 \
-         stress_full_fit=8 buddy_pairs=6400 cycles=100000"
-            .to_string()
-    } else {
-        "seed_iters=2000 seed_old_iters=100 loops=100 busy=1000 full_fit=256 stress_loops=50 \
-         stress_busy=50 stress_full_fit=16 buddy_pairs=20000 cycles=100000"
-            .to_string()
-    };
+/// The kernel command line of the kernel's scale `name` (`quick`,
+/// `default` or `full`: the kernel owns their sizes and prints them on its
+/// `SCALE` line), with `test_vmalloc`'s loop count set when given.
+pub fn scale(name: &str, loops: Option<u64>) -> String {
+    let mut s = format!("scale={name}");
     if let Some(l) = loops {
         s.push_str(&format!(" loops={l}"));
     }

@@ -6,6 +6,7 @@ use super::entry::Agg;
 use super::{BTree, FANOUT, INNER_MIN, LEAF_CAP, LEAF_MIN};
 use crate::ensure;
 use crate::error::CheckError;
+use crate::storage::Storage;
 
 /// The longest usable length of a subtree at each alignment `2^k`, `k <
 /// 64` (0 where none holds an aligned address): what a stored summary
@@ -22,7 +23,7 @@ pub(super) fn usable_in(s: u64, e: u64, k: u32) -> u64 {
     }
 }
 
-impl BTree {
+impl<S: Storage> BTree<S> {
     /// Verifies order, non-overlap, every block inside `[lo, hi)`, the
     /// occupancy bounds, the uniform depth, every stored key and maximum,
     /// and (when on) that every summary is an upper bound of the true

@@ -6,6 +6,7 @@
 
 use super::node::{leaf_max, max_of};
 use super::{BTree, Pos};
+use crate::storage::Storage;
 use crate::tree::summary::AlignSummary;
 
 /// The largest drop of a node's longest block, in granules of its summary,
@@ -38,7 +39,7 @@ pub(super) enum Change {
     Other,
 }
 
-impl BTree {
+impl<S: Storage> BTree<S> {
     pub(super) fn leaf_agg(&self, id: u32) -> Agg {
         let l = &self.leaves[id as usize];
         let max = leaf_max(l);

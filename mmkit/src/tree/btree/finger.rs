@@ -5,6 +5,7 @@
 
 use super::{BTree, Pos, NO_VERSION};
 use crate::balance::Balance;
+use crate::storage::Storage;
 
 /// What a redescent that kept two levels or more earns, and what one that
 /// did not loses (see [`BTree::redescend_below`]): while more than half
@@ -84,7 +85,7 @@ impl Default for Neighbours {
     }
 }
 
-impl BTree {
+impl<S: Storage> BTree<S> {
     /// The last block starting below `key` and the first starting at or
     /// above it, in one descent.
     ///

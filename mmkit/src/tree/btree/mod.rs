@@ -81,6 +81,7 @@
 //! released nodes are chained for reuse, so a steady state of inserts and
 //! removals allocates no heap memory.
 
+use crate::storage::{Fixed, Heap, Storage};
 use node::{Inner, Leaf, Pool, NONE};
 use search::{Cleared, Shape};
 
@@ -178,9 +179,9 @@ impl Pos {
 /// t.check(0, 100).unwrap();
 /// ```
 #[derive(Debug, Clone)]
-pub struct BTree {
-    leaves: Pool<Leaf>,
-    inners: Pool<Inner>,
+pub struct BTree<S: Storage = Heap> {
+    leaves: Pool<Leaf, S>,
+    inners: Pool<Inner, S>,
     /// The root: a leaf when `height == 0`.
     root: u32,
     /// Inner levels above the leaves.
@@ -219,9 +220,25 @@ impl Default for BTree {
 impl BTree {
     /// An empty tree.
     pub fn new() -> Self {
+        Self::with_pools(Pool::with_root(), Pool::new())
+    }
+}
+
+impl<const K: usize> BTree<Fixed<K>> {
+    /// An empty tree whose nodes live in arrays of `K` of each kind (see
+    /// [`crate::storage`]).
+    pub const fn new_fixed() -> Self {
+        Self::with_pools(Pool::fixed(1), Pool::fixed(0))
+    }
+}
+
+impl<S: Storage> BTree<S> {
+    /// An empty tree over `leaves`, which holds its root leaf (id 0), and
+    /// `inners`.
+    const fn with_pools(leaves: Pool<Leaf, S>, inners: Pool<Inner, S>) -> Self {
         BTree {
-            leaves: Pool::with_root(),
-            inners: Pool::new(),
+            leaves,
+            inners,
             root: 0,
             height: 0,
             len: 0,
@@ -234,6 +251,20 @@ impl BTree {
             shape: 0,
             nodes_max: (NO_VERSION, 0),
         }
+    }
+
+    /// Whether `n` more blocks can go in with no node the storage lacks:
+    /// for each, a leaf, and an inner node per level and a new root, for
+    /// the splits.
+    #[inline]
+    pub fn has_room_for_blocks(&self, n: usize) -> bool {
+        self.leaves.has_room(n) && self.inners.has_room(n * (self.height + 1))
+    }
+
+    /// Lets the nodes move to the heap when their arrays are full.
+    pub fn allow_heap(&mut self) {
+        self.leaves.allow_heap();
+        self.inners.allow_heap();
     }
 
     /// Number of blocks.

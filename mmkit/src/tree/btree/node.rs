@@ -9,6 +9,7 @@ use alloc::vec::Vec;
 use core::ops::{Index, IndexMut};
 
 use super::{FANOUT, LEAF_CAP};
+use crate::storage::{Fixed, Heap, Inline, Storage, Store};
 use crate::tree::summary::AlignSummary;
 
 /// "No node" in the free chains.
@@ -86,7 +87,7 @@ pub(super) const EMPTY_INNER: Inner = Inner {
 
 /// A kind of node a [`Pool`] holds: how an empty one looks, and where a
 /// released one keeps its link in the free chain.
-pub(super) trait Node: Copy {
+pub(super) trait Node: Copy + core::fmt::Debug + Send + 'static {
     /// A node with no entries.
     const EMPTY: Self;
     /// Marks this node released, `next` the next in the free chain.
@@ -127,17 +128,17 @@ impl Node for Inner {
 
 /// The nodes of one kind, indexed by `u32` id: released nodes are chained
 /// for reuse, so a steady state of inserts and removals allocates no heap
-/// memory.
+/// memory. The nodes live in `S`'s store (see [`crate::storage`]).
 #[derive(Debug, Clone)]
-pub(super) struct Pool<N> {
-    nodes: Vec<N>,
+pub(super) struct Pool<N: Node, S: Storage> {
+    nodes: S::Store<N>,
     /// The first released node (`NONE`: none).
     free: u32,
     /// Nodes handed out and not released (fewer than 2^32: ids are `u32`).
     used: u32,
 }
 
-impl<N: Node> Pool<N> {
+impl<N: Node> Pool<N, Heap> {
     /// No node.
     pub(super) fn new() -> Self {
         Pool {
@@ -155,25 +156,40 @@ impl<N: Node> Pool<N> {
             used: 1,
         }
     }
+}
 
+impl<N: Node, const K: usize> Pool<N, Fixed<K>> {
+    /// `used` empty nodes handed out (0, or 1 for a root leaf), in an
+    /// array of `K`.
+    pub(super) const fn fixed(used: u32) -> Self {
+        Pool {
+            nodes: Inline::filled(N::EMPTY, used as usize),
+            free: NONE,
+            used,
+        }
+    }
+}
+
+impl<N: Node, S: Storage> Pool<N, S> {
     /// An empty node: the last released, or a new one.
     pub(super) fn alloc(&mut self) -> u32 {
         self.used += 1;
         if self.free != NONE {
             let id = self.free;
-            self.free = self.nodes[id as usize].next_released();
-            self.nodes[id as usize] = N::EMPTY;
+            let nodes = self.nodes.as_mut_slice();
+            self.free = nodes[id as usize].next_released();
+            nodes[id as usize] = N::EMPTY;
             id
         } else {
             self.nodes.push(N::EMPTY);
-            (self.nodes.len() - 1) as u32
+            (self.nodes.as_slice().len() - 1) as u32
         }
     }
 
     /// Takes back node `id`, to be handed out again.
     pub(super) fn release(&mut self, id: u32) {
         self.used -= 1;
-        self.nodes[id as usize].release(self.free);
+        self.nodes.as_mut_slice()[id as usize].release(self.free);
         self.free = id;
     }
 
@@ -182,9 +198,15 @@ impl<N: Node> Pool<N> {
         self.used as usize
     }
 
+    /// Whether `n` more nodes can be handed out within the store's room.
+    #[inline]
+    pub(super) fn has_room(&self, n: usize) -> bool {
+        !S::FIXED || self.used() + n <= self.nodes.room()
+    }
+
     /// Heap bytes held (capacity, used or not).
     pub(super) fn heap_bytes(&self) -> usize {
-        self.nodes.capacity() * core::mem::size_of::<N>()
+        self.nodes.heap_bytes()
     }
 
     /// Bytes of the nodes handed out.
@@ -194,23 +216,28 @@ impl<N: Node> Pool<N> {
 
     /// Makes room for `n` nodes in all, released ones included.
     pub(super) fn reserve_total(&mut self, n: usize) {
-        self.nodes.reserve(n.saturating_sub(self.nodes.len()));
+        self.nodes.reserve_total(n);
+    }
+
+    /// Lets the nodes move to the heap when their array is full.
+    pub(super) fn allow_heap(&mut self) {
+        self.nodes.allow_heap();
     }
 }
 
-impl<N> Index<usize> for Pool<N> {
+impl<N: Node, S: Storage> Index<usize> for Pool<N, S> {
     type Output = N;
 
     #[inline]
     fn index(&self, id: usize) -> &N {
-        &self.nodes[id]
+        &self.nodes.as_slice()[id]
     }
 }
 
-impl<N> IndexMut<usize> for Pool<N> {
+impl<N: Node, S: Storage> IndexMut<usize> for Pool<N, S> {
     #[inline]
     fn index_mut(&mut self, id: usize) -> &mut N {
-        &mut self.nodes[id]
+        &mut self.nodes.as_mut_slice()[id]
     }
 }
 

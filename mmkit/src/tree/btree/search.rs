@@ -2,6 +2,7 @@
 //! (the last request that found nothing, the bound the last aligned one
 //! left), and their linear-scan references.
 
+use crate::storage::Storage;
 use alloc::vec::Vec;
 
 use super::node::{at_least, child_end, last_below};
@@ -116,7 +117,7 @@ pub(super) fn top_fit(lo: u64, hi: u64, size: u64, align: u64) -> Option<u64> {
     (lo < hi && a >= lo).then_some(a)
 }
 
-impl BTree {
+impl<S: Storage> BTree<S> {
     /// The lowest `a` in `[lo, hi)`, a multiple of `align` (a power of two),
     /// with `[a, a + size)` inside one block; that block's position and `a`.
     /// `size > 0`.

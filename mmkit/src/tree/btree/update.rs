@@ -6,6 +6,7 @@ use super::entry::{Agg, Change};
 use super::finger::{Neighbours, Next};
 use super::node::{close_gap, leaf_max, open_gap, EMPTY_LEAF};
 use super::{BTree, Pos, FANOUT, INNER_MIN, LEAF_CAP, LEAF_MIN};
+use crate::storage::Storage;
 use crate::tree::summary::AlignSummary;
 
 /// The granule exponent of a range (as the summaries count it, uncapped).
@@ -14,7 +15,7 @@ pub(super) fn granule(s: u64, e: u64) -> u32 {
     s.trailing_zeros().min(e.trailing_zeros())
 }
 
-impl BTree {
+impl<S: Storage> BTree<S> {
     /// Changes the block at `pos` to `[start, end)` in place: it must keep
     /// its place in address order and overlap no other block.
     ///

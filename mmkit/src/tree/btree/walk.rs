@@ -4,17 +4,18 @@
 
 use super::node::{last_below, leaf_max};
 use super::{BTree, Pos};
+use crate::storage::{Heap, Storage};
 
 /// The blocks of a [`BTree`] in address order.
 #[derive(Debug, Clone)]
-pub struct Iter<'a> {
-    pub(super) t: &'a BTree,
+pub struct Iter<'a, S: Storage = Heap> {
+    pub(super) t: &'a BTree<S>,
     pub(super) pos: Pos,
     pub(super) tree_done: bool,
     pub(super) wild: Option<(u64, u64)>,
 }
 
-impl Iterator for Iter<'_> {
+impl<S: Storage> Iterator for Iter<'_, S> {
     type Item = (u64, u64);
 
     fn next(&mut self) -> Option<(u64, u64)> {
@@ -30,7 +31,7 @@ impl Iterator for Iter<'_> {
     }
 }
 
-impl BTree {
+impl<S: Storage> BTree<S> {
     /// The block at `pos`.
     #[inline]
     pub fn get(&self, pos: &Pos) -> (u64, u64) {
@@ -255,7 +256,7 @@ impl BTree {
     }
 
     /// The blocks in address order.
-    pub fn iter(&self) -> Iter<'_> {
+    pub fn iter(&self) -> Iter<'_, S> {
         let mut pos = self.descend_below(0);
         pos.at = 0;
         Iter {

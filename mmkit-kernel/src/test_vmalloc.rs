@@ -1,0 +1,151 @@
+//! `test_vmalloc` on real mappings: the seven tests of
+//! `mmkit_vmalloc::test_vmalloc` (the same code `mmkit experiments vmalloc`
+//! runs on the host) for three designs: the busy list with eager flush
+//! (before seed 002), the busy list with lazy flush (seed 000's "before",
+//! Linux 4.20), and mmkit's tree with lazy flush. Frames come from the
+//! per-CPU lists, PTEs are written, every area has its guard page, and a
+//! touch checks that the write reached the area's frame.
+//!
+//! - Performance mode: CPU 0 runs each test once untimed (under emulation
+//!   the first pass through new code translates it, a one-time cost that
+//!   the kernel's 10^6 loops amortize and a few hundred would not), then
+//!   three times while the others idle (and take the eager design's IPIs).
+//! - Stress mode: every CPU runs the seven in its own shuffled order at
+//!   once, on one shared layer.
+
+use alloc::format;
+use alloc::string::String;
+
+use mmkit::baseline::linear_vmap::LinearVmap;
+use mmkit::range::RangeAllocator;
+use mmkit::vmap::VmapAllocator;
+use mmkit_vmalloc::test_vmalloc::{Params, Rng, TestVmalloc, Workload, TESTS};
+use mmkit_vmalloc::{Vmalloc, PAGE};
+
+use crate::counters::{counts, since};
+use crate::mm::{self, Lock};
+use crate::scale::Scale;
+use crate::{arch, percpu, println, smp, time};
+
+/// A design: a layer of [`mm`].
+struct Design<R: 'static>(&'static Lock<Vmalloc<R>>);
+
+impl<R: RangeAllocator> TestVmalloc for Design<R> {
+    fn vmalloc(&self, pages: u64, align: u64) -> Option<u64> {
+        mm::vmalloc(self.0, pages, align.max(PAGE)).ok()
+    }
+
+    fn vfree(&self, va: u64) {
+        // Only areas the tests allocated are freed.
+        let _ = mm::vfree(self.0, va);
+    }
+
+    fn touch(&self, va: u64) -> bool {
+        crate::fault::touch(va, 1)
+    }
+}
+
+/// The three designs.
+struct Designs {
+    old: Design<LinearVmap>,
+    old_lazy: Design<LinearVmap>,
+    new: Design<VmapAllocator>,
+}
+
+impl Designs {
+    fn new() -> Self {
+        Designs {
+            old: Design(mm::linear()),
+            old_lazy: Design(mm::linear_lazy()),
+            new: Design(mm::tree()),
+        }
+    }
+
+    /// Each with its name in `ROW` lines.
+    fn named(&self) -> [(&'static str, &(dyn TestVmalloc + Sync)); 3] {
+        [
+            ("old", &self.old),
+            ("old_lazy", &self.old_lazy),
+            ("new", &self.new),
+        ]
+    }
+}
+
+fn params(s: Scale) -> Params {
+    Params {
+        loops: s.loops,
+        full_fit: s.full_fit as usize,
+        busy_list: s.busy as usize,
+    }
+}
+
+/// Performance mode; one `ROW test_vmalloc mode=performance` line per
+/// design and test, and one for each design's total.
+pub fn performance(s: Scale) -> Result<(), String> {
+    let designs = Designs::new();
+    for (name, d) in designs.named() {
+        let w = Workload {
+            va: d,
+            p: params(s),
+        };
+        let mut rng = Rng::for_worker(0);
+        let mut total = 0;
+        for t in TESTS {
+            if !w.run(t, &mut rng) {
+                return Err(format!("test_vmalloc {name} {} failed (warm-up)", t.name()));
+            }
+            let c0 = counts();
+            let t0 = arch::rdtsc();
+            let ok = (0..3).all(|_| w.run(t, &mut rng));
+            let ns = time::ns(arch::rdtsc() - t0);
+            total += ns;
+            let c = since(&c0);
+            if !ok {
+                return Err(format!("test_vmalloc {name} {} failed", t.name()));
+            }
+            println!(
+                "ROW test_vmalloc mode=performance design={name} test={} ns={ns} ipis={} flushes={} ok=1",
+                t.name(),
+                c.ipis,
+                c.flushes,
+            );
+        }
+        println!("ROW test_vmalloc mode=performance design={name} test=total ns={total}");
+    }
+    Ok(())
+}
+
+/// Stress mode; one `ROW test_vmalloc mode=stress` line per design.
+pub fn stress(s: Scale) -> Result<(), String> {
+    let cpus = percpu::online();
+    let s = s.stress(cpus);
+    let designs = Designs::new();
+    for (name, d) in designs.named() {
+        let c0 = counts();
+        let t0 = arch::rdtsc();
+        let failed = smp::run_on(cpus, |cpu| {
+            let w = Workload {
+                va: d,
+                p: params(s),
+            };
+            let mut rng = Rng::for_worker(cpu as u64);
+            let order = rng.shuffled();
+            order.iter().filter(|&&t| !w.run(t, &mut rng)).count()
+        });
+        let ns = time::ns(arch::rdtsc() - t0);
+        let c = since(&c0);
+        let failed: usize = failed.iter().sum();
+        println!(
+            "ROW test_vmalloc mode=stress design={name} test=total cpus={cpus} loops={} busy={} full_fit={} ns={ns} ipis={} flushes={} failed={failed}",
+            s.loops,
+            s.busy,
+            s.full_fit,
+            c.ipis,
+            c.flushes,
+        );
+        if failed != 0 {
+            return Err(format!("test_vmalloc stress {name}: {failed} tests failed"));
+        }
+    }
+    Ok(())
+}
