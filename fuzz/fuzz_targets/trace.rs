@@ -14,14 +14,18 @@ fn line(cmd: &Cmd) -> String {
     match cmd {
         Cmd::Space(s, e) => format!("space {s:#x} {e}"),
         Cmd::LazyMax(b) => format!("lazymax {b}"),
-        Cmd::Alloc { id, size, align, range } => {
+        Cmd::Cpus(n) => format!("cpus {n}"),
+        Cmd::Vmalloc(s, e) => format!("vmalloc {s} {e:#x}"),
+        Cmd::Alloc { id, size, align, range, cpu } => {
             let r = range.map_or(String::new(), |(s, e)| format!(" range {s} {e:#x}"));
-            format!("alloc {id} {size} align {align}{r}")
+            let c = cpu.map_or(String::new(), |c| format!(" cpu {c}"));
+            format!("alloc {id} {size}{c} align {align}{r}")
         }
         Cmd::Free(id) => format!("free {id}"),
         Cmd::Lazy(id) => format!("lazy {id}"),
         Cmd::FreeAt(a) => format!("freeat {a:#x}"),
         Cmd::Purge => "purge".into(),
+        Cmd::PurgeFull => "purge full".into(),
     }
 }
 

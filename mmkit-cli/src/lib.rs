@@ -3,4 +3,5 @@
 //! target (`fuzz/fuzz_targets/trace.rs`) and tests can drive it directly.
 //! Everything else of the command lives in the binary.
 
+pub mod linux_trace;
 pub mod trace;

@@ -3,6 +3,7 @@
 
 mod bench;
 mod experiments;
+mod import;
 mod plot;
 mod render;
 mod replay;
@@ -41,6 +42,9 @@ enum Command {
         #[arg(long, value_enum, default_value_t = AllocatorKind::Vmap)]
         allocator: AllocatorKind,
     },
+    /// Make traces for `mmkit replay` from other sources.
+    #[command(subcommand)]
+    Trace(import::TraceCommand),
     /// Compare mmkit's range allocator with peer crates on the same workloads.
     Bench(bench::BenchOptions),
     /// List the experiments and what each reproduces.
@@ -76,6 +80,7 @@ fn run(command: Command, out: &mut dyn Write) -> io::Result<ExitCode> {
             check,
             allocator,
         } => replay::main(&trace, check, allocator, out),
+        Command::Trace(cmd) => import::main(&cmd, out),
         Command::Bench(opts) => bench::main(&opts, out),
         Command::Soak(opts) => soak::main(&opts, out),
         Command::Kernel(opts) => experiments::kernel::main(&opts, out),

@@ -31,10 +31,11 @@ use std::process::ExitCode;
 use std::rc::Rc;
 
 use mmkit::baseline::linear_vmap::LinearVmap;
+use mmkit::nodes::LinuxNodes;
 use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 use mmkit::{AllocError, CheckError, FreeError};
-use mmkit_cli::trace::{check_trace, Cmd, Commands, ParseError};
+use mmkit_cli::trace::{check_header, Cmd, Commands, ParseError};
 
 /// The range allocators a trace can be replayed on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -43,6 +44,33 @@ pub enum AllocatorKind {
     Vmap,
     /// The busy-list design seed 000 replaced.
     Baseline,
+    /// Linux 6.12's choices: `Policy::Linux` behind Linux's vmap node
+    /// pools (one node a CPU of the trace's `cpus`).
+    Linux,
+}
+
+/// What a replay asks of an allocator beyond [`RangeAllocator`]: the
+/// CPU of a Linux trace's request and Linux's full purge. One range
+/// allocator ignores the CPU and purges as usual.
+pub trait Replayed: RangeAllocator {
+    /// The CPU that makes the next request.
+    fn set_cpu(&mut self, _cpu: u32) {}
+    /// `purge full`: Linux's purge when an allocation fails.
+    fn purge_full(&mut self) {
+        self.purge(&mut |_, _| {});
+    }
+}
+
+impl Replayed for VmapAllocator {}
+impl Replayed for LinearVmap {}
+
+impl Replayed for LinuxNodes {
+    fn set_cpu(&mut self, cpu: u32) {
+        LinuxNodes::set_cpu(self, cpu as usize);
+    }
+    fn purge_full(&mut self) {
+        self.purge_nodes(true);
+    }
 }
 
 /// Totals printed to stderr after a replay.
@@ -92,7 +120,7 @@ impl From<io::Error> for RunError {
 /// # Errors
 /// The first invariant violation (with `check`), an output error, or a
 /// malformed line.
-pub fn run<R: RangeAllocator>(
+pub fn run<R: Replayed>(
     a: &mut R,
     cmds: impl Iterator<Item = Result<(usize, Cmd), ParseError>>,
     check: bool,
@@ -108,18 +136,24 @@ pub fn run<R: RangeAllocator>(
     for item in cmds {
         let (line, cmd) = item.map_err(RunError::Parse)?;
         match cmd {
-            // The allocator was built over it.
-            Cmd::Space(..) => continue,
+            // The allocator was built over it; one range allocator has no
+            // vmap nodes.
+            Cmd::Space(..) | Cmd::Cpus(_) | Cmd::Vmalloc(..) => continue,
             Cmd::LazyMax(b) => a.set_lazy_max(b),
             Cmd::Purge => {
                 a.purge(&mut |_, _| {});
             }
+            Cmd::PurgeFull => a.purge_full(),
             Cmd::Alloc {
                 id,
                 size,
                 align,
                 range,
-            } => alloc(a, &mut sum, &mut ids, (id, size, align, range), out)?,
+                cpu,
+            } => {
+                a.set_cpu(cpu.unwrap_or(0));
+                alloc(a, &mut sum, &mut ids, (id, size, align, range), out)?
+            }
             Cmd::Free(ref id) | Cmd::Lazy(ref id) => {
                 let lazy = matches!(cmd, Cmd::Lazy(_));
                 let r = match ids.get(id) {
@@ -150,7 +184,7 @@ pub fn run<R: RangeAllocator>(
 type AllocCmd = (String, u64, u64, Option<(u64, u64)>);
 
 /// Replays one `alloc`, printing its answer line.
-fn alloc<R: RangeAllocator>(
+fn alloc<R: Replayed>(
     a: &mut R,
     sum: &mut Summary,
     ids: &mut HashMap<String, u64>,
@@ -200,7 +234,7 @@ fn open_twice(path: &Path) -> io::Result<[Box<dyn BufRead>; 2]> {
 }
 
 /// Replays `cmds` on `a` as they are read; prints the summary.
-fn replay_on<R: RangeAllocator>(
+fn replay_on<R: Replayed>(
     mut a: R,
     name: &str,
     cmds: Commands<impl BufRead>,
@@ -267,10 +301,11 @@ pub fn main(
         Ok(readers) => readers,
         Err(e) => return refuse(&e),
     };
-    let (s, e) = match check_trace(first) {
-        Ok(space) => space,
+    let header = match check_header(first) {
+        Ok(h) => h,
         Err(e) => return refuse(&e),
     };
+    let (s, e) = header.space;
     let cmds = Commands::new(second);
     // The checking pass guarantees s < e, the only way `new` can fail.
     match allocator {
@@ -282,6 +317,13 @@ pub fn main(
             Ok(a) => replay_on(a, "baseline", cmds, check, out),
             Err(err) => Ok(bad_space(err)),
         },
+        AllocatorKind::Linux => {
+            let cpus = header.cpus.unwrap_or(1).min(128) as usize;
+            match LinuxNodes::new(s, e, cpus, header.vmalloc.unwrap_or((s, e))) {
+                Ok(a) => replay_on(a, "linux", cmds, check, out),
+                Err(err) => Ok(bad_space(err)),
+            }
+        }
     }
 }
 
@@ -366,6 +408,8 @@ mod tests {
     /// A LinearVmap whose checker reports a violation once anything is
     /// allocated: `run` must stop at that command and name its line.
     struct Broken(LinearVmap);
+
+    impl Replayed for Broken {}
 
     impl RangeAllocator for Broken {
         fn space(&self) -> (u64, u64) {

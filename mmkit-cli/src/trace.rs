@@ -5,11 +5,13 @@
 //! ```text
 //! lazymax BYTES                 optional, before or after space
 //! space START END               the managed space [START, END); first command
-//! alloc ID SIZE [align A] [range VSTART VEND]
+//! cpus N                        optional: the CPUs of a Linux trace
+//! vmalloc VSTART VEND           optional: the window Linux's node pools serve
+//! alloc ID SIZE [align A] [range VSTART VEND] [cpu C]
 //! free ID                       free what ID's last successful alloc returned
 //! lazy ID                       the same, lazily
 //! freeat ADDR                   free a raw address
-//! purge
+//! purge [full]
 //! ```
 
 use std::fmt;
@@ -22,8 +24,14 @@ pub enum Cmd {
     Space(u64, u64),
     /// `lazymax BYTES`.
     LazyMax(u64),
-    /// `alloc ID SIZE [align A] [range VSTART VEND]`; align defaults to 1,
-    /// the range to the whole space.
+    /// `cpus N`: the CPUs of the machine a Linux trace comes from (`N >=
+    /// 1`; Linux 6.12 has one vmap node a CPU).
+    Cpus(u32),
+    /// `vmalloc VSTART VEND`: Linux's `[VMALLOC_START, VMALLOC_END)`, the
+    /// window whose requests its vmap nodes serve.
+    Vmalloc(u64, u64),
+    /// `alloc ID SIZE [align A] [range VSTART VEND] [cpu C]`; align
+    /// defaults to 1, the range to the whole space.
     Alloc {
         /// The name later `free`/`lazy` lines use.
         id: String,
@@ -33,6 +41,8 @@ pub enum Cmd {
         align: u64,
         /// The window `[vstart, vend)`.
         range: Option<(u64, u64)>,
+        /// The CPU that asked (a Linux trace: it picks the vmap node).
+        cpu: Option<u32>,
     },
     /// `free ID`.
     Free(String),
@@ -42,6 +52,9 @@ pub enum Cmd {
     FreeAt(u64),
     /// `purge`.
     Purge,
+    /// `purge full`: a purge that also empties every node pool and pools
+    /// nothing (Linux's purge when an allocation fails).
+    PurgeFull,
 }
 
 impl Cmd {
@@ -50,11 +63,13 @@ impl Cmd {
         match self {
             Cmd::Space(..) => "space",
             Cmd::LazyMax(_) => "lazymax",
+            Cmd::Cpus(_) => "cpus",
+            Cmd::Vmalloc(..) => "vmalloc",
             Cmd::Alloc { .. } => "alloc",
             Cmd::Free(_) => "free",
             Cmd::Lazy(_) => "lazy",
             Cmd::FreeAt(_) => "freeat",
-            Cmd::Purge => "purge",
+            Cmd::Purge | Cmd::PurgeFull => "purge",
         }
     }
 }
@@ -74,7 +89,7 @@ impl fmt::Display for ParseError {
     }
 }
 
-const USAGE: &str = "`alloc ID SIZE [align A] [range VSTART VEND]`";
+const USAGE: &str = "`alloc ID SIZE [align A] [range VSTART VEND] [cpu C]`";
 
 /// Parses a number: decimal, or hex with a `0x` prefix.
 fn number(tok: &str) -> Result<u64, String> {
@@ -104,7 +119,7 @@ fn parse_alloc(words: &[&str]) -> Result<Cmd, String> {
         [_, id, size, ..] => (id.to_string(), number(size)?),
         _ => return Err(format!("expected {USAGE}")),
     };
-    let (mut align, mut range) = (None, None);
+    let (mut align, mut range, mut cpu) = (None, None, None);
     let mut rest = &words[3..];
     while let Some((&key, tail)) = rest.split_first() {
         match (key, tail) {
@@ -116,6 +131,10 @@ fn parse_alloc(words: &[&str]) -> Result<Cmd, String> {
                 range = Some((number(s)?, number(e)?));
                 rest = &tail[2..];
             }
+            ("cpu", [c, ..]) if cpu.is_none() => {
+                cpu = Some(cpu_number(c)?);
+                rest = &tail[1..];
+            }
             _ => return Err(format!("unexpected {key:?}; expected {USAGE}")),
         }
     }
@@ -125,7 +144,13 @@ fn parse_alloc(words: &[&str]) -> Result<Cmd, String> {
         size,
         align,
         range,
+        cpu,
     })
+}
+
+/// A CPU number: a number that fits in 32 bits.
+fn cpu_number(tok: &str) -> Result<u32, String> {
+    u32::try_from(number(tok)?).map_err(|_| format!("CPU {tok:?} does not fit in 32 bits"))
 }
 
 /// One non-empty line, comment stripped, split into words.
@@ -142,13 +167,25 @@ fn parse_line(words: &[&str]) -> Result<Cmd, String> {
         "lazymax" => Ok(Cmd::LazyMax(number(
             operands(words, 1, "`lazymax BYTES`")?[0],
         )?)),
+        "cpus" => match cpu_number(operands(words, 1, "`cpus N`")?[0])? {
+            0 => Err("`cpus 0`: a machine has at least one CPU".into()),
+            n => Ok(Cmd::Cpus(n)),
+        },
+        "vmalloc" => {
+            let ops = operands(words, 2, "`vmalloc VSTART VEND`")?;
+            Ok(Cmd::Vmalloc(number(ops[0])?, number(ops[1])?))
+        }
         "alloc" => parse_alloc(words),
         "free" => Ok(Cmd::Free(operands(words, 1, "`free ID`")?[0].to_string())),
         "lazy" => Ok(Cmd::Lazy(operands(words, 1, "`lazy ID`")?[0].to_string())),
         "freeat" => Ok(Cmd::FreeAt(number(
             operands(words, 1, "`freeat ADDR`")?[0],
         )?)),
-        "purge" => operands(words, 0, "`purge`").map(|_| Cmd::Purge),
+        "purge" => match words {
+            [_] => Ok(Cmd::Purge),
+            [_, "full"] => Ok(Cmd::PurgeFull),
+            _ => Err("expected `purge` or `purge full`".into()),
+        },
         other => Err(format!("unknown command {other:?}")),
     }
 }
@@ -217,7 +254,7 @@ impl<R: BufRead> Commands<R> {
                 self.space = Some((s, e));
                 Ok(cmd)
             }
-            Cmd::LazyMax(_) => Ok(cmd),
+            Cmd::LazyMax(_) | Cmd::Cpus(_) | Cmd::Vmalloc(..) => Ok(cmd),
             _ if self.space.is_none() => Err(self.error(
                 self.line,
                 format!("`{}` before the `space` command", cmd.keyword()),
@@ -252,15 +289,42 @@ impl<R: BufRead> Iterator for Commands<R> {
 /// # Errors
 /// The first malformed or unreadable line, with its number.
 pub fn check_trace(src: impl BufRead) -> Result<(u64, u64), ParseError> {
+    check_header(src).map(|h| h.space)
+}
+
+/// What a trace says about its machine, read by the checking pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// `space`.
+    pub space: (u64, u64),
+    /// The last `cpus`, if any.
+    pub cpus: Option<u32>,
+    /// The last `vmalloc`, if any.
+    pub vmalloc: Option<(u64, u64)>,
+}
+
+/// [`check_trace`], returning the whole [`Header`].
+///
+/// # Errors
+/// The first malformed or unreadable line, with its number.
+pub fn check_header(src: impl BufRead) -> Result<Header, ParseError> {
     let mut cmds = Commands::new(src);
-    let mut space = None;
+    let (mut space, mut cpus, mut vmalloc) = (None, None, None);
     for item in &mut cmds {
-        if let (_, Cmd::Space(s, e)) = item? {
-            space = Some((s, e));
+        match item?.1 {
+            Cmd::Space(s, e) => space = Some((s, e)),
+            Cmd::Cpus(n) => cpus = Some(n),
+            Cmd::Vmalloc(s, e) => vmalloc = Some((s, e)),
+            _ => {}
         }
     }
     // A trace without a space ends in an error above, so this is set.
-    space.ok_or_else(|| cmds.error(1, "the trace has no `space` command"))
+    let space = space.ok_or_else(|| cmds.error(1, "the trace has no `space` command"))?;
+    Ok(Header {
+        space,
+        cpus,
+        vmalloc,
+    })
 }
 
 #[cfg(test)]
@@ -288,6 +352,7 @@ mod tests {
             size,
             align,
             range,
+            cpu: None,
         };
         assert_eq!(
             t,
@@ -334,6 +399,11 @@ mod tests {
         assert_eq!(err_line("space 0 10\nfree\n"), 2);
         assert_eq!(err_line("space 0 10\nfree a b\n"), 2);
         assert_eq!(err_line("space 0 10\npurge now\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge full now\n"), 2);
+        assert_eq!(err_line("space 0 10\ncpus 0\n"), 2);
+        assert_eq!(err_line("space 0 10\ncpus 0x100000000\n"), 2);
+        assert_eq!(err_line("space 0 10\nalloc a 1 cpu 1 cpu 2\n"), 2);
+        assert_eq!(err_line("space 0 10\nalloc a 1 cpu\n"), 2);
         assert_eq!(err_line("space 0 10\nfreeat -3\n"), 2);
         assert_eq!(err_line("space 0 10\nmalloc a 1\n"), 2);
         assert_eq!(err_line("space 0 10\nspace 0 20\n"), 2);
@@ -343,6 +413,39 @@ mod tests {
         assert_eq!(err_line("lazymax 5\n\n"), 2);
         assert_eq!(err_line(""), 1);
         assert_eq!(err_line("space 0 10\nlazymax 99999999999999999999\n"), 2);
+    }
+
+    /// The commands of an imported Linux trace: `cpus`, `alloc ... cpu`,
+    /// `purge full`.
+    #[test]
+    fn parses_the_linux_commands() {
+        let text = "cpus 2\nspace 1 0x10000\nvmalloc 0x100 0x200\n\
+                    alloc a 0x1000 cpu 1 align 0x1000\npurge full\n";
+        let t = parse(text).unwrap();
+        assert_eq!(
+            t,
+            vec![
+                (1, Cmd::Cpus(2)),
+                (2, Cmd::Space(1, 0x10000)),
+                (3, Cmd::Vmalloc(0x100, 0x200)),
+                (
+                    4,
+                    Cmd::Alloc {
+                        id: "a".into(),
+                        size: 0x1000,
+                        align: 0x1000,
+                        range: None,
+                        cpu: Some(1),
+                    }
+                ),
+                (5, Cmd::PurgeFull),
+            ]
+        );
+        let h = check_header(text.as_bytes()).unwrap();
+        assert_eq!(
+            (h.space, h.cpus, h.vmalloc),
+            ((1, 0x10000), Some(2), Some((0x100, 0x200)))
+        );
     }
 
     /// Bytes that are not UTF-8 name their line too.

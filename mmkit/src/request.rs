@@ -72,6 +72,48 @@ pub enum Policy {
     /// fixed MMIO window, `MAP_FIXED_NOREPLACE`). The address must be a
     /// multiple of the alignment.
     Exact(u64),
+    /// Linux 6.12's choice (`find_vmap_lowest_match`): the lowest fit, but
+    /// for an alignment above [`LINUX_PAGE_SIZE`] (and a window wider than
+    /// the size) only in a free block at least `size + align - 1` long, the
+    /// length that holds an aligned fit wherever the block starts. A
+    /// shorter block that holds an aligned fit is passed over, so the
+    /// answer can lie above the exact lowest fit; it is never lower. As in
+    /// Linux, the first such block decides: when its fit ends past the
+    /// window, the request fails.
+    ///
+    /// Linux's descent also takes a shorter block that happens to lie on
+    /// its search path (an ancestor in its red-black tree of a long
+    /// enough block, with no long enough block in its left subtree); which
+    /// blocks those are depends on the tree's shape, which this policy
+    /// does not model. See `docs/linux-replay.md`.
+    Linux,
+}
+
+/// The page size [`Policy::Linux`] assumes: alignments up to it need no
+/// extra length (every block starts on a page).
+pub const LINUX_PAGE_SIZE: u64 = 4096;
+
+impl Policy {
+    /// The shortest free block [`Policy::Linux`] searches for `size` bytes
+    /// aligned to `align` in a window `window_len` bytes long: `size +
+    /// align - 1` for an alignment above [`LINUX_PAGE_SIZE`] unless the
+    /// window is exactly `size` long, else `size` (`None` on overflow:
+    /// no block is that long).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::request::Policy;
+    /// assert_eq!(Policy::linux_search_len(0x9000, 0x1000, 1 << 30), Some(0x9000));
+    /// assert_eq!(Policy::linux_search_len(0x9000, 0x200000, 1 << 30), Some(0x208fff));
+    /// assert_eq!(Policy::linux_search_len(0x9000, 0x200000, 0x9000), Some(0x9000));
+    /// assert_eq!(Policy::linux_search_len(u64::MAX, 0x2000, u64::MAX), None);
+    /// ```
+    pub const fn linux_search_len(size: u64, align: u64, window_len: u64) -> Option<u64> {
+        if align <= LINUX_PAGE_SIZE || window_len == size {
+            return Some(size);
+        }
+        size.checked_add(align - 1)
+    }
 }
 
 /// An allocation request: size, alignment, window and policy.

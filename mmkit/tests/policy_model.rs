@@ -261,3 +261,70 @@ fn exact_fits_and_shrinks_at_the_edges() {
     ];
     run_policy_ops((1000, 4000), &ops).unwrap();
 }
+
+/// Page-granular steps with alignments from a page to 4 MiB, every policy:
+/// the alignments where `Policy::Linux` searches for `size + align - 1`.
+fn page_op() -> impl Strategy<Value = Op> {
+    const PAGE: u64 = 4096;
+    let place = prop_oneof![
+        4 => Just(Place::Linux),
+        1 => Just(Place::Lowest),
+        1 => (0u64..4096).prop_map(|p| Place::Exact(p * PAGE)),
+    ];
+    let align = (0u32..11).prop_map(|k| PAGE << k);
+    let window =
+        proptest::option::of((0u64..4096, 0u64..4096).prop_map(|(a, b)| (a * PAGE, b * PAGE)));
+    prop_oneof![
+        6 => (1u64..600, align, window, place).prop_map(|(pages, align, window, place)| Op::Alloc {
+            size: pages * PAGE, align, window, place
+        }),
+        3 => any::<usize>().prop_map(Op::Free),
+        1 => any::<usize>().prop_map(Op::FreeLazy),
+        1 => Just(Op::Purge),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Linux's choice (short blocks passed over for large alignments) as
+    /// the model states it, on 16 MiB of pages.
+    #[test]
+    fn linux_policy_matches_the_model(ops in proptest::collection::vec(page_op(), 1..150)) {
+        run_policy_ops((0, 16 << 20), &ops).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// A 9-page request at 2 MiB alignment and a hole of 512 + 64 KiB at
+/// 1.5 MiB: the hole holds an aligned fit (the exact lowest fit takes 2
+/// MiB), but is shorter than 9 pages + 2 MiB - 1, so Linux takes 4 MiB,
+/// in the free space above the live area that ends the hole; with a window
+/// ending at 4 MiB it fails, as Linux's first long enough block decides.
+#[test]
+fn linux_passes_over_a_short_block_that_holds_an_aligned_fit() {
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+    let (mut v, mut m) = fresh((0, 64 * MIB)).unwrap();
+    let alloc = |size, align, window, place| Op::Alloc {
+        size,
+        align,
+        window,
+        place,
+    };
+    let ops = [
+        alloc(1536 * KIB, 4096, None, Place::Lowest), // [0, 1.5 MiB)
+        alloc(576 * KIB, 4096, None, Place::Lowest),  // the hole, freed below
+        alloc(960 * KIB, 4096, None, Place::Lowest),  // up to 3 MiB
+        Op::Free(1),
+        alloc(9 * 4096, 2 * MIB, Some((0, 4 * MIB)), Place::Linux),
+    ];
+    for op in &ops {
+        step(&mut v, &mut m, op).unwrap();
+    }
+    assert_eq!(m.live.len(), 2, "the windowed request failed");
+    let nine = Request::bytes(9 * 4096).unwrap().align(2 * MIB);
+    assert_eq!(v.allocate(nine.clone()), Ok(2 * MIB));
+    assert_eq!(v.free(2 * MIB), Ok(9 * 4096));
+    assert_eq!(v.allocate(nine.policy(Policy::Linux)), Ok(4 * MIB));
+    v.check().unwrap();
+}

@@ -74,6 +74,8 @@ use crate::vmap::VmapAllocator;
 
 mod check;
 pub use check::NodesStats;
+mod linux;
+pub use linux::LinuxNodes;
 mod lock;
 mod purge;
 #[cfg(test)]

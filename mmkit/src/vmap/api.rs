@@ -329,7 +329,14 @@ where
     fn try_place(&mut self, req: &Request, lo: u64, hi: u64) -> Option<u64> {
         let (size, align) = (req.size(), req.alignment());
         let (lo, hi, highest) = match req.placement() {
-            Policy::Lowest => (lo, hi, false),
+            // Without the extra length Linux's search is the exact one.
+            Policy::Linux
+                if lo < hi && Policy::linux_search_len(size, align, hi - lo) != Some(size) =>
+            {
+                let a = self.linux_fit(size, align, lo, hi)?;
+                (a, a + size, false)
+            }
+            Policy::Lowest | Policy::Linux => (lo, hi, false),
             Policy::Highest => (lo, hi, true),
             Policy::BestFit => return self.try_best_fit(size, align, lo, hi),
             Policy::Exact(a) => {
@@ -371,6 +378,30 @@ where
         );
         self.claim(&pos, a, size);
         Some(a)
+    }
+
+    /// [`Policy::Linux`]'s address in `[lo, hi)` (`lo < hi`): the lowest
+    /// aligned fit above `lo` in the first free block at least
+    /// [`Policy::linux_search_len`] long that holds one, if it ends by
+    /// `hi`. Found with two searches of the settled tree: the block that
+    /// holds `lo`, then the lowest stretch of that length above `lo`.
+    fn linux_fit(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        let len = Policy::linux_search_len(size, align, hi - lo)?;
+        let in_window = |a: u64| (a.checked_add(size)? <= hi).then_some(a);
+        self.settle_isolated();
+        if let Some((s, e)) = self.free.containing(lo) {
+            if e - s >= len {
+                if let Some(a) = crate::range::fit_in(lo, e, size, align) {
+                    return in_window(a);
+                }
+            }
+        }
+        // A stretch of `len` free bytes from `x` holds an aligned fit at
+        // `x` rounded up, whether `x` is a block's start or `lo`.
+        let x = self
+            .free
+            .lowest_fit(len, 1, lo, self.end, &mut Pos::new())?;
+        in_window(crate::range::fit_in(x, x + len, size, align)?)
     }
 
     /// The live areas as `start..end`, in **no particular order** (they are

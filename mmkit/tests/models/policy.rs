@@ -16,6 +16,7 @@ pub enum Place {
     Highest,
     BestFit,
     Exact(u64),
+    Linux,
 }
 
 impl Place {
@@ -25,6 +26,7 @@ impl Place {
             Place::Highest => Policy::Highest,
             Place::BestFit => Policy::BestFit,
             Place::Exact(a) => Policy::Exact(a),
+            Place::Linux => Policy::Linux,
         }
     }
 }
@@ -113,12 +115,39 @@ impl Model {
                 .filter_map(|b| low(b).map(|a| (b.1 - b.0, b.0, a)))
                 .min()
                 .map(|(_, _, a)| a),
+            Policy::Linux => self.linux(size, align, lo, hi),
             Policy::Exact(a) => {
                 let end = a.checked_add(size)?;
                 let ok = a >= lo && end <= hi && self.free.iter().any(|&(s, e)| s <= a && end <= e);
                 ok.then_some(a)
             }
         }
+    }
+
+    /// Linux 6.12's answer, block by block in address order: blocks
+    /// shorter than `size + align - 1` (alignment above the page, window
+    /// wider than the size) are passed over; the first other block with
+    /// an aligned fit above `lo` decides, and fails if that fit ends past
+    /// `hi`.
+    fn linux(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        if lo >= hi {
+            return None;
+        }
+        let len = if align > 4096 && hi - lo != size {
+            size.checked_add(align - 1)?
+        } else {
+            size
+        };
+        for &(s, e) in &self.free {
+            if e - s < len {
+                continue;
+            }
+            let a = s.max(lo).checked_add(align - 1)? & !(align - 1);
+            if a.checked_add(size).is_some_and(|end| end <= e) {
+                return (a + size <= hi).then_some(a);
+            }
+        }
+        None
     }
 
     fn allocate(

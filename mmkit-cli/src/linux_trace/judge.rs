@@ -1,0 +1,161 @@
+//! Linux's answers against [`LinuxNodes`]'s on an imported trace: judged
+//! one allocation at a time on Linux's state (each answer compared, then
+//! Linux's address taken), and in a free-running replay (the model's own
+//! answers taken).
+
+use std::collections::HashMap;
+
+use mmkit::nodes::LinuxNodes;
+use mmkit::range::RangeAllocator;
+
+use crate::trace::{check_header, Cmd, Commands};
+
+/// How many of Linux's answers the model gave.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Allocations judged.
+    pub allocs: u64,
+    /// Answers equal to Linux's.
+    pub same: u64,
+    /// The first few that differ: (ID, Linux's answer, the model's).
+    pub differ: Vec<(String, Option<u64>, Option<u64>)>,
+    /// Allocations a node pool served.
+    pub pool_hits: u64,
+    /// Purges run ahead of their event (judged only): Linux records a
+    /// purge when it ends, so another CPU can take purged space first.
+    pub early_purges: u64,
+    /// Shrinker runs inferred (judged only): see
+    /// [`LinuxNodes::alloc_judged`].
+    pub shrinks: u64,
+}
+
+impl Verdict {
+    fn count(&mut self, id: &str, linux: Option<u64>, ours: Option<u64>) {
+        self.allocs += 1;
+        if linux == ours {
+            self.same += 1;
+        } else if self.differ.len() < 8 {
+            self.differ.push((id.to_string(), linux, ours));
+        }
+    }
+}
+
+/// Linux's answers of `expected` (`ID 0xaddr` or `ID nospace` a line).
+///
+/// # Errors
+/// A line of another form, with its number.
+pub fn answers(expected: &str) -> Result<HashMap<String, Option<u64>>, String> {
+    let mut map = HashMap::new();
+    for (i, line) in expected.lines().enumerate() {
+        let bad = || format!("expected output line {}: {line:?}", i + 1);
+        let (id, ans) = line.split_once(' ').ok_or_else(bad)?;
+        let addr = match ans {
+            "nospace" => None,
+            hex => Some(
+                hex.strip_prefix("0x")
+                    .and_then(|h| u64::from_str_radix(h, 16).ok())
+                    .ok_or_else(bad)?,
+            ),
+        };
+        map.insert(id.to_string(), addr);
+    }
+    Ok(map)
+}
+
+/// Replays `trace` on a fresh [`LinuxNodes`] (its `cpus` nodes, its
+/// `vmalloc` window); with `judged`, each allocation with an answer in
+/// `linux` is compared and then given Linux's address.
+///
+/// # Errors
+/// A malformed trace, or (judged) a Linux address this state cannot
+/// give: the states differ.
+pub fn replay(
+    trace: &str,
+    linux: &HashMap<String, Option<u64>>,
+    judged: bool,
+) -> Result<Verdict, String> {
+    let h = check_header(trace.as_bytes()).map_err(|e| e.to_string())?;
+    let cpus = h.cpus.unwrap_or(1).min(128) as usize;
+    let (s, e) = h.space;
+    let mut n =
+        LinuxNodes::new(s, e, cpus, h.vmalloc.unwrap_or((s, e))).map_err(|e| e.to_string())?;
+    let mut ids: HashMap<String, u64> = HashMap::new();
+    let mut v = Verdict::default();
+    // Purges run ahead of their event.
+    let mut early = 0u64;
+    for item in Commands::new(trace.as_bytes()) {
+        let (line, cmd) = item.map_err(|e| e.to_string())?;
+        match cmd {
+            Cmd::LazyMax(b) => n.set_lazy_max(b),
+            Cmd::Alloc {
+                id,
+                size,
+                align,
+                range,
+                cpu,
+            } => {
+                n.set_cpu(cpu.unwrap_or(0) as usize);
+                let window = range.unwrap_or((s, e));
+                let want = linux.get(&id).copied();
+                let ours = match want {
+                    Some(Some(addr)) if judged => {
+                        judge_one(&mut n, (size, align, window, addr), &mut early, &mut v)
+                            .map_err(|e| format!("line {line}: Linux's {addr:#x} for {id}: {e}"))?
+                    }
+                    _ => n.alloc_in(size, align, window.0, window.1).ok(),
+                };
+                // Linux failed where the model found space: on Linux's
+                // state the area is not taken.
+                if let (true, Some(None), Some(a)) = (judged, want, ours) {
+                    let _ = n.free(a);
+                }
+                if let Some(w) = want {
+                    v.count(&id, w, ours);
+                }
+                let now = if judged { want.flatten() } else { ours };
+                if let Some(a) = now {
+                    ids.insert(id, a);
+                }
+            }
+            Cmd::Lazy(id) | Cmd::Free(id) => {
+                if let Some(a) = ids.remove(&id) {
+                    let _ = n.free_lazy(a);
+                }
+            }
+            Cmd::FreeAt(a) => {
+                let _ = n.free(a);
+            }
+            Cmd::Purge | Cmd::PurgeFull if early > 0 => early -= 1,
+            Cmd::Purge => {
+                n.purge(&mut |_, _| {});
+            }
+            Cmd::PurgeFull => {
+                n.purge_nodes(true);
+            }
+            Cmd::Space(..) | Cmd::Cpus(_) | Cmd::Vmalloc(..) => {}
+        }
+    }
+    v.pool_hits = n.pool_hits();
+    v.shrinks = n.inferred_shrinks();
+    Ok(v)
+}
+
+/// One allocation judged: if Linux's address is still lazily freed here,
+/// the purge that freed it ran before its event was recorded, so it runs
+/// now and its event is skipped.
+fn judge_one(
+    n: &mut LinuxNodes,
+    (size, align, window, addr): (u64, u64, (u64, u64), u64),
+    early: &mut u64,
+    v: &mut Verdict,
+) -> Result<Option<u64>, mmkit::AllocError> {
+    match n.alloc_judged(size, align, window, addr) {
+        Err(_) if n.lazy_overlap(addr, addr + size) => {
+            n.purge(&mut |_, _| {});
+            *early += 1;
+            v.early_purges += 1;
+            n.alloc_judged(size, align, window, addr)
+        }
+        r => r,
+    }
+}

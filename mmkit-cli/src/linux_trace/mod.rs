@@ -1,0 +1,370 @@
+//! `mmkit trace import-linux`: Linux's vmalloc trace events (the text of
+//! `/sys/kernel/tracing/trace`) made into an `mmkit replay` trace, and
+//! Linux's own answers into the matching expected output.
+//!
+//! Three events of Linux 6.12 (`include/trace/events/vmalloc.h`) carry the
+//! range allocator's whole history (vmalloc, vmap, vm_map_ram's blocks,
+//! module space: every call of `alloc_vmap_area`):
+//!
+//! ```text
+//! alloc_vmap_area: va_start: ADDR size=SIZE align=ALIGN vstart=0x.. vend=0x.. failed=0|1
+//! free_vmap_area_noflush: va_start=0x.. nr_lazy=N nr_lazy_max=N
+//! purge_vmap_area_lazy: start=0x.. end=0x.. num_purged=N
+//! ```
+//!
+//! Each maps to one replay command:
+//!
+//! | event | command |
+//! |---|---|
+//! | `alloc_vmap_area failed=0` | `alloc L<line> SIZE align ALIGN range VSTART VEND cpu CPU` |
+//! | `alloc_vmap_area failed=1` | nothing while a purge and a retry follow on that CPU; the final failure: the `alloc` above, expected `nospace` |
+//! | `free_vmap_area_noflush` | `lazy L<line of the alloc>` |
+//! | `purge_vmap_area_lazy` | `purge`, or `purge full` after a failed attempt on its CPU |
+//!
+//! The trace opens with `lazymax` at `u64::MAX` (Linux's purges happen
+//! where the events say, never by mmkit's threshold), `space 1
+//! 0xffffffffffffffff` (Linux's initial free tree: every address but 0)
+//! `cpus N` from the `#P:N` of the header and `vmalloc VSTART VEND`, the
+//! window most requests ask for (vmalloc's). The size of an event
+//! already includes the guard page. The expected output has one line per
+//! `alloc`: Linux's address, or `nospace`.
+
+use std::collections::HashMap;
+use std::fmt::{self, Write as _};
+use std::io::BufRead;
+
+/// A line of the ftrace text that has no replay command, with its 1-based
+/// number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportError {
+    /// 1-based line number in the ftrace text.
+    pub line: usize,
+    /// What is wrong with it.
+    pub msg: String,
+}
+
+impl fmt::Display for ImportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.msg)
+    }
+}
+
+/// One vmalloc event of the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// `alloc_vmap_area`.
+    Alloc {
+        /// Linux's address (`vend` when it failed).
+        addr: u64,
+        /// Bytes, guard page included.
+        size: u64,
+        /// Alignment.
+        align: u64,
+        /// The window `[vstart, vend)`.
+        window: (u64, u64),
+        /// Whether no free block held the request.
+        failed: bool,
+    },
+    /// `free_vmap_area_noflush`: the area at this address is lazily freed.
+    FreeLazy(u64),
+    /// `purge_vmap_area_lazy`, with the number of areas purged.
+    Purge(u64),
+}
+
+/// An event with the CPU that recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    /// The CPU column (`[001]`).
+    pub cpu: u32,
+    /// The event.
+    pub event: Event,
+}
+
+/// A number as ftrace prints it: `0x` hex or decimal.
+fn number(tok: &str) -> Result<u64, String> {
+    let parsed = match tok.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => tok.parse(),
+    };
+    parsed.map_err(|_| format!("{tok:?} is not a 64-bit number"))
+}
+
+/// The value of `key=` (or `key:` followed by a space) in `fields`.
+fn field(fields: &str, key: &str) -> Result<u64, String> {
+    let mut words = fields.split_whitespace();
+    while let Some(w) = words.next() {
+        if let Some(v) = w.strip_prefix(key).and_then(|v| v.strip_prefix('=')) {
+            return number(v);
+        }
+        if w.strip_prefix(key) == Some(":") {
+            return number(words.next().unwrap_or(""));
+        }
+    }
+    Err(format!("no `{key}` field"))
+}
+
+/// The CPU column: the first `[digits]` word before the event.
+fn cpu_of(prefix: &str) -> Option<u32> {
+    prefix.split_whitespace().find_map(|w| {
+        let d = w.strip_prefix('[')?.strip_suffix(']')?;
+        (!d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| d.parse().ok())
+            .flatten()
+    })
+}
+
+/// Parses one line of the ftrace text: `None` for a comment or a blank
+/// line, else the event.
+///
+/// # Errors
+/// A line that is neither, with what is wrong: lost events, an event other
+/// than the three, a missing or malformed field, no CPU column.
+pub fn parse_line(text: &str) -> Result<Option<Record>, String> {
+    let t = text.trim();
+    if t.is_empty() || t.starts_with('#') {
+        return Ok(None);
+    }
+    if t.contains("LOST") && t.contains("EVENTS") {
+        return Err(format!(
+            "the ring buffer lost events ({t:?}): a larger buffer_size_kb is needed"
+        ));
+    }
+    const EVENTS: [&str; 3] = [
+        " alloc_vmap_area: ",
+        " free_vmap_area_noflush: ",
+        " purge_vmap_area_lazy: ",
+    ];
+    let Some((which, at)) = EVENTS
+        .iter()
+        .enumerate()
+        .find_map(|(i, e)| t.find(e).map(|at| (i, at)))
+    else {
+        return Err(format!(
+            "not a vmalloc event (alloc_vmap_area, free_vmap_area_noflush, \
+             purge_vmap_area_lazy): {t:?}"
+        ));
+    };
+    let cpu = cpu_of(&t[..at]).ok_or("no CPU column ([NNN]) before the event")?;
+    let fields = &t[at + EVENTS[which].len()..];
+    let event = match which {
+        0 => {
+            let align = field(fields, "align")?;
+            let failed = match field(fields, "failed")? {
+                0 => false,
+                1 => true,
+                f => return Err(format!("failed={f}: expected 0 or 1")),
+            };
+            Event::Alloc {
+                addr: field(fields, "va_start")?,
+                size: field(fields, "size")?,
+                align,
+                window: (field(fields, "vstart")?, field(fields, "vend")?),
+                failed,
+            }
+        }
+        1 => Event::FreeLazy(field(fields, "va_start")?),
+        _ => Event::Purge(field(fields, "num_purged")?),
+    };
+    Ok(Some(Record { cpu, event }))
+}
+
+/// The CPU count of the header line `entries-in-buffer/... #P:N`.
+fn header_cpus(text: &str) -> Option<u32> {
+    let t = text.trim_start();
+    if !t.starts_with('#') {
+        return None;
+    }
+    t.split_whitespace()
+        .find_map(|w| w.strip_prefix("#P:"))
+        .and_then(|n| n.parse().ok())
+}
+
+/// A request that failed once on its CPU and is being retried.
+#[derive(Debug, Clone, Copy)]
+struct Failed {
+    line: usize,
+    request: (u64, u64, u64, u64),
+    purged: bool,
+}
+
+/// The replay trace and Linux's answers, built event by event.
+#[derive(Debug, Default)]
+pub struct Imported {
+    /// The replay trace's command lines (after its header).
+    body: String,
+    /// One line per `alloc`: `ID 0xaddr` or `ID nospace`.
+    pub expected: String,
+    /// CPUs: `#P:N` of the header, else the highest CPU seen plus one.
+    pub cpus: u32,
+    /// Events read.
+    pub events: u64,
+    /// `alloc` commands written.
+    pub allocs: u64,
+    live: HashMap<u64, usize>,
+    failed: HashMap<u32, Failed>,
+    windows: HashMap<(u64, u64), u64>,
+}
+
+impl Imported {
+    /// The window most requests ask for: vmalloc's own (`VMALLOC_START`,
+    /// `VMALLOC_END`), which vmalloc, vmap and vm_map_ram's blocks all
+    /// use; the lowest of equally frequent ones.
+    pub fn vmalloc(&self) -> Option<(u64, u64)> {
+        let best = self
+            .windows
+            .iter()
+            .max_by_key(|&(&w, &n)| (n, core::cmp::Reverse(w)));
+        best.map(|(&w, _)| w)
+    }
+
+    /// The whole replay trace: header, then the commands.
+    pub fn trace(&self) -> String {
+        let vmalloc = self
+            .vmalloc()
+            .map_or(String::new(), |(s, e)| format!("vmalloc {s:#x} {e:#x}\n"));
+        format!(
+            "# Linux vmalloc trace, imported by `mmkit trace import-linux`\n\
+             lazymax {:#x}\nspace 0x1 {:#x}\ncpus {}\n{vmalloc}{}",
+            u64::MAX,
+            u64::MAX,
+            self.cpus.max(1),
+            self.body
+        )
+    }
+
+    fn alloc_line(&mut self, id: usize, (size, align, vs, ve): (u64, u64, u64, u64), cpu: u32) {
+        self.allocs += 1;
+        *self.windows.entry((vs, ve)).or_insert(0) += 1;
+        let _ = writeln!(
+            self.body,
+            "alloc L{id} {size:#x} align {align:#x} range {vs:#x} {ve:#x} cpu {cpu}"
+        );
+    }
+
+    /// Adds one event, read on `line`.
+    fn add(&mut self, line: usize, r: Record) -> Result<(), String> {
+        self.events += 1;
+        self.cpus = self.cpus.max(r.cpu + 1);
+        match r.event {
+            Event::Alloc {
+                addr,
+                size,
+                align,
+                window,
+                failed,
+            } => {
+                let request = (size, align, window.0, window.1);
+                let retry = match self.failed.remove(&r.cpu) {
+                    Some(f) if f.request == request => Some(f),
+                    Some(f) => {
+                        self.gave_up(r.cpu, f);
+                        None
+                    }
+                    None => None,
+                };
+                if failed {
+                    match retry {
+                        Some(f) if f.purged => self.gave_up(r.cpu, f),
+                        Some(f) => {
+                            self.failed.insert(r.cpu, f);
+                        }
+                        None => {
+                            let f = Failed {
+                                line,
+                                request,
+                                purged: false,
+                            };
+                            self.failed.insert(r.cpu, f);
+                        }
+                    }
+                    return Ok(());
+                }
+                if let Some(&old) = self.live.get(&addr) {
+                    return Err(format!(
+                        "alloc_vmap_area returned {addr:#x}, still live since line {old}"
+                    ));
+                }
+                let id = retry.map_or(line, |f| f.line);
+                self.alloc_line(id, request, r.cpu);
+                let _ = writeln!(self.expected, "L{id} {addr:#x}");
+                self.live.insert(addr, id);
+            }
+            Event::FreeLazy(addr) => {
+                let id = self.live.remove(&addr).ok_or_else(|| {
+                    format!(
+                        "free_vmap_area_noflush of {addr:#x}, which no traced alloc_vmap_area \
+                         returned (was tracing started after it was allocated? trace from \
+                         boot with trace_event=vmalloc:*)"
+                    )
+                })?;
+                let _ = writeln!(self.body, "lazy L{id}");
+            }
+            Event::Purge(_) => {
+                let full = match self.failed.get_mut(&r.cpu) {
+                    Some(f) => {
+                        f.purged = true;
+                        " full"
+                    }
+                    None => "",
+                };
+                let _ = writeln!(self.body, "purge{full}");
+            }
+        }
+        Ok(())
+    }
+
+    /// A request Linux gave up on: an `alloc` expected to fail.
+    fn gave_up(&mut self, cpu: u32, f: Failed) {
+        self.alloc_line(f.line, f.request, cpu);
+        let _ = writeln!(self.expected, "L{} nospace", f.line);
+    }
+
+    /// Requests still failing at the end of the trace: expected `nospace`.
+    fn finish(&mut self) {
+        let mut left: Vec<(u32, Failed)> = self.failed.drain().collect();
+        left.sort_by_key(|(_, f)| f.line);
+        for (cpu, f) in left {
+            self.gave_up(cpu, f);
+        }
+    }
+}
+
+/// Reads the ftrace text and builds the replay trace and Linux's answers.
+///
+/// # Errors
+/// The first line that has no replay command: unreadable, not UTF-8, lost
+/// events, another event, a malformed field, a second allocation of a live
+/// address, a free of an address no traced allocation returned.
+pub fn import(src: impl BufRead) -> Result<Imported, ImportError> {
+    let mut out = Imported::default();
+    let mut header = None;
+    let mut buf = Vec::new();
+    let mut src = src;
+    let mut line = 0;
+    loop {
+        buf.clear();
+        let n = src.read_until(b'\n', &mut buf).map_err(|e| ImportError {
+            line: line + 1,
+            msg: format!("reading: {e}"),
+        })?;
+        if n == 0 {
+            break;
+        }
+        line += 1;
+        let fail = |msg: String| ImportError { line, msg };
+        let text = std::str::from_utf8(&buf).map_err(|_| fail("not valid UTF-8".into()))?;
+        header = header.or_else(|| header_cpus(text));
+        if let Some(r) = parse_line(text).map_err(fail)? {
+            out.add(line, r).map_err(fail)?;
+        }
+    }
+    out.finish();
+    if let Some(p) = header {
+        out.cpus = out.cpus.max(p);
+    }
+    Ok(out)
+}
+
+pub mod judge;
+#[cfg(test)]
+mod tests;

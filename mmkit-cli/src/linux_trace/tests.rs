@@ -1,0 +1,161 @@
+use super::*;
+
+/// The header `cat /sys/kernel/tracing/trace` prints (6.12), two CPUs.
+const HEADER: &str = "\
+# tracer: nop
+#
+# entries-in-buffer/entries-written: 9/9   #P:2
+#
+#                                _-----=> irqs-off/BH-disabled
+#                               / _----=> need-resched
+#                              | / _---=> hardirq/softirq
+#                              || / _--=> preempt-depth
+#                              ||| / _-=> migrate-disable
+#                              |||| /     delay
+#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION
+#              | |         |   |||||     |         |
+";
+
+/// Lines in the exact TP_printk formats of v6.12's
+/// include/trace/events/vmalloc.h (va_start of alloc_vmap_area in decimal).
+const EVENTS: &str = "\
+       swapper/0-1       [000] .....     0.412170: alloc_vmap_area: va_start: 18446683600570023936 size=20480 align=4096 vstart=0xffffc90000000000 vend=0xffffe8ffffffffff failed=0
+       swapper/0-1       [000] .....     0.412201: alloc_vmap_area: va_start: 18446683600570044416 size=8192 align=4096 vstart=0xffffc90000000000 vend=0xffffe8ffffffffff failed=0
+   kworker/u4:1-33      [001] .....     0.500000: free_vmap_area_noflush: va_start=0xffffc90000000000 nr_lazy=5 nr_lazy_max=32768
+ test_vmalloc.sh-212     [001] .....     0.600000: alloc_vmap_area: va_start: 18446683600576315392 size=4198400 align=4194304 vstart=0xffffc90000000000 vend=0xffffe8ffffffffff failed=0
+   kworker/0:2-40       [000] .....     0.700000: purge_vmap_area_lazy: start=0xffffc90000000000 end=0xffffc90000005000 num_purged=1
+";
+
+fn imported(text: &str) -> Imported {
+    import(text.as_bytes()).unwrap()
+}
+
+fn error(text: &str) -> ImportError {
+    import(text.as_bytes()).expect_err("must not import")
+}
+
+#[test]
+fn each_event_becomes_its_command() {
+    let t = imported(&format!("{HEADER}{EVENTS}"));
+    assert_eq!(
+        t.trace(),
+        "# Linux vmalloc trace, imported by `mmkit trace import-linux`\n\
+         lazymax 0xffffffffffffffff\nspace 0x1 0xffffffffffffffff\ncpus 2\n\
+         vmalloc 0xffffc90000000000 0xffffe8ffffffffff\n\
+         alloc L13 0x5000 align 0x1000 range 0xffffc90000000000 0xffffe8ffffffffff cpu 0\n\
+         alloc L14 0x2000 align 0x1000 range 0xffffc90000000000 0xffffe8ffffffffff cpu 0\n\
+         lazy L13\n\
+         alloc L16 0x401000 align 0x400000 range 0xffffc90000000000 0xffffe8ffffffffff cpu 1\n\
+         purge\n"
+    );
+    assert_eq!(
+        t.expected,
+        "L13 0xffffc90000000000\nL14 0xffffc90000005000\nL16 0xffffc90000600000\n"
+    );
+    assert_eq!((t.cpus, t.events, t.allocs), (2, 5, 3));
+}
+
+/// The imported trace is a valid replay trace, line for line.
+#[test]
+fn the_trace_parses() {
+    let t = imported(&format!("{HEADER}{EVENTS}"));
+    let cmds: Vec<_> = crate::trace::Commands::new(t.trace().as_bytes())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(cmds.len(), 9);
+}
+
+/// A failed attempt, the purge it starts on its CPU (full) and the retry
+/// are one request; one that fails after its purge too is `nospace`.
+#[test]
+fn a_failed_attempt_its_purge_and_its_retry_are_one_request() {
+    let ev = |cpu: u32, what: &str| format!("  vmalloc-9 [{cpu:03}] ..... 1.0: {what}\n");
+    let big = "size=8192 align=4096 vstart=0x1000 vend=0x3000";
+    let text = [
+        ev(
+            1,
+            &format!("alloc_vmap_area: va_start: 12288 {big} failed=1"),
+        ),
+        ev(
+            0,
+            "purge_vmap_area_lazy: start=0xffffffffffffffff end=0x0 num_purged=0",
+        ),
+        ev(
+            1,
+            "purge_vmap_area_lazy: start=0x1000 end=0x3000 num_purged=2",
+        ),
+        ev(
+            1,
+            &format!("alloc_vmap_area: va_start: 4096 {big} failed=0"),
+        ),
+        ev(
+            1,
+            &format!("alloc_vmap_area: va_start: 12288 {big} failed=1"),
+        ),
+        ev(
+            1,
+            "purge_vmap_area_lazy: start=0xffffffffffffffff end=0x0 num_purged=0",
+        ),
+        ev(
+            1,
+            &format!("alloc_vmap_area: va_start: 12288 {big} failed=1"),
+        ),
+        ev(
+            0,
+            &format!("alloc_vmap_area: va_start: 12288 {big} failed=1"),
+        ),
+    ]
+    .concat();
+    let t = imported(&text);
+    let range = "align 0x1000 range 0x1000 0x3000";
+    assert_eq!(
+        t.trace().lines().skip(5).collect::<Vec<_>>(),
+        [
+            "purge".to_string(),
+            "purge full".into(),
+            format!("alloc L1 0x2000 {range} cpu 1"),
+            "purge full".into(),
+            format!("alloc L5 0x2000 {range} cpu 1"),
+            format!("alloc L8 0x2000 {range} cpu 0"),
+        ]
+    );
+    assert_eq!(t.expected, "L1 0x1000\nL5 nospace\nL8 nospace\n");
+}
+
+#[test]
+fn unmappable_lines_name_their_line() {
+    let at = |text: &str| error(text).line;
+    let alloc = "x-1 [000] ..... 1.0: alloc_vmap_area: va_start: 4096 size=4096 align=4096 vstart=0x1000 vend=0x9000 failed=0\n";
+    // A free of an address nothing returned.
+    let e = error(&format!("{HEADER}x-1 [000] ..... 1.0: free_vmap_area_noflush: va_start=0x1000 nr_lazy=1 nr_lazy_max=2\n"));
+    assert_eq!(e.line, 13);
+    assert!(e.msg.contains("0x1000"), "{}", e.msg);
+    // The same address twice without a free.
+    assert_eq!(at(&format!("{alloc}\n{alloc}")), 3);
+    // Lost events, another event, no CPU, malformed and missing fields.
+    assert_eq!(at(&format!("{alloc}CPU:1 [LOST 12 EVENTS]\n")), 2);
+    assert_eq!(at("x-1 [000] ..... 1.0: kmalloc: call_site=0 ptr=0\n"), 1);
+    assert_eq!(
+        at("x-1 ..... 1.0: purge_vmap_area_lazy: start=0x0 end=0x0 num_purged=0\n"),
+        1
+    );
+    assert_eq!(
+        at("x-1 [000] ..... 1.0: purge_vmap_area_lazy: start=0x0 end=0x0\n"),
+        1
+    );
+    assert_eq!(at("x-1 [000] . 1.0: alloc_vmap_area: va_start: 1 size=0xz align=1 vstart=0x0 vend=0x1 failed=0\n"), 1);
+    assert_eq!(at("x-1 [000] . 1.0: alloc_vmap_area: va_start: 1 size=1 align=1 vstart=0x0 vend=0x1 failed=2\n"), 1);
+    assert_eq!(at("# c\n\nx-1 [000] . 1.0: free_vmap_area_noflush: va_start=0x99999999999999999 nr_lazy=0 nr_lazy_max=0\n"), 3);
+    assert_eq!(import(&b"# ok\n\xff\n"[..]).unwrap_err().line, 2);
+}
+
+/// Without a header the CPU count is the highest CPU seen plus one.
+#[test]
+fn cpus_without_a_header() {
+    let t = imported("x-1 [003] ..... 1.0: purge_vmap_area_lazy: start=0x0 end=0x0 num_purged=0\n");
+    assert_eq!(t.cpus, 4);
+    assert_eq!(
+        imported("# nothing\n").trace().lines().nth(3),
+        Some("cpus 1")
+    );
+}

@@ -1,0 +1,258 @@
+//! `LinuxNodes` (Linux 6.12's vmap node pools over `Policy::Linux`)
+//! against a brute-force model written from mm/vmalloc.c's rules: a sorted
+//! list of free ranges scanned linearly, pools as lists with the newest
+//! area first. Every answer, the free blocks and `check()` must agree
+//! after every step.
+
+use mmkit::nodes::LinuxNodes;
+use mmkit::range::RangeAllocator;
+use proptest::prelude::*;
+
+const PAGE: u64 = 4096;
+const SPACE: (u64, u64) = (PAGE, 8 << 20);
+const VMALLOC: (u64, u64) = (1 << 20, 6 << 20);
+
+#[derive(Debug, Clone)]
+enum Op {
+    Alloc {
+        cpu: usize,
+        pages: u64,
+        align_shift: u32,
+        vmalloc: bool,
+    },
+    FreeLazy(usize),
+    Purge,
+    PurgeFull,
+}
+
+/// Linux's state: free ranges, live areas with their node, lazy areas,
+/// pools (per node, per page count) newest first.
+struct Model {
+    nodes: usize,
+    free: Vec<(u64, u64)>,
+    live: Vec<(u64, u64, Option<usize>)>,
+    lazy: Vec<(u64, u64, Option<usize>)>,
+    pools: Vec<Vec<Vec<u64>>>,
+}
+
+impl Model {
+    fn give_back(&mut self, s: u64, e: u64) {
+        self.free.push((s, e));
+        self.free.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for r in self.free.drain(..) {
+            match out.last_mut() {
+                Some(l) if l.1 == r.0 => l.1 = r.1,
+                _ => out.push(r),
+            }
+        }
+        self.free = out;
+    }
+
+    /// find_vmap_lowest_match without tree shape: blocks shorter than
+    /// size + align - 1 skipped for align > page; the first block with an
+    /// aligned fit decides.
+    fn fit(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        let len = if align > PAGE && hi - lo != size {
+            size + align - 1
+        } else {
+            size
+        };
+        let start = |s: u64| (s.max(lo) + align - 1) & !(align - 1);
+        let &(s, _) = self
+            .free
+            .iter()
+            .find(|&&(s, e)| e - s >= len && start(s) + size <= e)?;
+        (start(s) + size <= hi).then_some(start(s))
+    }
+
+    fn take(&mut self, a: u64, size: u64) {
+        let i = self
+            .free
+            .iter()
+            .position(|&(s, e)| s <= a && a + size <= e)
+            .unwrap();
+        let (s, e) = self.free.remove(i);
+        if a + size < e {
+            self.free.insert(i, (a + size, e));
+        }
+        if s < a {
+            self.free.insert(i, (s, a));
+        }
+    }
+
+    fn try_alloc(&mut self, cpu: usize, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        let node = (self.nodes > 1 && (lo, hi) == VMALLOC).then_some(cpu % self.nodes);
+        if let Some(n) = node.filter(|_| size <= 256 * PAGE) {
+            let pool = &mut self.pools[n][(size / PAGE - 1) as usize];
+            if let Some(&newest) = pool.first() {
+                pool.remove(0);
+                if newest % align == 0 {
+                    self.live.push((newest, newest + size, node));
+                    return Some(newest);
+                }
+                pool.push(newest); // rotated to the tail
+            }
+        }
+        let a = self.fit(size, align, lo, hi)?;
+        self.take(a, size);
+        self.live.push((a, a + size, node));
+        Some(a)
+    }
+
+    fn alloc(&mut self, cpu: usize, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        self.try_alloc(cpu, size, align, lo, hi).or_else(|| {
+            self.purge(true);
+            self.try_alloc(cpu, size, align, lo, hi)
+        })
+    }
+
+    fn purge(&mut self, full: bool) -> bool {
+        let mut any = false;
+        for n in 0..self.nodes {
+            for c in 0..self.pools[n].len() {
+                let pool = std::mem::take(&mut self.pools[n][c]);
+                let k = if full || pool.len() < 4 {
+                    pool.len()
+                } else {
+                    pool.len() / 4
+                };
+                for &a in &pool[..k] {
+                    self.give_back(a, a + (c as u64 + 1) * PAGE);
+                }
+                self.pools[n][c] = pool[k..].to_vec();
+            }
+            let mut mine: Vec<_> = self
+                .lazy
+                .iter()
+                .filter(|l| l.2 == Some(n))
+                .copied()
+                .collect();
+            mine.sort_unstable();
+            for (s, e, _) in mine {
+                any = true;
+                if !full && e - s <= 256 * PAGE {
+                    self.pools[n][((e - s) / PAGE - 1) as usize].insert(0, s);
+                } else {
+                    self.give_back(s, e);
+                }
+            }
+        }
+        for (s, e, _) in self.lazy.clone().into_iter().filter(|l| l.2.is_none()) {
+            any = true;
+            self.give_back(s, e);
+        }
+        self.lazy.clear();
+        any
+    }
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0usize..4, 1u64..300, 0u32..11, any::<bool>()).prop_map(|(cpu, pages, align_shift, vmalloc)| Op::Alloc {
+            cpu, pages, align_shift, vmalloc
+        }),
+        4 => any::<usize>().prop_map(Op::FreeLazy),
+        1 => Just(Op::Purge),
+        1 => Just(Op::PurgeFull),
+    ]
+}
+
+fn run(nodes: usize, ops: &[Op]) -> Result<(), String> {
+    let mut n = LinuxNodes::new(SPACE.0, SPACE.1, nodes, VMALLOC).unwrap();
+    n.set_lazy_max(u64::MAX);
+    let mut m = Model {
+        nodes,
+        free: vec![SPACE],
+        live: vec![],
+        lazy: vec![],
+        pools: vec![vec![Vec::new(); 256]; nodes],
+    };
+    for op in ops {
+        match *op {
+            Op::Alloc {
+                cpu,
+                pages,
+                align_shift,
+                vmalloc,
+            } => {
+                let (size, align) = (pages * PAGE, PAGE << align_shift);
+                let (lo, hi) = if vmalloc { VMALLOC } else { (PAGE, 7 << 20) };
+                n.set_cpu(cpu);
+                let got = n.alloc_in(size, align, lo, hi).ok();
+                let want = m.alloc(cpu, size, align, lo, hi);
+                if got != want {
+                    return Err(format!("{op:?}: got {got:x?}, model {want:x?}"));
+                }
+            }
+            Op::FreeLazy(i) if !m.live.is_empty() => {
+                let area = m.live.remove(i % m.live.len());
+                m.lazy.push(area);
+                n.free_lazy(area.0).map_err(|e| format!("{op:?}: {e}"))?;
+            }
+            Op::FreeLazy(_) => {}
+            Op::Purge => {
+                let (got, want) = (n.purge(&mut |_, _| {}), m.purge(false));
+                if got != want {
+                    return Err(format!("purge: got {got}, model {want}"));
+                }
+            }
+            Op::PurgeFull => {
+                let (got, want) = (n.purge_nodes(true), m.purge(true));
+                if got != want {
+                    return Err(format!("full purge: got {got}, model {want}"));
+                }
+            }
+        }
+        n.check().map_err(|e| format!("after {op:?}: {e}"))?;
+        let free: Vec<_> = n.free_blocks().map(|r| (r.start, r.end)).collect();
+        if free != m.free {
+            return Err(format!("after {op:?}: free {free:x?}, model {:x?}", m.free));
+        }
+        let pooled: usize = m.pools.iter().flatten().map(Vec::len).sum();
+        if n.pooled() != pooled {
+            return Err(format!(
+                "after {op:?}: {} pooled, model {pooled}",
+                n.pooled()
+            ));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn linux_nodes_match_the_model(nodes in 1usize..4, ops in proptest::collection::vec(op(), 1..200)) {
+        run(nodes, &ops).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// A pool of five areas decays by one (its newest), a pool of three by
+/// all three: the kernel's countdown from `len / 4 == 0` runs through the
+/// whole list.
+#[test]
+fn pools_decay_by_a_quarter_or_wholly_below_four() {
+    let mut ops = vec![];
+    for _ in 0..5 {
+        ops.push(Op::Alloc {
+            cpu: 1,
+            pages: 1,
+            align_shift: 0,
+            vmalloc: true,
+        });
+        ops.push(Op::Alloc {
+            cpu: 1,
+            pages: 2,
+            align_shift: 0,
+            vmalloc: true,
+        });
+    }
+    for i in 0..5 {
+        ops.push(Op::FreeLazy(i));
+    }
+    ops.push(Op::Purge);
+    ops.push(Op::Purge);
+    run(2, &ops).unwrap();
+}
