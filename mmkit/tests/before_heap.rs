@@ -103,6 +103,8 @@ fn a_boot_sequence_makes_no_heap_allocation() {
             assert_eq!(f.free_range(kernel, 0), Err(FreeError::Invalid));
             assert_eq!(f.free_range(3 << 30, 0x1000), Err(FreeError::Invalid));
             assert_eq!(f.free_lazy_sized(acpi, 0x1000), Err(FreeError::StorageFull));
+            let best = Request::bytes(0x1000).unwrap().policy(Policy::BestFit);
+            assert_eq!(f.allocate(best), Err(RequestError::StorageFull));
             assert_eq!(
                 f.add_free(0x9e000, 0xa0000),
                 Err(AddFreeError::Overlaps {

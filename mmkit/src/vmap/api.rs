@@ -257,7 +257,8 @@ where
     pub(super) fn allocate_body(&mut self, req: Request) -> Result<u64, RequestError> {
         crate::debug_check!(self);
         let (lo, hi) = req.clamp(self.space())?;
-        if !self.has_room(1, 0) {
+        // Best fit's size index lives on the heap, as the lazy list does.
+        if !self.has_room(1, 0) || (req.placement() == Policy::BestFit && !self.lazy_allowed()) {
             return Err(RequestError::StorageFull);
         }
         if let Some(a) = self.try_place(&req, lo, hi) {

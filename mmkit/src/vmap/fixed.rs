@@ -15,8 +15,11 @@
 //!   held aside), so an operation adds at most one block to it, and one
 //!   refused for lack of room is refused before it changes anything
 //!   ([`AllocError::StorageFull`] and its kin);
-//! - lazy frees need a list on the heap: refused (`StorageFull`) until the
-//!   heap is allowed.
+//! - lazy frees need a list on the heap, and [`Policy::BestFit`] a size
+//!   index on the heap: both refused (`StorageFull`) until the heap is
+//!   allowed.
+//!
+//! [`Policy::BestFit`]: crate::request::Policy::BestFit
 //!
 //! [`allow_heap`](VmapAllocator::allow_heap), once the kernel has a heap,
 //! lets every array move to the heap when full and grow there.
