@@ -40,10 +40,11 @@
 //! the path to its leaf, the root's longest block and the busy slot last
 //! emptied, the live-area count, the two flags of
 //! [`without_busy_index`](VmapAllocator::without_busy_index) and the list
-//! of holes in a memory map (see `memmap`), the allocator itself is 912
-//! bytes (`size_of::<VmapAllocator>()`
-//! on 64-bit targets). Released nodes are reused and none of these shrink,
-//! so steady-state operation allocates no heap memory.
+//! of holes in a memory map (see `memmap`) and the tree's best-fit size
+//! indexes (empty until a best fit is asked for), the allocator itself is
+//! 968 bytes (`size_of::<VmapAllocator>()` on 64-bit targets). Released
+//! nodes are reused and none of these shrink, so steady-state operation
+//! allocates no heap memory (but for the best-fit indexes, `by_size.rs`).
 
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};
