@@ -106,7 +106,7 @@ impl Policy {
     /// assert_eq!(Policy::linux_search_len(0x9000, 0x1000, 1 << 30), Some(0x9000));
     /// assert_eq!(Policy::linux_search_len(0x9000, 0x200000, 1 << 30), Some(0x208fff));
     /// assert_eq!(Policy::linux_search_len(0x9000, 0x200000, 0x9000), Some(0x9000));
-    /// assert_eq!(Policy::linux_search_len(u64::MAX, 0x2000, u64::MAX), None);
+    /// assert_eq!(Policy::linux_search_len(u64::MAX, 0x2000, 1 << 40), None);
     /// ```
     pub const fn linux_search_len(size: u64, align: u64, window_len: u64) -> Option<u64> {
         if align <= LINUX_PAGE_SIZE || window_len == size {
