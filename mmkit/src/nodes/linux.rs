@@ -51,7 +51,7 @@ struct Area {
 }
 
 /// Linux 6.12's vmap nodes and their pools over one free tree: see the
-/// [module docs](self).
+/// [module docs](crate::nodes::linux).
 ///
 /// # Examples
 /// ```

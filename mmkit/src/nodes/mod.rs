@@ -74,7 +74,7 @@ use crate::vmap::VmapAllocator;
 
 mod check;
 pub use check::NodesStats;
-mod linux;
+pub mod linux;
 pub use linux::LinuxNodes;
 mod lock;
 mod purge;
