@@ -10,7 +10,7 @@
 //! CPU counts its own reads and its stale ones (a word that is not the
 //! tag); the next round starts once every CPU has read. A stale
 //! translation reads a frame that either holds an older round's tag or
-//! another page's, never this page's tag of this round.
+//! another page's, never this page's tag of the current round.
 //!
 //! [`run`] drives the shootdown directly: a *cycle* is one page of a
 //! [`PAGES`]-page area unmapped (its PTE cleared), flushed, remapped to a
@@ -227,7 +227,7 @@ pub fn run(rounds_after_0: u64, skip_at: Option<u64>) -> Result<Run, String> {
         for p in chosen.clone() {
             paging::clear(va + p * PAGE);
         }
-        // The test with a flush skipped leaves this round's out: no hook
+        // The test with a flush skipped leaves the current round's out: no hook
         // in the shootdown itself.
         if skip_at != Some(g) {
             tlb::flush_range(va + chosen.start * PAGE, va + chosen.end * PAGE);
@@ -241,7 +241,7 @@ pub fn run(rounds_after_0: u64, skip_at: Option<u64>) -> Result<Run, String> {
             if !paging::map(va + p * PAGE, f.pfn()) {
                 return Err(format!("remapping page {p} failed"));
             }
-            // Every CPU reads the pages remapped this round.
+            // Every CPU reads the pages remapped in the current round.
             tag_frames(g, va + p * PAGE, core::slice::from_mut(f), &mut expect);
         }
         if g >= count_from {
