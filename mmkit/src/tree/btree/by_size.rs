@@ -25,9 +25,14 @@
 //! the request, where the size index would read every block long enough
 //! but wrongly aligned.
 //!
-//! The indexes are `alloc` `BTreeSet`s: its own node splits and merges
-//! allocate and free heap memory, so a best-fit allocator allocates now
-//! and then in steady state where a lowest-fit one does not.
+//! The indexes are [`SizeTree`]s (`size_tree.rs`) whose nodes come from
+//! the address tree's own pools, and the aligned ones are listed in the
+//! storage's store: a steady state of best fits allocates no heap memory,
+//! and on fixed storage each index takes its nodes from the same arrays
+//! as the tree (about as many as the tree's again). When the arrays have
+//! no room for a new aligned index, the search at that alignment walks
+//! the size index instead; when they have none for the size index, a
+//! best fit is refused (the allocator's `StorageFull`).
 
 use alloc::vec::Vec;
 
@@ -35,15 +40,7 @@ use super::size_tree::{SizeIter, SizeTree};
 use super::{BTree, Pos, INNER_MIN, LEAF_MIN};
 use crate::error::CheckError;
 use crate::range::fit_in;
-use crate::storage::Storage;
-
-/// Aligned indexes kept at most: the alignments first asked for; a best
-/// fit at any other alignment walks the size index.
-pub(super) const ALIGNED_INDEXES: usize = 4;
-
-/// An aligned index: the alignment's exponent and the blocks holding an
-/// aligned start, as `(usable length, start)`.
-pub(super) type AlignedIndex = Option<(u32, SizeTree)>;
+use crate::storage::{Storage, Store};
 
 impl<S: Storage> BTree<S> {
     /// Whether the size index is kept.
@@ -112,7 +109,7 @@ impl<S: Storage> BTree<S> {
 
     /// The aligned indexes kept.
     fn aligned(&self) -> impl Iterator<Item = &(u32, SizeTree)> {
-        self.by_usable.iter().flatten()
+        self.by_usable.as_slice().iter()
     }
 
     /// Files `[s, e)` in the size index and the aligned ones, if kept.
@@ -120,7 +117,7 @@ impl<S: Storage> BTree<S> {
     pub(super) fn index_block(&mut self, s: u64, e: u64) {
         if let Some(ix) = &mut self.by_size {
             ix.insert(&mut self.leaves, &mut self.inners, (e - s, s));
-            for (k, ax) in self.by_usable.iter_mut().flatten() {
+            for (k, ax) in self.by_usable.as_mut_slice() {
                 if let Some(u) = usable(s, e, *k) {
                     ax.insert(&mut self.leaves, &mut self.inners, (u, s));
                 }
@@ -134,7 +131,7 @@ impl<S: Storage> BTree<S> {
         if let Some(ix) = &mut self.by_size {
             let held = ix.remove(&mut self.leaves, &mut self.inners, (e - s, s));
             debug_assert!(held, "[{s:#x}, {e:#x}) is not in the size index");
-            for (k, ax) in self.by_usable.iter_mut().flatten() {
+            for (k, ax) in self.by_usable.as_mut_slice() {
                 if let Some(u) = usable(s, e, *k) {
                     ax.remove(&mut self.leaves, &mut self.inners, (u, s));
                 }
@@ -143,7 +140,7 @@ impl<S: Storage> BTree<S> {
     }
 
     /// The aligned index for `2^k`, built from the blocks on first use
-    /// while a slot is free and the storage has room.
+    /// while the store of aligned indexes and the pools have room.
     ///
     /// # Complexity
     /// O(n log n) the first time, O(1) after.
@@ -151,13 +148,12 @@ impl<S: Storage> BTree<S> {
         if let Some((_, t)) = self.aligned().find(|(j, _)| *j == k) {
             return Some(*t);
         }
-        let slot = self.by_usable.iter().position(Option::is_none)?;
-        if !self.has_room_for_index() {
+        if self.by_usable.as_slice().len() >= self.by_usable.room() || !self.has_room_for_index() {
             return None;
         }
         let mut ax = SizeTree::new(&mut self.leaves);
         self.index_all(&mut ax, |s, e| usable(s, e, k).map(|u| (u, s)));
-        self.by_usable[slot] = Some((k, ax));
+        self.by_usable.push((k, ax));
         Some(ax)
     }
 

@@ -81,8 +81,7 @@
 //! released nodes are chained for reuse, so a steady state of inserts and
 //! removals allocates no heap memory.
 
-use crate::storage::{Fixed, Heap, Storage};
-use by_size::{AlignedIndex, ALIGNED_INDEXES};
+use crate::storage::{Fixed, Heap, Inline, Storage, Store};
 use node::{Inner, Leaf, Pool, NONE};
 use search::{Cleared, Shape};
 use size_tree::SizeTree;
@@ -216,10 +215,10 @@ pub struct BTree<S: Storage = Heap> {
     /// Once a best fit is asked for: every block as `(length, start)`,
     /// in nodes from the same pools (see `by_size.rs`).
     by_size: Option<SizeTree>,
-    /// For the first alignments a best fit asks for above the granule
-    /// floor: the blocks that hold an aligned start, as `(usable length,
-    /// start)` (see `by_size.rs`).
-    by_usable: [AlignedIndex; ALIGNED_INDEXES],
+    /// Per alignment `2^k` a best fit asked for above the granule floor
+    /// (while the store has room): `k` and the blocks that hold an
+    /// aligned start, as `(usable length, start)` (see `by_size.rs`).
+    by_usable: S::Store<(u32, SizeTree)>,
 }
 
 impl Default for BTree {
@@ -231,7 +230,7 @@ impl Default for BTree {
 impl BTree {
     /// An empty tree.
     pub fn new() -> Self {
-        Self::with_pools(Pool::with_root(), Pool::new())
+        Self::with_pools(Pool::with_root(), Pool::new(), alloc::vec::Vec::new())
     }
 }
 
@@ -239,14 +238,19 @@ impl<const K: usize> BTree<Fixed<K>> {
     /// An empty tree whose nodes live in arrays of `K` of each kind (see
     /// [`crate::storage`]).
     pub const fn new_fixed() -> Self {
-        Self::with_pools(Pool::fixed(1), Pool::fixed(0))
+        let aligned = Inline::filled((0, SizeTree::NONE), 0);
+        Self::with_pools(Pool::fixed(1), Pool::fixed(0), aligned)
     }
 }
 
 impl<S: Storage> BTree<S> {
-    /// An empty tree over `leaves`, which holds its root leaf (id 0), and
-    /// `inners`.
-    const fn with_pools(leaves: Pool<Leaf, S>, inners: Pool<Inner, S>) -> Self {
+    /// An empty tree over `leaves`, which holds its root leaf (id 0),
+    /// `inners`, and an empty store for the aligned indexes.
+    const fn with_pools(
+        leaves: Pool<Leaf, S>,
+        inners: Pool<Inner, S>,
+        by_usable: S::Store<(u32, SizeTree)>,
+    ) -> Self {
         BTree {
             leaves,
             inners,
@@ -262,7 +266,7 @@ impl<S: Storage> BTree<S> {
             shape: 0,
             nodes_max: (NO_VERSION, 0),
             by_size: None,
-            by_usable: [None; ALIGNED_INDEXES],
+            by_usable,
         }
     }
 
@@ -282,6 +286,7 @@ impl<S: Storage> BTree<S> {
     pub fn allow_heap(&mut self) {
         self.leaves.allow_heap();
         self.inners.allow_heap();
+        self.by_usable.allow_heap();
     }
 
     /// Number of blocks.
@@ -296,7 +301,7 @@ impl<S: Storage> BTree<S> {
 
     /// Heap bytes held (capacity, used or not).
     pub fn heap_bytes(&self) -> usize {
-        self.leaves.heap_bytes() + self.inners.heap_bytes()
+        self.leaves.heap_bytes() + self.inners.heap_bytes() + self.by_usable.heap_bytes()
     }
 
     /// Bytes of the nodes in the tree (released ones and `Vec` slack
@@ -312,8 +317,7 @@ impl<S: Storage> BTree<S> {
     /// so that bounds the nodes ever in use. Each best-fit index kept
     /// needs as many again.
     pub fn reserve(&mut self, n: usize) {
-        let trees =
-            1 + self.by_usable.iter().flatten().count() + usize::from(self.by_size.is_some());
+        let trees = 1 + self.by_usable.as_slice().len() + usize::from(self.by_size.is_some());
         let leaves = (self.len + n) / LEAF_MIN + 1;
         let inners = leaves / (INNER_MIN - 1) + MAX_HEIGHT;
         self.leaves.reserve_total(trees * leaves);

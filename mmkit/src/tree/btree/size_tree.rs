@@ -32,8 +32,8 @@ pub(super) type Key = (u64, u64);
 pub(super) struct SizeTree {
     /// The root: a leaf when `height == 0`.
     root: u32,
-    /// Inner levels above the leaves.
-    height: usize,
+    /// Inner levels above the leaves (`u32`: with `root`, one word).
+    levels: u32,
     /// Entries held.
     len: usize,
 }
@@ -210,11 +210,18 @@ fn child_for(n: &Inner, k: Key) -> usize {
 }
 
 impl SizeTree {
+    /// No tree: a slot for one in a store.
+    pub(super) const NONE: SizeTree = SizeTree {
+        root: NONE,
+        levels: 0,
+        len: 0,
+    };
+
     /// An empty tree, its root leaf taken from `leaves`.
     pub(super) fn new<S: Storage>(leaves: &mut Pool<Leaf, S>) -> Self {
         SizeTree {
             root: leaves.alloc(),
-            height: 0,
+            levels: 0,
             len: 0,
         }
     }
@@ -226,7 +233,7 @@ impl SizeTree {
 
     /// Inner levels above the leaves.
     pub(super) fn height(&self) -> usize {
-        self.height
+        self.levels as usize
     }
 
     /// The path to the leaf where `k` is or would go.
@@ -237,7 +244,7 @@ impl SizeTree {
             leaf: self.root,
         };
         let mut id = self.root;
-        for d in 0..self.height {
+        for d in 0..self.height() {
             let n = &inners[id as usize];
             let c = child_for(n, k);
             p.node[d] = id;
@@ -270,7 +277,7 @@ impl SizeTree {
         if leaves[id as usize].count() < LEAF_CAP {
             leaves[id as usize].insert_entry(i, k);
             if i == 0 {
-                self.fix_first(inners, &p, self.height, k);
+                self.fix_first(inners, &p, self.height(), k);
             }
             return;
         }
@@ -281,11 +288,11 @@ impl SizeTree {
         }
         leaves[id as usize].insert_entry(i, k);
         if id == p.leaf && i == 0 {
-            self.fix_first(inners, &p, self.height, k);
+            self.fix_first(inners, &p, self.height(), k);
         }
         let first = leaves[r as usize].first();
         let left = leaves[p.leaf as usize].first();
-        self.add_child(inners, &p, self.height, left, (first, r));
+        self.add_child(inners, &p, self.height(), left, (first, r));
     }
 
     /// Files the new right sibling `(first, id)` of the node at depth `d`
@@ -305,7 +312,7 @@ impl SizeTree {
             n.insert_entry(0, (left, self.root));
             n.insert_entry(1, (first, id));
             self.root = root;
-            self.height += 1;
+            self.levels += 1;
             return;
         }
         let (mut pid, mut at) = (p.node[d - 1], p.slot[d - 1] + 1);
@@ -358,10 +365,10 @@ impl SizeTree {
         let n = l.count();
         if i == 0 && n > 0 {
             let first = l.first();
-            self.fix_first(inners, &p, self.height, first);
+            self.fix_first(inners, &p, self.height(), first);
         }
-        if self.height > 0 && n < LEAF_MIN {
-            self.underflow(leaves, inners, &p, self.height);
+        if self.height() > 0 && n < LEAF_MIN {
+            self.underflow(leaves, inners, &p, self.height());
         }
         true
     }
@@ -380,7 +387,7 @@ impl SizeTree {
         let (lc, rc) = if c > 0 { (c - 1, c) } else { (0, 1) };
         let parent = inners[pid as usize];
         let (l, r) = (parent.kid[lc], parent.kid[rc]);
-        let leaf_level = d == self.height;
+        let leaf_level = d == self.height();
         let merged = match leaf_level {
             true => rebalance(leaves, l, r),
             false => rebalance(inners, l, r),
@@ -399,7 +406,7 @@ impl SizeTree {
             if left == 1 {
                 inners.release(self.root);
                 self.root = l;
-                self.height -= 1;
+                self.levels -= 1;
             }
         } else if left < INNER_MIN {
             self.underflow(leaves, inners, p, d - 1);
@@ -417,7 +424,7 @@ impl SizeTree {
         SizeIter {
             leaves,
             inners,
-            height: self.height,
+            height: self.height(),
             at: lower_bound(&leaves[p.leaf as usize], from),
             path: p,
         }
@@ -460,7 +467,7 @@ impl SizeTree {
         count: &mut usize,
     ) -> Result<Option<Key>, CheckError> {
         let root = d == 0;
-        if d == self.height {
+        if d == self.height() {
             nodes.0 += 1;
             let l = &leaves[id as usize];
             let n = l.count();
@@ -560,5 +567,92 @@ impl<S: Storage> SizeIter<'_, S> {
         p.leaf = id;
         self.at = 0;
         Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::Heap;
+    use alloc::collections::BTreeSet;
+    use alloc::vec::Vec;
+    use proptest::prelude::*;
+
+    /// Inserts and removes `ops` (`true`: insert) in a size tree and in a
+    /// `BTreeSet`, checking the tree's shape as it goes and its walks
+    /// from `probes` at the end; the pools hold no node but the tree's.
+    fn run(ops: &[(bool, Key)], probes: &[Key]) -> Result<(), TestCaseError> {
+        let mut leaves = Pool::<Leaf, Heap>::new();
+        let mut inners = Pool::<Inner, Heap>::new();
+        let mut t = SizeTree::new(&mut leaves);
+        let mut model = BTreeSet::new();
+        for (i, &(add, k)) in ops.iter().enumerate() {
+            if add {
+                if model.insert(k) {
+                    t.insert(&mut leaves, &mut inners, k);
+                }
+            } else {
+                prop_assert_eq!(t.remove(&mut leaves, &mut inners, k), model.remove(&k));
+            }
+            if i % 64 == 0 {
+                let nodes = t
+                    .check(&leaves, &inners)
+                    .map_err(|e| TestCaseError::fail(alloc::format!("{e}")))?;
+                prop_assert_eq!(nodes, (leaves.used(), inners.used()));
+            }
+        }
+        let nodes = t
+            .check(&leaves, &inners)
+            .map_err(|e| TestCaseError::fail(alloc::format!("{e}")))?;
+        prop_assert_eq!(nodes, (leaves.used(), inners.used()));
+        prop_assert_eq!(t.len(), model.len());
+        for &p in probes {
+            let got: Vec<Key> = t.iter_from(&leaves, &inners, p).take(40).collect();
+            let want: Vec<Key> = model.range(p..).take(40).copied().collect();
+            prop_assert_eq!(got, want);
+        }
+        let all: Vec<Key> = t.iter_from(&leaves, &inners, (0, 0)).collect();
+        prop_assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+        Ok(())
+    }
+
+    fn key(n: u64) -> impl Strategy<Value = Key> {
+        (0..n, 0..4u64)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Up to three levels: inserts outnumber removals two to one,
+        /// over a few thousand keys, then a drain.
+        #[test]
+        fn size_tree_matches_a_set(
+            ops in proptest::collection::vec((prop::bool::weighted(0.67), key(1500)), 1..5000),
+            probes in proptest::collection::vec(key(1600), 1..20),
+        ) {
+            let mut all = ops.clone();
+            all.extend(ops.iter().map(|&(_, k)| (false, k)));
+            run(&all, &probes)?;
+        }
+    }
+
+    /// Removing every entry in ascending order collapses the tree to its
+    /// root leaf, its nodes back in the pools.
+    #[test]
+    fn draining_gives_every_node_back() {
+        let mut leaves = Pool::<Leaf, Heap>::new();
+        let mut inners = Pool::<Inner, Heap>::new();
+        let mut t = SizeTree::new(&mut leaves);
+        for i in 0..3000 {
+            t.insert(&mut leaves, &mut inners, (i % 97, i));
+        }
+        assert!(t.height() >= 2, "three levels at least");
+        for i in 0..3000 {
+            assert!(t.remove(&mut leaves, &mut inners, (i % 97, i)));
+            assert!(!t.remove(&mut leaves, &mut inners, (i % 97, i)));
+        }
+        assert_eq!((t.len(), t.height()), (0, 0));
+        assert_eq!((leaves.used(), inners.used()), (1, 0));
+        t.check(&leaves, &inners).unwrap();
     }
 }
