@@ -94,11 +94,11 @@ impl<S: Storage> BTree<S> {
     /// Nodes the indexes kept (and `extra` more) may take for one more
     /// block: each block change removes an entry and inserts up to two,
     /// and an insert splits a leaf and an inner node per level (a new
-    /// root included) at most.
+    /// root included, so one level more for the second) at most.
     pub(super) fn index_room(&self, extra: usize) -> (usize, usize) {
         let kept = self.aligned().count() + usize::from(self.by_size.is_some()) + extra;
         let height = self.indexes().map(|t| t.height()).max().unwrap_or(0);
-        (2 * kept, 2 * kept * (height + 1))
+        (2 * kept, 2 * kept * (height + 2))
     }
 
     /// The size index and the aligned ones kept.

@@ -227,6 +227,7 @@ impl SizeTree {
     }
 
     /// Entries held.
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.len
     }
