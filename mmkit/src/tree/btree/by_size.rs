@@ -15,14 +15,15 @@
 //! and touch no entry. A tree that is never asked for a best fit keeps no
 //! index and pays one branch per change.
 //!
-//! A request aligned above the granule floor walks a second index
-//! instead, one per alignment `2^k` asked for: the size index of the
-//! blocks that hold an address aligned to `2^k`. A block that holds none
-//! cannot hold the request, and at a large alignment most short blocks
-//! hold none, so the walk skips them where the size index would read
-//! every block long enough but wrongly aligned; what it still reads in
-//! vain are blocks that hold an aligned address with too little room
-//! after it, all shorter than `size + 2^k`.
+//! An aligned request (above the granule floor, no window) looks at a
+//! second index instead, one per alignment `2^k` asked for: the blocks
+//! that hold a start aligned to `2^k`, by their usable length from it,
+//! `e - align_up(s, 2^k)`. A block holds the request when that length is
+//! at least the size, and its length is at least its usable length, so a
+//! walk from the first usable length long enough stops once the usable
+//! lengths pass the shortest block found: it reads only blocks that hold
+//! the request, where the size index would read every block long enough
+//! but wrongly aligned.
 //!
 //! The indexes are [`SizeTree`]s (`size_tree.rs`) whose nodes come from
 //! the address tree's own pools, and the aligned ones are listed in the
@@ -117,8 +118,8 @@ impl<S: Storage> BTree<S> {
         if let Some(ix) = &mut self.by_size {
             ix.insert(&mut self.leaves, &mut self.inners, (e - s, s));
             for (k, ax) in self.by_usable.as_mut_slice() {
-                if holds_aligned(s, e, *k) {
-                    ax.insert(&mut self.leaves, &mut self.inners, (e - s, s));
+                if let Some(u) = usable(s, e, *k) {
+                    ax.insert(&mut self.leaves, &mut self.inners, (u, s));
                 }
             }
         }
@@ -131,8 +132,8 @@ impl<S: Storage> BTree<S> {
             let held = ix.remove(&mut self.leaves, &mut self.inners, (e - s, s));
             debug_assert!(held, "[{s:#x}, {e:#x}) is not in the size index");
             for (k, ax) in self.by_usable.as_mut_slice() {
-                if holds_aligned(s, e, *k) {
-                    ax.remove(&mut self.leaves, &mut self.inners, (e - s, s));
+                if let Some(u) = usable(s, e, *k) {
+                    ax.remove(&mut self.leaves, &mut self.inners, (u, s));
                 }
             }
         }
@@ -151,7 +152,7 @@ impl<S: Storage> BTree<S> {
             return None;
         }
         let mut ax = SizeTree::new(&mut self.leaves);
-        self.index_all(&mut ax, |s, e| holds_aligned(s, e, k).then_some((e - s, s)));
+        self.index_all(&mut ax, |s, e| usable(s, e, k).map(|u| (u, s)));
         self.by_usable.push((k, ax));
         Some(ax)
     }
@@ -176,20 +177,26 @@ impl<S: Storage> BTree<S> {
     /// such address; among blocks of that length, the lowest block. Sets
     /// `pos` to the block. `size > 0`. Builds the size index on first use.
     ///
-    /// Two walks take turns: the size index (for a request aligned above
-    /// the granule floor, the aligned index of its alignment: see the
-    /// module docs) from the first block of at least `size` bytes, whose
-    /// first block that holds the request is the answer, and the blocks
-    /// meeting the window in address order, which knows the answer once it
-    /// has seen them all. The first to know answers.
+    /// Two walks take turns: the size index from the first block of at
+    /// least `size` bytes, whose first block that holds the request is the
+    /// answer, and the blocks meeting the window in address order, which
+    /// knows the answer once it has seen them all. The first to know
+    /// answers.
+    ///
+    /// Without a window (one that holds every block), a request aligned
+    /// above the granule floor reads the aligned index of its alignment
+    /// instead (see the module docs).
     ///
     /// # Complexity
-    /// O(log n + min(k, m)), `k` the blocks at least `size` long that come
-    /// before the answer in the index's order but cannot hold the request
-    /// (an aligned address with too little room after it, or outside the
-    /// window), `m` the blocks that meet the window. The first request at
-    /// an alignment builds its index, O(n log n) once, and every change to
-    /// the blocks then updates it, O(log n) per index kept.
+    /// Without a window: O(log n + j), `j` the blocks that hold the
+    /// request and whose usable length at its alignment is at most the
+    /// answer's length (0 when every block start is aligned); the first
+    /// request at an alignment builds its index, O(n log n) once, and
+    /// every change to the blocks then updates it, O(log n) per index
+    /// kept. With a window: O(log n + min(k, m)), `k` the blocks at least
+    /// `size` long that come before the answer in size order but cannot
+    /// hold the request (the alignment misses in them, or they lie outside
+    /// the window), `m` the blocks that meet the window.
     pub fn best_fit(
         &mut self,
         size: u64,
@@ -207,28 +214,25 @@ impl<S: Storage> BTree<S> {
             *pos = self.find(s).expect("a scanned block is in the tree");
             return Some(a);
         }
+        let whole = lo <= self.lowest_start() && self.wild.map_or(true, |w| w.1 <= hi);
         let k = align.trailing_zeros();
-        let ix = match k > self.floor {
+        let aligned = match whole && k > self.floor {
             true => self.aligned_index(k),
             false => None,
         };
-        let ix = ix.or(self.by_size)?;
-        let (s, a) = self.best_fit_in(&ix, size, align, lo, hi)?;
+        let found = match aligned {
+            Some(ax) => best_aligned(self.walk(&ax, (size, 0)), size, k),
+            None => self.best_fit_in_index(size, align, lo, hi),
+        };
+        let (s, a) = found?;
         *pos = self.find(s).expect("an indexed block is in the tree");
         Some(a)
     }
 
-    /// [`best_fit`](Self::best_fit)'s two walks, the first over `ix` (the
-    /// size index or an aligned one of the request's alignment): the
-    /// block's start and the address.
-    fn best_fit_in(
-        &self,
-        ix: &SizeTree,
-        size: u64,
-        align: u64,
-        lo: u64,
-        hi: u64,
-    ) -> Option<(u64, u64)> {
+    /// [`best_fit`](Self::best_fit)'s two walks: the block's start and the
+    /// address.
+    fn best_fit_in_index(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<(u64, u64)> {
+        let ix = self.by_size.as_ref()?;
         let fit = |(s, e): (u64, u64)| fit_in(s.max(lo), e.min(hi), size, align);
         let mut by_size = self.walk(ix, (size, 0));
         // Started at the first miss: most searches end at the first block.
@@ -295,8 +299,7 @@ impl<S: Storage> BTree<S> {
         for (k, ax) in self.aligned() {
             let mut want: Vec<(u64, u64)> = self
                 .iter()
-                .filter(|&(s, e)| holds_aligned(s, e, *k))
-                .map(|(s, e)| (e - s, s))
+                .filter_map(|(s, e)| usable(s, e, *k).map(|u| (u, s)))
                 .collect();
             want.sort_unstable();
             check(ax, want, "an aligned index")?;
@@ -308,9 +311,32 @@ impl<S: Storage> BTree<S> {
     }
 }
 
-/// Whether `[s, e)` holds an address aligned to `2^k`.
+/// The usable length of `[s, e)` from its first start aligned to `2^k`,
+/// if it holds one.
 #[inline]
-fn holds_aligned(s: u64, e: u64, k: u32) -> bool {
+fn usable(s: u64, e: u64, k: u32) -> Option<u64> {
     let mask = (1u64 << k) - 1;
-    s.checked_add(mask).is_some_and(|a| a & !mask < e)
+    let a = s.checked_add(mask)? & !mask;
+    (a < e).then(|| e - a)
+}
+
+/// The best fit for `size` among `ax`'s entries from `(size, 0)` on, in
+/// an aligned index for `2^k` (every block with an aligned start, by
+/// usable length): of the blocks whose usable length is at least `size`,
+/// the shortest, the lowest of those; its start and the aligned start in
+/// it. A block's length is at least its usable length, so the walk stops
+/// once the usable lengths pass the best length found.
+fn best_aligned(ax: impl Iterator<Item = (u64, u64)>, size: u64, k: u32) -> Option<(u64, u64)> {
+    let mut best: Option<(u64, u64, u64)> = None;
+    for (u, s) in ax {
+        debug_assert!(u >= size);
+        if best.is_some_and(|b| u > b.0) {
+            break;
+        }
+        let mask = (1u64 << k) - 1;
+        let a = (s + mask) & !mask;
+        let c = (a + u - s, s, a);
+        best = Some(best.map_or(c, |b| b.min(c)));
+    }
+    best.map(|(_, s, a)| (s, a))
 }
