@@ -209,7 +209,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 
     fn purgeable(&self) -> bool {
-        !self.lazy.is_empty() || !self.stuck.is_empty()
+        !self.retiring.is_empty()
     }
 
     /// Reserves `span` bytes at `align`, purging the lazy and stuck lists
