@@ -6,14 +6,13 @@
 mod host;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use host::{lazy, Stack, Table, END, START};
-use mmkit::vmap::VmapAllocator;
-use mmkit_vmalloc::{MapRam, Vmalloc, PAGE};
+use host::{Stack, Table};
+use mmkit_vmalloc::PAGE;
 
 fn vmalloc(c: &mut Criterion) {
     let mut g = c.benchmark_group("layer vmalloc + vfree");
     for pages in [1u64, 16] {
-        let mut v = Vmalloc::new(VmapAllocator::new(START, END).unwrap(), lazy());
+        let mut v = host::layer();
         let (mut mmu, mut src) = (Table::default(), Stack((0..4096).collect()));
         g.bench_function(format!("{pages} pages, lazy"), |b| {
             b.iter(|| {
@@ -26,12 +25,7 @@ fn vmalloc(c: &mut Criterion) {
 }
 
 fn map_ram(c: &mut Criterion) {
-    type Layer = lock_api::Mutex<spin::Mutex<()>, Vmalloc<VmapAllocator>>;
-    let layer: &'static Layer = Box::leak(Box::new(lock_api::Mutex::new(Vmalloc::new(
-        VmapAllocator::new(START, END).unwrap(),
-        lazy(),
-    ))));
-    let ram = MapRam::new(layer, 2).unwrap();
+    let ram = host::map_ram();
     let (mut mmu, mut src) = (Table::default(), Stack(Vec::new()));
     let pfns = [1, 2, 3, 4];
     c.bench_function("layer vm_map_ram + vm_unmap_ram, 4 pages", |b| {

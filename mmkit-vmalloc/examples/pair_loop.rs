@@ -7,19 +7,18 @@
 //!     target/release/examples/pair_loop v1|v16|ram N
 //! ```
 //!
-//! `v1`/`v16`: `vmalloc` + `vfree` of 1 or 16 pages; `ram`: `vm_map_ram`
-//! + `vm_unmap_ram` of 4 pages. Two runs at N and 2N give the count of one
-//! pair as their difference over N.
+//! `v1`/`v16`: `vmalloc` and `vfree` of 1 or 16 pages; `ram`: `vm_map_ram`
+//! and `vm_unmap_ram` of 4 pages. Two runs at N and 2N give the count of
+//! one pair as their difference over N.
 
 mod host;
 
-use host::{lazy, Stack, Table, END, START};
-use mmkit::vmap::VmapAllocator;
-use mmkit_vmalloc::{MapRam, Vmalloc, PAGE};
+use host::{Stack, Table};
+use mmkit_vmalloc::PAGE;
 
 #[inline(never)]
 fn vmalloc_pairs(pages: u64, n: u64) {
-    let mut v = Vmalloc::new(VmapAllocator::new(START, END).unwrap(), lazy());
+    let mut v = host::layer();
     let (mut mmu, mut src) = (Table::default(), Stack((0..4096).collect()));
     for _ in 0..n {
         let va = v.vmalloc(&mut mmu, &mut src, pages * PAGE).unwrap();
@@ -30,12 +29,7 @@ fn vmalloc_pairs(pages: u64, n: u64) {
 
 #[inline(never)]
 fn ram_pairs(n: u64) {
-    type Layer = lock_api::Mutex<spin::Mutex<()>, Vmalloc<VmapAllocator>>;
-    let layer: &'static Layer = Box::leak(Box::new(lock_api::Mutex::new(Vmalloc::new(
-        VmapAllocator::new(START, END).unwrap(),
-        lazy(),
-    ))));
-    let ram = MapRam::new(layer, 2).unwrap();
+    let ram = host::map_ram();
     let (mut mmu, mut src) = (Table::default(), Stack(Vec::new()));
     let pfns = [1, 2, 3, 4];
     for _ in 0..n {

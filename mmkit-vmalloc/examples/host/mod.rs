@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use mmkit_vmalloc::{Flush, FrameSource, MapFailed, Mmu, Refused, PAGE};
+use mmkit::vmap::VmapAllocator;
+use mmkit_vmalloc::{Flush, FrameSource, MapFailed, MapRam, Mmu, Refused, Vmalloc, PAGE};
 
 /// Page table and TLB in one: `va -> pfn`.
 #[derive(Default)]
@@ -44,13 +45,27 @@ impl FrameSource for Stack {
 }
 
 /// The virtual range the layers place areas in.
-pub const START: u64 = 0x1000_0000_0000;
+const START: u64 = 0x1000_0000_0000;
 /// Its end (64 GiB above `START`).
-pub const END: u64 = START + (1 << 36);
+const END: u64 = START + (1 << 36);
 
 /// Lazy flushing with a 32 MiB threshold.
-pub fn lazy() -> Flush {
+fn lazy() -> Flush {
     Flush::Lazy {
         max_bytes: 32 << 20,
     }
+}
+
+/// A plain layer over `[START, END)`, lazy.
+pub fn layer() -> Vmalloc<VmapAllocator> {
+    Vmalloc::new(VmapAllocator::new(START, END).unwrap(), lazy())
+}
+
+/// A layer behind a spin lock, shared for ever.
+pub type Shared = lock_api::Mutex<spin::Mutex<()>, Vmalloc<VmapAllocator>>;
+
+/// A `vm_map_ram` front end for 2 CPUs over a new shared layer.
+pub fn map_ram() -> MapRam<spin::Mutex<()>, VmapAllocator> {
+    let layer: &'static Shared = Box::leak(Box::new(lock_api::Mutex::new(layer())));
+    MapRam::new(layer, 2).unwrap()
 }
