@@ -86,7 +86,10 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
     /// # Errors
     /// [`VmError::Empty`], [`VmError::TooManyPages`], [`VmError::BadCpu`];
     /// [`VmError::NoSpace`] after the purge; the MMU's error (what was
-    /// mapped is cleared). Nothing stays mapped then.
+    /// mapped is cleared). Nothing stays mapped then, but a CPU may still
+    /// cache the pages the failed map wrote, as after
+    /// [`unmap`](Self::unmap): their frames are unreachable after the next
+    /// [`unmap_aliases`](Self::unmap_aliases).
     pub fn map(
         &self,
         mmu: &mut impl Mmu,
