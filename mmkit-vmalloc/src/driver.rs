@@ -244,11 +244,11 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         span: u64,
         align: u64,
     ) -> Result<u64, VmError> {
-        let (lo, hi) = self.range.space();
-        let r = match self.range.alloc_placed(span, align, (lo, hi), self.place) {
+        let space = self.range.space();
+        let r = match self.place_range(span, align, space) {
             Err(AllocError::NoSpace) if self.purgeable() => {
                 self.purge(mmu, src);
-                self.range.alloc_placed(span, align, (lo, hi), self.place)
+                self.place_range(span, align, space)
             }
             r => r,
         };
@@ -551,8 +551,9 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             if had_shadows {
                 self.shadows.retain(|s| s.0 != r.start);
             }
-            if let Gone::Area(a) = r.what {
-                self.release_frames(src, &a.frames);
+            match r.what {
+                Gone::Area(a) if !a.frames.is_empty() => self.release_frames(src, &a.frames),
+                _ => {}
             }
         }
         if had_shadows && !self.deferred.is_empty() {

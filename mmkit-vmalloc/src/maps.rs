@@ -259,9 +259,25 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         align: u64,
         window: (u64, u64),
     ) -> Result<u64, AllocError> {
-        let va = self.range.alloc_placed(size, align, window, self.place)?;
+        let va = self.place_range(size, align, window)?;
         self.reserved.insert(va);
         Ok(va)
+    }
+
+    /// A new range of `size` bytes at `align` in `window`, placed by
+    /// [`placement`](Self::placement). Lowest fit goes through `alloc_in`,
+    /// which places that way in every range allocator and skips the
+    /// request the other policies need.
+    pub(crate) fn place_range(
+        &mut self,
+        size: u64,
+        align: u64,
+        window: (u64, u64),
+    ) -> Result<u64, AllocError> {
+        match self.place {
+            Policy::Lowest => self.range.alloc_in(size, align, window.0, window.1),
+            place => self.range.alloc_placed(size, align, window, place),
+        }
     }
 
     /// Gives back a reserved range that nothing was mapped in (nothing is
@@ -380,7 +396,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         window: (u64, u64),
     ) -> Result<u64, AllocError> {
         self.stats.block_ops += 1;
-        let va = self.range.alloc_placed(size, align, window, self.place)?;
+        let va = self.place_range(size, align, window)?;
         self.blocks.insert(va, size);
         Ok(va)
     }
