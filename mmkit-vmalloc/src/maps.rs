@@ -19,11 +19,10 @@
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
+use mmkit::lazy::Retiring;
 use mmkit::range::RangeAllocator;
 use mmkit::request::Policy;
 use mmkit::AllocError;
-
-use mmkit::lazy::Retiring;
 
 use super::lazy::{lazy_max, Gone, Outcome, Retired, When};
 use super::{Flush, FramePolicy, Mmu, VmError, PAGE};
