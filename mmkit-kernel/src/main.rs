@@ -15,6 +15,7 @@ mod fault;
 mod heap;
 mod idt;
 mod mm;
+mod nodes;
 mod paging;
 mod percpu;
 mod pervar;
@@ -127,6 +128,7 @@ fn run(scale: scale::Scale) -> Result<usize, alloc::string::String> {
         // or the last experiment left lazily freed is not its debt.
         mm::locked(mm::tree()).purge(&mut mm::KernelMmu, &mut mm::PhysFrames);
         mm::locked(mm::linear_lazy()).purge(&mut mm::KernelMmu, &mut mm::PhysFrames);
+        nodes::purge_all();
         let t0 = arch::rdtsc();
         step(scale)?;
         tests::check_all().map_err(|e| alloc::format!("after {name}: {e}"))?;

@@ -2,8 +2,9 @@
 //! traits it implements (the MMU: page tables + shootdown; the frame
 //! source: the buddy's per-CPU lists), three vmalloc layers over parts of
 //! the vmalloc area (mmkit's tree; the busy-list baseline the seeds
-//! replaced, with eager flush and with lazy flush as Linux 4.20 had it),
-//! and one `vm_map_ram` front end for every CPU.
+//! replaced, with eager flush and with lazy flush as Linux 4.20 had it;
+//! the vmap nodes of [`crate::nodes`]), and one `vm_map_ram` front end for
+//! every CPU over the tree and one over the nodes.
 //!
 //! Each layer has 16 GiB whose base is aligned to 16 GiB and no more, so
 //! that every layer can satisfy the same alignments (`test_vmalloc`'s
@@ -102,11 +103,16 @@ pub const LINEAR_LAZY_RANGE: (u64, u64) = layer_range(5);
 
 /// The `k`th 16 GiB of the vmalloc area (odd `k`: a base aligned to
 /// exactly 16 GiB).
-const fn layer_range(k: u64) -> (u64, u64) {
+pub(crate) const fn layer_range(k: u64) -> (u64, u64) {
     let size = 16 << 30;
     (VMALLOC_START + k * size, VMALLOC_START + (k + 1) * size)
 }
 static MAP_RAM: Once<MapRamAll> = Once::new();
+static MAP_RAM_NODES: Once<MapRamNodes> = Once::new();
+
+/// The `vm_map_ram` front end of every CPU, its blocks from the nodes
+/// design's layer for them.
+pub type MapRamNodes = MapRam<spin::Mutex<()>, crate::nodes::NodeRange>;
 
 /// Acquisitions of a layer's (global) lock.
 pub static GLOBAL_LOCKS: AtomicU64 = AtomicU64::new(0);
@@ -135,6 +141,10 @@ pub fn init(cpus: usize) {
         Lock::new(Vmalloc::new(r, lazy))
     });
     MAP_RAM.call_once(|| MapRam::new(tree(), cpus.clamp(1, MAX_CPUS)).expect("CPU count"));
+    crate::nodes::init(cpus, lazy);
+    MAP_RAM_NODES.call_once(|| {
+        MapRam::new(crate::nodes::ram_layer(), cpus.clamp(1, MAX_CPUS)).expect("CPU count")
+    });
 }
 
 /// The tree layer (global lock).
@@ -161,6 +171,11 @@ pub fn locked<T>(l: &'static Lock<T>) -> lock_api::MutexGuard<'static, spin::Mut
 /// The `vm_map_ram` front end (any CPU may unmap what another mapped).
 pub fn map_ram() -> &'static MapRamAll {
     MAP_RAM.get().expect("mm::init ran")
+}
+
+/// The `vm_map_ram` front end of the nodes design.
+pub fn map_ram_nodes() -> &'static MapRamNodes {
+    MAP_RAM_NODES.get().expect("mm::init ran")
 }
 
 /// `vmalloc`: `pages` frames from this CPU's lists, mapped in `layer` at
@@ -204,6 +219,8 @@ pub fn whereabouts(va: u64) -> Option<Where> {
         LINEAR.get()?.try_lock().map(|l| l.lookup(va))
     } else if within(LINEAR_LAZY_RANGE) {
         LINEAR_LAZY.get()?.try_lock().map(|l| l.lookup(va))
+    } else if within(crate::nodes::RANGE) {
+        crate::nodes::whereabouts(va)
     } else {
         Some(Where::Free)
     }

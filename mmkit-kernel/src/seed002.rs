@@ -1,7 +1,9 @@
 //! Seed 002's loop on every online CPU: map 4 pages, touch them, unmap
 //! them. The old design is the busy list under one global lock with an
 //! eager flush (an IPI to every other CPU per unmap); the new one is the
-//! CPU's own `vm_map_ram` front end with lazy flush. Each touch checks
+//! CPU's own `vm_map_ram` front end with lazy flush, its blocks from the
+//! tree; the nodes design is the same front end, its blocks from the vmap
+//! nodes. Each touch checks
 //! that the write reached the frame the page table maps (a stale
 //! translation fails the experiment, not just its time), and the loop
 //! alternates between two sets of frames so that a stale translation
@@ -15,7 +17,7 @@ use crate::counters::{counts, since};
 use crate::mm::{self, KernelMmu, PhysFrames};
 use crate::scale::{per_cpu_share, Scale};
 use crate::{arch, percpu, phys, println, smp, time};
-use mmkit_vmalloc::PAGE;
+use mmkit_vmalloc::{MapRam, PAGE};
 
 /// Pages per map.
 const PAGES: usize = 4;
@@ -30,22 +32,35 @@ struct Loop {
 /// One map+touch+unmap of `frames` in `design`; whether it all worked.
 fn once(design: &str, cpu: usize, frames: &[u64]) -> bool {
     let mut mmu = KernelMmu;
-    if design == "old" {
-        // The guard drops before the unmap takes the lock again.
-        let src = &mut PhysFrames;
-        let r = mm::locked(mm::linear()).vmap(&mut mmu, src, frames, PAGE);
-        r.is_ok_and(|va| {
-            crate::fault::touch(va, PAGES as u64)
-                && mm::locked(mm::linear()).vunmap(&mut mmu, src, va).is_ok()
-        })
-    } else {
-        let ram = mm::map_ram();
-        let r = ram.map(&mut mmu, &mut PhysFrames, cpu, frames);
-        r.is_ok_and(|va| {
-            crate::fault::touch(va, PAGES as u64)
-                && ram.unmap(&mut mmu, &mut PhysFrames, cpu, va, PAGES).is_ok()
-        })
+    match design {
+        "old" => {
+            // The guard drops before the unmap takes the lock again.
+            let src = &mut PhysFrames;
+            let r = mm::locked(mm::linear()).vmap(&mut mmu, src, frames, PAGE);
+            r.is_ok_and(|va| {
+                crate::fault::touch(va, PAGES as u64)
+                    && mm::locked(mm::linear()).vunmap(&mut mmu, src, va).is_ok()
+            })
+        }
+        "nodes" => through(mm::map_ram_nodes(), cpu, frames),
+        _ => through(mm::map_ram(), cpu, frames),
     }
+}
+
+/// One map+touch+unmap of `frames` through the `vm_map_ram` front end
+/// `ram`.
+fn through<R: mmkit::range::RangeAllocator>(
+    ram: &MapRam<spin::Mutex<()>, R>,
+    cpu: usize,
+    frames: &[u64],
+) -> bool {
+    let r = ram.map(&mut KernelMmu, &mut PhysFrames, cpu, frames);
+    r.is_ok_and(|va| {
+        crate::fault::touch(va, PAGES as u64)
+            && ram
+                .unmap(&mut KernelMmu, &mut PhysFrames, cpu, va, PAGES)
+                .is_ok()
+    })
 }
 
 /// `iters` timed iterations on this CPU after a tenth untimed (blocks,
@@ -80,11 +95,11 @@ fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>) -> L
     out
 }
 
-/// Seed 002's loop on every online CPU, both designs; one `ROW seed002`
+/// Seed 002's loop on every online CPU, each design; one `ROW seed002`
 /// line each.
 pub fn run(s: Scale) -> Result<(), String> {
     let cpus = percpu::online();
-    for design in ["old", "new"] {
+    for design in ["old", "new", "nodes"] {
         let iters = if design == "old" {
             per_cpu_share(s.seed_old_iters)
         } else {
@@ -118,5 +133,6 @@ pub fn run(s: Scale) -> Result<(), String> {
         }
     }
     mm::map_ram().unmap_aliases(&mut KernelMmu, &mut PhysFrames);
+    mm::map_ram_nodes().unmap_aliases(&mut KernelMmu, &mut PhysFrames);
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! `test_vmalloc` on real mappings: the seven tests of
 //! `mmkit_vmalloc::test_vmalloc` (the same code `mmkit experiments vmalloc`
-//! runs on the host) for three designs: the busy list with eager flush
+//! runs on the host) for four designs: the busy list with eager flush
 //! (before seed 002), the busy list with lazy flush (seed 000's "before",
-//! Linux 4.20), and mmkit's tree with lazy flush. Frames come from the
+//! Linux 4.20), mmkit's tree with lazy flush behind one lock, and the tree
+//! behind Linux 6.9's vmap nodes (a layer and a node per CPU). Frames come from the
 //! per-CPU lists, PTEs are written, every area has its guard page, and a
 //! touch checks that the write reached the area's frame.
 //!
@@ -45,11 +46,30 @@ impl<R: RangeAllocator> TestVmalloc for Design<R> {
     }
 }
 
-/// The three designs.
+/// The nodes design: each CPU's own layer over its vmap node.
+struct NodesDesign;
+
+impl TestVmalloc for NodesDesign {
+    fn vmalloc(&self, pages: u64, align: u64) -> Option<u64> {
+        crate::nodes::vmalloc(pages, align.max(PAGE)).ok()
+    }
+
+    fn vfree(&self, va: u64) {
+        // Only areas the tests allocated are freed.
+        let _ = crate::nodes::vfree(va);
+    }
+
+    fn touch(&self, va: u64) -> bool {
+        crate::fault::touch(va, 1)
+    }
+}
+
+/// The four designs.
 struct Designs {
     old: Design<LinearVmap>,
     old_lazy: Design<LinearVmap>,
     new: Design<VmapAllocator>,
+    nodes: NodesDesign,
 }
 
 impl Designs {
@@ -58,15 +78,17 @@ impl Designs {
             old: Design(mm::linear()),
             old_lazy: Design(mm::linear_lazy()),
             new: Design(mm::tree()),
+            nodes: NodesDesign,
         }
     }
 
     /// Each with its name in `ROW` lines.
-    fn named(&self) -> [(&'static str, &(dyn TestVmalloc + Sync)); 3] {
+    fn named(&self) -> [(&'static str, &(dyn TestVmalloc + Sync)); 4] {
         [
             ("old", &self.old),
             ("old_lazy", &self.old_lazy),
             ("new", &self.new),
+            ("nodes", &self.nodes),
         ]
     }
 }
