@@ -262,13 +262,13 @@ fn mmkit_measured(b: &Boot, design: &str) -> Option<Measured> {
         })
         .collect::<Option<Vec<f64>>>()?;
     let stress = row(b, "test_vmalloc", &[("mode", "stress"), ("design", design)])?;
-    // vm_map_ram exists in the new design only; the old maps through the
-    // busy list.
-    let seed = row(
-        b,
-        "seed002",
-        &[("design", if design == "new" { "new" } else { "old" })],
-    );
+    // vm_map_ram exists in the new and nodes designs only; the old maps
+    // through the busy list.
+    let seed_design = match design {
+        "new" | "nodes" => design,
+        _ => "old",
+    };
+    let seed = row(b, "seed002", &[("design", seed_design)]);
     Some(Measured {
         perf_total_ms: perf_tests.iter().sum(),
         perf_tests,
@@ -318,12 +318,13 @@ fn measure(
         }
         let verdict = match booted {
             Ok(b) if b.passed => {
-                let found = ["old", "old_lazy", "new"].map(|d| mmkit_measured(&b, d));
+                let found = ["old", "old_lazy", "new", "nodes"].map(|d| mmkit_measured(&b, d));
                 match found {
-                    [Some(o), Some(l), Some(w)] => {
+                    [Some(o), Some(l), Some(w), Some(n)] => {
                         a.old.push(o);
                         a.lazy.push(l);
                         a.new.push(w);
+                        a.nodes.push(n);
                         ("pass".to_string(), b.wall)
                     }
                     _ => ("FAIL: ROW lines missing".to_string(), b.wall),

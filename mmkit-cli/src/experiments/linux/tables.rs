@@ -15,6 +15,7 @@ pub(super) struct AtCpus {
     pub(super) old: Vec<Measured>,
     pub(super) lazy: Vec<Measured>,
     pub(super) new: Vec<Measured>,
+    pub(super) nodes: Vec<Measured>,
     pub(super) linux: Vec<Measured>,
     pub(super) boots: Vec<BootRow>,
 }
@@ -35,9 +36,12 @@ pub(super) struct ModeRow {
     pub(super) old_ms: Spread,
     pub(super) lazy_ms: Spread,
     pub(super) new_ms: Spread,
+    pub(super) nodes_ms: Spread,
     pub(super) linux_ms: Spread,
     pub(super) linux_per_new: Option<f64>,
+    pub(super) linux_per_nodes: Option<f64>,
     pub(super) new_ipis: Spread,
+    pub(super) nodes_ipis: Spread,
     pub(super) linux_ipis: Spread,
 }
 
@@ -46,9 +50,12 @@ pub(super) struct MapRamRow {
     pub(super) vcpus: usize,
     pub(super) old_ns: Spread,
     pub(super) new_ns: Spread,
+    pub(super) nodes_ns: Spread,
     pub(super) linux_ns: Spread,
     pub(super) linux_per_new: Option<f64>,
+    pub(super) linux_per_nodes: Option<f64>,
     pub(super) new_ipis_per_1e6: Spread,
+    pub(super) nodes_ipis_per_1e6: Spread,
     pub(super) linux_ipis_per_1e6: Spread,
 }
 
@@ -57,8 +64,10 @@ pub(super) struct TestRow {
     pub(super) vcpus: usize,
     pub(super) test: &'static str,
     pub(super) new_ms: Spread,
+    pub(super) nodes_ms: Spread,
     pub(super) linux_ms: Spread,
     pub(super) linux_per_new: Option<f64>,
+    pub(super) linux_per_nodes: Option<f64>,
 }
 
 #[derive(Serialize, Debug)]
@@ -71,35 +80,47 @@ pub(super) struct BootRow {
 }
 
 /// Performance mode: total ms of the designs and Linux.
-pub(super) const PERF_COLS: [Col; 6] = [
+pub(super) const PERF_COLS: [Col; 8] = [
     col("vcpus", "vCPUs", Fmt::Text),
     col("old_ms", "mmkit old ms", Fmt::Spread(1)),
     col("lazy_ms", "mmkit old-lazy ms", Fmt::Spread(1)),
     col("new_ms", "mmkit new ms", Fmt::Spread(1)),
+    col("nodes_ms", "mmkit nodes ms", Fmt::Spread(1)),
     col("linux_ms", "Linux ms", Fmt::Spread(1)),
     col("linux_per_new", "Linux/new", Fmt::Ratio),
+    col("linux_per_nodes", "Linux/nodes", Fmt::Ratio),
 ];
 
 /// Stress mode: the same with the TLB IPIs (whole ms: they run longer).
-pub(super) const STRESS_COLS: [Col; 8] = [
+pub(super) const STRESS_COLS: [Col; 11] = [
     col("vcpus", "vCPUs", Fmt::Text),
     col("old_ms", "mmkit old ms", Fmt::Spread(0)),
     col("lazy_ms", "mmkit old-lazy ms", Fmt::Spread(0)),
     col("new_ms", "mmkit new ms", Fmt::Spread(0)),
+    col("nodes_ms", "mmkit nodes ms", Fmt::Spread(0)),
     col("linux_ms", "Linux ms", Fmt::Spread(0)),
     col("linux_per_new", "Linux/new", Fmt::Ratio),
+    col("linux_per_nodes", "Linux/nodes", Fmt::Ratio),
     col("new_ipis", "new IPIs", Fmt::Spread(0)),
+    col("nodes_ipis", "nodes IPIs", Fmt::Spread(0)),
     col("linux_ipis", "Linux IPIs", Fmt::Spread(0)),
 ];
 
 /// The vm_map_ram loop (the old design's figure is in the JSON and in
 /// `mmkit experiments kernel`: 10^3-10^4 times slower, it would not fit).
-pub(super) const MAP_RAM_COLS: [Col; 6] = [
+pub(super) const MAP_RAM_COLS: [Col; 9] = [
     col("vcpus", "vCPUs", Fmt::Text),
     col("new_ns", "mmkit new ns/op", Fmt::Spread(0)),
+    col("nodes_ns", "mmkit nodes ns/op", Fmt::Spread(0)),
     col("linux_ns", "Linux ns/op", Fmt::Spread(0)),
     col("linux_per_new", "Linux/new", Fmt::Ratio),
+    col("linux_per_nodes", "Linux/nodes", Fmt::Ratio),
     col("new_ipis_per_1e6", "new IPIs/10^6 unmaps", Fmt::Spread(0)),
+    col(
+        "nodes_ipis_per_1e6",
+        "nodes IPIs/10^6 unmaps",
+        Fmt::Spread(0),
+    ),
     col(
         "linux_ipis_per_1e6",
         "Linux IPIs/10^6 unmaps",
@@ -107,12 +128,14 @@ pub(super) const MAP_RAM_COLS: [Col; 6] = [
     ),
 ];
 
-pub(super) const TEST_COLS: [Col; 5] = [
+pub(super) const TEST_COLS: [Col; 7] = [
     col("vcpus", "vCPUs", Fmt::Text),
     col("test", "test", Fmt::Text),
     col("new_ms", "mmkit new ms", Fmt::Spread(2)),
+    col("nodes_ms", "mmkit nodes ms", Fmt::Spread(2)),
     col("linux_ms", "Linux ms", Fmt::Spread(2)),
     col("linux_per_new", "Linux/new", Fmt::Ratio),
+    col("linux_per_nodes", "Linux/nodes", Fmt::Ratio),
 ];
 
 pub(super) const BOOT_COLS: [Col; 5] = [
@@ -133,15 +156,19 @@ pub(super) fn mode_row(
     ms: fn(&Measured) -> f64,
     ipis: fn(&Measured) -> f64,
 ) -> ModeRow {
-    let (new_ms, linux_ms) = (spread(&a.new, ms), spread(&a.linux, ms));
+    let (new_ms, nodes_ms) = (spread(&a.new, ms), spread(&a.nodes, ms));
+    let linux_ms = spread(&a.linux, ms);
     ModeRow {
         vcpus: a.vcpus,
         old_ms: spread(&a.old, ms),
         lazy_ms: spread(&a.lazy, ms),
         linux_per_new: per(&linux_ms, &new_ms),
+        linux_per_nodes: per(&linux_ms, &nodes_ms),
         new_ms,
+        nodes_ms,
         linux_ms,
         new_ipis: spread(&a.new, ipis),
+        nodes_ipis: spread(&a.nodes, ipis),
         linux_ipis: spread(&a.linux, ipis),
     }
 }
@@ -149,14 +176,18 @@ pub(super) fn mode_row(
 pub(super) fn map_ram_row(a: &AtCpus) -> MapRamRow {
     let ns = |m: &Measured| m.map_ram_ns;
     let ipis = |m: &Measured| m.map_ram_ipis_per_1e6;
-    let (new_ns, linux_ns) = (spread(&a.new, ns), spread(&a.linux, ns));
+    let (new_ns, nodes_ns) = (spread(&a.new, ns), spread(&a.nodes, ns));
+    let linux_ns = spread(&a.linux, ns);
     MapRamRow {
         vcpus: a.vcpus,
         old_ns: spread(&a.old, ns),
         linux_per_new: per(&linux_ns, &new_ns),
+        linux_per_nodes: per(&linux_ns, &nodes_ns),
         new_ns,
+        nodes_ns,
         linux_ns,
         new_ipis_per_1e6: spread(&a.new, ipis),
+        nodes_ipis_per_1e6: spread(&a.nodes, ipis),
         linux_ipis_per_1e6: spread(&a.linux, ipis),
     }
 }
@@ -167,12 +198,15 @@ pub(super) fn test_rows(a: &AtCpus) -> Vec<TestRow> {
         .enumerate()
         .map(|(i, &test)| {
             let ms = |m: &Measured| m.perf_tests.get(i).copied().unwrap_or(f64::NAN);
-            let (new_ms, linux_ms) = (spread(&a.new, ms), spread(&a.linux, ms));
+            let (new_ms, nodes_ms) = (spread(&a.new, ms), spread(&a.nodes, ms));
+            let linux_ms = spread(&a.linux, ms);
             TestRow {
                 vcpus: a.vcpus,
                 test,
                 linux_per_new: per(&linux_ms, &new_ms),
+                linux_per_nodes: per(&linux_ms, &nodes_ms),
                 new_ms,
+                nodes_ms,
                 linux_ms,
             }
         })

@@ -241,6 +241,12 @@ fn targets_compare_medians_of_the_boots() {
             measured(0.5, 30.0, 90.0, 90.0, 40.0),
             measured(3.0, 5.0, 200.0, 300.0, 60.0),
         ],
+        // Medians: perf 0.5, stress 5, map 50 ns.
+        nodes: vec![
+            measured(0.5, 5.0, 100.0, 50.0, 50.0),
+            measured(0.5, 5.0, 100.0, 40.0, 50.0),
+            measured(0.9, 6.0, 100.0, 60.0, 50.0),
+        ],
         // Medians: perf 1.3, stress 11, IPIs 120, map 100 ns, 40 IPIs/10^6.
         linux: vec![
             measured(1.3, 11.0, 120.0, 100.0, 40.0),
@@ -256,6 +262,10 @@ fn targets_compare_medians_of_the_boots() {
     assert_eq!(perf[0].linux_per_new, Some(1.3));
     assert_eq!(stress[0].linux_per_new, Some(1.1));
     assert_eq!(maps[0].linux_per_new, Some(1.0));
+    assert_eq!(perf[0].linux_per_nodes, Some(2.6));
+    assert_eq!(stress[0].linux_per_nodes, Some(2.2));
+    assert_eq!(maps[0].linux_per_nodes, Some(2.0));
+    assert_eq!(tests[0].linux_per_nodes, Some(2.6));
     let t = targets("TCG", &tests, &perf, &stress, &maps);
     let verdict = |what: &str| t.iter().find(|t| t.what.contains(what)).and_then(|t| t.met);
     assert_eq!(verdict("performance mode: mmkit new >= 1.2x"), Some(true));
