@@ -14,6 +14,7 @@ mod counters;
 mod fault;
 mod heap;
 mod idt;
+mod ipi;
 mod mm;
 mod nodes;
 mod paging;
@@ -117,7 +118,8 @@ fn run(scale: scale::Scale) -> Result<usize, alloc::string::String> {
         &'static str,
         fn(scale::Scale) -> Result<(), alloc::string::String>,
     );
-    let steps: [Step; 4] = [
+    let steps: [Step; 5] = [
+        ("ipi", ipi::run),
         ("seed002", seed002::run),
         ("test_vmalloc performance", test_vmalloc::performance),
         ("test_vmalloc stress", test_vmalloc::stress),

@@ -18,8 +18,8 @@ mod tables;
 
 use parse::{perf_ms, stress_ms, LinuxRun};
 use tables::{
-    map_ram_row, mode_row, targets, test_rows, AtCpus, BootRow, MapRamRow, ModeRow, TestRow,
-    BOOT_COLS, MAP_RAM_COLS, PERF_COLS, STRESS_COLS, TEST_COLS,
+    ipi_rows, map_ram_row, mode_row, targets, test_rows, AtCpus, BootRow, MapRamRow, ModeRow,
+    TestRow, BOOT_COLS, IPI_CASES, IPI_COLS, MAP_RAM_COLS, PERF_COLS, STRESS_COLS, TEST_COLS,
 };
 
 use super::kernel::qemu::{self, Accel, Boot};
@@ -281,6 +281,20 @@ fn mmkit_measured(b: &Boot, design: &str) -> Option<Measured> {
     })
 }
 
+/// mmkit-kernel's shootdown timings (median ns of each `ROW ipi` case,
+/// idle then busy targets; NaN where a case is missing).
+fn ipi_measured(b: &Boot) -> [f64; 8] {
+    let mut out = [f64::NAN; 8];
+    for (i, state) in ["idle", "busy"].into_iter().enumerate() {
+        for (k, what) in IPI_CASES.into_iter().enumerate() {
+            if let Some(r) = row(b, "ipi", &[("what", what), ("targets", state)]) {
+                out[i * 4 + k] = get(&r, "median_ns");
+            }
+        }
+    }
+    out
+}
+
 /// vCPU counts and boots per system of a run.
 fn plan(quick: bool) -> (&'static [usize], usize) {
     if quick {
@@ -325,6 +339,7 @@ fn measure(
                         a.lazy.push(l);
                         a.new.push(w);
                         a.nodes.push(n);
+                        a.ipi.push(ipi_measured(&b));
                         ("pass".to_string(), b.wall)
                     }
                     _ => ("FAIL: ROW lines missing".to_string(), b.wall),
@@ -474,6 +489,12 @@ fn run(opts: &Options) -> Report {
         format!("vm_map_ram loop: ns per map + one write per page + unmap of 4 pages, one bound thread per vCPU ({a})"),
         &MAP_RAM_COLS,
         &maps,
+    ));
+    let ipi: Vec<_> = all.iter().flat_map(ipi_rows).collect();
+    report.tables.push(Table::of(
+        format!("mmkit-kernel's TLB shootdown: IPI send to last acknowledgement, and a whole flush (local invlpg or CR3 reload + IPIs + wait), median ns of each boot's median, targets idle and busy ({a})"),
+        &IPI_COLS,
+        &ipi,
     ));
     report.tables.push(Table::of(
         format!("test_vmalloc performance mode per test, 3 timed runs ({a})"),

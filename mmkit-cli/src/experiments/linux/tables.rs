@@ -17,7 +17,74 @@ pub(super) struct AtCpus {
     pub(super) new: Vec<Measured>,
     pub(super) nodes: Vec<Measured>,
     pub(super) linux: Vec<Measured>,
+    /// mmkit-kernel's shootdown timings of each boot, ns: [`IPI_CASES`]
+    /// with the targets idle, then busy.
+    pub(super) ipi: Vec<[f64; 8]>,
     pub(super) boots: Vec<BootRow>,
+}
+
+/// The `what=` of mmkit-kernel's `ROW ipi` lines, in a row's order.
+pub(super) const IPI_CASES: [&str; 4] = [
+    "round_trip_one",
+    "round_trip_all",
+    "flush_1_page",
+    "flush_64_pages",
+];
+
+/// mmkit-kernel's shootdown: send to acknowledgement, and whole flushes.
+#[derive(Serialize)]
+pub(super) struct IpiRow {
+    pub(super) vcpus: usize,
+    pub(super) targets: &'static str,
+    pub(super) round_trip_one_ns: Spread,
+    pub(super) round_trip_all_ns: Spread,
+    pub(super) flush_1_page_ns: Spread,
+    pub(super) flush_64_pages_ns: Spread,
+}
+
+pub(super) const IPI_COLS: [Col; 6] = [
+    col("vcpus", "vCPUs", Fmt::Text),
+    col("targets", "targets", Fmt::Text),
+    col(
+        "round_trip_one_ns",
+        "IPI round trip, one target ns",
+        Fmt::Spread(0),
+    ),
+    col(
+        "round_trip_all_ns",
+        "IPI round trip, all targets ns",
+        Fmt::Spread(0),
+    ),
+    col("flush_1_page_ns", "flush of 1 page ns", Fmt::Spread(0)),
+    col("flush_64_pages_ns", "flush of 64 pages ns", Fmt::Spread(0)),
+];
+
+/// The idle and the busy row of `a` (none at one vCPU: no target).
+pub(super) fn ipi_rows(a: &AtCpus) -> Vec<IpiRow> {
+    if a.vcpus < 2 {
+        return Vec::new();
+    }
+    [(0, "idle (hlt)"), (4, "busy (spinning)")]
+        .into_iter()
+        .map(|(at, targets)| {
+            let s = |k: usize| {
+                Spread::of(
+                    &(a.ipi.iter())
+                        .map(|b| b[at + k])
+                        .filter(|x| x.is_finite())
+                        .collect::<Vec<_>>(),
+                )
+            };
+            IpiRow {
+                vcpus: a.vcpus,
+                targets,
+                round_trip_one_ns: s(0),
+                round_trip_all_ns: s(1),
+                flush_1_page_ns: s(2),
+                flush_64_pages_ns: s(3),
+            }
+        })
+        .collect()
 }
 
 fn spread(runs: &[Measured], f: impl Fn(&Measured) -> f64) -> Spread {

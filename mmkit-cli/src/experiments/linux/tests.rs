@@ -253,6 +253,7 @@ fn targets_compare_medians_of_the_boots() {
             measured(1.2, 12.0, 110.0, 100.0, 40.0),
             measured(2.0, 10.0, 130.0, 100.0, 40.0),
         ],
+        ipi: Vec::new(),
         boots: Vec::new(),
     };
     let perf = [mode_row(&a, |m| m.perf_total_ms, |_| f64::NAN)];
@@ -274,4 +275,59 @@ fn targets_compare_medians_of_the_boots() {
     assert_eq!(verdict("vm_map_ram loop: mmkit new >= 1.2x"), Some(false));
     assert_eq!(verdict("IPIs per 10^6 unmaps"), Some(false));
     assert!(t.iter().all(|t| t.what.contains("TCG")));
+}
+
+/// A captured mmkit-kernel boot (4 vCPUs, `scale=quick`).
+const MMKIT_SMP4_QUICK: &str = include_str!("fixtures/mmkit-smp4-quick.log");
+
+fn mmkit_boot(text: &str, smp: usize) -> Boot {
+    Boot {
+        smp,
+        lines: text.lines().map(str::to_string).collect(),
+        passed: true,
+        failure: None,
+        first_line: None,
+        wall: Duration::ZERO,
+    }
+}
+
+#[test]
+fn mmkit_kernels_nodes_and_shootdown_rows_are_read_from_a_real_boot() {
+    let b = mmkit_boot(MMKIT_SMP4_QUICK, 4);
+    let nodes = mmkit_measured(&b, "nodes").expect("nodes rows");
+    assert_eq!(nodes.map_ram_ns, 8556.0);
+    assert_eq!(nodes.stress_ms, 137.759649);
+    assert_eq!(nodes.stress_ipis, 24.0);
+    let new = mmkit_measured(&b, "new").expect("new rows");
+    assert_eq!(new.map_ram_ns, 6386.0);
+    let ipi = ipi_measured(&b);
+    assert_eq!(ipi[0], 20947.0); // round trip to one idle target
+    assert_eq!(ipi[5], 3918306.0); // round trip to every busy target
+    assert_eq!(ipi[7], 7886224.0); // a 64-page flush, busy targets
+    let mut a = AtCpus {
+        vcpus: 4,
+        ipi: vec![ipi],
+        ..AtCpus::default()
+    };
+    let rows = ipi_rows(&a);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].round_trip_all_ns.median, 3918306.0);
+    a.vcpus = 1;
+    assert!(ipi_rows(&a).is_empty());
+    // A boot without its busy rows: those cases are missing, not zero.
+    let idle_only: String = MMKIT_SMP4_QUICK
+        .lines()
+        .filter(|l| !l.contains("targets=busy"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let ipi = ipi_measured(&mmkit_boot(&idle_only, 4));
+    assert!(ipi[..4].iter().all(|x| x.is_finite()));
+    assert!(ipi[4..].iter().all(|x| x.is_nan()));
+    // Without its nodes rows the boot gives no nodes figures.
+    let no_nodes: String = MMKIT_SMP4_QUICK
+        .lines()
+        .filter(|l| !l.contains("design=nodes"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(mmkit_measured(&mmkit_boot(&no_nodes, 4), "nodes").is_none());
 }
