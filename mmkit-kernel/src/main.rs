@@ -21,6 +21,7 @@ mod paging;
 mod percpu;
 mod pervar;
 mod phys;
+mod profile;
 mod scale;
 mod seed002;
 mod serial;
@@ -75,6 +76,9 @@ extern "C" fn kmain(info: u64) -> ! {
     let mut buf = [0u8; 256];
     let cmdline = phys::cmdline(info, &mut buf);
     let scale = scale::Scale::parse(cmdline);
+    if scale.profile {
+        profile::enable();
+    }
     println!(
         "SCALE cpus={} seed_iters={} seed_old_iters={} loops={} busy={} full_fit={} stress_loops={} stress_busy={} stress_full_fit={} buddy_pairs={} cycles={} stale_cycles={} lazy_max_mib={}",
         online,

@@ -18,13 +18,15 @@ use spin::Once;
 
 use crate::paging::{self, VMALLOC_START};
 use crate::percpu::MAX_CPUS;
+use crate::profile::{timed, Phase, TimedSpin};
 use crate::{arch, phys, tlb};
 use mmkit_vmalloc::{
     Flush, FrameSource, MapFailed, MapRam, Mmu, Refused, VmError, Vmalloc, Where, PAGE,
 };
 
-/// A lock of the `lock_api` kind (what `MapRam` needs).
-pub type Lock<T> = spin::lock_api::Mutex<T>;
+/// A lock of the `lock_api` kind (what `MapRam` needs): a spin lock whose
+/// contended waits [`crate::profile`] counts.
+pub type Lock<T> = lock_api::Mutex<TimedSpin, T>;
 
 /// The machine: PTE writes in [`paging`], flushes through [`tlb`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -32,32 +34,39 @@ pub struct KernelMmu;
 
 impl Mmu for KernelMmu {
     fn map(&mut self, va: u64, pfns: &[u64]) -> Result<(), MapFailed> {
-        for (i, &pfn) in pfns.iter().enumerate() {
-            let at = va + i as u64 * PAGE;
-            if !paging::map(at, pfn) {
-                // The layer clears what was mapped.
-                let (err, mapped) = (VmError::MapFailed { va: at }, i as u64);
-                return Err(MapFailed { err, mapped });
-            }
-        }
-        Ok(())
+        timed(Phase::Map, || map_pages(va, pfns))
     }
 
     fn clear(&mut self, va: u64, pages: u64) {
-        for i in 0..pages {
-            paging::clear(va + i * PAGE);
-        }
+        timed(Phase::Clear, || {
+            for i in 0..pages {
+                paging::clear(va + i * PAGE);
+            }
+        })
     }
 
     /// Never refuses: the IPIs are acknowledged before it returns.
     fn flush(&mut self, start: u64, end: u64) -> Refused {
-        tlb::flush_range(start, end);
+        timed(Phase::Flush, || tlb::flush_range(start, end));
         Refused::new()
     }
 
     fn translate(&self, va: u64) -> Option<u64> {
         paging::translate(va)
     }
+}
+
+/// Writes the PTEs of `pfns` from `va`.
+fn map_pages(va: u64, pfns: &[u64]) -> Result<(), MapFailed> {
+    for (i, &pfn) in pfns.iter().enumerate() {
+        let at = va + i as u64 * PAGE;
+        if !paging::map(at, pfn) {
+            // The layer clears what was mapped.
+            let (err, mapped) = (VmError::MapFailed { va: at }, i as u64);
+            return Err(MapFailed { err, mapped });
+        }
+    }
+    Ok(())
 }
 
 /// Frames from the running CPU's lists of the buddy allocator, one at a
@@ -68,18 +77,22 @@ pub struct PhysFrames;
 
 impl FrameSource for PhysFrames {
     fn alloc(&mut self, _max: u64) -> Option<(u64, u64)> {
-        phys::alloc(arch::cpu_id(), 0, false).map(|pfn| (pfn, 1))
+        timed(Phase::Frames, || {
+            phys::alloc(arch::cpu_id(), 0, false).map(|pfn| (pfn, 1))
+        })
     }
 
     fn free(&mut self, pfn: u64, count: u64) {
-        let cpu = arch::cpu_id();
-        for p in pfn..pfn + count {
-            phys::free(cpu, p, 0);
-        }
+        timed(Phase::Frames, || {
+            let cpu = arch::cpu_id();
+            for p in pfn..pfn + count {
+                phys::free(cpu, p, 0);
+            }
+        })
     }
 
     fn zero(&mut self, pfn: u64, count: u64) {
-        phys::zero_frames(pfn, count);
+        timed(Phase::Frames, || phys::zero_frames(pfn, count));
     }
 }
 
@@ -88,7 +101,7 @@ pub type TreeLayer = Vmalloc<VmapAllocator>;
 /// The busy-list baseline.
 pub type LinearLayer = Vmalloc<LinearVmap>;
 /// The `vm_map_ram` front end of every CPU, its blocks from the tree layer.
-pub type MapRamAll = MapRam<spin::Mutex<()>, VmapAllocator>;
+pub type MapRamAll = MapRam<TimedSpin, VmapAllocator>;
 
 static TREE: Once<Lock<TreeLayer>> = Once::new();
 static LINEAR: Once<Lock<LinearLayer>> = Once::new();
@@ -112,7 +125,7 @@ static MAP_RAM_NODES: Once<MapRamNodes> = Once::new();
 
 /// The `vm_map_ram` front end of every CPU, its blocks from the nodes
 /// design's layer for them.
-pub type MapRamNodes = MapRam<spin::Mutex<()>, crate::nodes::NodeRange>;
+pub type MapRamNodes = MapRam<TimedSpin, crate::nodes::NodeRange>;
 
 /// Acquisitions of a layer's (global) lock.
 pub static GLOBAL_LOCKS: AtomicU64 = AtomicU64::new(0);
@@ -163,7 +176,7 @@ pub fn linear_lazy() -> &'static Lock<LinearLayer> {
 }
 
 /// Takes a layer's lock, counting the acquisition.
-pub fn locked<T>(l: &'static Lock<T>) -> lock_api::MutexGuard<'static, spin::Mutex<()>, T> {
+pub fn locked<T>(l: &'static Lock<T>) -> lock_api::MutexGuard<'static, TimedSpin, T> {
     GLOBAL_LOCKS.fetch_add(1, Ordering::Relaxed);
     l.lock()
 }
@@ -188,7 +201,9 @@ pub fn vmalloc<R: mmkit::range::RangeAllocator>(
     let size = pages
         .checked_mul(PAGE)
         .ok_or(VmError::TooLarge { bytes: pages })?;
-    locked(layer).vmalloc_aligned(&mut KernelMmu, &mut PhysFrames, size, align)
+    timed(Phase::Calls, || {
+        locked(layer).vmalloc_aligned(&mut KernelMmu, &mut PhysFrames, size, align)
+    })
 }
 
 /// `vfree`: unmaps and returns the frames to this CPU's lists.
@@ -196,7 +211,9 @@ pub fn vfree<R: mmkit::range::RangeAllocator>(
     layer: &'static Lock<Vmalloc<R>>,
     va: u64,
 ) -> Result<(), VmError> {
-    locked(layer).vfree(&mut KernelMmu, &mut PhysFrames, va)
+    timed(Phase::Calls, || {
+        locked(layer).vfree(&mut KernelMmu, &mut PhysFrames, va)
+    })
 }
 
 /// `vfree_atomic`: as [`vfree`], but never flushes (no IPI, no wait): for

@@ -29,10 +29,11 @@ use spin::Once;
 
 use crate::mm::{KernelMmu, Lock, PhysFrames};
 use crate::percpu::MAX_CPUS;
+use crate::profile::{timed, Phase, TimedSpin};
 use crate::{arch, tlb};
 
 /// The nodes' lock: a spin lock.
-type Nodes = VmapNodes<spin::Mutex<()>>;
+type Nodes = VmapNodes<TimedSpin>;
 
 /// One node of the shared [`VmapNodes`], as a layer's range allocator.
 #[derive(Debug)]
@@ -160,15 +161,21 @@ pub fn vmalloc(pages: u64, align: u64) -> Result<u64, VmError> {
     let size = pages
         .checked_mul(PAGE)
         .ok_or(VmError::TooLarge { bytes: pages })?;
-    own(arch::cpu_id())
-        .lock()
-        .vmalloc_aligned(&mut KernelMmu, &mut PhysFrames, size, align)
+    timed(Phase::Calls, || {
+        own(arch::cpu_id())
+            .lock()
+            .vmalloc_aligned(&mut KernelMmu, &mut PhysFrames, size, align)
+    })
 }
 
 /// `vfree` on the layer that holds the area at `va`: the running CPU's
 /// first, then the others; an address none holds is refused by the
 /// running CPU's layer, which says why.
 pub fn vfree(va: u64) -> Result<(), VmError> {
+    timed(Phase::Calls, || vfree_owned(va))
+}
+
+fn vfree_owned(va: u64) -> Result<(), VmError> {
     let l = layers();
     let k = l.len() - 1;
     let me = arch::cpu_id() % k;

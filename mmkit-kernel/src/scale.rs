@@ -36,6 +36,8 @@ pub struct Scale {
     pub stale_cycles: u64,
     /// The word `tests-only`: no experiments.
     pub tests_only: bool,
+    /// The word `profile`: per-phase cycle counters on (`ROW phases`).
+    pub profile: bool,
 }
 
 impl Scale {
@@ -53,6 +55,7 @@ impl Scale {
         cycles: 100_000,
         stale_cycles: 0,
         tests_only: false,
+        profile: false,
     };
 
     /// The main job's scale (`mmkit experiments`): its boots fit its
@@ -70,6 +73,7 @@ impl Scale {
         cycles: 100_000,
         stale_cycles: 0,
         tests_only: false,
+        profile: false,
     };
 
     /// The full scale (`mmkit experiments --full`).
@@ -86,6 +90,7 @@ impl Scale {
         cycles: 100_000,
         stale_cycles: 0,
         tests_only: false,
+        profile: false,
     };
 
     /// The stress mode's per-CPU sizes at `cpus` CPUs.
@@ -132,6 +137,9 @@ impl Scale {
         for w in words() {
             if w == "tests-only" {
                 s.tests_only = true;
+            }
+            if w == "profile" {
+                s.profile = true;
             }
             let Some((k, v)) = w.split_once('=') else {
                 continue;

@@ -15,6 +15,7 @@ use alloc::vec::Vec;
 
 use crate::counters::{counts, since};
 use crate::mm::{self, KernelMmu, PhysFrames};
+use crate::profile::{self, timed, Phase, TimedSpin};
 use crate::scale::{per_cpu_share, Scale};
 use crate::{arch, percpu, phys, println, smp, time};
 use mmkit_vmalloc::{MapRam, PAGE};
@@ -36,10 +37,15 @@ fn once(design: &str, cpu: usize, frames: &[u64]) -> bool {
         "old" => {
             // The guard drops before the unmap takes the lock again.
             let src = &mut PhysFrames;
-            let r = mm::locked(mm::linear()).vmap(&mut mmu, src, frames, PAGE);
+            let r = timed(Phase::Calls, || {
+                mm::locked(mm::linear()).vmap(&mut mmu, src, frames, PAGE)
+            });
             r.is_ok_and(|va| {
                 crate::fault::touch(va, PAGES as u64)
-                    && mm::locked(mm::linear()).vunmap(&mut mmu, src, va).is_ok()
+                    && timed(Phase::Calls, || {
+                        mm::locked(mm::linear()).vunmap(&mut mmu, src, va)
+                    })
+                    .is_ok()
             })
         }
         "nodes" => through(mm::map_ram_nodes(), cpu, frames),
@@ -50,16 +56,19 @@ fn once(design: &str, cpu: usize, frames: &[u64]) -> bool {
 /// One map+touch+unmap of `frames` through the `vm_map_ram` front end
 /// `ram`.
 fn through<R: mmkit::range::RangeAllocator>(
-    ram: &MapRam<spin::Mutex<()>, R>,
+    ram: &MapRam<TimedSpin, R>,
     cpu: usize,
     frames: &[u64],
 ) -> bool {
-    let r = ram.map(&mut KernelMmu, &mut PhysFrames, cpu, frames);
+    let r = timed(Phase::Calls, || {
+        ram.map(&mut KernelMmu, &mut PhysFrames, cpu, frames)
+    });
     r.is_ok_and(|va| {
         crate::fault::touch(va, PAGES as u64)
-            && ram
-                .unmap(&mut KernelMmu, &mut PhysFrames, cpu, va, PAGES)
-                .is_ok()
+            && timed(Phase::Calls, || {
+                ram.unmap(&mut KernelMmu, &mut PhysFrames, cpu, va, PAGES)
+            })
+            .is_ok()
     })
 }
 
@@ -106,11 +115,13 @@ pub fn run(s: Scale) -> Result<(), String> {
             s.seed_iters
         };
         let c0 = counts();
+        let p0 = profile::totals();
         let counted = (iters + iters / 10) * cpus as u64;
         // Operations counted in a real per-CPU variable (mmkit::percpu).
         let ops = crate::pervar::Counter::new();
         let loops = smp::run_on(cpus, |_| run_loop(design, iters, ops.as_ref()));
         let d = since(&c0);
+        profile::report(&format!("step=seed002 design={design} cpus={cpus}"), &p0);
         let mut failed: u64 = loops.iter().map(|l| l.failed).sum();
         if ops.as_ref().map(|c| c.sum()) != Some(counted) {
             failed += 1;

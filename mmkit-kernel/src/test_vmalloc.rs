@@ -112,13 +112,17 @@ pub fn performance(s: Scale) -> Result<(), String> {
         };
         let mut rng = Rng::for_worker(0);
         let mut total = 0;
+        let mut phases = [0u64; 6];
         for t in TESTS {
             if !w.run(t, &mut rng) {
                 return Err(format!("test_vmalloc {name} {} failed (warm-up)", t.name()));
             }
             let c0 = counts();
+            let p0 = crate::profile::totals();
             let t0 = arch::rdtsc();
             let ok = (0..3).all(|_| w.run(t, &mut rng));
+            let d = crate::profile::since(&p0);
+            phases.iter_mut().zip(d).for_each(|(p, d)| *p += d);
             let ns = time::ns(arch::rdtsc() - t0);
             total += ns;
             let c = since(&c0);
@@ -133,6 +137,7 @@ pub fn performance(s: Scale) -> Result<(), String> {
             );
         }
         println!("ROW test_vmalloc mode=performance design={name} test=total ns={total}");
+        crate::profile::report_ticks(&format!("step=performance design={name} cpus=1"), &phases);
     }
     Ok(())
 }
@@ -144,6 +149,7 @@ pub fn stress(s: Scale) -> Result<(), String> {
     let designs = Designs::new();
     for (name, d) in designs.named() {
         let c0 = counts();
+        let p0 = crate::profile::totals();
         let t0 = arch::rdtsc();
         let failed = smp::run_on(cpus, |cpu| {
             let w = Workload {
@@ -156,6 +162,7 @@ pub fn stress(s: Scale) -> Result<(), String> {
         });
         let ns = time::ns(arch::rdtsc() - t0);
         let c = since(&c0);
+        crate::profile::report(&format!("step=stress design={name} cpus={cpus}"), &p0);
         let failed: usize = failed.iter().sum();
         println!(
             "ROW test_vmalloc mode=stress design={name} test=total cpus={cpus} loops={} busy={} full_fit={} ns={ns} ipis={} flushes={} failed={failed}",
