@@ -15,6 +15,7 @@ mod fault;
 mod heap;
 mod idt;
 mod ipi;
+mod linux_like;
 mod mm;
 mod nodes;
 mod paging;

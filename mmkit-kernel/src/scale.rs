@@ -38,6 +38,9 @@ pub struct Scale {
     pub tests_only: bool,
     /// The word `profile`: per-phase cycle counters on (`ROW phases`).
     pub profile: bool,
+    /// The word `no-old`: the busy-list designs are left out (at Linux's
+    /// stock sizes they would take hours under emulation).
+    pub no_old: bool,
 }
 
 impl Scale {
@@ -56,6 +59,7 @@ impl Scale {
         stale_cycles: 0,
         tests_only: false,
         profile: false,
+        no_old: false,
     };
 
     /// The main job's scale (`mmkit experiments`): its boots fit its
@@ -74,6 +78,7 @@ impl Scale {
         stale_cycles: 0,
         tests_only: false,
         profile: false,
+        no_old: false,
     };
 
     /// The full scale (`mmkit experiments --full`).
@@ -91,6 +96,7 @@ impl Scale {
         stale_cycles: 0,
         tests_only: false,
         profile: false,
+        no_old: false,
     };
 
     /// The stress mode's per-CPU sizes at `cpus` CPUs.
@@ -140,6 +146,9 @@ impl Scale {
             }
             if w == "profile" {
                 s.profile = true;
+            }
+            if w == "no-old" {
+                s.no_old = true;
             }
             let Some((k, v)) = w.split_once('=') else {
                 continue;

@@ -108,7 +108,12 @@ fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>) -> L
 /// line each.
 pub fn run(s: Scale) -> Result<(), String> {
     let cpus = percpu::online();
-    for design in ["old", "new", "nodes"] {
+    let designs: &[&str] = if s.no_old {
+        &["new", "nodes"]
+    } else {
+        &["old", "new", "nodes"]
+    };
+    for &design in designs {
         let iters = if design == "old" {
             per_cpu_share(s.seed_old_iters)
         } else {

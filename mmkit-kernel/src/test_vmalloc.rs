@@ -16,6 +16,7 @@
 
 use alloc::format;
 use alloc::string::String;
+use alloc::vec::Vec;
 
 use mmkit::baseline::linear_vmap::LinearVmap;
 use mmkit::range::RangeAllocator;
@@ -24,6 +25,7 @@ use mmkit_vmalloc::test_vmalloc::{Params, Rng, TestVmalloc, Workload, TESTS};
 use mmkit_vmalloc::{Vmalloc, PAGE};
 
 use crate::counters::{counts, since};
+use crate::linux_like::LinuxLike;
 use crate::mm::{self, Lock};
 use crate::scale::Scale;
 use crate::{arch, percpu, println, smp, time};
@@ -64,12 +66,14 @@ impl TestVmalloc for NodesDesign {
     }
 }
 
-/// The four designs.
+/// The designs: four lean ones, and the tree with Linux's per-call work
+/// (`new_ll`, the like-for-like comparison).
 struct Designs {
     old: Design<LinearVmap>,
     old_lazy: Design<LinearVmap>,
     new: Design<VmapAllocator>,
     nodes: NodesDesign,
+    new_ll: LinuxLike<Design<VmapAllocator>>,
 }
 
 impl Designs {
@@ -79,17 +83,24 @@ impl Designs {
             old_lazy: Design(mm::linear_lazy()),
             new: Design(mm::tree()),
             nodes: NodesDesign,
+            new_ll: LinuxLike(Design(mm::tree())),
         }
     }
 
     /// Each with its name in `ROW` lines.
-    fn named(&self) -> [(&'static str, &(dyn TestVmalloc + Sync)); 4] {
-        [
+    /// Each with its name in `ROW` lines; without the busy-list ones when
+    /// `no_old` (the stock sizes, where they would take hours).
+    fn named(&self, no_old: bool) -> Vec<(&'static str, &(dyn TestVmalloc + Sync))> {
+        let all: [(&'static str, &(dyn TestVmalloc + Sync)); 5] = [
             ("old", &self.old),
             ("old_lazy", &self.old_lazy),
             ("new", &self.new),
             ("nodes", &self.nodes),
-        ]
+            ("new_ll", &self.new_ll),
+        ];
+        all.into_iter()
+            .filter(|(n, _)| !(no_old && n.starts_with("old")))
+            .collect()
     }
 }
 
@@ -105,7 +116,7 @@ fn params(s: Scale) -> Params {
 /// design and test, and one for each design's total.
 pub fn performance(s: Scale) -> Result<(), String> {
     let designs = Designs::new();
-    for (name, d) in designs.named() {
+    for (name, d) in designs.named(s.no_old) {
         let w = Workload {
             va: d,
             p: params(s),
@@ -147,7 +158,7 @@ pub fn stress(s: Scale) -> Result<(), String> {
     let cpus = percpu::online();
     let s = s.stress(cpus);
     let designs = Designs::new();
-    for (name, d) in designs.named() {
+    for (name, d) in designs.named(s.no_old) {
         let c0 = counts();
         let p0 = crate::profile::totals();
         let t0 = arch::rdtsc();
