@@ -152,6 +152,17 @@ pub(super) struct BootRow {
     pub(super) verdict: String,
 }
 
+/// Linux / new, lean.
+const PER_NEW: Col = col("linux_per_new", "Linux/new (lean)", Fmt::Ratio);
+/// Linux / nodes, lean.
+const PER_NODES: Col = col("linux_per_nodes", "Linux/nodes (lean)", Fmt::Ratio);
+/// Linux / new-ll: like for like.
+const PER_NEW_LL: Col = col(
+    "linux_per_new_ll",
+    "Linux/new-ll (like for like)",
+    Fmt::Ratio,
+);
+
 /// Performance mode: total ms of the designs and Linux.
 pub(super) const PERF_COLS: [Col; 10] = [
     col("vcpus", "vCPUs", Fmt::Text),
@@ -161,13 +172,9 @@ pub(super) const PERF_COLS: [Col; 10] = [
     col("nodes_ms", "mmkit nodes ms", Fmt::Spread(1)),
     col("new_ll_ms", "mmkit new-ll ms", Fmt::Spread(1)),
     col("linux_ms", "Linux ms", Fmt::Spread(1)),
-    col("linux_per_new", "Linux/new (lean)", Fmt::Ratio),
-    col("linux_per_nodes", "Linux/nodes (lean)", Fmt::Ratio),
-    col(
-        "linux_per_new_ll",
-        "Linux/new-ll (like for like)",
-        Fmt::Ratio,
-    ),
+    PER_NEW,
+    PER_NODES,
+    PER_NEW_LL,
 ];
 
 /// Stress mode: the same with the TLB IPIs (whole ms: they run longer).
@@ -179,13 +186,9 @@ pub(super) const STRESS_COLS: [Col; 13] = [
     col("nodes_ms", "mmkit nodes ms", Fmt::Spread(0)),
     col("new_ll_ms", "mmkit new-ll ms", Fmt::Spread(0)),
     col("linux_ms", "Linux ms", Fmt::Spread(0)),
-    col("linux_per_new", "Linux/new (lean)", Fmt::Ratio),
-    col("linux_per_nodes", "Linux/nodes (lean)", Fmt::Ratio),
-    col(
-        "linux_per_new_ll",
-        "Linux/new-ll (like for like)",
-        Fmt::Ratio,
-    ),
+    PER_NEW,
+    PER_NODES,
+    PER_NEW_LL,
     col("new_ipis", "new IPIs", Fmt::Spread(0)),
     col("nodes_ipis", "nodes IPIs", Fmt::Spread(0)),
     col("linux_ipis", "Linux IPIs", Fmt::Spread(0)),
@@ -220,13 +223,9 @@ pub(super) const TEST_COLS: [Col; 9] = [
     col("nodes_ms", "mmkit nodes ms", Fmt::Spread(2)),
     col("new_ll_ms", "mmkit new-ll ms", Fmt::Spread(2)),
     col("linux_ms", "Linux ms", Fmt::Spread(2)),
-    col("linux_per_new", "Linux/new (lean)", Fmt::Ratio),
-    col("linux_per_nodes", "Linux/nodes (lean)", Fmt::Ratio),
-    col(
-        "linux_per_new_ll",
-        "Linux/new-ll (like for like)",
-        Fmt::Ratio,
-    ),
+    PER_NEW,
+    PER_NODES,
+    PER_NEW_LL,
 ];
 
 pub(super) const BOOT_COLS: [Col; 5] = [
