@@ -73,6 +73,8 @@ trait Placer {
     fn free_lazy(&mut self, addr: u64);
     /// A purge; `full` is Linux's purge after a failed attempt.
     fn purge(&mut self, full: bool);
+    /// Where Linux began that purge (only Linux's node pools act on it).
+    fn purge_begin(&mut self, _full: bool) {}
 }
 
 /// Linux's own answers, as recorded.
@@ -124,15 +126,15 @@ impl Placer for LinuxNodes {
     fn free_lazy(&mut self, addr: u64) {
         let _ = RangeAllocator::free_lazy(self, addr);
     }
+    /// Ends the purge that began, else runs a whole one.
     fn purge(&mut self, full: bool) {
-        match full {
-            true => {
-                self.purge_nodes(true);
-            }
-            false => {
-                RangeAllocator::purge(self, &mut |_, _| {});
-            }
-        }
+        match self.purge_pending() {
+            true => self.purge_end(),
+            false => self.purge_nodes(full),
+        };
+    }
+    fn purge_begin(&mut self, full: bool) {
+        LinuxNodes::purge_begin(self, full);
     }
 }
 
@@ -274,6 +276,7 @@ fn drive(trace: &str, p: &mut dyn Placer, snap_at: usize) -> Result<Run, String>
             }
             Cmd::Purge => p.purge(false),
             Cmd::PurgeFull => p.purge(true),
+            Cmd::PurgeBegin(full) => p.purge_begin(full),
             _ => {}
         }
         if m.live_bytes > peak {
