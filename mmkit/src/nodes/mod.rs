@@ -511,13 +511,26 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         }
     }
 
-    /// Frees `areas` in the free tree under one lock acquisition.
+    /// Frees `areas` in the free tree under one lock acquisition, each run
+    /// of neighbours in the list that are adjacent in space (a purge's lazy
+    /// areas mostly are, in either order) joined: one tree update per run.
     fn give_back(&self, areas: &[(u64, u64)]) {
         let mut g = self.global.0.lock();
-        for &(s, e) in areas {
+        let mut i = 0;
+        while let Some(&(mut lo, mut hi)) = areas.get(i) {
+            let mut j = i + 1;
+            while let Some(&(s, e)) = areas.get(j) {
+                match (s == hi, e == lo) {
+                    (true, _) => hi = e,
+                    (_, true) => lo = s,
+                    _ => break,
+                }
+                j += 1;
+            }
             // Cannot fail: pooled and lazy areas are live in the tree.
-            let freed = g.free_sized(s, e - s);
+            let freed = g.free_run(&areas[i..j], lo, hi);
             debug_assert!(freed.is_ok(), "a pooled area is live");
+            i = j;
         }
     }
 

@@ -143,3 +143,29 @@ fn threads_churning_their_own_nodes_keep_every_invariant() {
     let s = v.stats();
     assert_eq!(s.tree.live_areas, s.live);
 }
+
+#[test]
+fn a_purge_gives_back_adjacent_areas_as_one_block_counting_each() {
+    let cfg = NodesConfig {
+        nodes: 1,
+        pool_max: 0,
+        ..NodesConfig::default()
+    };
+    let v = VmapNodes::<Spin>::new(0, 1 << 30, cfg).unwrap();
+    let up: Vec<u64> = (0..8).map(|_| v.alloc(0, 4096, 4096).unwrap()).collect();
+    let kept = v.alloc(0, 4096, 4096).unwrap();
+    let down: Vec<u64> = (0..8).map(|_| v.alloc(0, 8192, 4096).unwrap()).collect();
+    // Ascending, then descending: both orders join into one run each.
+    for &a in up.iter().chain(down.iter().rev()) {
+        v.free_lazy(0, a).unwrap();
+    }
+    assert!(v.purge());
+    v.check().unwrap();
+    let tree = v.with_allocator(|va| va.stats());
+    assert_eq!((tree.live_areas, tree.live_bytes), (1, 4096));
+    // The free space around `kept`: below it, above it to the end.
+    assert_eq!(tree.free_blocks, 2);
+    assert_eq!(v.alloc(0, 8 * 4096, 4096), Ok(0));
+    assert_eq!(v.alloc(0, 16 * 4096, 4096), Ok(kept + 4096));
+    v.check().unwrap();
+}

@@ -159,6 +159,28 @@ where
         Ok(size)
     }
 
+    /// Frees `areas`, live and adjacent, joined in list order, which cover
+    /// `[lo, hi)`: one tree update for the run instead of one per area.
+    /// With a busy index (a debug build's checks) each area is freed and
+    /// checked alone.
+    pub(crate) fn free_run(
+        &mut self,
+        areas: &[(u64, u64)],
+        lo: u64,
+        hi: u64,
+    ) -> Result<(), FreeError> {
+        if self.indexed {
+            for &(s, e) in areas {
+                self.free_sized_body(s, e.wrapping_sub(s))?;
+            }
+            return Ok(());
+        }
+        self.free_sized_body(lo, hi.wrapping_sub(lo))?;
+        let more = (areas.len() as u64).saturating_sub(1);
+        self.live_count = self.live_count.saturating_sub(more);
+        Ok(())
+    }
+
     /// Frees the live area `[addr, addr + size)` lazily, as
     /// [`free_lazy`](Self::free_lazy), the size checked as
     /// [`free_sized`](Self::free_sized) checks it. Returns `size`.
