@@ -9,8 +9,8 @@ use mmkit::vblock::{ConcurrentVblock, Counters, Policy};
 use crate::budget::{MapBudget, HEADROOM, PER_RUN};
 use crate::error::VmError;
 use crate::map_ram::Records;
-use crate::phys::{owner, Block, Phys, PhysStats};
-use crate::space::{is_map_refusal, Space, SpaceParts, SpaceRange, SpaceStats};
+use crate::phys::{Phys, PhysStats};
+use crate::space::{is_map_refusal, Kind, Space, SpaceParts, SpaceRange, SpaceStats};
 use crate::sys::{self, Reservation};
 
 /// How a [`Vm`] is laid out.
@@ -247,7 +247,7 @@ impl Vm {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn vmalloc(&self, size: u64) -> Result<u64, VmError> {
-        self.space().create_area(size, 0, None, false, false)
+        self.space().create_area(size, 0, Kind::Vmalloc, false)
     }
 
     /// [`vmalloc`](Self::vmalloc) at an address aligned to `align` (a power
@@ -268,7 +268,7 @@ impl Vm {
         if !align.is_power_of_two() {
             return Err(VmError::Invalid("alignment is not a power of two"));
         }
-        self.space().create_area(size, align, None, false, false)
+        self.space().create_area(size, align, Kind::Vmalloc, false)
     }
 
     /// [`vmalloc`](Self::vmalloc), then zeroes the memory.
@@ -331,11 +331,7 @@ impl Vm {
     /// [`VmError::Invalid`] for an order above the buddy's `max_order`;
     /// [`VmError::LimitReached`] (after one purge); [`VmError::Os`].
     pub fn alloc_pages(&self, order: u8) -> Result<u64, VmError> {
-        let phys = &self.space().phys;
-        self.space().with_purge_retry(
-            |e| matches!(e, VmError::LimitReached { .. }),
-            || phys.alloc(order, owner::USER),
-        )
+        self.space().alloc_user(order)
     }
 
     /// Frees frames from [`alloc_pages`](Self::alloc_pages). Frames that a
@@ -349,29 +345,21 @@ impl Vm {
         self.space().phys.free_user(pfn, order)
     }
 
-    /// The frames of `pfns`, each pinned (see [`Phys::pin_user`]) so that
-    /// a concurrent `free_pages` defers it instead of freeing it under the
+    /// Pins each frame of `pfns` (see [`Phys::pin_user`]) so that a
+    /// concurrent `free_pages` defers it instead of freeing it under the
     /// mapping being made. Unpin with [`Phys::unpin_user`].
-    fn frames_of(&self, pfns: &[u64]) -> Result<Vec<Block>, VmError> {
+    fn pin(&self, pfns: &[u64]) -> Result<(), VmError> {
         if pfns.is_empty() {
             return Err(VmError::Invalid("empty frame list"));
         }
         let phys = &self.space().phys;
-        let mut frames = Vec::new();
-        frames
-            .try_reserve_exact(pfns.len())
-            .map_err(|_| VmError::NoMemory {
-                what: "the frame list",
-                bytes: pfns.len() as u64 * 16,
-            })?;
         for (i, &pfn) in pfns.iter().enumerate() {
             if !phys.pin_user(pfn) {
                 phys.unpin_user(&pfns[..i]);
                 return Err(VmError::BadFrame { pfn });
             }
-            frames.push(Block { pfn, order: 0 });
         }
-        Ok(frames)
+        Ok(())
     }
 
     /// Maps the caller's frames (from [`alloc_pages`](Self::alloc_pages))
@@ -386,17 +374,17 @@ impl Vm {
     /// frames (`[p; 100_000]` is 100,000 runs) can pass the mapping budget
     /// ([`VmError::MapLimit`]).
     pub fn vmap(&self, pfns: &[u64]) -> Result<u64, VmError> {
-        let frames = self.frames_of(pfns)?;
-        let r = self.vmap_pinned(pfns, &frames);
+        self.pin(pfns)?;
+        let r = self.vmap_pinned(pfns);
         self.space().phys.unpin_user(pfns);
         r
     }
 
-    fn vmap_pinned(&self, pfns: &[u64], frames: &[Block]) -> Result<u64, VmError> {
+    fn vmap_pinned(&self, pfns: &[u64]) -> Result<u64, VmError> {
         let len = (pfns.len() as u64)
             .checked_mul(self.page_size())
             .ok_or(VmError::Invalid("size overflows"))?;
-        self.space().create_area(len, 0, Some(frames), false, false)
+        self.space().create_area(len, 0, Kind::Vmap(pfns), false)
     }
 
     /// Unmaps an area from [`vmap`](Self::vmap) (lazily, as
@@ -438,11 +426,11 @@ impl Vm {
         let Some(vb) = self.small(pfns.len() as u64) else {
             return self.vmap(pfns);
         };
-        let frames = self.frames_of(pfns)?;
-        let r = match self.map_small(vb, pfns, &frames) {
+        self.pin(pfns)?;
+        let r = match self.map_small(vb, pfns) {
             Err(e) if is_map_refusal(&e) => {
                 self.vm_unmap_aliases();
-                self.map_small(vb, pfns, &frames)
+                self.map_small(vb, pfns)
             }
             r => r,
         };
@@ -450,18 +438,13 @@ impl Vm {
         r
     }
 
-    /// Maps `frames` in a slot of the calling CPU's block and records them.
-    fn map_small(
-        &self,
-        vb: &ConcurrentVblock<SpaceRange>,
-        pfns: &[u64],
-        frames: &[Block],
-    ) -> Result<u64, VmError> {
+    /// Maps `pfns` in a slot of the calling CPU's block and records them.
+    fn map_small(&self, vb: &ConcurrentVblock<SpaceRange>, pfns: &[u64]) -> Result<u64, VmError> {
         let space = self.space();
         let n = pfns.len() as u64;
         let cpu = sys::current_cpu() % self.inner.cpus;
         let addr = vb.map_on(cpu, n).map_err(no_space(n * self.page_size()))?;
-        let p = match space.map_frames(addr, frames) {
+        let p = match space.map_runs(addr, pfns, |_, _, _| {}) {
             Ok(runs) => {
                 space.records.insert(addr, pfns, runs);
                 return Ok(addr);
@@ -472,12 +455,12 @@ impl Vm {
         // recorded as stale, as after vm_unmap_ram, and goes with the
         // next vm_unmap_aliases or the purge of its block.
         if p.runs > 0 {
-            let done = &frames[..p.blocks];
-            if space.unmap_range(addr, p.blocks as u64 * self.page_size()) {
-                space.phys.unmapped_blocks(done);
+            let done = &pfns[..p.pages as usize];
+            if space.unmap_range(addr, p.pages * self.page_size()) {
+                done.iter().for_each(|&pfn| space.phys.unmapped(pfn, 1));
                 space.budget.credit(p.runs);
             } else {
-                space.records.insert_stale(addr, &pfns[..p.blocks], p.runs);
+                space.records.insert_stale(addr, done, p.runs);
             }
         }
         // The slot goes back to the front end, which sees it as unmapped.
@@ -559,7 +542,8 @@ impl Vm {
     // -----------------------------------------------------------------
 
     pub(crate) fn alloc_handle(&self, size: u64, mirror: bool) -> Result<u64, VmError> {
-        self.space().create_area(size, 0, None, mirror, true)
+        let kind = if mirror { Kind::Mirror } else { Kind::Vmalloc };
+        self.space().create_area(size, 0, kind, true)
     }
 
     pub(crate) fn free_handle(&self, addr: u64) -> Result<(), VmError> {

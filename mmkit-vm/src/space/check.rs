@@ -2,12 +2,9 @@
 //! against the page tables, as `/proc/self/maps` shows them
 //! ([`Space::check_mappings`]).
 
-use mmkit_vmalloc::Gone;
-
-use super::{Area, Space, State};
+use super::mmu::MemfdMmu;
+use super::{Space, State};
 use crate::budget::PER_RUN;
-use crate::phys::Block;
-use crate::sync::lock;
 use crate::sys;
 
 /// `n` pages mapped from `addr` showing frames `pfn..pfn + n`.
@@ -39,27 +36,15 @@ fn normalise(runs: &mut Vec<Run>, page: u64) -> Result<(), String> {
 }
 
 impl Space {
-    /// The runs that the records say are mapped: live areas, lazy and
-    /// stuck areas, and the pages of `vm_map_ram` blocks.
+    /// The runs that the records say are mapped: every run of the page
+    /// table (live, lazy and stuck areas) and the pages of `vm_map_ram`
+    /// blocks.
     fn expected_runs(&self, st: &State) -> Vec<Run> {
-        let mut runs = Vec::new();
-        let mut put = |mut addr: u64, frames: &[Block], copies: u64| {
-            for _ in 0..copies {
-                for b in frames {
-                    let (pfn, pages) = (b.pfn, b.pages());
-                    runs.push(Run { addr, pages, pfn });
-                    addr += pages * self.page;
-                }
-            }
-        };
-        for (a, area) in st.layer.areas() {
-            put(a, &area.frames, area.maps_per_frame());
-        }
-        for (r, _) in st.layer.retired() {
-            if let Gone::Area(area) = &r.what {
-                put(r.start, &area.frames, area.maps_per_frame());
-            }
-        }
+        let mut runs: Vec<Run> = st
+            .table
+            .runs()
+            .map(|(addr, pfn, pages)| Run { addr, pages, pfn })
+            .collect();
         self.records.each_mapped(|addr, pfn| {
             runs.push(Run {
                 addr,
@@ -77,8 +62,7 @@ impl Space {
     /// everything else must be reserved (`---p`). For tests: no other
     /// thread may use the `Vm` meanwhile.
     pub(crate) fn check_mappings(&self) -> Result<(), String> {
-        let _no_purge = lock(&self.purge_lock);
-        let st = lock(&self.state);
+        let st = self.state();
         let mut want = self.expected_runs(&st);
         drop(st);
         normalise(&mut want, self.page)?;
@@ -121,34 +105,46 @@ impl Space {
         Ok(())
     }
 
-    /// Checks that the vmap allocator, the areas, the lazy and stuck lists
-    /// (the layer's own check), the ranges recorded as cleared, the blocks,
-    /// the frames' map counts and the mapping budget agree. `record_maps`
-    /// is the mappings the block records hold.
+    /// Checks that the driver's books (areas, blocks, lazy and stuck
+    /// lists), the page table, the ranges recorded as cleared, the block
+    /// records, the frames' map counts and the mapping budget agree.
+    /// `record_maps` is the mappings the block records hold.
     pub(crate) fn check(&self, record_maps: u64) -> Result<(), String> {
-        let _no_purge = lock(&self.purge_lock);
-        let st = self.state();
-        st.layer.check_books().map_err(|e| format!("vmap: {e}"))?;
+        let mut st = self.state();
+        let st = &mut *st;
+        let mmu = MemfdMmu::new(self, &mut st.table);
+        st.layer.check(&mmu).map_err(|e| format!("driver: {e}"))?;
+        let live = st.table.live.iter().flat_map(|(&va, &(pfn, n))| {
+            (0..n).map(move |i| (va + i * mmkit_vmalloc::PAGE, pfn + i))
+        });
+        st.layer.check_walk(live).map_err(|e| format!("driver: {e}"))?;
         let mut maps = record_maps;
         let mut runs = self.records.runs();
+        for (_, _, pages) in st.table.runs() {
+            maps += pages;
+            runs += 1;
+        }
         for (a, area) in st.layer.areas() {
-            if st.layer.range().area_size(a).is_none() {
-                return Err(format!("area {a:#x} not allocated in vmap"));
-            }
-            check_area(a, area, self.page)?;
-            maps += area.pages * area.maps_per_frame();
-            runs += area.runs;
-        }
-        let mut retired = Vec::new();
-        for (r, _) in st.layer.retired() {
-            retired.push((r.start, r.start + r.span));
-            if let Gone::Area(area) = &r.what {
-                maps += area.pages * area.maps_per_frame();
-                runs += area.runs;
+            match st.meta.get(&a) {
+                Some(m) if m.len.div_ceil(self.page) * (1 + u64::from(m.mirror)) <= area.frames.len() as u64 => {}
+                Some(_) => return Err(format!("area {a:#x} maps fewer pages than its length")),
+                None => return Err(format!("area {a:#x} has no length recorded")),
             }
         }
+        if st.meta.len() != st.layer.live_areas() {
+            return Err(format!(
+                "{} lengths recorded for {} live areas",
+                st.meta.len(),
+                st.layer.live_areas()
+            ));
+        }
+        let mut retired: Vec<(u64, u64)> = st
+            .layer
+            .retired()
+            .map(|(r, _)| (r.start, r.start + r.span))
+            .collect();
         retired.sort_unstable();
-        let mut cleared = st.cleared.clone();
+        let mut cleared: Vec<(u64, u64)> = st.table.cleared.iter().map(|c| (c.0, c.1)).collect();
         cleared.sort_unstable();
         if retired != cleared {
             return Err(format!(
@@ -160,7 +156,7 @@ impl Space {
         let counted = self.phys.total_mapcount();
         if counted != maps {
             return Err(format!(
-                "frames are mapped {counted} times, the areas say {maps}"
+                "frames are mapped {counted} times, the page table says {maps}"
             ));
         }
         if self.budget.used() != runs * PER_RUN {
@@ -171,19 +167,4 @@ impl Space {
         }
         self.phys.check()
     }
-}
-
-/// An area's frames cover its pages, and its span holds them and a guard.
-fn check_area(a: u64, area: &Area, page: u64) -> Result<(), String> {
-    let frames: u64 = area.frames.iter().map(|b| b.pages()).sum();
-    if frames != area.pages {
-        return Err(format!(
-            "area {a:#x}: {frames} frames for {} pages",
-            area.pages
-        ));
-    }
-    if (area.pages * area.maps_per_frame() + 1) * page > area.span {
-        return Err(format!("area {a:#x}: no guard page in its span"));
-    }
-    Ok(())
 }
