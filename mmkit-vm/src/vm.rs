@@ -139,6 +139,11 @@ impl Vm {
     /// the memfd.
     pub fn new(cfg: VmConfig) -> Result<Vm, VmError> {
         let page = sys::page_size();
+        if page != mmkit_vmalloc::PAGE {
+            return Err(VmError::Invalid(
+                "a page size other than the driver's 4 KiB",
+            ));
+        }
         // max_alloc first: the records keep a mapping's length in a byte.
         let vb_ok = cfg.vblock.max_alloc <= u64::from(u8::MAX)
             && cfg.vblock.page_size == page
@@ -294,9 +299,9 @@ impl Vm {
     }
 
     /// Resizes the vmalloc area at `addr` to `size` bytes without copying a
-    /// byte: shrinking keeps the area; growing extends it in place when the
-    /// range after it is free, and otherwise maps its frames into a new area
-    /// (the old one is freed lazily). Returns the area's address.
+    /// byte (the driver's `vrealloc`): a size its pages hold keeps the area;
+    /// a larger one maps its frames, and new ones after them, at a new area
+    /// (the old mapping is freed lazily). Returns the area's address.
     ///
     /// # Errors
     /// As [`vmalloc`](Self::vmalloc) and [`vfree`](Self::vfree); on error
@@ -305,9 +310,10 @@ impl Vm {
     /// ```
     /// # let vm = mmkit_vm::Vm::new(Default::default())?;
     /// let a = vm.vmalloc(4096)?;
-    /// let b = vm.vrealloc(a, 1 << 20)?;   // grown, in place here
-    /// assert_eq!(a, b);
-    /// assert_eq!(vm.stats().space.realloc_in_place, 1);
+    /// let b = vm.vrealloc(a, 1 << 20)?;   // its frame, then 255 new ones
+    /// assert_ne!(a, b);
+    /// let s = vm.stats().space;
+    /// assert_eq!((s.realloc_moved, s.realloc_copied_bytes), (1, 0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn vrealloc(&self, addr: u64, size: u64) -> Result<u64, VmError> {

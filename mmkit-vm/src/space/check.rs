@@ -117,7 +117,9 @@ impl Space {
         let live = st.table.live.iter().flat_map(|(&va, &(pfn, n))| {
             (0..n).map(move |i| (va + i * mmkit_vmalloc::PAGE, pfn + i))
         });
-        st.layer.check_walk(live).map_err(|e| format!("driver: {e}"))?;
+        st.layer
+            .check_walk(live)
+            .map_err(|e| format!("driver: {e}"))?;
         let mut maps = record_maps;
         let mut runs = self.records.runs();
         for (_, _, pages) in st.table.runs() {
@@ -126,7 +128,9 @@ impl Space {
         }
         for (a, area) in st.layer.areas() {
             match st.meta.get(&a) {
-                Some(m) if m.len.div_ceil(self.page) * (1 + u64::from(m.mirror)) <= area.frames.len() as u64 => {}
+                Some(m)
+                    if m.len.div_ceil(self.page) * (1 + u64::from(m.mirror))
+                        <= area.frames.len() as u64 => {}
                 Some(_) => return Err(format!("area {a:#x} maps fewer pages than its length")),
                 None => return Err(format!("area {a:#x} has no length recorded")),
             }

@@ -37,7 +37,7 @@ use std::sync::atomic::Ordering;
 use mmkit::error::{AllocError, CheckError, FreeError};
 use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
 use mmkit::vmap::VmapAllocator;
-use mmkit_vmalloc::{Flush, FramePolicy, FrameSource, Gone, Vmalloc, VmError as LayerError};
+use mmkit_vmalloc::{Flush, FramePolicy, FrameSource, Gone, VmError as LayerError, Vmalloc};
 
 use crate::budget::{runs_of, MapBudget};
 use crate::error::VmError;
@@ -289,16 +289,20 @@ impl Space {
         let align = align.max(mmkit_vmalloc::PAGE);
         self.with(|m| {
             let made = match kind {
-                Kind::Vmalloc => {
-                    let bytes = pages * mmkit_vmalloc::PAGE;
-                    m.layer.vmalloc_aligned(&mut m.mmu, &mut m.src, bytes, align)
-                }
+                Kind::Vmalloc => m.layer.vmalloc_aligned(&mut m.mmu, &mut m.src, len, align),
                 Kind::Vmap(pfns) => m.layer.vmap(&mut m.mmu, &mut m.src, pfns, align),
                 Kind::Mirror => return self.mirror(m, pages, len),
             };
             let va = made.map_err(|e| m.error(e, 0))?;
             let mirror = false;
-            m.meta.insert(va, Meta { len, handle, mirror });
+            m.meta.insert(
+                va,
+                Meta {
+                    len,
+                    handle,
+                    mirror,
+                },
+            );
             Ok(va)
         })
     }
@@ -315,10 +319,20 @@ impl Space {
         }
         let once = blocks.iter().flat_map(|b| b.pfn..b.pfn + b.pages());
         let twice: Vec<u64> = once.clone().chain(once).collect();
-        match m.layer.vmap(&mut m.mmu, &mut m.src, &twice, mmkit_vmalloc::PAGE) {
+        match m
+            .layer
+            .vmap(&mut m.mmu, &mut m.src, &twice, mmkit_vmalloc::PAGE)
+        {
             Ok(va) => {
                 let (handle, mirror) = (true, true);
-                m.meta.insert(va, Meta { len, handle, mirror });
+                m.meta.insert(
+                    va,
+                    Meta {
+                        len,
+                        handle,
+                        mirror,
+                    },
+                );
                 Ok(va)
             }
             Err(e) => {
@@ -364,7 +378,7 @@ impl Space {
     /// larger one maps its frames and new ones at a new area and retires
     /// the old mapping). Returns the (possibly new) address.
     pub(crate) fn realloc(&self, addr: u64, len: u64, by_handle: bool) -> Result<u64, VmError> {
-        let pages = self.pages_for(len)?;
+        self.pages_for(len)?;
         self.with(|m| {
             match m.meta.get(&addr) {
                 None => return Err(VmError::NotAllocated { addr }),
@@ -378,10 +392,9 @@ impl Space {
                 Some(a) if a.owned => a.frames.clone(),
                 _ => return Err(VmError::Invalid("only vmalloc areas can be resized")),
             };
-            let bytes = pages * mmkit_vmalloc::PAGE;
             let to = m
                 .layer
-                .vrealloc(&mut m.mmu, &mut m.src, addr, bytes)
+                .vrealloc(&mut m.mmu, &mut m.src, addr, len)
                 .map_err(|e| m.error(e, addr))?;
             if let Some(mut meta) = m.meta.remove(&addr) {
                 meta.len = len;
