@@ -112,7 +112,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         let mut frames = Vec::new();
         self.take_frames(mmu, src, pages, &mut frames)?;
         if zero {
-            for (pfn, n) in super::frames::runs(&frames) {
+            for (pfn, n) in super::frame_runs(&frames) {
                 src.zero(pfn, n);
             }
         }

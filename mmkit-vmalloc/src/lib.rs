@@ -104,7 +104,7 @@ mod ram;
 pub mod test_vmalloc;
 
 pub use error::VmError;
-pub use frames::{FramePolicy, FrameSource};
+pub use frames::{frame_runs, FramePolicy, FrameSource};
 pub use lazy::{Gone, Outcome, Purged, Released, Retired};
 pub use maps::{Area, AreaData, LayerStats, Vmalloc, Where};
 pub use ram::{MapRam, MAX_PAGES};

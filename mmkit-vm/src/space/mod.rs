@@ -37,9 +37,11 @@ use std::sync::atomic::Ordering;
 use mmkit::error::{AllocError, CheckError, FreeError};
 use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
 use mmkit::vmap::VmapAllocator;
-use mmkit_vmalloc::{Flush, FramePolicy, FrameSource, Gone, VmError as LayerError, Vmalloc};
+use mmkit_vmalloc::{
+    frame_runs, Flush, FramePolicy, FrameSource, Gone, VmError as LayerError, Vmalloc,
+};
 
-use crate::budget::{runs_of, MapBudget};
+use crate::budget::MapBudget;
 use crate::error::VmError;
 use crate::map_ram::Records;
 use crate::phys::Phys;
@@ -131,6 +133,16 @@ impl Machine<'_> {
                 VmError::Invalid("request rejected by the range allocator")
             }
             _ => VmError::NotAllocated { addr },
+        }
+    }
+
+    /// What is recorded of the live area at `addr`, if the caller may free
+    /// or resize it (`by_handle`: the caller is its handle).
+    fn meta_of(&self, addr: u64, by_handle: bool) -> Result<Meta, VmError> {
+        match self.meta.get(&addr) {
+            Some(a) if a.handle && !by_handle => Err(VmError::OwnedByHandle { addr }),
+            Some(&a) => Ok(a),
+            None => Err(VmError::NotAllocated { addr }),
         }
     }
 
@@ -230,13 +242,13 @@ impl Space {
         pfns: &[u64],
         mut mapped: impl FnMut(u64, u64, u64),
     ) -> Result<u64, Partial> {
-        let total = runs_of(pfns.iter().map(|&p| (p, 1)));
+        let total = frame_runs(pfns).count() as u64;
         if let Err(err) = self.budget.charge(total) {
             let (pages, runs) = (0, 0);
             return Err(Partial { err, pages, runs });
         }
         let (mut off, mut runs) = (0u64, 0);
-        for (pfn, n) in consecutive(pfns) {
+        for (pfn, n) in frame_runs(pfns) {
             let at = addr + off * self.page;
             let r = self
                 .res
@@ -291,10 +303,10 @@ impl Space {
             let made = match kind {
                 Kind::Vmalloc => m.layer.vmalloc_aligned(&mut m.mmu, &mut m.src, len, align),
                 Kind::Vmap(pfns) => m.layer.vmap(&mut m.mmu, &mut m.src, pfns, align),
-                Kind::Mirror => return self.mirror(m, pages, len),
+                Kind::Mirror => self.mirror(m, pages),
             };
             let va = made.map_err(|e| m.error(e, 0))?;
-            let mirror = false;
+            let mirror = matches!(kind, Kind::Mirror);
             m.meta.insert(
                 va,
                 Meta {
@@ -309,37 +321,27 @@ impl Space {
 
     /// A mirror: `pages` frames from the buddy (a purge and a retry when
     /// there are none), mapped twice by one `vmap`.
-    fn mirror(&self, m: &mut Machine<'_>, pages: u64, len: u64) -> Result<u64, VmError> {
+    fn mirror(&self, m: &mut Machine<'_>, pages: u64) -> Result<u64, LayerError> {
         let mut blocks = Vec::new();
         if let Err(e) = self.phys.alloc_pages(pages, &mut blocks) {
+            m.src.err = Some(e);
             if !m.purge() {
-                return Err(e);
+                return Err(LayerError::NoFrames { pages });
             }
-            self.phys.alloc_pages(pages, &mut blocks)?;
+            if let Err(e) = self.phys.alloc_pages(pages, &mut blocks) {
+                m.src.err = Some(e);
+                return Err(LayerError::NoFrames { pages });
+            }
         }
         let once = blocks.iter().flat_map(|b| b.pfn..b.pfn + b.pages());
         let twice: Vec<u64> = once.clone().chain(once).collect();
-        match m
+        let made = m
             .layer
-            .vmap(&mut m.mmu, &mut m.src, &twice, mmkit_vmalloc::PAGE)
-        {
-            Ok(va) => {
-                let (handle, mirror) = (true, true);
-                m.meta.insert(
-                    va,
-                    Meta {
-                        len,
-                        handle,
-                        mirror,
-                    },
-                );
-                Ok(va)
-            }
-            Err(e) => {
-                self.phys.release(&blocks);
-                Err(m.error(e, 0))
-            }
+            .vmap(&mut m.mmu, &mut m.src, &twice, mmkit_vmalloc::PAGE);
+        if made.is_err() {
+            self.phys.release(&blocks);
         }
+        made
     }
 
     /// The requested length of the live area at `addr`.
@@ -353,11 +355,7 @@ impl Space {
     /// frames) is expected, `by_handle` that the caller is its handle.
     pub(crate) fn free_area(&self, addr: u64, owns: bool, by_handle: bool) -> Result<(), VmError> {
         self.with(|m| {
-            let meta = match m.meta.get(&addr) {
-                Some(a) if a.handle && !by_handle => return Err(VmError::OwnedByHandle { addr }),
-                Some(&a) => a,
-                None => return Err(VmError::NotAllocated { addr }),
-            };
+            let meta = m.meta_of(addr, by_handle)?;
             let freed = if meta.mirror {
                 let frames = m.layer.vunmap(&mut m.mmu, &mut m.src, addr);
                 frames.map(|f| give_back(&mut m.src, f.as_deref().unwrap_or_default()))
@@ -380,16 +378,9 @@ impl Space {
     pub(crate) fn realloc(&self, addr: u64, len: u64, by_handle: bool) -> Result<u64, VmError> {
         self.pages_for(len)?;
         self.with(|m| {
-            match m.meta.get(&addr) {
-                None => return Err(VmError::NotAllocated { addr }),
-                Some(a) if a.handle && !by_handle => return Err(VmError::OwnedByHandle { addr }),
-                Some(a) if a.mirror => {
-                    return Err(VmError::Invalid("only vmalloc areas can be resized"))
-                }
-                Some(_) => {}
-            }
+            let meta = m.meta_of(addr, by_handle)?;
             let old = match m.layer.area(addr) {
-                Some(a) if a.owned => a.frames.clone(),
+                Some(a) if a.owned && !meta.mirror => a.frames.clone(),
                 _ => return Err(VmError::Invalid("only vmalloc areas can be resized")),
             };
             let to = m
@@ -485,24 +476,9 @@ impl Space {
     }
 }
 
-/// The runs of consecutive frames in `pfns`: `(first, count)`.
-pub(crate) fn consecutive(pfns: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        let &first = pfns.get(i)?;
-        let n = pfns[i..]
-            .iter()
-            .zip(first..)
-            .take_while(|(&p, q)| p == *q)
-            .count();
-        i += n;
-        Some((first, n as u64))
-    })
-}
-
 /// Gives `frames` to the frame source, one call per run.
 fn give_back(src: &mut PhysFrames<'_>, frames: &[u64]) {
-    for (pfn, n) in consecutive(frames) {
+    for (pfn, n) in frame_runs(frames) {
         src.free(pfn, n);
     }
 }
