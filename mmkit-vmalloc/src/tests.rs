@@ -443,3 +443,29 @@ fn best_fit_placement_passes_through_to_the_range_allocator() {
     );
     v.check(&m).unwrap();
 }
+
+#[test]
+fn vrealloc_grows_in_place_over_its_guard_page_then_moves() {
+    let mut m = Machine::default();
+    let mut f = Pool::new(64);
+    let mut v = tree(Flush::Lazy { max_bytes: 1 << 30 });
+    let a = v.vmalloc(&mut m, &mut f, PAGE).unwrap();
+    assert_eq!(v.vrealloc(&mut m, &mut f, a, 3 * PAGE), Ok(a), "in place");
+    assert!((0..3).all(|p| m.translate(a + p * PAGE).is_some()));
+    assert_eq!(v.lookup(a + 3 * PAGE), Where::Guard { area: a });
+    assert_eq!(m.flushes, [], "nothing was unmapped");
+    v.check(&m).unwrap();
+    // An area right after it: the next growth moves.
+    let b = v.vmalloc(&mut m, &mut f, PAGE).unwrap();
+    assert_eq!(b, a + 4 * PAGE);
+    let to = v.vrealloc(&mut m, &mut f, a, 5 * PAGE).unwrap();
+    assert_ne!(to, a);
+    v.check(&m).unwrap();
+    // The grown area frees its piece with it: the space is whole again.
+    v.vfree(&mut m, &mut f, to).unwrap();
+    v.vfree(&mut m, &mut f, b).unwrap();
+    assert!(v.purge(&mut m, &mut f));
+    v.check(&m).unwrap();
+    assert_eq!(v.range().stats().live_areas, 0);
+    assert_eq!(f.handed.len(), 0, "every frame back");
+}

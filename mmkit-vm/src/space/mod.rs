@@ -373,8 +373,9 @@ impl Space {
 
     /// Resizes the vmalloc area at `addr` to `len` bytes without copying
     /// (the driver's `vrealloc`: a size its pages hold keeps the area, a
-    /// larger one maps its frames and new ones at a new area and retires
-    /// the old mapping). Returns the (possibly new) address.
+    /// larger one grows it in place when the range after it is free, and
+    /// otherwise maps its frames and new ones at a new area and retires the
+    /// old mapping). Returns the (possibly new) address.
     pub(crate) fn realloc(&self, addr: u64, len: u64, by_handle: bool) -> Result<u64, VmError> {
         self.pages_for(len)?;
         self.with(|m| {
@@ -391,7 +392,11 @@ impl Space {
                 meta.len = len;
                 m.meta.insert(to, meta);
             }
-            if to != addr {
+            let grew = m.layer.area(to).map_or(0, |a| a.frames.len());
+            if to == addr && grew > old.len() {
+                let c = &self.counters.realloc_in_place;
+                c.fetch_add(1, Ordering::Relaxed);
+            } else if to != addr {
                 let new = m.layer.area(to).map_or(&[][..], |a| &a.frames[..]);
                 let kept = old.iter().zip(new).take_while(|(a, b)| a == b).count();
                 let c = &self.counters;
