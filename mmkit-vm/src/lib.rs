@@ -7,21 +7,25 @@
 //!  Vm            vmalloc / vzalloc / vfree / vrealloc, vmap / vunmap,
 //!   |            vm_map_ram / vm_unmap_ram / vm_unmap_aliases, purge
 //!   |            VBuf (owning handle), MirrorRing (double-mapped ring)
+//!   +-- space    one lock around mmkit_vmalloc's driver (over
+//!   |            mmkit::vmap::VmapAllocator), which runs every call
+//!   |            sequence; this crate implements its two traits:
+//!   |            Mmu = space::mmu (mmap per run, its page table, a flush
+//!   |            that unmaps), FrameSource = the memfd's buddy
 //!   +-- vblock   mmkit::vblock::ConcurrentVblock: per-CPU blocks for small
-//!   |            vm_map_ram requests, CPU from sched_getcpu     (seeds 001, 002)
-//!   +-- space    one PROT_NONE reservation = the vmalloc area: the shared
-//!   |            layer mmkit_vmalloc::Vmalloc over mmkit::vmap::VmapAllocator
-//!   |            (areas, guard pages, lazy and stuck lists, purge), driving
-//!   |            the memfd machine (space::mmu) as its Mmu     (seeds 000, 002)
+//!   |            vm_map_ram requests, CPU from sched_getcpu, blocks from the
+//!   |            driver                                        (seeds 001, 002)
 //!   +-- phys     a memfd = physical memory, frames managed by
 //!   |            mmkit::buddy::BuddyAllocator, grown a pageblock at a time
 //!   +-- sys      the system calls (rustix): memfd, mmap, the only unsafe
 //! ```
 //!
-//! The vmalloc layer is the one `mmkit-kernel` runs over real page tables:
-//! this crate is its user-space machine, where clearing and flushing a
-//! range are one `munmap`, and adds what only user space has (the mapping
-//! budget, mirror areas, handles, growth in place).
+//! The vmalloc driver is the one `mmkit-kernel` runs over real page
+//! tables: this crate is a trait implementation of it (its user-space
+//! machine, where clearing and flushing a range are one unmapping call),
+//! plus what only user space has (the mapping budget, mirror areas,
+//! handles). `vm_map_ram` still runs its own per-CPU front end over the
+//! driver's blocks.
 //!
 //! The "seeds" are the kernel patches mmkit follows (see the `mmkit`
 //! crate's docs): 000 is Uladzislau Rezki's augmented free-block tree for
