@@ -103,7 +103,6 @@ mod budget;
 #[cfg(target_os = "linux")]
 mod error;
 #[cfg(target_os = "linux")]
-mod map_ram;
 #[cfg(target_os = "linux")]
 mod phys;
 #[cfg(target_os = "linux")]

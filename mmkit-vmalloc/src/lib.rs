@@ -107,7 +107,7 @@ pub use error::VmError;
 pub use frames::{frame_runs, FramePolicy, FrameSource};
 pub use lazy::{Gone, Outcome, Purged, Released, Retired};
 pub use maps::{Area, AreaData, LayerStats, Vmalloc, Where};
-pub use ram::{MapRam, MAX_PAGES};
+pub use ram::{BlockSource, Lock, MapRam, MapRamIn, Queue, MAX_PAGES};
 
 use alloc::vec::Vec;
 

@@ -2,9 +2,12 @@
 //! against the page tables, as `/proc/self/maps` shows them
 //! ([`Space::check_mappings`]).
 
+use mmkit_vmalloc::{Gone, Where};
+
 use super::mmu::MemfdMmu;
-use super::{Space, State};
+use super::Space;
 use crate::budget::PER_RUN;
+use crate::sync::lock;
 use crate::sys;
 
 /// `n` pages mapped from `addr` showing frames `pfn..pfn + n`.
@@ -36,23 +39,13 @@ fn normalise(runs: &mut Vec<Run>, page: u64) -> Result<(), String> {
 }
 
 impl Space {
-    /// The runs that the records say are mapped: every run of the page
-    /// table (live, lazy and stuck areas) and the pages of `vm_map_ram`
-    /// blocks.
-    fn expected_runs(&self, st: &State) -> Vec<Run> {
-        let mut runs: Vec<Run> = st
-            .table
+    /// The runs that the page table says are mapped: live and cleared
+    /// (areas, `vm_map_ram` mappings, lazy and stuck ranges).
+    fn expected_runs(&self) -> Vec<Run> {
+        lock(&self.table)
             .runs()
             .map(|(addr, pfn, pages)| Run { addr, pages, pfn })
-            .collect();
-        self.records.each_mapped(|addr, pfn| {
-            runs.push(Run {
-                addr,
-                pages: 1,
-                pfn,
-            })
-        });
-        runs
+            .collect()
     }
 
     /// Compares what is mapped inside the reservation, as the kernel says
@@ -62,9 +55,7 @@ impl Space {
     /// everything else must be reserved (`---p`). For tests: no other
     /// thread may use the `Vm` meanwhile.
     pub(crate) fn check_mappings(&self) -> Result<(), String> {
-        let st = self.state();
-        let mut want = self.expected_runs(&st);
-        drop(st);
+        let mut want = self.expected_runs();
         normalise(&mut want, self.page)?;
         let inode = self
             .phys
@@ -106,23 +97,24 @@ impl Space {
     }
 
     /// Checks that the driver's books (areas, blocks, lazy and stuck
-    /// lists), the page table, the ranges recorded as cleared, the block
-    /// records, the frames' map counts and the mapping budget agree.
-    /// `record_maps` is the mappings the block records hold.
-    pub(crate) fn check(&self, record_maps: u64) -> Result<(), String> {
-        let mut st = self.state();
-        let st = &mut *st;
-        let mmu = MemfdMmu::new(self, &mut st.table);
+    /// lists), the page table, the ranges recorded as cleared, the frames'
+    /// map counts and the mapping budget agree. Returns the pages mapped
+    /// live in `vm_map_ram` blocks, for the caller to compare with the
+    /// front end.
+    pub(crate) fn check(&self) -> Result<u64, String> {
+        let st = self.state();
+        let mmu = MemfdMmu::new(self);
         st.layer.check(&mmu).map_err(|e| format!("driver: {e}"))?;
-        let live = st.table.live.iter().flat_map(|(&va, &(pfn, n))| {
+        let table = lock(&self.table);
+        let live = table.live.iter().flat_map(|(&va, &(pfn, n))| {
             (0..n).map(move |i| (va + i * mmkit_vmalloc::PAGE, pfn + i))
         });
-        st.layer
+        let in_blocks = st
+            .layer
             .check_walk(live)
             .map_err(|e| format!("driver: {e}"))?;
-        let mut maps = record_maps;
-        let mut runs = self.records.runs();
-        for (_, _, pages) in st.table.runs() {
+        let (mut maps, mut runs) = (0, 0);
+        for (_, _, pages) in table.runs() {
             maps += pages;
             runs += 1;
         }
@@ -142,19 +134,42 @@ impl Space {
                 st.layer.live_areas()
             ));
         }
-        let mut retired: Vec<(u64, u64)> = st
-            .layer
-            .retired()
-            .map(|(r, _)| (r.start, r.start + r.span))
-            .collect();
-        retired.sort_unstable();
-        let mut cleared: Vec<(u64, u64)> = st.table.cleared.iter().map(|c| (c.0, c.1)).collect();
+        // Every area retired is cleared as one range; every other range
+        // cleared is `vm_map_ram` pages, in a live or retired block.
+        let mut areas: Vec<(u64, u64)> = Vec::new();
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        for (r, _) in st.layer.retired() {
+            let span = (r.start, r.start + r.span);
+            match r.what {
+                Gone::Block => blocks.push(span),
+                _ => areas.push(span),
+            }
+        }
+        areas.sort_unstable();
+        let mut cleared = table.cleared.clone();
         cleared.sort_unstable();
-        if retired != cleared {
+        let mut in_areas = Vec::with_capacity(areas.len());
+        for c in cleared {
+            if areas.binary_search(&c).is_ok() {
+                in_areas.push(c);
+                continue;
+            }
+            let in_block = matches!(st.layer.lookup(c.0), Where::Block { start }
+                    if c.1 <= start + st.layer.block_size(start).unwrap_or(0))
+                || blocks.iter().any(|&(s, e)| s <= c.0 && c.1 <= e);
+            if !in_block {
+                return Err(format!(
+                    "{:#x}-{:#x} is cleared, neither a retired area nor in a block",
+                    c.0, c.1
+                ));
+            }
+        }
+        in_areas.dedup();
+        if in_areas.len() != areas.len() {
             return Err(format!(
-                "{} ranges lazy or stuck, {} recorded as cleared",
-                retired.len(),
-                cleared.len()
+                "{} areas lazy or stuck, {} of them recorded as cleared",
+                areas.len(),
+                in_areas.len()
             ));
         }
         let counted = self.phys.total_mapcount();
@@ -169,6 +184,7 @@ impl Space {
                 self.budget.used()
             ));
         }
-        self.phys.check()
+        self.phys.check()?;
+        Ok(in_blocks)
     }
 }

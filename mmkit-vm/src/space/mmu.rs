@@ -11,7 +11,9 @@
 //! [`Table`] is this machine's page table: every run it mapped, live or
 //! cleared, with its frame. A run leaves it only when the kernel has
 //! unmapped it; then its frames lose a map count and its mappings go back
-//! to the budget.
+//! to the budget. It has its own lock, taken inside each call and never
+//! around another lock: `vm_map_ram` and `vm_unmap_ram` call the MMU
+//! without the space's lock.
 //!
 //! ```text
 //!  map    ──mmap per run──> live  {va: (pfn, pages)}
@@ -30,6 +32,7 @@ use mmkit_vmalloc::{FrameSource, MapFailed, Mmu, Refused, VmError as LayerError,
 use super::Space;
 use crate::error::VmError;
 use crate::phys::Phys;
+use crate::sync::lock;
 
 /// What this machine has mapped (see the module docs).
 #[derive(Debug, Default)]
@@ -38,20 +41,19 @@ pub(crate) struct Table {
     pub(crate) live: BTreeMap<u64, (u64, u64)>,
     /// Runs cleared but still mapped until a flush unmaps them.
     pub(crate) stale: BTreeMap<u64, (u64, u64)>,
-    /// The ranges cleared and not yet unmapped; `true` for a `vm_map_ram`
-    /// block (its pages are in the block records, not in `stale`).
-    pub(crate) cleared: Vec<(u64, u64, bool)>,
+    /// The ranges cleared and not yet unmapped.
+    pub(crate) cleared: Vec<(u64, u64)>,
+    /// The ranges the latest flush over them could not unmap.
+    pub(crate) refused: Vec<(u64, u64)>,
     /// The span the latest flush covered.
     pub(crate) flushed: Option<(u64, u64)>,
 }
 
 impl Table {
-    /// The frame mapped at `va`, live or cleared, if this table maps it.
+    /// The frame a live (not cleared) run maps at `va`: its PTE.
     pub(crate) fn frame(&self, va: u64) -> Option<u64> {
-        [&self.live, &self.stale].into_iter().find_map(|runs| {
-            let (&s, &(pfn, n)) = runs.range(..=va).next_back()?;
-            (va < s + n * PAGE).then(|| pfn + (va - s) / PAGE)
-        })
+        let (&s, &(pfn, n)) = self.live.range(..=va).next_back()?;
+        (va < s + n * PAGE).then(|| pfn + (va - s) / PAGE)
     }
 
     /// Every run mapped, live and cleared.
@@ -63,51 +65,61 @@ impl Table {
     }
 }
 
-/// The memfd machine with its page table, borrowed from the space's lock.
+/// The memfd machine and its page table (the space's).
 pub(crate) struct MemfdMmu<'a> {
     pub(crate) space: &'a Space,
-    pub(crate) table: &'a mut Table,
     /// Why the latest `map` failed (the driver reports only that it did).
     pub(crate) err: Option<VmError>,
 }
 
 /// A released entry of `cleared`.
-const DONE: (u64, u64, bool) = (0, 0, false);
+const DONE: (u64, u64) = (0, 0);
 
 impl<'a> MemfdMmu<'a> {
-    pub(crate) fn new(space: &'a Space, table: &'a mut Table) -> Self {
-        MemfdMmu {
-            space,
-            table,
-            err: None,
-        }
+    pub(crate) fn new(space: &'a Space) -> Self {
+        MemfdMmu { space, err: None }
     }
 
-    /// Records the block `[va, va + size)` of the `vm_map_ram` front end as
-    /// cleared: its pages (live or stale in the block records) go with the
-    /// flush that covers it.
-    pub(crate) fn clear_block(&mut self, va: u64, size: u64) {
-        self.table.cleared.push((va, va + size, true));
-    }
-
-    /// After the kernel unmapped `[s, e)`: the runs and blocks in it leave
-    /// the books, their frames lose a map count, the budget gets them back.
-    fn unmapped(&mut self, s: u64, e: u64, entries: &[(u64, u64, bool)]) {
+    /// After the kernel unmapped `[s, e)`: the runs in it leave the table,
+    /// their frames lose a map count, the budget gets them back.
+    fn unmapped(&self, table: &mut Table, s: u64, e: u64) {
         let space = self.space;
-        let gone: Vec<u64> = self.table.stale.range(s..e).map(|(&va, _)| va).collect();
+        let gone: Vec<u64> = table.stale.range(s..e).map(|(&va, _)| va).collect();
         let mut runs = 0;
         for va in gone {
-            if let Some((pfn, n)) = self.table.stale.remove(&va) {
+            if let Some((pfn, n)) = table.stale.remove(&va) {
                 space.phys.unmapped(pfn, n);
                 runs += 1;
             }
         }
-        for &(start, _, block) in entries {
-            if block {
-                runs += space.records.drop_block(start, &space.phys);
+        space.budget.credit(runs);
+    }
+
+    /// Forgets what was cleared in `[s, e)` and not flushed yet, before a
+    /// new mapping replaces it there (the undo of a refused `vm_unmap_ram`
+    /// maps its frames back): `mmap` over it removes the old mapping.
+    fn replace_cleared(&self, s: u64, e: u64) {
+        let mut table = lock(&self.space.table);
+        // A cleared range with nothing stale in it maps nothing: unmapping
+        // it later is harmless.
+        if table.stale.range(s..e).next().is_none() {
+            return;
+        }
+        let mut kept = Vec::with_capacity(table.cleared.len() + 1);
+        for &(a, b) in &table.cleared {
+            if b <= s || a >= e {
+                kept.push((a, b));
+                continue;
+            }
+            if a < s {
+                kept.push((a, s));
+            }
+            if b > e {
+                kept.push((e, b));
             }
         }
-        space.budget.credit(runs);
+        table.cleared = kept;
+        self.unmapped(&mut table, s, e);
     }
 }
 
@@ -115,9 +127,10 @@ impl Mmu for MemfdMmu<'_> {
     /// Maps `pfns` with one `mmap` per run of consecutive frames, charged
     /// to the mapping budget first.
     fn map(&mut self, va: u64, pfns: &[u64]) -> Result<(), MapFailed> {
-        let table = &mut *self.table;
+        self.replace_cleared(va, va + pfns.len() as u64 * PAGE);
+        let table = &self.space.table;
         let done = self.space.map_runs(va, pfns, |at, pfn, n| {
-            table.live.insert(at, (pfn, n));
+            lock(table).live.insert(at, (pfn, n));
         });
         done.map(drop).map_err(|p| {
             self.err = Some(p.err);
@@ -132,18 +145,25 @@ impl Mmu for MemfdMmu<'_> {
     }
 
     fn clear(&mut self, va: u64, pages: u64) {
+        if pages == 0 {
+            return;
+        }
         let end = va + pages * PAGE;
-        let runs: Vec<u64> = self.table.live.range(va..end).map(|(&s, _)| s).collect();
+        let mut table = lock(&self.space.table);
+        let runs: Vec<u64> = table.live.range(va..end).map(|(&s, _)| s).collect();
         for s in runs {
-            if let Some(run) = self.table.live.remove(&s) {
-                self.table.stale.insert(s, run);
+            if let Some(run) = table.live.remove(&s) {
+                table.stale.insert(s, run);
             }
         }
-        self.table.cleared.push((va, end, false));
+        table.cleared.push((va, end));
     }
 
+    /// Unmaps under the table's lock: a range is in the table exactly
+    /// while the kernel maps it.
     fn flush(&mut self, start: u64, end: u64) -> Refused {
-        let mut c = std::mem::take(&mut self.table.cleared);
+        let mut table = lock(&self.space.table);
+        let mut c = std::mem::take(&mut table.cleared);
         c.sort_unstable();
         let (lo, hi) = (
             c.partition_point(|r| r.0 < start),
@@ -152,14 +172,14 @@ impl Mmu for MemfdMmu<'_> {
         let mut refused = Refused::new();
         let mut i = lo;
         while i < hi {
-            let (s, mut e, _) = c[i];
+            let (s, mut e) = c[i];
             let mut j = i + 1;
             while j < hi && c[j].0 == e {
                 e = c[j].1;
                 j += 1;
             }
             if self.space.unmap_range(s, e - s) {
-                self.unmapped(s, e, &c[i..j]);
+                self.unmapped(&mut table, s, e);
                 c[i..j].fill(DONE);
             } else {
                 refused.push((s, e));
@@ -167,14 +187,17 @@ impl Mmu for MemfdMmu<'_> {
             i = j;
         }
         c.retain(|&r| r != DONE);
-        self.table.cleared = c;
-        self.table.flushed = Some((start, end));
+        table.cleared = c;
+        table.flushed = Some((start, end));
+        table.refused.retain(|&(s, e)| e <= start || end <= s);
+        table.refused.extend_from_slice(&refused);
+        drop(table);
         self.space.phys.retry_deferred();
         refused
     }
 
     fn translate(&self, va: u64) -> Option<u64> {
-        self.table.frame(va)
+        lock(&self.space.table).frame(va)
     }
 }
 

@@ -16,9 +16,14 @@
 //!  driver      |area|g|   |block (vm_map_ram)|  |area|g|  |lazy area|g|
 //!              g = guard page, never mapped: an overrun faults
 //!  State       layer: the driver (areas, blocks, lazy and stuck lists)
-//!              table: every run mapped, live or cleared (the page table)
 //!              meta:  start -> requested length, handle, mirror
+//!  table       every run mapped, live or cleared (the page table; its
+//!              own lock, taken last)
 //! ```
+//!
+//! The `vm_map_ram` front end is the driver's [`MapRamIn`], which reaches
+//! the driver through an `Arc<Space>` ([`Lock`] for the space's lock) and
+//! calls the MMU outside that lock.
 //!
 //! A freed area stays mapped, and its range and frames unused, until the
 //! driver's flush: `clear` only records its range, and the flush unmaps
@@ -34,16 +39,17 @@
 
 use std::sync::atomic::Ordering;
 
-use mmkit::error::{AllocError, CheckError, FreeError};
-use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
+use std::sync::Arc;
+
+use mmkit::range::RangeStats;
 use mmkit::vmap::VmapAllocator;
 use mmkit_vmalloc::{
-    frame_runs, Flush, FramePolicy, FrameSource, Gone, VmError as LayerError, Vmalloc,
+    frame_runs, Flush, FramePolicy, FrameSource, Lock, MapRamIn, Queue, VmError as LayerError,
+    Vmalloc,
 };
 
 use crate::budget::MapBudget;
 use crate::error::VmError;
-use crate::map_ram::Records;
 use crate::phys::Phys;
 use crate::sync::{lock, HashMap, Mutex, MutexGuard};
 use crate::sys::Reservation;
@@ -54,7 +60,8 @@ mod stats;
 #[cfg(test)]
 mod tests;
 
-use mmu::{MemfdMmu, PhysFrames, Table};
+use mmu::Table;
+pub(crate) use mmu::{MemfdMmu, PhysFrames};
 use stats::Counters;
 pub use stats::SpaceStats;
 
@@ -80,12 +87,11 @@ pub(crate) enum Kind<'a> {
     Mirror,
 }
 
-/// A map that failed: why, and how far it got (pages and runs mapped).
+/// A map that failed: why, and how far it got (pages mapped).
 #[derive(Debug)]
 pub(crate) struct Partial {
     pub(crate) err: VmError,
     pub(crate) pages: u64,
-    pub(crate) runs: u64,
 }
 
 /// Whether `e` is a refused mapping: the budget, or the kernel's `ENOMEM`.
@@ -101,9 +107,59 @@ pub(crate) fn is_map_refusal(e: &VmError) -> bool {
 /// Everything the space's lock guards.
 pub(crate) struct State {
     pub(crate) layer: Vmalloc<VmapAllocator>,
-    pub(crate) table: Table,
     pub(crate) meta: HashMap<u64, Meta>,
 }
+
+/// The driver under the space's lock, for the `vm_map_ram` front end.
+pub(crate) struct LayerGuard<'a>(MutexGuard<'a, State>);
+
+impl std::ops::Deref for LayerGuard<'_> {
+    type Target = Vmalloc<VmapAllocator>;
+    fn deref(&self) -> &Self::Target {
+        &self.0.layer
+    }
+}
+
+impl std::ops::DerefMut for LayerGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0.layer
+    }
+}
+
+impl Lock for Space {
+    type Data = Vmalloc<VmapAllocator>;
+    type Guard<'a> = LayerGuard<'a>;
+
+    fn lock(&self) -> LayerGuard<'_> {
+        LayerGuard(self.state())
+    }
+}
+
+/// A lock of this crate's kind (loom's under `--cfg loom`) around one
+/// CPU's `vm_map_ram` queue.
+pub(crate) struct QueueLock<T>(Mutex<T>);
+
+impl<T> From<T> for QueueLock<T> {
+    fn from(t: T) -> Self {
+        QueueLock(Mutex::new(t))
+    }
+}
+
+impl<T> Lock for QueueLock<T> {
+    type Data = T;
+    type Guard<'a>
+        = MutexGuard<'a, T>
+    where
+        T: 'a;
+
+    fn lock(&self) -> MutexGuard<'_, T> {
+        lock(&self.0)
+    }
+}
+
+/// The driver's `vm_map_ram` front end over a space.
+pub(crate) type MapRam =
+    MapRamIn<VmapAllocator, Arc<Space>, QueueLock<Queue<VmapAllocator, Arc<Space>>>>;
 
 /// The driver with this machine's two traits, borrowed under the lock.
 pub(crate) struct Machine<'a> {
@@ -158,10 +214,10 @@ impl Machine<'_> {
 pub(crate) struct Space {
     pub(crate) res: Reservation,
     pub(crate) phys: Phys,
-    pub(crate) records: Records,
     pub(crate) budget: MapBudget,
     pub(crate) page: u64,
     state: Mutex<State>,
+    pub(crate) table: Mutex<Table>,
     counters: Counters,
 }
 
@@ -169,7 +225,6 @@ pub(crate) struct Space {
 pub(crate) struct SpaceParts {
     pub(crate) res: Reservation,
     pub(crate) phys: Phys,
-    pub(crate) records: Records,
     pub(crate) page: u64,
     pub(crate) lazy_max: u64,
     pub(crate) lazy_unmap: bool,
@@ -184,14 +239,13 @@ impl Space {
         Ok(Space {
             res: p.res,
             phys: p.phys,
-            records: p.records,
             budget: MapBudget::new(p.max_maps),
             page: p.page,
             state: Mutex::new(State {
                 layer: Vmalloc::with_frames(vmap, flush, FramePolicy::AfterFlush),
-                table: Table::default(),
                 meta: HashMap::default(),
             }),
+            table: Mutex::new(Table::default()),
             counters: Counters::default(),
         })
     }
@@ -215,7 +269,7 @@ impl Space {
         let mut m = Machine {
             layer: &mut st.layer,
             meta: &mut st.meta,
-            mmu: MemfdMmu::new(self, &mut st.table),
+            mmu: MemfdMmu::new(self),
             src: PhysFrames::new(&self.phys),
         };
         f(&mut m)
@@ -244,8 +298,7 @@ impl Space {
     ) -> Result<u64, Partial> {
         let total = frame_runs(pfns).count() as u64;
         if let Err(err) = self.budget.charge(total) {
-            let (pages, runs) = (0, 0);
-            return Err(Partial { err, pages, runs });
+            return Err(Partial { err, pages: 0 });
         }
         let (mut off, mut runs) = (0u64, 0);
         for (pfn, n) in frame_runs(pfns) {
@@ -256,11 +309,7 @@ impl Space {
             if let Err(e) = r {
                 self.budget.credit(total - runs);
                 let err = VmError::os("mmap", e);
-                return Err(Partial {
-                    err,
-                    pages: off,
-                    runs,
-                });
+                return Err(Partial { err, pages: off });
             }
             self.counters.map_calls.fetch_add(1, Ordering::Relaxed);
             self.phys.mapped(pfn, n);
@@ -415,9 +464,9 @@ impl Space {
     /// span flushed, or `None` when nothing was.
     pub(crate) fn purge(&self) -> Option<(u64, u64)> {
         self.with(|m| {
-            m.mmu.table.flushed = None;
+            lock(&self.table).flushed = None;
             m.purge();
-            m.mmu.table.flushed.take()
+            lock(&self.table).flushed.take()
         })
     }
 
@@ -431,43 +480,6 @@ impl Space {
             }
             r => r,
         }
-    }
-
-    // -----------------------------------------------------------------
-    // Blocks of the per-CPU front end
-    // -----------------------------------------------------------------
-
-    /// A block for the `vm_map_ram` front end, purging once and retrying
-    /// when nothing fits.
-    fn block_alloc(&self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, AllocError> {
-        self.with(|m| match m.layer.reserve_block(size, align, (lo, hi)) {
-            Err(AllocError::NoSpace) if m.purge() => m.layer.reserve_block(size, align, (lo, hi)),
-            r => r,
-        })
-    }
-
-    /// Frees a block of the front end: its whole range is cleared (its
-    /// live and stale `vm_map_ram` pages go with the flush, which drops the
-    /// block's records), then freed through the driver.
-    fn block_free(&self, addr: u64, lazy: bool) -> Result<u64, FreeError> {
-        self.with(|m| {
-            let size = m.layer.block_size(addr).ok_or(FreeError::NotAllocated)?;
-            m.mmu.clear_block(addr, size);
-            let (size, out) = m
-                .layer
-                .free_block(&mut m.mmu, addr, !lazy)
-                .map_err(|_| FreeError::NotAllocated)?;
-            for r in out.released {
-                if let Gone::Area(a) = r.what {
-                    // Only an area whose frames waited for this flush.
-                    give_back(&mut m.src, &a.frames);
-                }
-            }
-            if out.purge_due {
-                m.purge();
-            }
-            Ok(size)
-        })
     }
 
     pub(crate) fn set_lazy_max(&self, bytes: u64) {
@@ -496,56 +508,5 @@ fn policy(lazy_unmap: bool, lazy_max: u64) -> Flush {
         }
     } else {
         Flush::Eager
-    }
-}
-
-/// The space as a [`RangeAllocator`] for the per-CPU front end
-/// ([`mmkit::vblock::ConcurrentVblock`]): a block is a range of the same
-/// driver that vmalloc uses, and a released block joins the same lazy
-/// list, so one purge unmaps both.
-pub(crate) struct SpaceRange(pub(crate) std::sync::Arc<Space>);
-
-impl RangeAllocator for SpaceRange {
-    fn space(&self) -> (u64, u64) {
-        let r = &self.0.res;
-        (r.base(), r.base() + r.len())
-    }
-
-    fn alloc_in(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, AllocError> {
-        self.0.block_alloc(size, align, lo, hi)
-    }
-
-    fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
-        self.0.block_free(addr, false)
-    }
-
-    fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
-        self.0.block_free(addr, true)
-    }
-
-    fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
-        self.0.purge().map(|(lo, hi)| flush(lo, hi)).is_some()
-    }
-
-    fn set_lazy_max(&mut self, bytes: u64) {
-        self.0.set_lazy_max(bytes);
-    }
-
-    /// Ignored: a purge of the space unmaps for real, no hook is needed.
-    fn set_flush_hook(&mut self, _hook: Option<FlushHook>) {}
-
-    /// The vmap allocator's stats, with only the blocks counted as live.
-    fn stats(&self) -> RangeStats {
-        let st = self.0.state();
-        let (live_areas, live_bytes) = st.layer.blocks();
-        RangeStats {
-            live_areas,
-            live_bytes,
-            ..st.layer.range().stats()
-        }
-    }
-
-    fn check(&self) -> Result<(), CheckError> {
-        self.0.state().layer.range().check()
     }
 }

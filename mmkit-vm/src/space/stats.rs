@@ -63,6 +63,16 @@ pub struct SpaceStats {
 }
 
 impl Space {
+    /// Ranges of live `vm_map_ram` blocks that the latest flush over them
+    /// could not unmap (those of retired blocks and areas are on the
+    /// driver's stuck list).
+    fn stuck_in_blocks(&self, layer: &mmkit_vmalloc::Vmalloc<mmkit::vmap::VmapAllocator>) -> u64 {
+        let table = crate::sync::lock(&self.table);
+        let live =
+            |&&(s, _): &&(u64, u64)| matches!(layer.lookup(s), mmkit_vmalloc::Where::Block { .. });
+        table.refused.iter().filter(live).count() as u64
+    }
+
     pub(crate) fn stats(&self) -> SpaceStats {
         let st = self.state();
         let c = &self.counters;
@@ -72,7 +82,7 @@ impl Space {
             map_calls: c.map_calls.load(Ordering::Relaxed),
             unmap_calls: c.unmap_calls.load(Ordering::Relaxed),
             unmap_failures: c.unmap_failures.load(Ordering::Relaxed),
-            stuck_ranges: st.layer.stuck() as u64 + self.records.stuck(),
+            stuck_ranges: st.layer.stuck() as u64 + self.stuck_in_blocks(&st.layer),
             maps_charged: self.budget.used(),
             map_budget: self.budget.limit(),
             purges: layer.purges,
