@@ -48,6 +48,11 @@ pub fn send_all_but_self(vector: u8) {
     send(0, (0b11 << 18) | u32::from(vector));
 }
 
+/// A fixed IPI of `vector` to the CPU whose APIC id is `apic`.
+pub fn send_to(apic: u32, vector: u8) {
+    send(apic, u32::from(vector));
+}
+
 /// INIT (assert), then the de-assert that old APICs need.
 pub fn send_init(apic: u32) {
     send(apic, 0x4500);

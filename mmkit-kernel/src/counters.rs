@@ -13,7 +13,9 @@ pub struct Counts {
     pub flushes: u64,
     /// Pages flushed.
     pub pages: u64,
-    /// Global-lock acquisitions (layer locks and block operations).
+    /// Global-lock acquisitions: layer locks and block operations (a
+    /// block of the nodes' `vm_map_ram` front end takes the nodes' free
+    /// tree lock once when reserved and once when freed).
     pub locks: u64,
 }
 
@@ -21,11 +23,12 @@ pub struct Counts {
 pub fn counts() -> Counts {
     let (ipis, flushes, pages) = tlb::counters();
     let blocks = mm::tree().lock().stats().block_ops;
+    let nodes_blocks = crate::nodes::ram_layer().lock().stats().block_ops;
     Counts {
         ipis,
         flushes,
         pages,
-        locks: mm::GLOBAL_LOCKS.load(Ordering::Relaxed) + blocks,
+        locks: mm::GLOBAL_LOCKS.load(Ordering::Relaxed) + blocks + nodes_blocks,
     }
 }
 

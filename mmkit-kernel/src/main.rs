@@ -14,11 +14,15 @@ mod counters;
 mod fault;
 mod heap;
 mod idt;
+mod ipi;
+mod linux_like;
 mod mm;
+mod nodes;
 mod paging;
 mod percpu;
 mod pervar;
 mod phys;
+mod profile;
 mod scale;
 mod seed002;
 mod serial;
@@ -73,6 +77,9 @@ extern "C" fn kmain(info: u64) -> ! {
     let mut buf = [0u8; 256];
     let cmdline = phys::cmdline(info, &mut buf);
     let scale = scale::Scale::parse(cmdline);
+    if scale.profile {
+        profile::enable();
+    }
     println!(
         "SCALE cpus={} seed_iters={} seed_old_iters={} loops={} busy={} full_fit={} stress_loops={} stress_busy={} stress_full_fit={} buddy_pairs={} cycles={} stale_cycles={} lazy_max_mib={}",
         online,
@@ -116,7 +123,8 @@ fn run(scale: scale::Scale) -> Result<usize, alloc::string::String> {
         &'static str,
         fn(scale::Scale) -> Result<(), alloc::string::String>,
     );
-    let steps: [Step; 4] = [
+    let steps: [Step; 5] = [
+        ("ipi", ipi::run),
         ("seed002", seed002::run),
         ("test_vmalloc performance", test_vmalloc::performance),
         ("test_vmalloc stress", test_vmalloc::stress),
@@ -127,6 +135,7 @@ fn run(scale: scale::Scale) -> Result<usize, alloc::string::String> {
         // or the last experiment left lazily freed is not its debt.
         mm::locked(mm::tree()).purge(&mut mm::KernelMmu, &mut mm::PhysFrames);
         mm::locked(mm::linear_lazy()).purge(&mut mm::KernelMmu, &mut mm::PhysFrames);
+        nodes::purge_all();
         let t0 = arch::rdtsc();
         step(scale)?;
         tests::check_all().map_err(|e| alloc::format!("after {name}: {e}"))?;

@@ -2,8 +2,9 @@
 //! traits it implements (the MMU: page tables + shootdown; the frame
 //! source: the buddy's per-CPU lists), three vmalloc layers over parts of
 //! the vmalloc area (mmkit's tree; the busy-list baseline the seeds
-//! replaced, with eager flush and with lazy flush as Linux 4.20 had it),
-//! and one `vm_map_ram` front end for every CPU.
+//! replaced, with eager flush and with lazy flush as Linux 4.20 had it;
+//! the vmap nodes of [`crate::nodes`]), and one `vm_map_ram` front end for
+//! every CPU over the tree and one over the nodes.
 //!
 //! Each layer has 16 GiB whose base is aligned to 16 GiB and no more, so
 //! that every layer can satisfy the same alignments (`test_vmalloc`'s
@@ -17,13 +18,15 @@ use spin::Once;
 
 use crate::paging::{self, VMALLOC_START};
 use crate::percpu::MAX_CPUS;
+use crate::profile::{timed, Phase, TimedSpin};
 use crate::{arch, phys, tlb};
 use mmkit_vmalloc::{
     Flush, FrameSource, MapFailed, MapRam, Mmu, Refused, VmError, Vmalloc, Where, PAGE,
 };
 
-/// A lock of the `lock_api` kind (what `MapRam` needs).
-pub type Lock<T> = spin::lock_api::Mutex<T>;
+/// A lock of the `lock_api` kind (what `MapRam` needs): a spin lock whose
+/// contended waits [`crate::profile`] counts.
+pub type Lock<T> = lock_api::Mutex<TimedSpin, T>;
 
 /// The machine: PTE writes in [`paging`], flushes through [`tlb`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -31,32 +34,39 @@ pub struct KernelMmu;
 
 impl Mmu for KernelMmu {
     fn map(&mut self, va: u64, pfns: &[u64]) -> Result<(), MapFailed> {
-        for (i, &pfn) in pfns.iter().enumerate() {
-            let at = va + i as u64 * PAGE;
-            if !paging::map(at, pfn) {
-                // The layer clears what was mapped.
-                let (err, mapped) = (VmError::MapFailed { va: at }, i as u64);
-                return Err(MapFailed { err, mapped });
-            }
-        }
-        Ok(())
+        timed(Phase::Map, || map_pages(va, pfns))
     }
 
     fn clear(&mut self, va: u64, pages: u64) {
-        for i in 0..pages {
-            paging::clear(va + i * PAGE);
-        }
+        timed(Phase::Clear, || {
+            for i in 0..pages {
+                paging::clear(va + i * PAGE);
+            }
+        })
     }
 
     /// Never refuses: the IPIs are acknowledged before it returns.
     fn flush(&mut self, start: u64, end: u64) -> Refused {
-        tlb::flush_range(start, end);
+        timed(Phase::Flush, || tlb::flush_range(start, end));
         Refused::new()
     }
 
     fn translate(&self, va: u64) -> Option<u64> {
         paging::translate(va)
     }
+}
+
+/// Writes the PTEs of `pfns` from `va`.
+fn map_pages(va: u64, pfns: &[u64]) -> Result<(), MapFailed> {
+    for (i, &pfn) in pfns.iter().enumerate() {
+        let at = va + i as u64 * PAGE;
+        if !paging::map(at, pfn) {
+            // The layer clears what was mapped.
+            let (err, mapped) = (VmError::MapFailed { va: at }, i as u64);
+            return Err(MapFailed { err, mapped });
+        }
+    }
+    Ok(())
 }
 
 /// Frames from the running CPU's lists of the buddy allocator, one at a
@@ -67,18 +77,22 @@ pub struct PhysFrames;
 
 impl FrameSource for PhysFrames {
     fn alloc(&mut self, _max: u64) -> Option<(u64, u64)> {
-        phys::alloc(arch::cpu_id(), 0, false).map(|pfn| (pfn, 1))
+        timed(Phase::Frames, || {
+            phys::alloc(arch::cpu_id(), 0, false).map(|pfn| (pfn, 1))
+        })
     }
 
     fn free(&mut self, pfn: u64, count: u64) {
-        let cpu = arch::cpu_id();
-        for p in pfn..pfn + count {
-            phys::free(cpu, p, 0);
-        }
+        timed(Phase::Frames, || {
+            let cpu = arch::cpu_id();
+            for p in pfn..pfn + count {
+                phys::free(cpu, p, 0);
+            }
+        })
     }
 
     fn zero(&mut self, pfn: u64, count: u64) {
-        phys::zero_frames(pfn, count);
+        timed(Phase::Frames, || phys::zero_frames(pfn, count));
     }
 }
 
@@ -87,7 +101,7 @@ pub type TreeLayer = Vmalloc<VmapAllocator>;
 /// The busy-list baseline.
 pub type LinearLayer = Vmalloc<LinearVmap>;
 /// The `vm_map_ram` front end of every CPU, its blocks from the tree layer.
-pub type MapRamAll = MapRam<spin::Mutex<()>, VmapAllocator>;
+pub type MapRamAll = MapRam<TimedSpin, VmapAllocator>;
 
 static TREE: Once<Lock<TreeLayer>> = Once::new();
 static LINEAR: Once<Lock<LinearLayer>> = Once::new();
@@ -102,11 +116,16 @@ pub const LINEAR_LAZY_RANGE: (u64, u64) = layer_range(5);
 
 /// The `k`th 16 GiB of the vmalloc area (odd `k`: a base aligned to
 /// exactly 16 GiB).
-const fn layer_range(k: u64) -> (u64, u64) {
+pub(crate) const fn layer_range(k: u64) -> (u64, u64) {
     let size = 16 << 30;
     (VMALLOC_START + k * size, VMALLOC_START + (k + 1) * size)
 }
 static MAP_RAM: Once<MapRamAll> = Once::new();
+static MAP_RAM_NODES: Once<MapRamNodes> = Once::new();
+
+/// The `vm_map_ram` front end of every CPU, its blocks from the nodes
+/// design's layer for them.
+pub type MapRamNodes = MapRam<TimedSpin, crate::nodes::NodeRange>;
 
 /// Acquisitions of a layer's (global) lock.
 pub static GLOBAL_LOCKS: AtomicU64 = AtomicU64::new(0);
@@ -135,6 +154,10 @@ pub fn init(cpus: usize) {
         Lock::new(Vmalloc::new(r, lazy))
     });
     MAP_RAM.call_once(|| MapRam::new(tree(), cpus.clamp(1, MAX_CPUS)).expect("CPU count"));
+    crate::nodes::init(cpus, lazy);
+    MAP_RAM_NODES.call_once(|| {
+        MapRam::new(crate::nodes::ram_layer(), cpus.clamp(1, MAX_CPUS)).expect("CPU count")
+    });
 }
 
 /// The tree layer (global lock).
@@ -153,7 +176,7 @@ pub fn linear_lazy() -> &'static Lock<LinearLayer> {
 }
 
 /// Takes a layer's lock, counting the acquisition.
-pub fn locked<T>(l: &'static Lock<T>) -> lock_api::MutexGuard<'static, spin::Mutex<()>, T> {
+pub fn locked<T>(l: &'static Lock<T>) -> lock_api::MutexGuard<'static, TimedSpin, T> {
     GLOBAL_LOCKS.fetch_add(1, Ordering::Relaxed);
     l.lock()
 }
@@ -161,6 +184,11 @@ pub fn locked<T>(l: &'static Lock<T>) -> lock_api::MutexGuard<'static, spin::Mut
 /// The `vm_map_ram` front end (any CPU may unmap what another mapped).
 pub fn map_ram() -> &'static MapRamAll {
     MAP_RAM.get().expect("mm::init ran")
+}
+
+/// The `vm_map_ram` front end of the nodes design.
+pub fn map_ram_nodes() -> &'static MapRamNodes {
+    MAP_RAM_NODES.get().expect("mm::init ran")
 }
 
 /// `vmalloc`: `pages` frames from this CPU's lists, mapped in `layer` at
@@ -173,7 +201,9 @@ pub fn vmalloc<R: mmkit::range::RangeAllocator>(
     let size = pages
         .checked_mul(PAGE)
         .ok_or(VmError::TooLarge { bytes: pages })?;
-    locked(layer).vmalloc_aligned(&mut KernelMmu, &mut PhysFrames, size, align)
+    timed(Phase::Calls, || {
+        locked(layer).vmalloc_aligned(&mut KernelMmu, &mut PhysFrames, size, align)
+    })
 }
 
 /// `vfree`: unmaps and returns the frames to this CPU's lists.
@@ -181,7 +211,9 @@ pub fn vfree<R: mmkit::range::RangeAllocator>(
     layer: &'static Lock<Vmalloc<R>>,
     va: u64,
 ) -> Result<(), VmError> {
-    locked(layer).vfree(&mut KernelMmu, &mut PhysFrames, va)
+    timed(Phase::Calls, || {
+        locked(layer).vfree(&mut KernelMmu, &mut PhysFrames, va)
+    })
 }
 
 /// `vfree_atomic`: as [`vfree`], but never flushes (no IPI, no wait): for
@@ -204,6 +236,8 @@ pub fn whereabouts(va: u64) -> Option<Where> {
         LINEAR.get()?.try_lock().map(|l| l.lookup(va))
     } else if within(LINEAR_LAZY_RANGE) {
         LINEAR_LAZY.get()?.try_lock().map(|l| l.lookup(va))
+    } else if within(crate::nodes::RANGE) {
+        crate::nodes::whereabouts(va)
     } else {
         Some(Where::Free)
     }

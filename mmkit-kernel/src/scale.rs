@@ -36,6 +36,11 @@ pub struct Scale {
     pub stale_cycles: u64,
     /// The word `tests-only`: no experiments.
     pub tests_only: bool,
+    /// The word `profile`: per-phase cycle counters on (`ROW phases`).
+    pub profile: bool,
+    /// The word `no-old`: the busy-list designs are left out (at Linux's
+    /// stock sizes they would take hours under emulation).
+    pub no_old: bool,
 }
 
 impl Scale {
@@ -53,6 +58,8 @@ impl Scale {
         cycles: 100_000,
         stale_cycles: 0,
         tests_only: false,
+        profile: false,
+        no_old: false,
     };
 
     /// The main job's scale (`mmkit experiments`): its boots fit its
@@ -70,6 +77,8 @@ impl Scale {
         cycles: 100_000,
         stale_cycles: 0,
         tests_only: false,
+        profile: false,
+        no_old: false,
     };
 
     /// The full scale (`mmkit experiments --full`).
@@ -86,6 +95,8 @@ impl Scale {
         cycles: 100_000,
         stale_cycles: 0,
         tests_only: false,
+        profile: false,
+        no_old: false,
     };
 
     /// The stress mode's per-CPU sizes at `cpus` CPUs.
@@ -132,6 +143,12 @@ impl Scale {
         for w in words() {
             if w == "tests-only" {
                 s.tests_only = true;
+            }
+            if w == "profile" {
+                s.profile = true;
+            }
+            if w == "no-old" {
+                s.no_old = true;
             }
             let Some((k, v)) = w.split_once('=') else {
                 continue;

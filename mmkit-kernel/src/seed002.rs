@@ -1,7 +1,9 @@
 //! Seed 002's loop on every online CPU: map 4 pages, touch them, unmap
 //! them. The old design is the busy list under one global lock with an
 //! eager flush (an IPI to every other CPU per unmap); the new one is the
-//! CPU's own `vm_map_ram` front end with lazy flush. Each touch checks
+//! CPU's own `vm_map_ram` front end with lazy flush, its blocks from the
+//! tree; the nodes design is the same front end, its blocks from the vmap
+//! nodes. Each touch checks
 //! that the write reached the frame the page table maps (a stale
 //! translation fails the experiment, not just its time), and the loop
 //! alternates between two sets of frames so that a stale translation
@@ -13,9 +15,10 @@ use alloc::vec::Vec;
 
 use crate::counters::{counts, since};
 use crate::mm::{self, KernelMmu, PhysFrames};
+use crate::profile::{self, timed, Phase, TimedSpin};
 use crate::scale::{per_cpu_share, Scale};
 use crate::{arch, percpu, phys, println, smp, time};
-use mmkit_vmalloc::PAGE;
+use mmkit_vmalloc::{MapRam, PAGE};
 
 /// Pages per map.
 const PAGES: usize = 4;
@@ -30,22 +33,43 @@ struct Loop {
 /// One map+touch+unmap of `frames` in `design`; whether it all worked.
 fn once(design: &str, cpu: usize, frames: &[u64]) -> bool {
     let mut mmu = KernelMmu;
-    if design == "old" {
-        // The guard drops before the unmap takes the lock again.
-        let src = &mut PhysFrames;
-        let r = mm::locked(mm::linear()).vmap(&mut mmu, src, frames, PAGE);
-        r.is_ok_and(|va| {
-            crate::fault::touch(va, PAGES as u64)
-                && mm::locked(mm::linear()).vunmap(&mut mmu, src, va).is_ok()
-        })
-    } else {
-        let ram = mm::map_ram();
-        let r = ram.map(&mut mmu, &mut PhysFrames, cpu, frames);
-        r.is_ok_and(|va| {
-            crate::fault::touch(va, PAGES as u64)
-                && ram.unmap(&mut mmu, &mut PhysFrames, cpu, va, PAGES).is_ok()
-        })
+    match design {
+        "old" => {
+            // The guard drops before the unmap takes the lock again.
+            let src = &mut PhysFrames;
+            let r = timed(Phase::Calls, || {
+                mm::locked(mm::linear()).vmap(&mut mmu, src, frames, PAGE)
+            });
+            r.is_ok_and(|va| {
+                crate::fault::touch(va, PAGES as u64)
+                    && timed(Phase::Calls, || {
+                        mm::locked(mm::linear()).vunmap(&mut mmu, src, va)
+                    })
+                    .is_ok()
+            })
+        }
+        "nodes" => through(mm::map_ram_nodes(), cpu, frames),
+        _ => through(mm::map_ram(), cpu, frames),
     }
+}
+
+/// One map+touch+unmap of `frames` through the `vm_map_ram` front end
+/// `ram`.
+fn through<R: mmkit::range::RangeAllocator>(
+    ram: &MapRam<TimedSpin, R>,
+    cpu: usize,
+    frames: &[u64],
+) -> bool {
+    let r = timed(Phase::Calls, || {
+        ram.map(&mut KernelMmu, &mut PhysFrames, cpu, frames)
+    });
+    r.is_ok_and(|va| {
+        crate::fault::touch(va, PAGES as u64)
+            && timed(Phase::Calls, || {
+                ram.unmap(&mut KernelMmu, &mut PhysFrames, cpu, va, PAGES)
+            })
+            .is_ok()
+    })
 }
 
 /// `iters` timed iterations on this CPU after a tenth untimed (blocks,
@@ -80,22 +104,29 @@ fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>) -> L
     out
 }
 
-/// Seed 002's loop on every online CPU, both designs; one `ROW seed002`
+/// Seed 002's loop on every online CPU, each design; one `ROW seed002`
 /// line each.
 pub fn run(s: Scale) -> Result<(), String> {
     let cpus = percpu::online();
-    for design in ["old", "new"] {
+    let designs: &[&str] = if s.no_old {
+        &["new", "nodes"]
+    } else {
+        &["old", "new", "nodes"]
+    };
+    for &design in designs {
         let iters = if design == "old" {
             per_cpu_share(s.seed_old_iters)
         } else {
             s.seed_iters
         };
         let c0 = counts();
+        let p0 = profile::totals();
         let counted = (iters + iters / 10) * cpus as u64;
         // Operations counted in a real per-CPU variable (mmkit::percpu).
         let ops = crate::pervar::Counter::new();
         let loops = smp::run_on(cpus, |_| run_loop(design, iters, ops.as_ref()));
         let d = since(&c0);
+        profile::report(&format!("step=seed002 design={design} cpus={cpus}"), &p0);
         let mut failed: u64 = loops.iter().map(|l| l.failed).sum();
         if ops.as_ref().map(|c| c.sum()) != Some(counted) {
             failed += 1;
@@ -118,5 +149,6 @@ pub fn run(s: Scale) -> Result<(), String> {
         }
     }
     mm::map_ram().unmap_aliases(&mut KernelMmu, &mut PhysFrames);
+    mm::map_ram_nodes().unmap_aliases(&mut KernelMmu, &mut PhysFrames);
     Ok(())
 }

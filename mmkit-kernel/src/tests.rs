@@ -19,24 +19,33 @@ pub fn check_all() -> Result<(), String> {
     crate::pervar::check().map_err(|e| format!("percpu: {e}"))?;
     let ram = mm::map_ram();
     ram.check().map_err(|e| format!("vm_map_ram: {e}"))?;
+    let ram_nodes = mm::map_ram_nodes();
+    ram_nodes
+        .check()
+        .map_err(|e| format!("vm_map_ram (nodes): {e}"))?;
     let ram_pages = ram.live_pages();
-    // The present PTEs by layer: tree, eager list, lazy list, none.
-    let mut by_layer: [Vec<(u64, u64)>; 4] = Default::default();
+    // The present PTEs by layer: tree, eager list, lazy list, nodes, none.
+    let mut by_layer: [Vec<(u64, u64)>; 5] = Default::default();
     let mut bad_flags = 0u64;
     paging::walk(&mut |va, pfn| {
         if !paging::flags_ok(va) {
             bad_flags += 1;
         }
-        let k = [mm::TREE_RANGE, mm::LINEAR_RANGE, mm::LINEAR_LAZY_RANGE]
-            .iter()
-            .position(|r| (r.0..r.1).contains(&va))
-            .unwrap_or(3);
+        let k = [
+            mm::TREE_RANGE,
+            mm::LINEAR_RANGE,
+            mm::LINEAR_LAZY_RANGE,
+            crate::nodes::RANGE,
+        ]
+        .iter()
+        .position(|r| (r.0..r.1).contains(&va))
+        .unwrap_or(4);
         by_layer[k].push((va, pfn));
     });
     if bad_flags != 0 {
         return Err(format!("{bad_flags} PTEs not present+writable+NX"));
     }
-    let [low, eager, lazy, outside] = by_layer;
+    let [low, eager, lazy, nodes, outside] = by_layer;
     if let Some((va, _)) = outside.first() {
         return Err(format!(
             "{} PTEs outside every layer, the first at {va:#x}",
@@ -48,6 +57,7 @@ pub fn check_all() -> Result<(), String> {
         .iter()
         .chain(&eager)
         .chain(&lazy)
+        .chain(&nodes)
         .map(|&(_, p)| p)
         .collect();
     frames.sort_unstable();
@@ -80,7 +90,23 @@ pub fn check_all() -> Result<(), String> {
             "{in_blocks} PTEs in vm_map_ram blocks, {ram_pages} pages mapped there"
         ));
     }
-    if dups > ram_pages {
+    let nodes_ram_pages = ram_nodes.live_pages();
+    let mut in_node_blocks = 0;
+    let node_layers = crate::nodes::layers();
+    for (i, ptes) in crate::nodes::split_ptes(&nodes).into_iter().enumerate() {
+        let l = node_layers[i].lock();
+        l.check(&KernelMmu)
+            .map_err(|e| format!("nodes layer {i}: {e}"))?;
+        in_node_blocks += l
+            .check_walk(ptes.into_iter())
+            .map_err(|e| format!("nodes layer {i} walk: {e}"))?;
+    }
+    if in_node_blocks != nodes_ram_pages {
+        return Err(format!(
+            "{in_node_blocks} PTEs in the nodes' vm_map_ram blocks, {nodes_ram_pages} pages mapped there"
+        ));
+    }
+    if dups > ram_pages + nodes_ram_pages {
         return Err(format!(
             "{dups} frames mapped twice, only vm_map_ram may alias"
         ));

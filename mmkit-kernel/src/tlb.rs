@@ -79,6 +79,30 @@ pub fn flush_range(start: u64, end: u64) {
     }
 }
 
+/// One shootdown of nothing (an empty range) to the CPU `target` (its
+/// APIC id) or, with `None`, to every other online CPU: TSC ticks from
+/// the send to the last acknowledgement, the round trip every flush
+/// waits for. Not counted as a flush or as flush IPIs; `None` at one CPU.
+pub fn ping(target: Option<u32>) -> Option<u64> {
+    let others = percpu::online().saturating_sub(1);
+    if others == 0 {
+        return None;
+    }
+    let _g = SHOOTDOWN.lock();
+    REQ_START.store(0, Ordering::Relaxed);
+    REQ_END.store(0, Ordering::Relaxed);
+    PENDING.store(target.map_or(others, |_| 1), Ordering::Release);
+    let t0 = arch::rdtsc();
+    match target {
+        Some(apic) => apic::send_to(apic, TLB_VECTOR),
+        None => apic::send_all_but_self(TLB_VECTOR),
+    }
+    while PENDING.load(Ordering::Acquire) != 0 {
+        pause();
+    }
+    Some(arch::rdtsc() - t0)
+}
+
 /// The shootdown IPI's handler (interrupts off, no locks).
 pub fn on_ipi() {
     local(

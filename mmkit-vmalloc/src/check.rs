@@ -39,13 +39,9 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
                 "{live} live ranges; areas, blocks, lazy and stuck make {ours}"
             ));
         }
-        let lazy: u64 = self.lazy.iter().map(|r| r.span).sum();
-        if lazy != self.lazy_bytes {
-            return Err(format!(
-                "{lazy} lazy bytes listed, {} counted",
-                self.lazy_bytes
-            ));
-        }
+        self.retiring
+            .check()
+            .map_err(|e| format!("lazy list: {e}"))?;
         for (&s, a) in &self.areas {
             if a.mapped_pages() * PAGE >= a.span() {
                 return Err(format!("area {s:#x}: no guard page in its span"));

@@ -116,7 +116,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
                 src.zero(pfn, n);
             }
         }
-        match self.install(mmu, src, &frames, align, true) {
+        match self.install(mmu, src, &frames, align, 0) {
             Ok(va) => {
                 self.areas.insert(
                     va,
@@ -155,33 +155,40 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 
     /// Reserves a span for `frames` and maps them; when the map fails,
-    /// purges once and tries again. On error, how many leading frames the
-    /// layer kept (mapped, their flush not done, under
-    /// [`FramePolicy::AfterFlush`]): they go to `src` after their flush.
+    /// purges once and tries again. The first `lent` frames belong to a
+    /// live area (a growing `vrealloc`'s); the layer may give the others to
+    /// `src`. On error, how many leading frames the layer holds: see
+    /// [`try_install`](Self::try_install).
     fn install(
         &mut self,
         mmu: &mut impl Mmu,
         src: &mut impl FrameSource,
         frames: &[u64],
         align: u64,
-        ours: bool,
+        lent: usize,
     ) -> Result<u64, (VmError, usize)> {
-        match self.try_install(mmu, src, frames, align, ours) {
+        match self.try_install(mmu, src, frames, align, lent) {
             Err((VmError::MapFailed { .. }, 0)) if self.purgeable() => {
                 self.purge(mmu, src);
-                self.try_install(mmu, src, frames, align, ours)
+                self.try_install(mmu, src, frames, align, lent)
             }
             r => r,
         }
     }
 
+    /// One try of [`install`](Self::install). A map that fails half way is
+    /// taken down and flushed at once. When that flush is refused under
+    /// [`FramePolicy::AfterFlush`], some CPU may still reach the frames it
+    /// mapped: the error then says how many leading frames the layer holds.
+    /// They wait with the stuck range, and those past `lent` go to `src`
+    /// once a flush releases it (the lent ones are shadowed until then).
     fn try_install(
         &mut self,
         mmu: &mut impl Mmu,
         src: &mut impl FrameSource,
         frames: &[u64],
         align: u64,
-        ours: bool,
+        lent: usize,
     ) -> Result<u64, (VmError, usize)> {
         let (_, span) = pages_for(frames.len() as u64 * PAGE).map_err(|e| (e, 0))?;
         let va = self
@@ -196,22 +203,38 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             debug_assert!(freed.is_ok(), "just reserved");
             return Err((f.err, 0));
         }
-        // Taken down at once; the frames it reached wait for the flush when
-        // the policy asks for that and they are ours to give back.
-        let keep = ours && self.frames == FramePolicy::AfterFlush;
-        let kept = if keep { mapped } else { 0 };
+        let after = self.frames == FramePolicy::AfterFlush;
+        let lent = lent.min(mapped);
         let shown = Area {
-            frames: frames[..kept].to_vec(),
+            frames: if after {
+                frames[lent..mapped].to_vec()
+            } else {
+                Vec::new()
+            },
             owned: true,
             pieces: Vec::new(),
         };
-        let out = self.retire_range(mmu, va, span, Gone::Area(shown), When::Now);
+        let mut out = self.retire_range(mmu, va, span, Gone::Area(shown), When::Now);
+        let held = match out.released.iter().position(|r| r.start == va) {
+            Some(i) => {
+                // Flushed: nothing reaches the frames, the caller has them.
+                drop(out.released.swap_remove(i));
+                0
+            }
+            None if after => {
+                if lent > 0 {
+                    self.shadows.push((va, frames[..lent].to_vec()));
+                }
+                mapped
+            }
+            None => 0,
+        };
         self.dispose(src, out.released);
-        Err((f.err, kept))
+        Err((f.err, held))
     }
 
     fn purgeable(&self) -> bool {
-        !self.lazy.is_empty() || !self.stuck.is_empty()
+        !self.retiring.is_empty()
     }
 
     /// Reserves `span` bytes at `align`, purging the lazy and stuck lists
@@ -223,11 +246,11 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         span: u64,
         align: u64,
     ) -> Result<u64, VmError> {
-        let (lo, hi) = self.range.space();
-        let r = match self.range.alloc_placed(span, align, (lo, hi), self.place) {
+        let space = self.range.space();
+        let r = match self.place_range(span, align, space) {
             Err(AllocError::NoSpace) if self.purgeable() => {
                 self.purge(mmu, src);
-                self.range.alloc_placed(span, align, (lo, hi), self.place)
+                self.place_range(span, align, space)
             }
             r => r,
         };
@@ -246,7 +269,11 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     /// # Errors
     /// [`VmError::Empty`], [`VmError::BadAlign`], [`VmError::NoSpace`] or
     /// the MMU's error after a purge and a retry; what was mapped is taken
-    /// down, and the frames stay the caller's.
+    /// down, and the frames stay the caller's. [`VmError::FramesHeld`]
+    /// under [`FramePolicy::AfterFlush`] when the flush of that takedown is
+    /// refused: the layer holds the frames some CPU may still reach and
+    /// gives them to `src` once a flush releases them; the caller keeps
+    /// the others.
     pub fn vmap(
         &mut self,
         mmu: &mut impl Mmu,
@@ -259,8 +286,11 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             return Err(VmError::Empty);
         }
         let va = self
-            .install(mmu, src, frames, align, false)
-            .map_err(|(e, _)| e)?;
+            .install(mmu, src, frames, align, 0)
+            .map_err(|(e, held)| match held {
+                0 => e,
+                held => VmError::FramesHeld { held: held as u64 },
+            })?;
         let frames = frames.to_vec();
         self.areas.insert(
             va,
@@ -432,10 +462,10 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         let mut frames = self.areas.get(&va).map(|a| a.frames.clone());
         let frames = frames.get_or_insert_with(Vec::new);
         self.take_frames(mmu, src, pages - have, frames)?;
-        let to = match self.install(mmu, src, frames, PAGE, false) {
+        let to = match self.install(mmu, src, frames, PAGE, have as usize) {
             Ok(to) => to,
-            Err((e, _)) => {
-                give_back(src, &frames[have as usize..]);
+            Err((e, held)) => {
+                give_back(src, &frames[held.max(have as usize)..]);
                 return Err(e);
             }
         };
@@ -587,8 +617,9 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             if had_shadows {
                 self.shadows.retain(|s| s.0 != r.start);
             }
-            if let Gone::Area(a) = r.what {
-                self.release_frames(src, &a.frames);
+            match r.what {
+                Gone::Area(a) if !a.frames.is_empty() => self.release_frames(src, &a.frames),
+                _ => {}
             }
         }
         if had_shadows && !self.deferred.is_empty() {

@@ -54,6 +54,16 @@ pub enum VmError {
         /// The first page it could not map.
         va: u64,
     },
+    /// A `vmap` whose map failed, and the flush that took down the pages it
+    /// mapped was refused: some CPU may still reach the first `held` frames
+    /// given, so the layer holds them (under
+    /// [`FramePolicy::AfterFlush`](crate::FramePolicy::AfterFlush)) and
+    /// gives them to the frame source once a flush releases them. The
+    /// caller keeps the others.
+    FramesHeld {
+        /// Leading frames the layer holds.
+        held: u64,
+    },
     /// Nothing starts at `va`: never allocated, or freed long ago.
     NotMapped {
         /// The address given.
@@ -125,6 +135,10 @@ impl fmt::Display for VmError {
             NoSpace { bytes } => write!(f, "no {bytes:#x} bytes of address space left"),
             NoFrames { pages } => write!(f, "no {pages} frames left in the frame source"),
             MapFailed { va } => write!(f, "the MMU could not map {va:#x}"),
+            FramesHeld { held } => write!(
+                f,
+                "the map failed and its takedown flush was refused: the layer holds the first {held} frames until a flush releases them"
+            ),
             NotMapped { va } => write!(f, "nothing is mapped at {va:#x}"),
             DoubleFree { va } => write!(f, "{va:#x} was freed already"),
             Interior { va, start } => {

@@ -64,33 +64,52 @@ pub fn frame_runs(frames: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
     })
 }
 
-/// Gives `frames` back to `src`, one call per run of consecutive frames.
+/// Gives `frames` back to `src`, one call per run of consecutive frames,
+/// in either order (a source that hands out frames from the top of a list
+/// gives them in descending order).
 pub(crate) fn give_back(src: &mut impl FrameSource, frames: &[u64]) {
     let Some((&first, rest)) = frames.split_first() else {
         return;
     };
-    let (mut start, mut n) = (first, 1);
+    // The run [lo, lo + n), grown at either end.
+    let (mut lo, mut n) = (first, 1);
     for &pfn in rest {
-        if start.checked_add(n) == Some(pfn) {
+        if lo.checked_add(n) == Some(pfn) {
             n += 1;
+        } else if pfn.checked_add(1) == Some(lo) {
+            (lo, n) = (pfn, n + 1);
         } else {
-            src.free(start, n);
-            (start, n) = (pfn, 1);
+            src.free(lo, n);
+            (lo, n) = (pfn, 1);
         }
     }
-    src.free(start, n);
+    src.free(lo, n);
 }
+
+/// Frame vectors up to this long are allocated as any small allocation;
+/// longer ones fallibly.
+const SMALL: u64 = 64;
 
 /// Takes `pages` frames from `src` into `out` (appended, in page order).
 /// On failure gives back what it took and returns false.
 pub(crate) fn take(src: &mut impl FrameSource, pages: u64, out: &mut Vec<u64>) -> bool {
     let first = out.len();
-    if out.try_reserve(pages as usize).is_err() {
+    if out.capacity() == 0 && pages <= SMALL {
+        // As small as the layer's other allocations (the areas map's
+        // nodes), and as infallible; the direct path costs less.
+        *out = Vec::with_capacity(pages as usize);
+    } else if out.try_reserve(pages as usize).is_err() {
+        // A size that is bad input fails here, not in the allocator.
         return false;
     }
     let mut left = pages;
     while left > 0 {
         match src.alloc(left) {
+            // One frame at a time is the common source (per-CPU lists).
+            Some((pfn, 1)) if pfn < u64::MAX => {
+                out.push(pfn);
+                left -= 1;
+            }
             Some((pfn, n)) if n >= 1 && n <= left && pfn.checked_add(n).is_some() => {
                 out.extend(pfn..pfn + n);
                 left -= n;

@@ -1,7 +1,8 @@
-//! The lazy list, the stuck list and the purge: a freed range is cleared
-//! at once and stays allocated until a flush has released it; a range the
-//! flush refuses moves to the stuck list and every later purge tries it
-//! again.
+//! How the layer frees a range: it is cleared at once and stays allocated
+//! until a flush has released it. The lists themselves, and the rule that
+//! only what a flush released may be reused, are `mmkit::lazy::Retiring`
+//! (the one lazy list every mmkit allocator uses); this file decides when
+//! a freed range is flushed and frees what comes back released.
 //!
 //! ```text
 //!  retire ──clear──> lazy ──purge: one flush over the span──> released (range freed,
@@ -11,6 +12,7 @@
 
 use alloc::vec::Vec;
 
+use mmkit::lazy::{self, Extent};
 use mmkit::range::RangeAllocator;
 
 use super::maps::{AreaData, Vmalloc, HISTORY};
@@ -35,18 +37,18 @@ pub struct Retired<A> {
     pub span: u64,
     /// What it held.
     pub what: Gone<A>,
-    /// Set while a flush refused (part of) it.
-    failed: bool,
 }
 
 impl<A> Retired<A> {
     pub(crate) fn new(start: u64, span: u64, what: Gone<A>) -> Self {
-        Retired {
-            start,
-            span,
-            what,
-            failed: false,
-        }
+        Retired { start, span, what }
+    }
+}
+
+impl<A> Extent for Retired<A> {
+    #[inline]
+    fn extent(&self) -> (u64, u64) {
+        (self.start, self.start + self.span)
     }
 }
 
@@ -84,6 +86,16 @@ pub(crate) enum When {
     /// At the next purge, whatever the policy; never flushes inline
     /// (`vfree_atomic`).
     Deferred,
+}
+
+/// The lazy list's threshold under `flush`: under the eager policy only
+/// ranges that must not flush inline wait there, and none makes a purge
+/// due.
+pub(crate) fn lazy_max(flush: Flush) -> u64 {
+    match flush {
+        Flush::Lazy { max_bytes } => max_bytes,
+        Flush::Eager => u64::MAX,
+    }
 }
 
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
@@ -134,33 +146,26 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             mmu.clear(start, span / PAGE);
         }
         let r = Retired::new(start, span, what);
-        let max = match (self.flush, when) {
-            (_, When::Now) | (Flush::Eager, When::Policy) => None,
-            (Flush::Lazy { max_bytes }, _) => Some(max_bytes),
-            (Flush::Eager, When::Deferred) => Some(u64::MAX),
-        };
-        if let Some(max_bytes) = max {
-            self.lazy.push(r);
-            self.lazy_bytes += span;
+        let eager = self.flush == Flush::Eager;
+        if when == When::Deferred || (when == When::Policy && !eager) {
+            let due = self.retiring.push(r);
             return Outcome {
                 released: Vec::new(),
-                purge_due: when != When::Deferred && self.lazy_bytes > max_bytes,
+                purge_due: due && when != When::Deferred,
             };
         }
-        if self.flush == Flush::Eager && !self.lazy.is_empty() {
+        if eager && !self.retiring.lazy().is_empty() {
             // Deferred frees wait: one flush takes them with this one.
-            self.lazy.push(r);
-            self.lazy_bytes += span;
+            self.retiring.push(r);
             let purged = self.purge_through(&mut |s, e| mmu.flush(s, e));
             return Outcome {
                 released: purged.released,
                 purge_due: false,
             };
         }
-        let mut list = alloc::vec![r];
-        self.flush_list(&mut |s, e| mmu.flush(s, e), &mut list);
+        let p = self.retiring.flush_now(r, |s, e| mmu.flush(s, e));
         Outcome {
-            released: self.settle(list),
+            released: self.settle(p),
             purge_due: false,
         }
     }
@@ -176,81 +181,45 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         &mut self,
         flush: &mut dyn FnMut(u64, u64) -> Refused,
     ) -> Purged<A> {
-        let lazy = core::mem::take(&mut self.lazy);
-        let mut list = core::mem::take(&mut self.stuck);
-        if list.is_empty() {
-            list = lazy;
-            self.lazy_bytes = 0;
-        } else if list.try_reserve(lazy.len()).is_ok() {
-            list.extend(lazy);
-            self.lazy_bytes = 0;
-        } else {
-            // No room to join the lists: the stuck ones only, this time.
-            self.lazy = lazy;
-        }
-        if list.is_empty() {
+        let Some(p) = self.retiring.purge(flush) else {
             return Purged {
                 flushed: None,
-                released: list,
+                released: Vec::new(),
             };
-        }
+        };
         self.stats.purges += 1;
-        let flushed = self.flush_list(flush, &mut list);
+        let flushed = Some(p.span);
         Purged {
-            flushed: Some(flushed),
-            released: self.settle(list),
+            flushed,
+            released: self.settle(p),
         }
     }
 
-    /// One flush over the span of `list`; marks the entries a refused range
-    /// touches. Returns the span.
-    fn flush_list(
-        &mut self,
-        flush: &mut dyn FnMut(u64, u64) -> Refused,
-        list: &mut [Retired<A>],
-    ) -> (u64, u64) {
-        let lo = list.iter().map(|r| r.start).min().unwrap_or(0);
-        let hi = list.iter().map(|r| r.start + r.span).max().unwrap_or(0);
-        let refused = flush(lo, hi);
+    /// Counts the flush `p` reports and frees the ranges it released (and
+    /// their pieces); returns them.
+    fn settle(&mut self, p: lazy::Purged<Retired<A>>) -> Vec<Released<A>> {
+        let (lo, hi) = p.span;
         self.stats.flushes += 1;
         self.stats.pages_flushed += (hi - lo) / PAGE;
-        self.stats.refusals += refused.len() as u64;
-        for (s, e) in refused {
-            for r in list.iter_mut() {
-                if r.start < e && s < r.start + r.span {
-                    r.failed = true;
-                }
-            }
-        }
-        (lo, hi)
-    }
-
-    /// Frees the ranges of the entries the flush released and returns
-    /// them; moves the others to the stuck list. Needs no scratch memory
-    /// unless something failed.
-    fn settle(&mut self, mut list: Vec<Retired<A>>) -> Vec<Released<A>> {
-        let mut i = 0;
-        while i < list.len() {
-            if list[i].failed {
-                let mut r = list.swap_remove(i);
-                r.failed = false;
-                self.stuck.push(r);
-                continue;
-            }
-            let r = &list[i];
+        self.stats.refusals += p.refused;
+        for r in &p.released {
             let freed = self.range.free(r.start);
             debug_assert!(freed.is_ok(), "freeing our own range {:#x}", r.start);
             if let Gone::Area(a) = &r.what {
-                for &p in a.pieces() {
-                    let freed = self.range.free(p);
-                    debug_assert!(freed.is_ok(), "freeing our own piece {p:#x}");
+                for &piece in a.pieces() {
+                    let freed = self.range.free(piece);
+                    debug_assert!(freed.is_ok(), "freeing our own piece {piece:#x}");
                 }
             }
-            self.history[self.next_hist] = (r.start, r.start + r.span);
-            self.next_hist = (self.next_hist + 1) % HISTORY;
-            i += 1;
+            self.remember(r.start, r.start + r.span);
         }
-        self.stats.released += list.len() as u64;
-        list
+        self.stats.released += p.released.len() as u64;
+        p.released
+    }
+
+    /// Records `[start, end)` as released lately, for fault reports.
+    pub(crate) fn remember(&mut self, start: u64, end: u64) {
+        self.history[self.next_hist] = (start, end);
+        self.next_hist = (self.next_hist + 1) % HISTORY;
     }
 }

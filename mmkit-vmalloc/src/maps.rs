@@ -1,8 +1,9 @@
 //! [`Vmalloc`]: areas of mapped frames over any range allocator, each with
 //! a guard page, unmapped eagerly or lazily. This file keeps the books (the
 //! reserved ranges, live areas, blocks) and answers `lookup`; the call
-//! sequences are in `driver.rs`, the lists and the purge in `lazy.rs`, the
-//! checkers in `check.rs`.
+//! sequences are in `driver.rs`, when a freed range is flushed in
+//! `lazy.rs` (its lists are `mmkit::lazy::Retiring`), the checkers in
+//! `check.rs`.
 //!
 //! Every range the layer holds in its range allocator is in exactly one
 //! state, and the public calls move it only along these arrows (anything
@@ -18,11 +19,12 @@
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
+use mmkit::lazy::Retiring;
 use mmkit::range::RangeAllocator;
 use mmkit::request::Policy;
 use mmkit::AllocError;
 
-use super::lazy::{Gone, Outcome, Retired, When};
+use super::lazy::{lazy_max, Gone, Outcome, Retired, When};
 use super::{Flush, FramePolicy, Mmu, VmError, PAGE};
 
 /// What an area holds, as the layer needs to know it: its extent, the
@@ -167,11 +169,10 @@ pub struct Vmalloc<R, A = Area> {
     /// The span of `vm_map_ram` pages whose flush was refused: the next
     /// `vm_unmap_aliases` flushes it again.
     pub(crate) alias_pending: Option<(u64, u64)>,
-    /// Freed, cleared, waiting for the purge's flush (still allocated in R).
-    pub(crate) lazy: Vec<Retired<A>>,
-    pub(crate) lazy_bytes: u64,
-    /// Freed, but their flush was refused: retried by every purge.
-    pub(crate) stuck: Vec<Retired<A>>,
+    /// Freed and cleared, still allocated in R: the lazy list (waiting for
+    /// the purge's flush, its threshold the policy's) and the stuck list
+    /// (their flush was refused: retried by every purge).
+    pub(crate) retiring: Retiring<Retired<A>>,
     /// Ranges released lately: `(start, end)`.
     pub(crate) history: [(u64, u64); HISTORY],
     pub(crate) next_hist: usize,
@@ -182,9 +183,9 @@ pub struct Vmalloc<R, A = Area> {
 
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// A layer over `range` whose freed frames go back at once
-    /// ([`FramePolicy::AtOnce`], Linux's default). The layer keeps its own
-    /// lazy list (a freed range stays allocated in `range` until its
-    /// flush), so the range allocator's automatic purge is switched off.
+    /// ([`FramePolicy::AtOnce`], Linux's default). The layer keeps the lazy
+    /// list (a freed range stays allocated in `range` until its flush), so
+    /// the range allocator's automatic purge is switched off.
     pub fn new(range: R, flush: Flush) -> Self {
         Self::with_frames(range, flush, FramePolicy::AtOnce)
     }
@@ -204,9 +205,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             alias_pending: None,
             shadows: Vec::new(),
             deferred: Vec::new(),
-            lazy: Vec::new(),
-            lazy_bytes: 0,
-            stuck: Vec::new(),
+            retiring: Retiring::new(lazy_max(flush)),
             history: [(0, 0); HISTORY],
             next_hist: 0,
             stats: LayerStats::default(),
@@ -232,6 +231,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// Sets the flush policy (a new lazy threshold, say).
     pub fn set_flush_policy(&mut self, flush: Flush) {
         self.flush = flush;
+        let _ = self.retiring.lazy_mut().set_max(lazy_max(flush));
     }
 
     /// When freed frames go back.
@@ -267,9 +267,25 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         align: u64,
         window: (u64, u64),
     ) -> Result<u64, AllocError> {
-        let va = self.range.alloc_placed(size, align, window, self.place)?;
+        let va = self.place_range(size, align, window)?;
         self.reserved.insert(va);
         Ok(va)
+    }
+
+    /// A new range of `size` bytes at `align` in `window`, placed by
+    /// [`placement`](Self::placement). Lowest fit goes through `alloc_in`,
+    /// which places that way in every range allocator and skips the
+    /// request the other policies need.
+    pub(crate) fn place_range(
+        &mut self,
+        size: u64,
+        align: u64,
+        window: (u64, u64),
+    ) -> Result<u64, AllocError> {
+        match self.place {
+            Policy::Lowest => self.range.alloc_in(size, align, window.0, window.1),
+            place => self.range.alloc_placed(size, align, window, place),
+        }
     }
 
     /// Gives back a reserved range that nothing was mapped in (nothing is
@@ -345,8 +361,8 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// Freed ranges not released yet: the lazy list, then the stuck list
     /// (`true`).
     pub fn retired(&self) -> impl Iterator<Item = (&Retired<A>, bool)> {
-        let lazy = self.lazy.iter().map(|r| (r, false));
-        lazy.chain(self.stuck.iter().map(|r| (r, true)))
+        let lazy = self.retiring.lazy().iter().map(|r| (r, false));
+        lazy.chain(self.retiring.stuck().iter().map(|r| (r, true)))
     }
 
     /// Live areas.
@@ -356,12 +372,13 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
 
     /// Freed ranges on the lazy list, and their bytes.
     pub fn lazy(&self) -> (usize, u64) {
-        (self.lazy.len(), self.lazy_bytes)
+        let lazy = self.retiring.lazy();
+        (lazy.len(), lazy.bytes())
     }
 
     /// Freed ranges whose flush was refused, waiting for a retry.
     pub fn stuck(&self) -> usize {
-        self.stuck.len()
+        self.retiring.stuck().len()
     }
 
     /// Live raw ranges (`vm_map_ram` blocks): how many, and their bytes.
@@ -387,7 +404,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         window: (u64, u64),
     ) -> Result<u64, AllocError> {
         self.stats.block_ops += 1;
-        let va = self.range.alloc_placed(size, align, window, self.place)?;
+        let va = self.place_range(size, align, window)?;
         self.blocks.insert(va, size);
         Ok(va)
     }

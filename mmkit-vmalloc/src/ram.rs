@@ -31,7 +31,7 @@ use mmkit::vblock::{Config, Counters, Policy, VblockAllocator};
 use mmkit::{AllocError, CheckError, FreeError};
 
 use super::lazy::{Gone, Retired};
-use super::maps::{Area, Vmalloc, HISTORY};
+use super::maps::{Area, Vmalloc};
 use super::{Flush, FrameSource, Mmu, VmError, PAGE};
 
 /// Most pages one `vm_map_ram` maps (the kernel's `VMAP_MAX_ALLOC`).
@@ -167,7 +167,10 @@ where
     /// # Errors
     /// [`VmError::Empty`], [`VmError::TooManyPages`], [`VmError::BadCpu`];
     /// [`VmError::NoSpace`] after the purge; the MMU's error (what was
-    /// mapped is cleared). Nothing stays mapped then.
+    /// mapped is cleared). Nothing stays mapped then, but a CPU may still
+    /// cache the pages the failed map wrote, as after
+    /// [`unmap`](Self::unmap): their frames are unreachable after the next
+    /// [`unmap_aliases`](Self::unmap_aliases).
     pub fn map(
         &self,
         mmu: &mut impl Mmu,
@@ -355,22 +358,17 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         let size = self.blocks.remove(&va)?;
         self.stats.block_ops += 1;
         let unflushed = self.ram_unflushed.remove(&va);
-        let max_bytes = match self.flush {
-            Flush::Lazy { max_bytes } => max_bytes,
-            Flush::Eager if unflushed => u64::MAX,
-            Flush::Eager => 0,
-        };
-        if max_bytes == 0 {
+        if self.flush == Flush::Eager && !unflushed {
             let freed = self.range.free(va);
             debug_assert!(freed.is_ok(), "our block");
-            self.history[self.next_hist] = (va, va + size);
-            self.next_hist = (self.next_hist + 1) % HISTORY;
+            self.remember(va, va + size);
             self.stats.released += 1;
             return Some((size, false));
         }
-        self.lazy.push(Retired::new(va, size, Gone::Block));
-        self.lazy_bytes += size;
-        Some((size, self.lazy_bytes > max_bytes))
+        // Eager with an unflushed page: it waits, and never makes a purge
+        // due (the eager threshold is none).
+        let due = self.retiring.push(Retired::new(va, size, Gone::Block));
+        Some((size, due))
     }
 }
 

@@ -516,3 +516,25 @@ fn vrealloc_grows_in_place_over_its_guard_page_then_moves() {
     assert_eq!(v.range().stats().live_areas, 0);
     assert_eq!(f.handed.len(), 0, "every frame back");
 }
+
+/// Frames go back one call per run of consecutive frames, whichever way
+/// the run was handed out, and a frame at `u64::MAX` ends a run.
+#[test]
+fn frames_go_back_in_runs_either_way() {
+    #[derive(Default)]
+    struct Calls(Vec<(u64, u64)>);
+    impl FrameSource for Calls {
+        fn alloc(&mut self, _max: u64) -> Option<(u64, u64)> {
+            None
+        }
+        fn free(&mut self, pfn: u64, count: u64) {
+            self.0.push((pfn, count));
+        }
+        fn zero(&mut self, _pfn: u64, _count: u64) {}
+    }
+    let mut c = Calls::default();
+    frames::give_back(&mut c, &[7, 6, 5, 9, 10, 3, 4, 2, u64::MAX, 0]);
+    assert_eq!(c.0, [(5, 3), (9, 2), (2, 3), (u64::MAX, 1), (0, 1)]);
+    frames::give_back(&mut c, &[]);
+    assert_eq!(c.0.len(), 5);
+}

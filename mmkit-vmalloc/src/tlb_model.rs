@@ -1,6 +1,8 @@
 //! The layer on a model machine with per-CPU TLBs: a translation a CPU has
 //! read stays in its TLB after the PTE is cleared, until a flush covering
-//! it; the model can refuse flushes and fail maps. Property tests drive
+//! it; the model can refuse flushes and fail maps (a CPU walks the pages a
+//! failing map wrote before it fails, so they are cached like any mapped
+//! page). Property tests drive
 //! every public call through it, eager and lazy, both frame policies, and
 //! check at every map that no CPU still caches an old translation of the
 //! address (the use after free a missing shootdown allows), and under
@@ -60,6 +62,10 @@ impl Mmu for TlbMmu {
             if let Some(left) = &mut st.fail_after {
                 if *left == 0 {
                     st.fail_after = None;
+                    // Present for a moment: CPU 0 cached them.
+                    for (k, &p) in pfns[..i].iter().enumerate() {
+                        st.tlbs[0].insert(va + k as u64 * PAGE, p);
+                    }
                     let err = VmError::MapFailed { va: at };
                     return Err(MapFailed {
                         err,
@@ -257,6 +263,9 @@ impl Run {
                 let (m, f) = (&mut self.mmu, &mut self.src);
                 match self.layer.lock().vmap(m, f, &frames, PAGE) {
                     Ok(va) => self.live.push((va, pages, Kind::Vmap(frames))),
+                    Err(VmError::FramesHeld { held }) => {
+                        frames::give_back(f, &frames[held as usize..]);
+                    }
                     Err(_) => frames::give_back(f, &frames),
                 }
             }
@@ -308,7 +317,8 @@ impl Run {
                 let (m, f) = (&mut self.mmu, &mut self.src);
                 match self.ram.map(m, f, cpu, &frames) {
                     Ok(va) => self.live.push((va, pages, Kind::Ram(frames))),
-                    Err(_) => frames::give_back(f, &frames),
+                    // Reachable until the next vm_unmap_aliases, as unmapped.
+                    Err(_) => self.unmapped_ram.extend(frames),
                 }
             }
             Op::UnmapRam { cpu, pick } => {
@@ -458,4 +468,56 @@ fn the_model_sees_a_range_reused_before_its_flush() {
         zero: false,
     });
     assert_eq!(run.mmu.0.borrow().violations.len(), 1);
+}
+
+/// A `vmap` that fails half way while flushes are refused: the pages it
+/// wrote stay cached, so under `AfterFlush` the layer holds their frames
+/// (and says so) until a flush releases them; the caller gets the others.
+#[test]
+fn a_failed_vmap_whose_takedown_flush_is_refused_holds_its_frames() {
+    for flush in [Flush::Eager, Flush::Lazy { max_bytes: PAGE }] {
+        let mut run = Run::new(flush, FramePolicy::AfterFlush);
+        run.step(&Op::Refuse(true));
+        run.step(&Op::FailMap(2));
+        let frames = run.caller_frames(4).unwrap();
+        let (m, f) = (&mut run.mmu, &mut run.src);
+        let r = run.layer.lock().vmap(m, f, &frames, PAGE);
+        assert_eq!(r, Err(VmError::FramesHeld { held: 2 }));
+        frames::give_back(f, &frames[2..]);
+        assert_eq!(run.layer.lock().stuck(), 1);
+        // Every frame handed out now is one no CPU reaches.
+        run.step(&Op::Vmalloc {
+            pages: 5,
+            zero: false,
+        });
+        run.check();
+        run.step(&Op::Refuse(false));
+        run.step(&Op::Purge);
+        assert_eq!(run.layer.lock().stuck(), 0);
+        run.finish();
+    }
+}
+
+/// A `vrealloc` that fails half way while flushes are refused: the pages
+/// it wrote show the area's own frames, so when the area is freed (its
+/// own flush succeeding) those frames wait for the stuck range's flush.
+#[test]
+fn a_failed_vrealloc_shadows_the_frames_its_stuck_range_shows() {
+    let mut run = Run::new(Flush::Eager, FramePolicy::AfterFlush);
+    let pages = |pages| Op::Vmalloc { pages, zero: false };
+    run.step(&pages(1));
+    // An area right after it: the growth cannot stay in place, it moves.
+    run.step(&pages(1));
+    run.step(&Op::Refuse(true));
+    run.step(&Op::FailMap(1));
+    run.step(&Op::Vrealloc { pick: 0, pages: 3 });
+    assert_eq!(run.layer.lock().stuck(), 1);
+    run.step(&Op::Refuse(false));
+    let (m, f) = (&mut run.mmu, &mut run.src);
+    run.layer.lock().vfree(m, f, run.live[0].0).unwrap();
+    run.live.remove(0);
+    // Every frame the pool has now, handed out: none may be reachable.
+    run.step(&pages(run.src.pool.free.len() as u64));
+    run.check();
+    run.finish();
 }

@@ -222,7 +222,27 @@ pub fn boot(
     accel: Accel,
     echo: Option<&mut dyn Write>,
 ) -> Result<Boot, String> {
-    boot_image(elf, None, smp, append, timeout, accel, echo)
+    let guest = Guest {
+        kernel: elf,
+        initrd: None,
+        mem_mib: MEM_MIB,
+    };
+    boot_image(&guest, smp, append, timeout, accel, echo)
+}
+
+/// The guest memory of every boot but the Linux comparison's stock-size
+/// pass, MiB.
+pub const MEM_MIB: u64 = 512;
+
+/// What a boot loads and how much memory the machine has.
+#[derive(Debug, Clone, Copy)]
+pub struct Guest<'a> {
+    /// The kernel: an ELF (PVH) or a bzImage.
+    pub kernel: &'a Path,
+    /// The initial RAM disk, if any.
+    pub initrd: Option<&'a Path>,
+    /// Guest memory, MiB (`-m`).
+    pub mem_mib: u64,
 }
 
 /// [`boot`] for any kernel QEMU can load (an ELF or a bzImage), with an
@@ -232,8 +252,7 @@ pub fn boot(
 /// # Errors
 /// QEMU could not be started.
 pub fn boot_image(
-    kernel: &Path,
-    initrd: Option<&Path>,
+    guest: &Guest<'_>,
     smp: usize,
     append: &str,
     timeout: Duration,
@@ -241,14 +260,15 @@ pub fn boot_image(
     mut echo: Option<&mut dyn Write>,
 ) -> Result<Boot, String> {
     let t0 = Instant::now();
-    let initrd_args = initrd.map(|p| ["-initrd".as_ref(), p.as_os_str()]);
+    let initrd_args = guest.initrd.map(|p| ["-initrd".as_ref(), p.as_os_str()]);
+    let mem = format!("{}M", guest.mem_mib);
     let mut child = Command::new("qemu-system-x86_64")
         .args(accel.args())
         .args([
             "-M",
             "q35",
             "-m",
-            "512M",
+            &mem,
             "-display",
             "none",
             "-serial",
@@ -259,7 +279,7 @@ pub fn boot_image(
         .arg("-smp")
         .arg(smp.to_string())
         .arg("-kernel")
-        .arg(kernel)
+        .arg(guest.kernel)
         .args(initrd_args.iter().flatten())
         .arg("-append")
         .arg(append)

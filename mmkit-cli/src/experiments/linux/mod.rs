@@ -18,8 +18,8 @@ mod tables;
 
 use parse::{perf_ms, stress_ms, LinuxRun};
 use tables::{
-    map_ram_row, mode_row, targets, test_rows, AtCpus, BootRow, MapRamRow, ModeRow, TestRow,
-    BOOT_COLS, MAP_RAM_COLS, PERF_COLS, STRESS_COLS, TEST_COLS,
+    ipi_rows, map_ram_row, mode_row, targets, test_rows, AtCpus, BootRow, MapRamRow, ModeRow,
+    TestRow, BOOT_COLS, IPI_CASES, IPI_COLS, MAP_RAM_COLS, PERF_COLS, STRESS_COLS, TEST_COLS,
 };
 
 use super::kernel::qemu::{self, Accel, Boot};
@@ -262,13 +262,13 @@ fn mmkit_measured(b: &Boot, design: &str) -> Option<Measured> {
         })
         .collect::<Option<Vec<f64>>>()?;
     let stress = row(b, "test_vmalloc", &[("mode", "stress"), ("design", design)])?;
-    // vm_map_ram exists in the new design only; the old maps through the
-    // busy list.
-    let seed = row(
-        b,
-        "seed002",
-        &[("design", if design == "new" { "new" } else { "old" })],
-    );
+    // vm_map_ram exists in the new and nodes designs only; the old maps
+    // through the busy list.
+    let seed_design = match design {
+        "new" | "nodes" => design,
+        _ => "old",
+    };
+    let seed = row(b, "seed002", &[("design", seed_design)]);
     Some(Measured {
         perf_total_ms: perf_tests.iter().sum(),
         perf_tests,
@@ -281,6 +281,20 @@ fn mmkit_measured(b: &Boot, design: &str) -> Option<Measured> {
     })
 }
 
+/// mmkit-kernel's shootdown timings (median ns of each `ROW ipi` case,
+/// idle then busy targets; NaN where a case is missing).
+fn ipi_measured(b: &Boot) -> [f64; 8] {
+    let mut out = [f64::NAN; 8];
+    for (i, state) in ["idle", "busy"].into_iter().enumerate() {
+        for (k, what) in IPI_CASES.into_iter().enumerate() {
+            if let Some(r) = row(b, "ipi", &[("what", what), ("targets", state)]) {
+                out[i * 4 + k] = get(&r, "median_ns");
+            }
+        }
+    }
+    out
+}
+
 /// vCPU counts and boots per system of a run.
 fn plan(quick: bool) -> (&'static [usize], usize) {
     if quick {
@@ -290,16 +304,67 @@ fn plan(quick: bool) -> (&'static [usize], usize) {
     }
 }
 
+/// Linux's stock `test_vmalloc` sizes: 15,000 areas in the long busy list.
+const STOCK_BUSY: u64 = 15_000;
+
+/// Linux's stock full-fit pairs at `cpus`: `fls(cpus)` times 32 MiB of
+/// pages (its `lazy_max_pages()`).
+fn stock_full_fit(cpus: usize) -> u64 {
+    u64::from(usize::BITS - cpus.leading_zeros()) * (32 << 20) / 4096
+}
+
+/// The guest memory of the stock-size pass, MiB: the most q35 keeps below
+/// 4 GiB in one range (from 2816 MiB on it moves memory above 4 GiB,
+/// which mmkit-kernel does not map).
+const STOCK_MEM_MIB: u64 = 2800;
+
+/// mmkit-kernel's command line for Linux's stock sizes at `cpus`, on
+/// `base`: every worker (the one of performance mode and each of stress
+/// mode) at the stock sizes, the busy-list designs left out (`no-old`:
+/// hours under emulation at these sizes).
+fn stock_append(base: &str, cpus: usize) -> String {
+    // The kernel's stress sizes are per worker at 2 CPUs, scaled by
+    // (2 / CPUs)^2 above: the inverse gives the stock size per worker.
+    let c = cpus.max(2) as u64;
+    let at2 = |v: u64| v * c * c / 4;
+    let f = stock_full_fit(cpus);
+    format!(
+        "{base} no-old busy={STOCK_BUSY} full_fit={f} stress_busy={} stress_full_fit={}",
+        at2(STOCK_BUSY),
+        at2(f)
+    )
+}
+
+/// One pass of the comparison: its name, guest memory and mmkit-kernel's
+/// command line at a vCPU count (Linux is sized from its SCALE line).
+struct Pass {
+    name: &'static str,
+    mem_mib: u64,
+    append: Box<dyn Fn(usize) -> String>,
+    counts: &'static [usize],
+}
+
 /// Boots both systems `boots` times at `vcpus`.
 fn measure(
     elf: &Path,
     linux: &Image,
     vcpus: usize,
     boots: usize,
-    append: &str,
+    pass: &Pass,
     accel: Accel,
     notes: &mut Vec<String>,
 ) -> AtCpus {
+    let append = (pass.append)(vcpus);
+    let mmkit = qemu::Guest {
+        kernel: elf,
+        initrd: None,
+        mem_mib: pass.mem_mib,
+    };
+    let linux_guest = qemu::Guest {
+        kernel: &linux.kernel,
+        initrd: Some(&linux.initrd),
+        mem_mib: pass.mem_mib,
+    };
     let timeout = Duration::from_secs(1200);
     let mut a = AtCpus {
         vcpus,
@@ -308,7 +373,7 @@ fn measure(
     // Linux runs at the sizes mmkit-kernel printed on its SCALE line.
     let mut sizes: Option<Sizes> = None;
     for n in 1..=boots {
-        let booted = qemu::boot(elf, vcpus, append, timeout, accel, None);
+        let booted = qemu::boot_image(&mmkit, vcpus, &append, timeout, accel, None);
         if let Some(line) = booted
             .as_ref()
             .ok()
@@ -318,12 +383,17 @@ fn measure(
         }
         let verdict = match booted {
             Ok(b) if b.passed => {
-                let found = ["old", "old_lazy", "new"].map(|d| mmkit_measured(&b, d));
+                let found =
+                    ["old", "old_lazy", "new", "nodes", "new_ll"].map(|d| mmkit_measured(&b, d));
+                // The busy-list designs are left out of the stock sizes.
                 match found {
-                    [Some(o), Some(l), Some(w)] => {
-                        a.old.push(o);
-                        a.lazy.push(l);
+                    [o, l, Some(w), Some(n), Some(ll)] => {
+                        a.old.extend(o);
+                        a.lazy.extend(l);
                         a.new.push(w);
+                        a.nodes.push(n);
+                        a.new_ll.push(ll);
+                        a.ipi.push(ipi_measured(&b));
                         ("pass".to_string(), b.wall)
                     }
                     _ => ("FAIL: ROW lines missing".to_string(), b.wall),
@@ -351,44 +421,39 @@ fn measure(
         };
         if n == 1 {
             notes.push(format!(
-                "Linux's command line at {vcpus} vCPUs: {linux_append}"
+                "{}: at {vcpus} vCPUs, mmkit-kernel's command line: {append}; Linux's: {linux_append}",
+                pass.name
             ));
         }
-        let verdict = match qemu::boot_image(
-            &linux.kernel,
-            Some(&linux.initrd),
-            vcpus,
-            &linux_append,
-            timeout,
-            accel,
-            None,
-        ) {
-            Ok(b) => {
-                let run = LinuxRun::parse(&b.lines);
-                match linux_measured(&run, vcpus) {
-                    Ok(m) => {
-                        a.linux.push(m);
-                        ("pass".to_string(), b.wall)
-                    }
-                    Err(e) => {
-                        let last: Vec<&str> = b
-                            .lines
-                            .iter()
-                            .rev()
-                            .take(3)
-                            .rev()
-                            .map(String::as_str)
-                            .collect();
-                        notes.push(format!(
-                            "Linux at {vcpus} vCPUs, boot {n}: {e}; last lines: {}",
-                            last.join(" | ")
-                        ));
-                        (format!("FAIL: {e}"), b.wall)
+        let verdict =
+            match qemu::boot_image(&linux_guest, vcpus, &linux_append, timeout, accel, None) {
+                Ok(b) => {
+                    let run = LinuxRun::parse(&b.lines);
+                    match linux_measured(&run, vcpus) {
+                        Ok(m) => {
+                            a.linux.push(m);
+                            ("pass".to_string(), b.wall)
+                        }
+                        Err(e) => {
+                            let last: Vec<&str> = b
+                                .lines
+                                .iter()
+                                .rev()
+                                .take(3)
+                                .rev()
+                                .map(String::as_str)
+                                .collect();
+                            notes.push(format!(
+                                "{}: Linux at {vcpus} vCPUs, boot {n}: {e}; last lines: {}",
+                                pass.name,
+                                last.join(" | ")
+                            ));
+                            (format!("FAIL: {e}"), b.wall)
+                        }
                     }
                 }
-            }
-            Err(e) => (format!("FAIL: {e}"), Duration::ZERO),
-        };
+                Err(e) => (format!("FAIL: {e}"), Duration::ZERO),
+            };
         a.boots.push(BootRow {
             vcpus,
             system: "Linux 6.12",
@@ -399,11 +464,61 @@ fn measure(
     }
     if n_ok(&a) < boots {
         notes.push(format!(
-            "{vcpus} vCPUs: {} of {boots} boot pairs gave figures",
+            "{}: {vcpus} vCPUs: {} of {boots} boot pairs gave figures",
+            pass.name,
             n_ok(&a)
         ));
     }
     a
+}
+
+/// The tables and targets of one pass.
+fn tabulate(report: &mut Report, pass: &Pass, all: &[AtCpus], boots: usize, a: &str) {
+    let perf: Vec<ModeRow> = all
+        .iter()
+        .map(|x| mode_row(x, |m| m.perf_total_ms, |_| f64::NAN))
+        .collect();
+    let stress: Vec<ModeRow> = all
+        .iter()
+        .map(|x| mode_row(x, |m| m.stress_ms, |m| m.stress_ipis))
+        .collect();
+    let maps: Vec<MapRamRow> = all.iter().map(map_ram_row).collect();
+    let tests: Vec<TestRow> = all.iter().flat_map(test_rows).collect();
+    let p = pass.name;
+    report.tables.push(Table::of(
+        format!("{p}: test_vmalloc performance mode (one worker, sequential, 3 timed runs after a warm-up), total ms, median (min-max) of {boots} boots ({a})"),
+        &PERF_COLS,
+        &perf,
+    ));
+    report.tables.push(Table::of(
+        format!("{p}: test_vmalloc stress mode (one worker per vCPU, shuffled), ms to the slowest worker's end, with the TLB-shootdown IPIs taken ({a})"),
+        &STRESS_COLS,
+        &stress,
+    ));
+    report.tables.push(Table::of(
+        format!("{p}: vm_map_ram loop: ns per map + one write per page + unmap of 4 pages, one bound thread per vCPU ({a})"),
+        &MAP_RAM_COLS,
+        &maps,
+    ));
+    let ipi: Vec<_> = all.iter().flat_map(ipi_rows).collect();
+    report.tables.push(Table::of(
+        format!("{p}: mmkit-kernel's TLB shootdown: IPI send to last acknowledgement, and a whole flush (local invlpg or CR3 reload + IPIs + wait), median ns of each boot's median, targets idle and busy ({a})"),
+        &IPI_COLS,
+        &ipi,
+    ));
+    report.tables.push(Table::of(
+        format!("{p}: test_vmalloc performance mode per test, 3 timed runs ({a})"),
+        &TEST_COLS,
+        &tests,
+    ));
+    report.tables.push(Table::of(
+        format!("{p}: boots ({a})"),
+        &BOOT_COLS,
+        &all.iter().flat_map(|x| &x.boots).collect::<Vec<_>>(),
+    ));
+    report
+        .targets
+        .extend(targets(&format!("{p}; {a}"), &tests, &perf, &stress, &maps));
 }
 
 fn n_ok(a: &AtCpus) -> usize {
@@ -442,67 +557,57 @@ fn run(opts: &Options) -> Report {
     };
     let accel = Accel::here();
     let a = accel.name();
-    let append = qemu::scale(if opts.quick { "quick" } else { "default" }, opts.loops);
+    let base = qemu::scale(if opts.quick { "quick" } else { "default" }, opts.loops);
     let (counts, boots) = plan(opts.quick);
+    let ci = base.clone();
+    let stock = base.clone();
+    let passes = [
+        Pass {
+            name: "CI scale",
+            mem_mib: qemu::MEM_MIB,
+            append: Box::new(move |_| ci.clone()),
+            counts,
+        },
+        Pass {
+            name: "Linux's stock sizes",
+            mem_mib: STOCK_MEM_MIB,
+            append: Box::new(move |c| stock_append(&stock, c)),
+            counts: if opts.quick { &[2] } else { counts },
+        },
+    ];
     let mut notes = Vec::new();
-    let all: Vec<AtCpus> = counts
-        .iter()
-        .map(|&c| measure(&elf, &linux, c, boots, &append, accel, &mut notes))
-        .collect();
-    let perf: Vec<ModeRow> = all
-        .iter()
-        .map(|x| mode_row(x, |m| m.perf_total_ms, |_| f64::NAN))
-        .collect();
-    let stress: Vec<ModeRow> = all
-        .iter()
-        .map(|x| mode_row(x, |m| m.stress_ms, |m| m.stress_ipis))
-        .collect();
-    let maps: Vec<MapRamRow> = all.iter().map(map_ram_row).collect();
-    let tests: Vec<TestRow> = all.iter().flat_map(test_rows).collect();
-    report.tables.push(Table::of(
-        format!("test_vmalloc performance mode (one worker, sequential, 3 timed runs after a warm-up), total ms, median (min-max) of {boots} boots ({a})"),
-        &PERF_COLS,
-        &perf,
-    ));
-    report.tables.push(Table::of(
-        format!("test_vmalloc stress mode (one worker per vCPU, shuffled), ms to the slowest worker's end, with the TLB-shootdown IPIs taken ({a})"),
-        &STRESS_COLS,
-        &stress,
-    ));
-    report.tables.push(Table::of(
-        format!("vm_map_ram loop: ns per map + one write per page + unmap of 4 pages, one bound thread per vCPU ({a})"),
-        &MAP_RAM_COLS,
-        &maps,
-    ));
-    report.tables.push(Table::of(
-        format!("test_vmalloc performance mode per test, 3 timed runs ({a})"),
-        &TEST_COLS,
-        &tests,
-    ));
-    report.tables.push(Table::of(
-        format!("boots ({a})"),
-        &BOOT_COLS,
-        &all.iter().flat_map(|x| &x.boots).collect::<Vec<_>>(),
-    ));
-    report.targets = targets(a, &tests, &perf, &stress, &maps);
+    let mut all_ok = Vec::new();
+    for pass in &passes {
+        let all: Vec<AtCpus> = (pass.counts.iter())
+            .map(|&c| measure(&elf, &linux, c, boots, pass, accel, &mut notes))
+            .collect();
+        tabulate(&mut report, pass, &all, boots, a);
+        all_ok.extend(all.iter().map(|x| (pass.name, x.vcpus, n_ok(x), boots)));
+    }
     report.targets.push(Target::new(
         format!("every boot of both systems gives its figures ({a})"),
-        all.iter()
-            .map(|x| format!("{}: {}/{}", x.vcpus, n_ok(x), boots))
+        (all_ok.iter())
+            .map(|(p, c, n, b)| format!("{p} {c}: {n}/{b}"))
             .collect::<Vec<_>>()
             .join(", "),
-        all.iter().all(|x| n_ok(x) == boots),
+        all_ok.iter().all(|(_, _, n, b)| n == b),
     ));
     report.notes.push(format!(
-        "accelerator: {a} ({qemu_line}); both systems boot on mmkit-kernel's QEMU command line (q35, 512 MiB); mmkit-kernel's \
-         command line: {append}; Linux runs at the sizes of mmkit-kernel's SCALE line"
+        "accelerator: {a} ({qemu_line}); both systems boot on mmkit-kernel's QEMU command line (q35; 512 MiB at the CI \
+         scale, {STOCK_MEM_MIB} MiB at Linux's stock sizes); Linux runs at the sizes of mmkit-kernel's SCALE line"
     ));
     report.notes.push(
         "Linux is Debian's linux-source-6.12 built by scripts/linux/build.sh (tinyconfig + scripts/linux/linux.config: x86_64, SMP, \
          full SLUB, -O2, no debug options, mitigations off); its test_vmalloc is lib/test_vmalloc.c with the long-busy-list \
          count and the full-fit pair count made parameters (stock values when unset), run at mmkit-kernel's sizes. \
-         Lean call path: mmkit-kernel's vmalloc takes the frames and one range; Linux's also allocates a vm_struct and a \
-         page array per call. Linux's flush IPIs are the TLB and CAL lines of /proc/interrupts over the step (x86 sends \
+         Lean (Linux/new, Linux/nodes): mmkit-kernel's vmalloc takes the frames, one range and the driver's area record \
+         with its frame list; Linux's also allocates a vm_struct and a zeroed page array per call and zeroes the pages of \
+         the aligned tests (__GFP_ZERO). Like for like (Linux/new-ll): the tree with that work added (a record and a \
+         zeroed page array from the kernel heap per call, freed by vfree; pages zeroed where Linux's test asks). What \
+         else differs: Linux's areas come from a slab and its pages from its page allocator with struct page \
+         bookkeeping, and it runs the tests in kthreads under its scheduler; mmkit-kernel runs them on bare CPUs. \
+         The vm_map_ram loop is lean on both sides (Linux's vm_map_ram allocates nothing per call). At Linux's stock sizes mmkit-kernel leaves its busy-list \
+         designs out. Linux's flush IPIs are the TLB and CAL lines of /proc/interrupts over the step (x86 sends \
          kernel-range flushes as function calls, which the TLB line does not count), less those of loading and \
          unloading a module that does no work in the same boot: an upper bound, with any other cross-CPU call."
             .into(),

@@ -241,12 +241,25 @@ fn targets_compare_medians_of_the_boots() {
             measured(0.5, 30.0, 90.0, 90.0, 40.0),
             measured(3.0, 5.0, 200.0, 300.0, 60.0),
         ],
+        // Medians: perf 0.5, stress 5, map 50 ns.
+        nodes: vec![
+            measured(0.5, 5.0, 100.0, 50.0, 50.0),
+            measured(0.5, 5.0, 100.0, 40.0, 50.0),
+            measured(0.9, 6.0, 100.0, 60.0, 50.0),
+        ],
+        // Like for like: medians perf 1.3 (Linux/new-ll 1.0), stress 5.
+        new_ll: vec![
+            measured(1.3, 5.0, 100.0, 100.0, 50.0),
+            measured(1.3, 5.0, 100.0, 100.0, 50.0),
+            measured(1.3, 6.0, 100.0, 100.0, 50.0),
+        ],
         // Medians: perf 1.3, stress 11, IPIs 120, map 100 ns, 40 IPIs/10^6.
         linux: vec![
             measured(1.3, 11.0, 120.0, 100.0, 40.0),
             measured(1.2, 12.0, 110.0, 100.0, 40.0),
             measured(2.0, 10.0, 130.0, 100.0, 40.0),
         ],
+        ipi: Vec::new(),
         boots: Vec::new(),
     };
     let perf = [mode_row(&a, |m| m.perf_total_ms, |_| f64::NAN)];
@@ -256,12 +269,97 @@ fn targets_compare_medians_of_the_boots() {
     assert_eq!(perf[0].linux_per_new, Some(1.3));
     assert_eq!(stress[0].linux_per_new, Some(1.1));
     assert_eq!(maps[0].linux_per_new, Some(1.0));
+    assert_eq!(perf[0].linux_per_nodes, Some(2.6));
+    assert_eq!(stress[0].linux_per_nodes, Some(2.2));
+    assert_eq!(maps[0].linux_per_nodes, Some(2.0));
+    assert_eq!(tests[0].linux_per_nodes, Some(2.6));
     let t = targets("TCG", &tests, &perf, &stress, &maps);
     let verdict = |what: &str| t.iter().find(|t| t.what.contains(what)).and_then(|t| t.met);
-    assert_eq!(verdict("performance mode: mmkit new >= 1.2x"), Some(true));
-    assert_eq!(verdict("stress mode: mmkit new >= 1.2x"), Some(false));
+    assert_eq!(perf[0].linux_per_new_ll, Some(1.0));
+    assert_eq!(stress[0].linux_per_new_ll, Some(2.2));
+    // The test_vmalloc targets judge like for like; the lean ratio is shown.
+    assert_eq!(verdict("performance mode: mmkit new >= 1.2x"), Some(false));
+    assert_eq!(verdict("stress mode: mmkit new >= 1.2x"), Some(true));
+    let lean = t
+        .iter()
+        .find(|t| t.what.contains("stress mode: mmkit new >= 1.2x"));
+    assert!(lean.is_some_and(|t| t.measured.contains("lean 1.10x")));
     assert_eq!(verdict("stress mode: mmkit new's TLB IPIs"), Some(true));
     assert_eq!(verdict("vm_map_ram loop: mmkit new >= 1.2x"), Some(false));
     assert_eq!(verdict("IPIs per 10^6 unmaps"), Some(false));
     assert!(t.iter().all(|t| t.what.contains("TCG")));
+}
+
+/// A captured mmkit-kernel boot (4 vCPUs, `scale=quick`).
+const MMKIT_SMP4_QUICK: &str = include_str!("fixtures/mmkit-smp4-quick.log");
+
+fn mmkit_boot(text: &str, smp: usize) -> Boot {
+    Boot {
+        smp,
+        lines: text.lines().map(str::to_string).collect(),
+        passed: true,
+        failure: None,
+        first_line: None,
+        wall: Duration::ZERO,
+    }
+}
+
+#[test]
+fn mmkit_kernels_nodes_and_shootdown_rows_are_read_from_a_real_boot() {
+    let b = mmkit_boot(MMKIT_SMP4_QUICK, 4);
+    let nodes = mmkit_measured(&b, "nodes").expect("nodes rows");
+    assert_eq!(nodes.map_ram_ns, 8556.0);
+    assert_eq!(nodes.stress_ms, 137.759649);
+    assert_eq!(nodes.stress_ipis, 24.0);
+    let new = mmkit_measured(&b, "new").expect("new rows");
+    assert_eq!(new.map_ram_ns, 6386.0);
+    let ipi = ipi_measured(&b);
+    assert_eq!(ipi[0], 20947.0); // round trip to one idle target
+    assert_eq!(ipi[5], 3918306.0); // round trip to every busy target
+    assert_eq!(ipi[7], 7886224.0); // a 64-page flush, busy targets
+    let mut a = AtCpus {
+        vcpus: 4,
+        ipi: vec![ipi],
+        ..AtCpus::default()
+    };
+    let rows = ipi_rows(&a);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].round_trip_all_ns.median, 3918306.0);
+    a.vcpus = 1;
+    assert!(ipi_rows(&a).is_empty());
+    // A boot without its busy rows: those cases are missing, not zero.
+    let idle_only: String = MMKIT_SMP4_QUICK
+        .lines()
+        .filter(|l| !l.contains("targets=busy"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let ipi = ipi_measured(&mmkit_boot(&idle_only, 4));
+    assert!(ipi[..4].iter().all(|x| x.is_finite()));
+    assert!(ipi[4..].iter().all(|x| x.is_nan()));
+    // Without its nodes rows the boot gives no nodes figures.
+    let no_nodes: String = MMKIT_SMP4_QUICK
+        .lines()
+        .filter(|l| !l.contains("design=nodes"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(mmkit_measured(&mmkit_boot(&no_nodes, 4), "nodes").is_none());
+}
+
+#[test]
+fn the_stock_pass_gives_every_worker_linuxs_stock_sizes() {
+    // fls(cpus) x 32 MiB of pages: Linux's full-fit pairs.
+    assert_eq!(stock_full_fit(1), 8192);
+    assert_eq!(stock_full_fit(2), 16384);
+    assert_eq!(stock_full_fit(4), 24576);
+    assert_eq!(stock_full_fit(8), 32768);
+    for cpus in [1, 2, 4, 8] {
+        let append = stock_append("scale=quick", cpus);
+        assert!(append.starts_with("scale=quick no-old "), "{append}");
+        // mmkit-kernel prints these words on its SCALE line; Linux is
+        // sized from it, and both scale stress mode the same way.
+        let s = Sizes::of(&append);
+        assert_eq!((s.busy, s.full_fit), (15_000, stock_full_fit(cpus)));
+        let (_, busy, full_fit) = s.stress(cpus);
+        assert_eq!((busy, full_fit), (15_000, stock_full_fit(cpus)), "{cpus}");
+    }
 }
