@@ -11,9 +11,10 @@
 //! ```
 //!
 //! Lock order: a queue's lock, then the layer's. Flushes happen with no
-//! queue lock held (the layer's lock is held for a purge). `map` and
-//! `unmap` call the MMU with no lock of the front end held: an MMU whose
-//! page table other calls share locks it itself.
+//! queue lock held (the layer's lock is held for a purge). `map` maps
+//! with no lock held and `unmap` clears under the owning queue's lock,
+//! neither under the layer's: an MMU whose page table other calls share
+//! locks it itself, last.
 //!
 //! The front end reaches the layer through a handle `H` (a `&'static`
 //! lock in a kernel, an `Arc` in a process) and keeps its queues in locks
@@ -211,7 +212,8 @@ where
     /// [`VmError::Empty`], [`VmError::TooManyPages`], [`VmError::BadCpu`];
     /// [`VmError::NotMapped`] when `va` maps nothing;
     /// [`VmError::WrongPageCount`] when no mapping of `pages` pages starts
-    /// there. Its PTEs are as they were then.
+    /// there. Its PTEs are as they were then. The PTEs are cleared under
+    /// the owning queue's lock (`clear` never flushes).
     pub fn unmap(
         &self,
         mmu: &mut impl Mmu,
@@ -222,29 +224,22 @@ where
     ) -> Result<(), VmError> {
         self.check_pages(pages as u64)?;
         let n = pages as u64;
-        // Validated before the PTEs are cleared: a refused call changes
-        // nothing.
-        let Some(queue) = self.owner(cpu, va, n)? else {
+        // Validated, cleared and freed under the owning queue's lock: a
+        // refused call changes nothing, and no other call frees the slot
+        // between the check and the clear.
+        let Some(mut q) = self.owner(cpu, va, n)? else {
             return Err(match mmu.translate(va) {
                 None => VmError::NotMapped { va },
                 Some(_) => VmError::WrongPageCount { va, pages: n },
             });
         };
-        let mut old = [0u64; MAX_PAGES];
-        for (i, o) in old.iter_mut().take(pages).enumerate() {
-            *o = match mmu.translate(va + i as u64 * PAGE) {
-                Some(pfn) => pfn,
-                None if i == 0 => return Err(VmError::NotMapped { va }),
-                None => return Err(VmError::WrongPageCount { va, pages: n }),
-            };
-        }
         mmu.clear(va, n);
-        let Some(due) = self.unmap_in(queue, va, n) else {
-            // Another call unmapped it meanwhile (the caller's race): the
-            // frames that were mapped there need no new page tables.
-            let _ = mmu.map(va, &old[..pages]);
+        if q.unmap(va, n).is_err() {
+            // Not reached: the queue said so under the same lock.
             return Err(VmError::WrongPageCount { va, pages: n });
-        };
+        }
+        let due = q.range().due.take();
+        drop(q);
         if self.eager {
             let mut layer = self.layer.lock();
             let refused = mmu.flush(va, va + n * PAGE);
@@ -263,27 +258,22 @@ where
         Ok(())
     }
 
-    /// The queue with a live mapping of exactly `pages` pages at `va`:
-    /// `cpu`'s, or that of the CPU whose block it is. Changes nothing.
+    /// The locked queue with a live mapping of exactly `pages` pages at
+    /// `va`: `cpu`'s, or that of the CPU whose block it is. Changes
+    /// nothing.
     ///
     /// # Errors
     /// [`VmError::BadCpu`].
-    fn owner(&self, cpu: usize, va: u64, pages: u64) -> Result<Option<&Q>, VmError> {
-        let queue = self.queue(cpu)?;
-        if queue.lock().is_mapped(va, pages) {
-            return Ok(Some(queue));
+    fn owner(&self, cpu: usize, va: u64, pages: u64) -> Result<Option<Q::Guard<'_>>, VmError> {
+        let q = self.queue(cpu)?.lock();
+        if q.is_mapped(va, pages) {
+            return Ok(Some(q));
         }
+        drop(q);
         let block = va & !(self.geometry.block_size() - 1);
         let owner = self.layer.lock().ram_blocks.get(&block).copied();
         let other = owner.filter(|&o| o != cpu).and_then(|o| self.queues.get(o));
-        Ok(other.filter(|q| q.lock().is_mapped(va, pages)))
-    }
-
-    /// Unmaps in one queue; `Some(purge due)` when it was that queue's.
-    fn unmap_in(&self, queue: &Q, va: u64, pages: u64) -> Option<bool> {
-        let mut q = queue.lock();
-        q.unmap(va, pages).ok()?;
-        Some(q.range().due.take())
+        Ok(other.map(Lock::lock).filter(|q| q.is_mapped(va, pages)))
     }
 
     /// `vm_unmap_aliases`: one flush over every CPU's dirty pages, the pages
