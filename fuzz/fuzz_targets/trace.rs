@@ -26,6 +26,8 @@ fn line(cmd: &Cmd) -> String {
         Cmd::FreeAt(a) => format!("freeat {a:#x}"),
         Cmd::Purge => "purge".into(),
         Cmd::PurgeFull => "purge full".into(),
+        Cmd::PurgeBegin(false) => "purge begin".into(),
+        Cmd::PurgeBegin(true) => "purge full begin".into(),
     }
 }
 

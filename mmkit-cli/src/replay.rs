@@ -59,6 +59,9 @@ pub trait Replayed: RangeAllocator {
     fn purge_full(&mut self) {
         self.purge(&mut |_, _| {});
     }
+    /// `purge begin`: where a Linux purge began; one range allocator
+    /// purges at its end alone.
+    fn purge_begin(&mut self, _full: bool) {}
 }
 
 impl Replayed for VmapAllocator {}
@@ -69,7 +72,14 @@ impl Replayed for LinuxNodes {
         LinuxNodes::set_cpu(self, cpu as usize);
     }
     fn purge_full(&mut self) {
-        self.purge_nodes(true);
+        if self.purge_pending() {
+            self.purge_end();
+        } else {
+            self.purge_nodes(true);
+        }
+    }
+    fn purge_begin(&mut self, full: bool) {
+        LinuxNodes::purge_begin(self, full);
     }
 }
 
@@ -144,6 +154,7 @@ pub fn run<R: Replayed>(
                 a.purge(&mut |_, _| {});
             }
             Cmd::PurgeFull => a.purge_full(),
+            Cmd::PurgeBegin(full) => a.purge_begin(full),
             Cmd::Alloc {
                 id,
                 size,

@@ -55,6 +55,11 @@ pub enum Cmd {
     /// `purge full`: a purge that also empties every node pool and pools
     /// nothing (Linux's purge when an allocation fails).
     PurgeFull,
+    /// `purge begin` (`false`) or `purge full begin` (`true`): where a
+    /// Linux purge began (its pools decay and it takes the lazy lists);
+    /// the next `purge` or `purge full` ends it. Only Linux's node pools
+    /// act on it.
+    PurgeBegin(bool),
 }
 
 impl Cmd {
@@ -69,7 +74,7 @@ impl Cmd {
             Cmd::Free(_) => "free",
             Cmd::Lazy(_) => "lazy",
             Cmd::FreeAt(_) => "freeat",
-            Cmd::Purge | Cmd::PurgeFull => "purge",
+            Cmd::Purge | Cmd::PurgeFull | Cmd::PurgeBegin(_) => "purge",
         }
     }
 }
@@ -184,7 +189,9 @@ fn parse_line(words: &[&str]) -> Result<Cmd, String> {
         "purge" => match words {
             [_] => Ok(Cmd::Purge),
             [_, "full"] => Ok(Cmd::PurgeFull),
-            _ => Err("expected `purge` or `purge full`".into()),
+            [_, "begin"] => Ok(Cmd::PurgeBegin(false)),
+            [_, "full", "begin"] => Ok(Cmd::PurgeBegin(true)),
+            _ => Err("expected `purge`, `purge full`, `purge begin` or `purge full begin`".into()),
         },
         other => Err(format!("unknown command {other:?}")),
     }
@@ -416,11 +423,12 @@ mod tests {
     }
 
     /// The commands of an imported Linux trace: `cpus`, `alloc ... cpu`,
-    /// `purge full`.
+    /// `purge full`, `purge begin`, `purge full begin`.
     #[test]
     fn parses_the_linux_commands() {
         let text = "cpus 2\nspace 1 0x10000\nvmalloc 0x100 0x200\n\
-                    alloc a 0x1000 cpu 1 align 0x1000\npurge full\n";
+                    alloc a 0x1000 cpu 1 align 0x1000\npurge full\n\
+                    purge begin\npurge full begin\n";
         let t = parse(text).unwrap();
         assert_eq!(
             t,
@@ -439,6 +447,8 @@ mod tests {
                     }
                 ),
                 (5, Cmd::PurgeFull),
+                (6, Cmd::PurgeBegin(false)),
+                (7, Cmd::PurgeBegin(true)),
             ]
         );
         let h = check_header(text.as_bytes()).unwrap();

@@ -103,8 +103,11 @@ fn a_boot_sequence_makes_no_heap_allocation() {
             assert_eq!(f.free_range(kernel, 0), Err(FreeError::Invalid));
             assert_eq!(f.free_range(3 << 30, 0x1000), Err(FreeError::Invalid));
             assert_eq!(f.free_lazy_sized(acpi, 0x1000), Err(FreeError::StorageFull));
+            // Best fit: the shortest free block that holds a page, the
+            // rest of low RAM above the ACPI table, with no heap.
             let best = Request::bytes(0x1000).unwrap().policy(Policy::BestFit);
-            assert_eq!(f.allocate(best), Err(RequestError::StorageFull));
+            assert_eq!(f.allocate(best), Ok(0x9_1000));
+            assert_eq!(f.free_sized(0x9_1000, 0x1000), Ok(0x1000));
             assert_eq!(
                 f.add_free(0x9e000, 0xa0000),
                 Err(AddFreeError::Overlaps {
@@ -171,4 +174,60 @@ fn full_fixed_storage_refuses_then_grows_into_the_heap_once_allowed() {
     assert!(n > 0, "grown into the heap");
     va.check().unwrap();
     assert!(va.stats().free_blocks > blocks as u64);
+}
+
+/// Best fit on fixed storage: its size index and aligned indexes take
+/// their nodes from the same arrays as the tree, so it runs with no heap
+/// and answers as the heap allocator does; once the arrays hold no room
+/// for the next change, it is refused with `StorageFull` and changes
+/// nothing.
+#[test]
+fn best_fit_on_fixed_storage_needs_no_heap_and_is_refused_when_full() {
+    let mut fixed = VmapAllocator::<Fixed<16>>::new_fixed();
+    let mut heap = VmapAllocator::new_empty();
+    fixed.add_free(0, 1 << 30).unwrap();
+    heap.add_free(0, 1 << 30).unwrap();
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    let mut fixed_allocs = 0;
+    let mut refused = false;
+    for _ in 0..4000 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let r = rng;
+        let before = fixed.stats();
+        if r % 3 == 0 && !live.is_empty() {
+            let (a, size) = live.swap_remove((r >> 8) as usize % live.len());
+            assert_eq!(heap.free_sized(a, size), Ok(size));
+            let (got, n) = allocations(|| fixed.free_sized(a, size));
+            fixed_allocs += n;
+            if got == Err(FreeError::StorageFull) {
+                refused = true;
+                assert_eq!(fixed.stats(), before);
+                break;
+            }
+            assert_eq!(got, Ok(size));
+            continue;
+        }
+        let size = 0x1000 * (r % 8 + 1);
+        let align = [0x1000, 0x4000, 0x1_0000][(r >> 8) as usize % 3];
+        let req = Request::bytes(size)
+            .unwrap()
+            .align(align)
+            .policy(Policy::BestFit);
+        let want = heap.allocate(req.clone()).unwrap();
+        let (got, n) = allocations(|| fixed.allocate(req));
+        fixed_allocs += n;
+        if got == Err(RequestError::StorageFull) {
+            refused = true;
+            assert_eq!(fixed.stats(), before);
+            break;
+        }
+        assert_eq!(got, Ok(want), "best fit of {size:#x} aligned {align:#x}");
+        live.push((want, size));
+    }
+    assert!(refused, "the arrays never filled");
+    assert_eq!(fixed_allocs, 0, "heap allocations before the heap");
+    fixed.check().unwrap();
 }

@@ -23,7 +23,12 @@ enum Op {
     FreeLazy(usize),
     Purge,
     PurgeFull,
+    /// The first half of a purge (full or not); `Purge` ends it.
+    PurgeBegin(bool),
 }
+
+/// An area: start, end, the node it is tagged with.
+type Area = (u64, u64, Option<usize>);
 
 /// Linux's state: free ranges, live areas with their node, lazy areas,
 /// pools (per node, per page count) newest first.
@@ -33,6 +38,8 @@ struct Model {
     live: Vec<(u64, u64, Option<usize>)>,
     lazy: Vec<(u64, u64, Option<usize>)>,
     pools: Vec<Vec<Vec<u64>>>,
+    /// A purge begun: whether full, and the lazy areas it took.
+    purging: Option<(bool, Vec<Area>)>,
 }
 
 impl Model {
@@ -108,7 +115,13 @@ impl Model {
     }
 
     fn purge(&mut self, full: bool) -> bool {
-        let mut any = false;
+        self.begin(full);
+        self.end()
+    }
+
+    /// Ends a pending purge; decays every pool and takes the lazy areas.
+    fn begin(&mut self, full: bool) {
+        self.end();
         for n in 0..self.nodes {
             for c in 0..self.pools[n].len() {
                 let pool = std::mem::take(&mut self.pools[n][c]);
@@ -122,28 +135,26 @@ impl Model {
                 }
                 self.pools[n][c] = pool[k..].to_vec();
             }
-            let mut mine: Vec<_> = self
-                .lazy
-                .iter()
-                .filter(|l| l.2 == Some(n))
-                .copied()
-                .collect();
-            mine.sort_unstable();
-            for (s, e, _) in mine {
-                any = true;
-                if !full && e - s <= 256 * PAGE {
+        }
+        self.purging = Some((full, std::mem::take(&mut self.lazy)));
+    }
+
+    /// Pools (tagged, not full, at most 256 pages, in address order to
+    /// the front) or frees what the pending purge took.
+    fn end(&mut self) -> bool {
+        let Some((full, mut taken)) = self.purging.take() else {
+            return false;
+        };
+        taken.sort_unstable();
+        for &(s, e, node) in &taken {
+            match node {
+                Some(n) if !full && e - s <= 256 * PAGE => {
                     self.pools[n][((e - s) / PAGE - 1) as usize].insert(0, s);
-                } else {
-                    self.give_back(s, e);
                 }
+                _ => self.give_back(s, e),
             }
         }
-        for (s, e, _) in self.lazy.clone().into_iter().filter(|l| l.2.is_none()) {
-            any = true;
-            self.give_back(s, e);
-        }
-        self.lazy.clear();
-        any
+        !taken.is_empty()
     }
 }
 
@@ -155,6 +166,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => any::<usize>().prop_map(Op::FreeLazy),
         1 => Just(Op::Purge),
         1 => Just(Op::PurgeFull),
+        1 => any::<bool>().prop_map(Op::PurgeBegin),
     ]
 }
 
@@ -167,6 +179,7 @@ fn run(nodes: usize, ops: &[Op]) -> Result<(), String> {
         live: vec![],
         lazy: vec![],
         pools: vec![vec![Vec::new(); 256]; nodes],
+        purging: None,
     };
     for op in ops {
         match *op {
@@ -192,10 +205,18 @@ fn run(nodes: usize, ops: &[Op]) -> Result<(), String> {
             }
             Op::FreeLazy(_) => {}
             Op::Purge => {
-                let (got, want) = (n.purge(&mut |_, _| {}), m.purge(false));
+                let want = match m.purging.is_some() {
+                    true => m.end(),
+                    false => m.purge(false),
+                };
+                let got = n.purge(&mut |_, _| {});
                 if got != want {
                     return Err(format!("purge: got {got}, model {want}"));
                 }
+            }
+            Op::PurgeBegin(full) => {
+                n.purge_begin(full);
+                m.begin(full);
             }
             Op::PurgeFull => {
                 let (got, want) = (n.purge_nodes(true), m.purge(true));

@@ -129,9 +129,13 @@ pub fn replay(
             Cmd::Purge => {
                 n.purge(&mut |_, _| {});
             }
+            Cmd::PurgeFull if n.purge_pending() => {
+                n.purge_end();
+            }
             Cmd::PurgeFull => {
                 n.purge_nodes(true);
             }
+            Cmd::PurgeBegin(full) => n.purge_begin(full),
             Cmd::Space(..) | Cmd::Cpus(_) | Cmd::Vmalloc(..) => {}
         }
     }

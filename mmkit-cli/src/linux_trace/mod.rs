@@ -203,6 +203,14 @@ pub struct Imported {
     live: HashMap<u64, usize>,
     failed: HashMap<u32, Failed>,
     windows: HashMap<(u64, u64), u64>,
+    /// Per CPU: where in `body` its last event ended.
+    cpu_at: HashMap<u32, usize>,
+    /// Where in `body` the last purge ended.
+    purge_at: usize,
+    /// Where in `body` each `lazy` line ends, in order.
+    free_ends: Vec<usize>,
+    /// The lazy frees that purges begun so far took.
+    taken: usize,
 }
 
 impl Imported {
@@ -241,8 +249,39 @@ impl Imported {
         );
     }
 
-    /// Adds one event, read on `line`.
+    /// Adds one event, read on `line`, and notes where its CPU's events
+    /// now end.
     fn add(&mut self, line: usize, r: Record) -> Result<(), String> {
+        self.add_event(line, r)?;
+        self.cpu_at.insert(r.cpu, self.body.len());
+        Ok(())
+    }
+
+    /// Writes `purge begin` where the purge recorded now on `cpu`, which
+    /// took `purged` lazy areas, began at the earliest: after that CPU's
+    /// previous event (the purge runs on it from its start to its event),
+    /// after the previous purge (one runs at a time), and after the
+    /// `purged`-th lazy free since the previous purge began (it takes every
+    /// lazy area freed before it began, and no other).
+    fn begin_purge(&mut self, cpu: u32, full: &str, purged: u64) {
+        let taken = self.taken.saturating_add(purged as usize);
+        let after_frees = match taken.min(self.free_ends.len()) {
+            0 => 0,
+            n => self.free_ends[n - 1],
+        };
+        self.taken = taken.min(self.free_ends.len());
+        let at = self.cpu_at.get(&cpu).copied().unwrap_or(0);
+        let at = at.max(self.purge_at).max(after_frees);
+        let line = format!("purge{full} begin\n");
+        self.body.insert_str(at, &line);
+        let ends = self.cpu_at.values_mut().chain(self.free_ends.iter_mut());
+        for end in ends.filter(|e| **e > at) {
+            *end += line.len();
+        }
+    }
+
+    /// [`add`](Self::add) without the bookkeeping of where events end.
+    fn add_event(&mut self, line: usize, r: Record) -> Result<(), String> {
         self.events += 1;
         self.cpus = self.cpus.max(r.cpu + 1);
         match r.event {
@@ -298,8 +337,9 @@ impl Imported {
                     )
                 })?;
                 let _ = writeln!(self.body, "lazy L{id}");
+                self.free_ends.push(self.body.len());
             }
-            Event::Purge(_) => {
+            Event::Purge(purged) => {
                 let full = match self.failed.get_mut(&r.cpu) {
                     Some(f) => {
                         f.purged = true;
@@ -307,7 +347,9 @@ impl Imported {
                     }
                     None => "",
                 };
+                self.begin_purge(r.cpu, full, purged);
                 let _ = writeln!(self.body, "purge{full}");
+                self.purge_at = self.body.len();
             }
         }
         Ok(())

@@ -34,6 +34,10 @@ fn error(text: &str) -> ImportError {
     import(text.as_bytes()).expect_err("must not import")
 }
 
+/// A purge begins after its CPU's previous event, after the previous
+/// purge, and after as many lazy frees as it purged; here the last bound
+/// decides: the purge on CPU 0 took one area, so it began after the free
+/// on CPU 1 and before the allocation after it (`purge begin` above).
 #[test]
 fn each_event_becomes_its_command() {
     let t = imported(&format!("{HEADER}{EVENTS}"));
@@ -45,6 +49,7 @@ fn each_event_becomes_its_command() {
          alloc L13 0x5000 align 0x1000 range 0xffffc90000000000 0xffffe8ffffffffff cpu 0\n\
          alloc L14 0x2000 align 0x1000 range 0xffffc90000000000 0xffffe8ffffffffff cpu 0\n\
          lazy L13\n\
+         purge begin\n\
          alloc L16 0x401000 align 0x400000 range 0xffffc90000000000 0xffffe8ffffffffff cpu 1\n\
          purge\n"
     );
@@ -59,10 +64,32 @@ fn each_event_becomes_its_command() {
 #[test]
 fn the_trace_parses() {
     let t = imported(&format!("{HEADER}{EVENTS}"));
+    // Two begins: after the free its purge counted, and after the CPU's
+    // previous event.
+    let two = "\
+  x-1 [000] ..... 1.0: free_vmap_area_noflush: va_start=0xffffc90000000000 nr_lazy=5 nr_lazy_max=9
+  x-1 [001] ..... 1.1: free_vmap_area_noflush: va_start=0xffffc90000005000 nr_lazy=7 nr_lazy_max=9
+  x-1 [000] ..... 1.2: purge_vmap_area_lazy: start=0x0 end=0x0 num_purged=1
+  x-1 [001] ..... 1.3: purge_vmap_area_lazy: start=0x0 end=0x0 num_purged=1
+";
+    let events: String = EVENTS.lines().take(2).map(|l| format!("{l}\n")).collect();
+    let body = imported(&format!("{HEADER}{events}{two}")).trace();
+    let body: Vec<&str> = body.lines().skip(7).collect();
+    assert_eq!(
+        body,
+        [
+            "lazy L13",
+            "purge begin",
+            "lazy L14",
+            "purge",
+            "purge begin",
+            "purge"
+        ]
+    );
     let cmds: Vec<_> = crate::trace::Commands::new(t.trace().as_bytes())
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(cmds.len(), 9);
+    assert_eq!(cmds.len(), 10);
 }
 
 /// A failed attempt, the purge it starts on its CPU (full) and the retry
@@ -111,9 +138,12 @@ fn a_failed_attempt_its_purge_and_its_retry_are_one_request() {
     assert_eq!(
         t.trace().lines().skip(5).collect::<Vec<_>>(),
         [
-            "purge".to_string(),
+            "purge begin".to_string(),
+            "purge".into(),
+            "purge full begin".into(),
             "purge full".into(),
             format!("alloc L1 0x2000 {range} cpu 1"),
+            "purge full begin".into(),
             "purge full".into(),
             format!("alloc L5 0x2000 {range} cpu 1"),
             format!("alloc L8 0x2000 {range} cpu 0"),

@@ -25,6 +25,14 @@
 //! - A *full* purge (the one a failing allocation starts,
 //!   `reclaim_and_purge_vmap_areas`) empties every pool and pools nothing.
 //!
+//! A purge has two halves, and Linux runs other CPUs' requests between
+//! them: it *begins* ([`purge_begin`](LinuxNodes::purge_begin)) with the
+//! decay, whose areas are free at once, and takes each node's lazy list
+//! as it is then; it *ends* ([`purge_end`](LinuxNodes::purge_end)), after
+//! the TLB flush, by pooling or freeing those areas. Areas freed lazily in
+//! between wait for the next purge. One purge runs at a time
+//! (`vmap_purge_lock`).
+//!
 //! Linux runs the threshold purge (lazy pages above `lazy_max`) in a
 //! worker, later; here it runs at once. A replay of a Linux trace sets the
 //! threshold out of reach and purges where the trace did.
@@ -48,6 +56,23 @@ const POOLED_PAGES: u64 = 256;
 struct Area {
     end: u64,
     node: Option<usize>,
+}
+
+/// A purge between its two halves: the lazy areas it took.
+#[derive(Debug, Default)]
+struct Purging {
+    /// Pools nothing (`skip_populate`).
+    full: bool,
+    /// Per node: its lazy areas when the purge began.
+    nodes: Vec<Vec<(u64, u64)>>,
+    /// The untagged lazy areas when the purge began.
+    global: Vec<(u64, u64)>,
+}
+
+impl Purging {
+    fn areas(&self) -> impl Iterator<Item = &(u64, u64)> + Clone + '_ {
+        self.nodes.iter().flatten().chain(&self.global)
+    }
 }
 
 /// Linux 6.12's vmap nodes and their pools over one free tree: see the
@@ -83,6 +108,8 @@ pub struct LinuxNodes {
     lazy: Vec<Vec<(u64, u64)>>,
     /// Lazily freed areas with no tag.
     lazy_global: Vec<(u64, u64)>,
+    /// The lazy areas of a purge begun and not ended.
+    purging: Option<Purging>,
     lazy_bytes: u64,
     lazy_max: u64,
     /// Per node, per size in pages - 1: area starts, newest first.
@@ -120,6 +147,7 @@ impl LinuxNodes {
             live: BTreeMap::new(),
             lazy: vec![Vec::new(); nodes],
             lazy_global: Vec::new(),
+            purging: None,
             lazy_bytes: 0,
             lazy_max: crate::range::DEFAULT_LAZY_MAX,
             pools: vec![vec![VecDeque::new(); POOLED_PAGES as usize]; nodes],
@@ -267,8 +295,22 @@ impl LinuxNodes {
 
     /// Whether a lazily freed area overlaps `[lo, hi)`.
     pub fn lazy_overlap(&self, lo: u64, hi: u64) -> bool {
-        let lazy = self.lazy.iter().flatten().chain(&self.lazy_global);
-        lazy.clone().any(|&(a, e)| a < hi && e > lo)
+        self.lazy_areas().any(|&(a, e)| a < hi && e > lo)
+    }
+
+    /// Every lazily freed area, those a begun purge took included.
+    fn lazy_areas(&self) -> impl Iterator<Item = &(u64, u64)> + Clone + '_ {
+        let purging = self.purging.iter().flat_map(Purging::areas);
+        self.lazy
+            .iter()
+            .flatten()
+            .chain(&self.lazy_global)
+            .chain(purging)
+    }
+
+    /// Whether a purge has begun and not ended.
+    pub fn purge_pending(&self) -> bool {
+        self.purging.is_some()
     }
 
     /// Whether a pooled area overlaps `[lo, hi)`.
@@ -300,39 +342,66 @@ impl LinuxNodes {
         self.inferred_shrinks
     }
 
-    /// A purge; `full` empties the pools and pools nothing. Whether any
-    /// area went back to the free tree or a pool.
+    /// A whole purge: [`purge_begin`](Self::purge_begin) then
+    /// [`purge_end`](Self::purge_end). Whether any lazy area went back to
+    /// the free tree or a pool.
     pub fn purge_nodes(&mut self, full: bool) -> bool {
-        let mut freed = 0u64;
-        for n in 0..self.nodes {
-            for pool in self.pools[n].iter_mut() {
-                let take = match pool.len() >> 2 {
-                    k if k > 0 && !full => k,
-                    _ => pool.len(),
-                };
-                for a in pool.drain(..take) {
-                    self.tree
-                        .free(a)
-                        .expect("a pooled area is live in the tree");
-                }
+        self.purge_begin(full);
+        self.purge_end()
+    }
+
+    /// The first half of a purge (a purge still pending ends first): every
+    /// pool decays to the free tree, all of it when `full`; each node's
+    /// lazy areas are taken for [`purge_end`](Self::purge_end), and later
+    /// lazy frees wait for the next purge.
+    pub fn purge_begin(&mut self, full: bool) {
+        self.purge_end();
+        for pool in self.pools.iter_mut().flatten() {
+            let take = match pool.len() >> 2 {
+                k if k > 0 && !full => k,
+                _ => pool.len(),
+            };
+            for a in pool.drain(..take) {
+                self.tree
+                    .free(a)
+                    .expect("a pooled area is live in the tree");
             }
-            let mut lazy = core::mem::take(&mut self.lazy[n]);
+        }
+        let nodes = self.lazy.iter_mut().map(core::mem::take).collect();
+        let global = core::mem::take(&mut self.lazy_global);
+        self.purging = Some(Purging {
+            full,
+            nodes,
+            global,
+        });
+    }
+
+    /// The second half of a purge: the lazy areas it took, node by node
+    /// in address order, go to the front of their pool (tagged, at most 256
+    /// pages, not a full purge) or back to the free tree. Whether there
+    /// were any; `false` when no purge had begun.
+    pub fn purge_end(&mut self) -> bool {
+        let Some(p) = self.purging.take() else {
+            return false;
+        };
+        let mut freed = 0u64;
+        for (n, mut lazy) in p.nodes.into_iter().enumerate() {
             lazy.sort_unstable();
-            for &(s, e) in &lazy {
+            for (s, e) in lazy {
                 freed += 1;
                 match Self::class(e - s) {
-                    Some(c) if !full => self.pools[n][c].push_front(s),
+                    Some(c) if !p.full => self.pools[n][c].push_front(s),
                     _ => {
                         self.tree.free(s).expect("a lazy area is live in the tree");
                     }
                 }
             }
         }
-        for (s, _) in core::mem::take(&mut self.lazy_global) {
+        for (s, _) in p.global {
             freed += 1;
             self.tree.free(s).expect("a lazy area is live in the tree");
         }
-        self.lazy_bytes = 0;
+        self.lazy_bytes = self.lazy_areas().map(|(s, e)| e - s).sum();
         self.purges += u64::from(freed > 0);
         freed > 0
     }
@@ -372,19 +441,20 @@ impl RangeAllocator for LinuxNodes {
         Ok(area.end - addr)
     }
 
+    /// Ends the purge that began, else runs a whole one: the lazily freed
+    /// areas it takes are flushed once.
     fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
-        let span = self
-            .lazy
-            .iter()
-            .flatten()
-            .chain(&self.lazy_global)
-            .fold(None, |acc, &(s, e)| {
-                Some(acc.map_or((s, e), |(a, b): (u64, u64)| (a.min(s), b.max(e))))
-            });
+        if !self.purge_pending() {
+            self.purge_begin(false);
+        }
+        let taken = self.purging.iter().flat_map(Purging::areas);
+        let span = taken.fold(None, |acc, &(s, e)| {
+            Some(acc.map_or((s, e), |(a, b): (u64, u64)| (a.min(s), b.max(e))))
+        });
         if let Some((s, e)) = span {
             flush(s, e);
         }
-        self.purge_nodes(false)
+        self.purge_end()
     }
 
     fn set_lazy_max(&mut self, bytes: u64) {
@@ -397,7 +467,7 @@ impl RangeAllocator for LinuxNodes {
 
     fn stats(&self) -> RangeStats {
         let mut s = self.tree.stats();
-        let lazy = self.lazy.iter().flatten().chain(&self.lazy_global);
+        let lazy = self.lazy_areas();
         s.live_areas = self.live.len() as u64;
         s.live_bytes = self.live.iter().map(|(a, v)| v.end - a).sum();
         s.lazy_areas = lazy.clone().count() as u64;
@@ -421,7 +491,7 @@ impl RangeAllocator for LinuxNodes {
             ))
         };
         let mut held: Vec<(u64, u64)> = self.live.iter().map(|(&a, v)| (a, v.end)).collect();
-        held.extend(self.lazy.iter().flatten().chain(&self.lazy_global));
+        held.extend(self.lazy_areas());
         for pools in &self.pools {
             for (c, pool) in pools.iter().enumerate() {
                 for &a in pool {

@@ -257,8 +257,10 @@ where
     pub(super) fn allocate_body(&mut self, req: Request) -> Result<u64, RequestError> {
         crate::debug_check!(self);
         let (lo, hi) = req.clamp(self.space())?;
-        // Best fit's size index lives on the heap, as the lazy list does.
-        if !self.has_room(1, 0) || (req.placement() == Policy::BestFit && !self.lazy_allowed()) {
+        // Best fit's size index takes its nodes from the tree's storage.
+        if !self.has_room(1, 0)
+            || (req.placement() == Policy::BestFit && !self.free.enable_size_index())
+        {
             return Err(RequestError::StorageFull);
         }
         if let Some(a) = self.try_place(&req, lo, hi) {

@@ -15,9 +15,12 @@
 //!   held aside), so an operation adds at most one block to it, and one
 //!   refused for lack of room is refused before it changes anything
 //!   ([`AllocError::StorageFull`] and its kin);
-//! - lazy frees need a list on the heap, and [`Policy::BestFit`] a size
-//!   index on the heap: both refused (`StorageFull`) until the heap is
-//!   allowed.
+//! - lazy frees need a list on the heap: refused (`StorageFull`) until the
+//!   heap is allowed;
+//! - [`Policy::BestFit`] keeps a size index whose nodes come from the
+//!   same arrays as the tree's, as many again (and again per alignment
+//!   indexed): a best fit the arrays have no room for is refused
+//!   (`StorageFull`).
 //!
 //! [`Policy::BestFit`]: crate::request::Policy::BestFit
 //!

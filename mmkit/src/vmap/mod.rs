@@ -42,9 +42,10 @@
 //! [`without_busy_index`](VmapAllocator::without_busy_index) and the list
 //! of holes in a memory map (see `memmap`) and the tree's best-fit size
 //! indexes (empty until a best fit is asked for), the allocator itself is
-//! 968 bytes (`size_of::<VmapAllocator>()` on 64-bit targets). Released
+//! 960 bytes (`size_of::<VmapAllocator>()` on 64-bit targets). Released
 //! nodes are reused and none of these shrink, so steady-state operation
-//! allocates no heap memory (but for the best-fit indexes, `by_size.rs`).
+//! allocates no heap memory (the best-fit indexes' nodes come from the
+//! tree's pools too).
 
 use crate::ensure;
 use crate::error::{AllocError, CheckError, FreeError};

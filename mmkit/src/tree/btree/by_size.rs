@@ -25,16 +25,22 @@
 //! the request, where the size index would read every block long enough
 //! but wrongly aligned.
 //!
-//! The indexes are `alloc` `BTreeSet`s: its own node splits and merges
-//! allocate and free heap memory, so a best-fit allocator allocates now
-//! and then in steady state where a lowest-fit one does not.
+//! The indexes are [`SizeTree`]s (`size_tree.rs`) whose nodes come from
+//! the address tree's own pools, and the aligned ones are listed in the
+//! storage's store: a steady state of best fits allocates no heap memory,
+//! and on fixed storage each index takes its nodes from the same arrays
+//! as the tree (about as many as the tree's again). When the arrays have
+//! no room for a new aligned index, the search at that alignment walks
+//! the size index instead; when they have none for the size index, a
+//! best fit is refused (the allocator's `StorageFull`).
 
-use alloc::collections::BTreeSet;
+use alloc::vec::Vec;
 
-use super::{AlignedIndex, BTree, Pos};
+use super::size_tree::{SizeIter, SizeTree};
+use super::{BTree, Pos, INNER_MIN, LEAF_MIN};
 use crate::error::CheckError;
 use crate::range::fit_in;
-use crate::storage::Storage;
+use crate::storage::{Storage, Store};
 
 impl<S: Storage> BTree<S> {
     /// Whether the size index is kept.
@@ -42,24 +48,78 @@ impl<S: Storage> BTree<S> {
         self.by_size.is_some()
     }
 
-    /// Builds the size index from the blocks, if it is not kept yet.
+    /// Builds the size index from the blocks, if it is not kept yet and
+    /// the storage has room for it; whether it is kept now. On fixed
+    /// storage the index takes its nodes from the same arrays as the
+    /// address tree, about as many as the tree holds.
     ///
     /// # Complexity
     /// O(n log n) the first time, O(1) after.
-    pub fn enable_size_index(&mut self) {
-        if self.by_size.is_none() {
-            self.by_size = Some(self.iter().map(|(s, e)| (e - s, s)).collect());
+    pub fn enable_size_index(&mut self) -> bool {
+        if self.by_size.is_none() && self.has_room_for_index() {
+            let mut ix = SizeTree::new(&mut self.leaves);
+            self.index_all(&mut ix, |s, e| Some((e - s, s)));
+            self.by_size = Some(ix);
         }
+        self.by_size.is_some()
+    }
+
+    /// Files every block in `t` as `key` says (`None`: not at all), one
+    /// lookup per block: an index being built takes nodes from the pools
+    /// a walk would read, and a list of the blocks would need the heap.
+    fn index_all(&mut self, t: &mut SizeTree, key: impl Fn(u64, u64) -> Option<(u64, u64)>) {
+        let mut at = 0;
+        while let Some((s, e)) = self.iter_from(at).find(|&(s, _)| s >= at) {
+            if let Some(k) = key(s, e) {
+                t.insert(&mut self.leaves, &mut self.inners, k);
+            }
+            at = e;
+        }
+    }
+
+    /// Whether the pools have room for one more index of every block, and
+    /// the updates of the indexes kept then.
+    fn has_room_for_index(&self) -> bool {
+        // Every leaf but the root holds LEAF_MIN entries or more, and every
+        // inner node but the root INNER_MIN children or more.
+        let leaves = (self.len / LEAF_MIN).max(1);
+        let (mut level, mut inners) = (leaves, 0);
+        while level > 1 {
+            level = (level / INNER_MIN).max(1);
+            inners += level;
+        }
+        let (l, i) = self.index_room(1);
+        self.leaves.has_room(leaves + l) && self.inners.has_room(inners + i)
+    }
+
+    /// Nodes the indexes kept (and `extra` more) may take for one more
+    /// block: each block change removes an entry and inserts up to two,
+    /// and an insert splits a leaf and an inner node per level (a new
+    /// root included, so one level more for the second) at most.
+    pub(super) fn index_room(&self, extra: usize) -> (usize, usize) {
+        let kept = self.aligned().count() + usize::from(self.by_size.is_some()) + extra;
+        let height = self.indexes().map(|t| t.height()).max().unwrap_or(0);
+        (2 * kept, 2 * kept * (height + 2))
+    }
+
+    /// The size index and the aligned ones kept.
+    fn indexes(&self) -> impl Iterator<Item = &SizeTree> {
+        self.by_size.iter().chain(self.aligned().map(|(_, t)| t))
+    }
+
+    /// The aligned indexes kept.
+    fn aligned(&self) -> impl Iterator<Item = &(u32, SizeTree)> {
+        self.by_usable.as_slice().iter()
     }
 
     /// Files `[s, e)` in the size index and the aligned ones, if kept.
     #[inline]
     pub(super) fn index_block(&mut self, s: u64, e: u64) {
         if let Some(ix) = &mut self.by_size {
-            ix.insert((e - s, s));
-            for (k, ax) in &mut self.by_usable {
+            ix.insert(&mut self.leaves, &mut self.inners, (e - s, s));
+            for (k, ax) in self.by_usable.as_mut_slice() {
                 if let Some(u) = usable(s, e, *k) {
-                    ax.insert((u, s, e));
+                    ax.insert(&mut self.leaves, &mut self.inners, (u, s));
                 }
             }
         }
@@ -69,32 +129,37 @@ impl<S: Storage> BTree<S> {
     #[inline]
     pub(super) fn unindex_block(&mut self, s: u64, e: u64) {
         if let Some(ix) = &mut self.by_size {
-            ix.remove(&(e - s, s));
-            for (k, ax) in &mut self.by_usable {
+            let held = ix.remove(&mut self.leaves, &mut self.inners, (e - s, s));
+            debug_assert!(held, "[{s:#x}, {e:#x}) is not in the size index");
+            for (k, ax) in self.by_usable.as_mut_slice() {
                 if let Some(u) = usable(s, e, *k) {
-                    ax.remove(&(u, s, e));
+                    ax.remove(&mut self.leaves, &mut self.inners, (u, s));
                 }
             }
         }
     }
 
-    /// The aligned index for `2^k`, built from the blocks on first use.
+    /// The aligned index for `2^k`, built from the blocks on first use
+    /// while the store of aligned indexes and the pools have room.
     ///
     /// # Complexity
-    /// O(n log n) the first time, O(1) after (at most 64 alignments).
-    fn aligned_index(&mut self, k: u32) -> &AlignedIndex {
-        let i = match self.by_usable.iter().position(|(j, _)| *j == k) {
-            Some(i) => i,
-            None => {
-                let ax = self
-                    .iter()
-                    .filter_map(|(s, e)| usable(s, e, k).map(|u| (u, s, e)))
-                    .collect();
-                self.by_usable.push((k, ax));
-                self.by_usable.len() - 1
-            }
-        };
-        &self.by_usable[i].1
+    /// O(n log n) the first time, O(1) after.
+    fn aligned_index(&mut self, k: u32) -> Option<SizeTree> {
+        if let Some((_, t)) = self.aligned().find(|(j, _)| *j == k) {
+            return Some(*t);
+        }
+        if self.by_usable.as_slice().len() >= self.by_usable.room() || !self.has_room_for_index() {
+            return None;
+        }
+        let mut ax = SizeTree::new(&mut self.leaves);
+        self.index_all(&mut ax, |s, e| usable(s, e, k).map(|u| (u, s)));
+        self.by_usable.push((k, ax));
+        Some(ax)
+    }
+
+    /// The entries of `t` from `from` on.
+    fn walk(&self, t: &SizeTree, from: (u64, u64)) -> SizeIter<'_, S> {
+        t.iter_from(&self.leaves, &self.inners, from)
     }
 
     /// Replaces the index entry of the block at `pos` with `[s, e)`.
@@ -143,13 +208,21 @@ impl<S: Storage> BTree<S> {
         if lo >= hi || hi - lo < size {
             return None;
         }
-        self.enable_size_index();
+        if !self.enable_size_index() {
+            // No room for the index in fixed storage: the scan answers.
+            let (s, a) = self.best_fit_scan(size, align, lo, hi)?;
+            *pos = self.find(s).expect("a scanned block is in the tree");
+            return Some(a);
+        }
         let whole = lo <= self.lowest_start() && self.wild.map_or(true, |w| w.1 <= hi);
-        let found = if whole && align.trailing_zeros() > self.floor {
-            let ax = self.aligned_index(align.trailing_zeros());
-            best_aligned(ax, size)
-        } else {
-            self.best_fit_in_index(size, align, lo, hi)
+        let k = align.trailing_zeros();
+        let aligned = match whole && k > self.floor {
+            true => self.aligned_index(k),
+            false => None,
+        };
+        let found = match aligned {
+            Some(ax) => best_aligned(self.walk(&ax, (size, 0)), size, k),
+            None => self.best_fit_in_index(size, align, lo, hi),
         };
         let (s, a) = found?;
         *pos = self.find(s).expect("an indexed block is in the tree");
@@ -161,13 +234,13 @@ impl<S: Storage> BTree<S> {
     fn best_fit_in_index(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<(u64, u64)> {
         let ix = self.by_size.as_ref()?;
         let fit = |(s, e): (u64, u64)| fit_in(s.max(lo), e.min(hi), size, align);
-        let mut by_size = ix.range((size, 0)..);
+        let mut by_size = self.walk(ix, (size, 0));
         // Started at the first miss: most searches end at the first block.
         let mut by_addr = None;
         // The best block the address walk has seen: (length, start, address).
         let mut seen: Option<(u64, u64, u64)> = None;
         loop {
-            let &(len, s) = by_size.next()?;
+            let (len, s) = by_size.next()?;
             if let Some(a) = fit((s, s + len)) {
                 return Some((s, a));
             }
@@ -188,41 +261,53 @@ impl<S: Storage> BTree<S> {
     /// The slow reference for [`best_fit`](Self::best_fit): every block in
     /// address order.
     pub fn best_fit_linear(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        self.best_fit_scan(size, align, lo, hi).map(|(_, a)| a)
+    }
+
+    /// [`best_fit_linear`](Self::best_fit_linear)'s block start and
+    /// address.
+    fn best_fit_scan(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<(u64, u64)> {
         self.iter()
             .filter_map(|(s, e)| fit_in(s.max(lo), e.min(hi), size, align).map(|a| (e - s, s, a)))
             .min()
-            .map(|(_, _, a)| a)
+            .map(|(_, s, a)| (s, a))
     }
 
     /// Verifies that the size index, when kept, holds exactly the blocks,
-    /// and each aligned index exactly those with an aligned start.
-    pub(super) fn check_size_index(&self) -> Result<(), CheckError> {
+    /// and each aligned index exactly those with an aligned start, each a
+    /// well-formed size tree; returns the leaves and inner nodes they
+    /// hold.
+    pub(super) fn check_size_index(&self) -> Result<(usize, usize), CheckError> {
         let Some(ix) = &self.by_size else {
-            return Ok(());
+            return Ok((0, 0));
         };
-        for (k, ax) in &self.by_usable {
-            let want: BTreeSet<(u64, u64, u64)> = self
-                .iter()
-                .filter_map(|(s, e)| usable(s, e, *k).map(|u| (u, s, e)))
-                .collect();
+        let mut nodes = (0, 0);
+        let mut check = |t: &SizeTree, want: Vec<(u64, u64)>, what: &str| {
+            let (l, i) = t.check(&self.leaves, &self.inners)?;
+            nodes = (nodes.0 + l, nodes.1 + i);
+            let got: Vec<(u64, u64)> = self.walk(t, (0, 0)).collect();
+            let first = got.iter().zip(&want).position(|(g, w)| g != w);
             crate::ensure!(
-                *ax == want,
+                got.len() == want.len() && first.is_none(),
                 Structure,
-                "aligned index at 2^{k} holds {} blocks, {} hold an aligned start",
-                ax.len(),
+                "{what} holds {} entries, {} blocks belong; first difference at entry {first:?}",
+                got.len(),
                 want.len()
             );
+            Ok(())
+        };
+        for (k, ax) in self.aligned() {
+            let mut want: Vec<(u64, u64)> = self
+                .iter()
+                .filter_map(|(s, e)| usable(s, e, *k).map(|u| (u, s)))
+                .collect();
+            want.sort_unstable();
+            check(ax, want, "an aligned index")?;
         }
-        let want: BTreeSet<(u64, u64)> = self.iter().map(|(s, e)| (e - s, s)).collect();
-        if let Some(&(len, s)) = want.symmetric_difference(ix).next() {
-            let held = if ix.contains(&(len, s)) {
-                "holds"
-            } else {
-                "misses"
-            };
-            crate::ensure!(false, Structure @ s, "size index {held} ({len:#x}, {s:#x})");
-        }
-        Ok(())
+        let mut want: Vec<(u64, u64)> = self.iter().map(|(s, e)| (e - s, s)).collect();
+        want.sort_unstable();
+        check(ix, want, "the size index")?;
+        Ok(nodes)
     }
 }
 
@@ -235,18 +320,22 @@ fn usable(s: u64, e: u64, k: u32) -> Option<u64> {
     (a < e).then(|| e - a)
 }
 
-/// The best fit for `size` in the aligned index `ax` (every block with an
-/// aligned start, by usable length): of the blocks whose usable length is
-/// at least `size`, the shortest, the lowest of those; its start and the
-/// aligned start in it. A block's length is at least its usable length,
-/// so the walk stops once the usable lengths pass the best length found.
-fn best_aligned(ax: &AlignedIndex, size: u64) -> Option<(u64, u64)> {
+/// The best fit for `size` among `ax`'s entries from `(size, 0)` on, in
+/// an aligned index for `2^k` (every block with an aligned start, by
+/// usable length): of the blocks whose usable length is at least `size`,
+/// the shortest, the lowest of those; its start and the aligned start in
+/// it. A block's length is at least its usable length, so the walk stops
+/// once the usable lengths pass the best length found.
+fn best_aligned(ax: impl Iterator<Item = (u64, u64)>, size: u64, k: u32) -> Option<(u64, u64)> {
     let mut best: Option<(u64, u64, u64)> = None;
-    for &(u, s, e) in ax.range((size, 0, 0)..) {
+    for (u, s) in ax {
+        debug_assert!(u >= size);
         if best.is_some_and(|b| u > b.0) {
             break;
         }
-        let c = (e - s, s, e - u);
+        let mask = (1u64 << k) - 1;
+        let a = (s + mask) & !mask;
+        let c = (a + u - s, s, a);
         best = Some(best.map_or(c, |b| b.min(c)));
     }
     best.map(|(_, s, a)| (s, a))

@@ -61,7 +61,7 @@ impl<S: Storage> BTree<S> {
             "{count} blocks, len says {}",
             self.len
         );
-        let (mut leaves, mut inners) = (0, 0);
+        let (mut leaves, mut inners) = self.check_size_index()?;
         self.count_nodes(self.root, 0, &mut leaves, &mut inners);
         ensure!(
             (leaves, inners) == (self.leaves.used(), self.inners.used()),
@@ -70,7 +70,6 @@ impl<S: Storage> BTree<S> {
             self.leaves.used(),
             self.inners.used()
         );
-        self.check_size_index()?;
         let (c, q) = (&self.cleared, &self.cleared.asked);
         if q.size > 0 {
             let first = self.lowest_fit_linear(q.size, q.align, q.lo, q.hi);

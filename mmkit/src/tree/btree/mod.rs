@@ -81,11 +81,10 @@
 //! released nodes are chained for reuse, so a steady state of inserts and
 //! removals allocates no heap memory.
 
-use alloc::collections::BTreeSet;
-
-use crate::storage::{Fixed, Heap, Storage};
+use crate::storage::{Fixed, Heap, Inline, Storage, Store};
 use node::{Inner, Leaf, Pool, NONE};
 use search::{Cleared, Shape};
+use size_tree::SizeTree;
 
 mod by_size;
 mod check;
@@ -93,6 +92,7 @@ mod entry;
 mod finger;
 mod node;
 mod search;
+mod size_tree;
 mod update;
 mod walk;
 
@@ -116,10 +116,6 @@ const INNER_MIN: usize = FANOUT / 2;
 /// Inner levels, at most: `FANOUT / 2` children per node (2 at the root)
 /// reach 2^32 leaves, every `u32` id, in 11 levels.
 pub const MAX_HEIGHT: usize = 12;
-
-/// The blocks holding a start aligned to one alignment, as `(usable
-/// length from that start, start, end)` (see `by_size.rs`).
-type AlignedIndex = BTreeSet<(u64, u64, u64)>;
 
 /// A [`Neighbours`] version no tree reaches.
 const NO_VERSION: u64 = u64::MAX;
@@ -216,13 +212,13 @@ pub struct BTree<S: Storage = Heap> {
     /// The longest block in the nodes and the version it was read at
     /// (see [`may_hold_below`](Self::may_hold_below)).
     nodes_max: (u64, u64),
-    /// Once a best fit is asked for: every block as `(length, start)`
-    /// (see `by_size.rs`).
-    by_size: Option<BTreeSet<(u64, u64)>>,
-    /// Per alignment a best fit asked for above the granule floor: the
-    /// blocks that hold an aligned start, as `(usable length, start,
-    /// end)` (see `by_size.rs`).
-    by_usable: alloc::vec::Vec<(u32, AlignedIndex)>,
+    /// Once a best fit is asked for: every block as `(length, start)`,
+    /// in nodes from the same pools (see `by_size.rs`).
+    by_size: Option<SizeTree>,
+    /// Per alignment `2^k` a best fit asked for above the granule floor
+    /// (while the store has room): `k` and the blocks that hold an
+    /// aligned start, as `(usable length, start)` (see `by_size.rs`).
+    by_usable: S::Store<(u32, SizeTree)>,
 }
 
 impl Default for BTree {
@@ -234,7 +230,7 @@ impl Default for BTree {
 impl BTree {
     /// An empty tree.
     pub fn new() -> Self {
-        Self::with_pools(Pool::with_root(), Pool::new())
+        Self::with_pools(Pool::with_root(), Pool::new(), alloc::vec::Vec::new())
     }
 }
 
@@ -242,14 +238,19 @@ impl<const K: usize> BTree<Fixed<K>> {
     /// An empty tree whose nodes live in arrays of `K` of each kind (see
     /// [`crate::storage`]).
     pub const fn new_fixed() -> Self {
-        Self::with_pools(Pool::fixed(1), Pool::fixed(0))
+        let aligned = Inline::filled((0, SizeTree::NONE), 0);
+        Self::with_pools(Pool::fixed(1), Pool::fixed(0), aligned)
     }
 }
 
 impl<S: Storage> BTree<S> {
-    /// An empty tree over `leaves`, which holds its root leaf (id 0), and
-    /// `inners`.
-    const fn with_pools(leaves: Pool<Leaf, S>, inners: Pool<Inner, S>) -> Self {
+    /// An empty tree over `leaves`, which holds its root leaf (id 0),
+    /// `inners`, and an empty store for the aligned indexes.
+    const fn with_pools(
+        leaves: Pool<Leaf, S>,
+        inners: Pool<Inner, S>,
+        by_usable: S::Store<(u32, SizeTree)>,
+    ) -> Self {
         BTree {
             leaves,
             inners,
@@ -265,22 +266,27 @@ impl<S: Storage> BTree<S> {
             shape: 0,
             nodes_max: (NO_VERSION, 0),
             by_size: None,
-            by_usable: alloc::vec::Vec::new(),
+            by_usable,
         }
     }
 
     /// Whether `n` more blocks can go in with no node the storage lacks:
     /// for each, a leaf, and an inner node per level and a new root, for
-    /// the splits.
+    /// the splits; and what the best-fit indexes kept may take.
     #[inline]
     pub fn has_room_for_blocks(&self, n: usize) -> bool {
-        self.leaves.has_room(n) && self.inners.has_room(n * (self.height + 1))
+        let (l, i) = match self.by_size {
+            None => (0, 0),
+            Some(_) => self.index_room(0),
+        };
+        self.leaves.has_room(n * (1 + l)) && self.inners.has_room(n * (self.height + 1 + i))
     }
 
     /// Lets the nodes move to the heap when their arrays are full.
     pub fn allow_heap(&mut self) {
         self.leaves.allow_heap();
         self.inners.allow_heap();
+        self.by_usable.allow_heap();
     }
 
     /// Number of blocks.
@@ -295,7 +301,7 @@ impl<S: Storage> BTree<S> {
 
     /// Heap bytes held (capacity, used or not).
     pub fn heap_bytes(&self) -> usize {
-        self.leaves.heap_bytes() + self.inners.heap_bytes()
+        self.leaves.heap_bytes() + self.inners.heap_bytes() + self.by_usable.heap_bytes()
     }
 
     /// Bytes of the nodes in the tree (released ones and `Vec` slack
@@ -308,12 +314,14 @@ impl<S: Storage> BTree<S> {
     /// allocation while it holds at most that many. Every leaf but the
     /// root holds `LEAF_MIN` blocks or more and every inner node but the
     /// root `INNER_MIN` children or more, and released nodes are reused,
-    /// so that bounds the nodes ever in use.
+    /// so that bounds the nodes ever in use. Each best-fit index kept
+    /// needs as many again.
     pub fn reserve(&mut self, n: usize) {
+        let trees = 1 + self.by_usable.as_slice().len() + usize::from(self.by_size.is_some());
         let leaves = (self.len + n) / LEAF_MIN + 1;
         let inners = leaves / (INNER_MIN - 1) + MAX_HEIGHT;
-        self.leaves.reserve_total(leaves);
-        self.inners.reserve_total(inners);
+        self.leaves.reserve_total(trees * leaves);
+        self.inners.reserve_total(trees * inners);
     }
 
     /// The granule floor: every start and end ever stored is a multiple of

@@ -17,6 +17,10 @@
 //! Gaps are read from the live areas' addresses, so an area an allocator
 //! holds in a pool (mmkit-pooled, vmap nodes) counts as free: what a drain
 //! would give back.
+//!
+//! A second table runs the requests of real Linux traces ([`linux`]).
+
+pub mod linux;
 
 use std::time::Instant;
 
@@ -425,6 +429,9 @@ fn run(opts: &Options) -> Report {
     ));
     report.targets.push(best_fit_target(&rows));
     report.notes.extend(verdict(&rows, seeds));
+    let (traces, linux_target) = linux::table(&mut report.notes);
+    report.tables.push(traces);
+    report.targets.push(linux_target);
     let n = opts.pick(1_000, 10_000, 10_000);
     let cases: Vec<String> = STREAMS.iter().map(|s| s.name.to_string()).collect();
     let groups: Vec<(String, Vec<f64>)> = (ALLOCATORS.iter().enumerate())
