@@ -711,7 +711,10 @@ fn exact_runs<Z: Zone>(cases: u32, make: fn(BuddyAllocator, PcpConfig) -> Z) -> 
         failure_persistence: None,
         ..ProptestConfig::with_cases(cases)
     };
-    let mut runner = proptest::test_runner::TestRunner::new(config);
+    // A fixed seed: the coverage floors in `assert_reached` are counts over
+    // these runs, and a random seed makes them a matter of luck.
+    let rng = proptest::test_runner::TestRng::deterministic_rng(config.rng_algorithm);
+    let mut runner = proptest::test_runner::TestRunner::new_with_rng(config, rng);
     let r = runner.run(&strategy, |(s, calls)| {
         let (b, mut m) = exact_zone(&s);
         let mut z = make(b, s.pcp);
