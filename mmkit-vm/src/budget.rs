@@ -89,17 +89,3 @@ impl MapBudget {
         debug_assert!(before >= runs * PER_RUN, "mapping budget underflows");
     }
 }
-
-/// The runs of consecutive frames in `pfns` (mapped in this order at
-/// consecutive pages): one `mmap` each.
-pub(crate) fn runs_of(pfns: impl IntoIterator<Item = (u64, u64)>) -> u64 {
-    let mut runs = 0;
-    let mut next = None;
-    for (pfn, n) in pfns {
-        if next != Some(pfn) {
-            runs += 1;
-        }
-        next = Some(pfn + n);
-    }
-    runs
-}

@@ -7,21 +7,24 @@
 //!  Vm            vmalloc / vzalloc / vfree / vrealloc, vmap / vunmap,
 //!   |            vm_map_ram / vm_unmap_ram / vm_unmap_aliases, purge
 //!   |            VBuf (owning handle), MirrorRing (double-mapped ring)
-//!   +-- vblock   mmkit::vblock::ConcurrentVblock: per-CPU blocks for small
-//!   |            vm_map_ram requests, CPU from sched_getcpu     (seeds 001, 002)
-//!   +-- space    one PROT_NONE reservation = the vmalloc area: the shared
-//!   |            layer mmkit_vmalloc::Vmalloc over mmkit::vmap::VmapAllocator
-//!   |            (areas, guard pages, lazy and stuck lists, purge), driving
-//!   |            the memfd machine (space::mmu) as its Mmu     (seeds 000, 002)
+//!   +-- space    one lock around mmkit_vmalloc's driver (over
+//!   |            mmkit::vmap::VmapAllocator), which runs every call
+//!   |            sequence; this crate implements its two traits:
+//!   |            Mmu = space::mmu (mmap per run, its page table, a flush
+//!   |            that unmaps), FrameSource = the memfd's buddy
+//!   |            vm_map_ram = the driver's MapRam front end: per-CPU blocks
+//!   |            for small requests, CPU from sched_getcpu     (seeds 001, 002)
 //!   +-- phys     a memfd = physical memory, frames managed by
 //!   |            mmkit::buddy::BuddyAllocator, grown a pageblock at a time
 //!   +-- sys      the system calls (rustix): memfd, mmap, the only unsafe
 //! ```
 //!
-//! The vmalloc layer is the one `mmkit-kernel` runs over real page tables:
-//! this crate is its user-space machine, where clearing and flushing a
-//! range are one `munmap`, and adds what only user space has (the mapping
-//! budget, mirror areas, handles, growth in place).
+//! The vmalloc driver is the one `mmkit-kernel` runs over real page
+//! tables: this crate is a trait implementation of it (its user-space
+//! machine, where clearing and flushing a range are one unmapping call),
+//! plus what only user space has (the mapping budget, mirror areas,
+//! handles). `vm_map_ram` is the driver's per-CPU front end, reached
+//! through an `Arc` of the space.
 //!
 //! The "seeds" are the kernel patches mmkit follows (see the `mmkit`
 //! crate's docs): 000 is Uladzislau Rezki's augmented free-block tree for
@@ -37,7 +40,8 @@
 //! area with one call per run of adjacent areas. A purge runs when more
 //! than `lazy_max` bytes are waiting, when an allocation finds no space,
 //! memory or mapping budget (then it is retried), and on [`Vm::purge`].
-//! A per-CPU block is unmapped once, whole, when all its pages are freed.
+//! A per-CPU block joins the same lazy list when all its pages are
+//! freed; adjacent cleared ranges are unmapped by one call.
 //!
 //! ## No mapping is forgotten
 //! Every system call's result is handled. A range whose unmapping the
@@ -47,7 +51,7 @@
 //! and every later purge tries again ([`SpaceStats::unmap_failures`],
 //! [`SpaceStats::stuck_ranges`]). A map that fails half way is undone, or
 //! recorded the same way. [`Vm::check_mappings`] (run by [`Vm::check`] in
-//! debug builds) compares `/proc/self/maps` with the records.
+//! debug builds) compares `/proc/self/maps` with the page table.
 //!
 //! ## The mapping budget
 //! The kernel allows a process `/proc/sys/vm/max_map_count` mappings
@@ -99,7 +103,6 @@ mod budget;
 #[cfg(target_os = "linux")]
 mod error;
 #[cfg(target_os = "linux")]
-mod map_ram;
 #[cfg(target_os = "linux")]
 mod phys;
 #[cfg(target_os = "linux")]

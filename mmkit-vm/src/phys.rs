@@ -230,6 +230,68 @@ impl Phys {
         Ok(())
     }
 
+    /// Allocates one block of 1 to `max` frames for an area (the largest
+    /// order up to `max` the buddy has, growing the memfd only when it has
+    /// not even one frame): the driver's frame source.
+    ///
+    /// # Errors
+    /// [`VmError::LimitReached`], [`VmError::FileSizeLimit`] or
+    /// [`VmError::Os`] when the memfd cannot grow; [`VmError::Invalid`]
+    /// for 0 frames.
+    pub(crate) fn alloc_run(&self, max: u64) -> Result<Block, VmError> {
+        if max == 0 {
+            return Err(VmError::Invalid("0 frames"));
+        }
+        let top = (63 - max.leading_zeros() as u8).min(self.max_order());
+        let mut z = lock(&self.zone);
+        let mut order = top;
+        let pfn = loop {
+            match z.buddy.alloc(order, MigrateType::Movable) {
+                Ok(pfn) => break pfn,
+                Err(_) if order > 0 => order -= 1,
+                Err(_) => {
+                    self.grow(&mut z)?;
+                    order = top;
+                }
+            }
+        };
+        drop(z);
+        let b = Block { pfn, order };
+        self.set_owner(b, owner::AREA);
+        Ok(b)
+    }
+
+    /// Gives back the area blocks in `[pfn, pfn + count)` (each block the
+    /// buddy handed out, found by its order); those still mapped wait.
+    /// Frames of no area (a caller's from `alloc_pages`, or already given
+    /// back: a mirror shows each frame twice) are left alone.
+    pub(crate) fn release_run(&self, pfn: u64, count: u64) {
+        let end = pfn.saturating_add(count);
+        let mut z = lock(&self.zone);
+        let mut p = pfn;
+        while p < end {
+            let order = z.buddy.allocated_order(p);
+            match order {
+                Some(order) if self.owner_of(p) == Some(owner::AREA) => {
+                    self.release_one(&mut z, Block { pfn: p, order });
+                    p += 1 << order;
+                }
+                _ => p += 1,
+            }
+        }
+    }
+
+    /// Zeroes `count` frames from `pfn` by punching them out of the memory
+    /// file (they read as zero and hold no memory until written).
+    ///
+    /// # Errors
+    /// [`VmError::Os`] when the kernel refuses.
+    pub(crate) fn zero(&self, pfn: u64, count: u64) -> Result<(), VmError> {
+        self.mem
+            .punch(self.offset(pfn), count * self.page)
+            .map_err(|e| VmError::os("fallocate", e))
+    }
+
     fn set_owner(&self, b: Block, who: u8) {
         for pfn in b.pfn..b.pfn + b.pages() {
             let w = &self.frames[pfn as usize];
@@ -294,13 +356,6 @@ impl Phys {
         for p in pfn..pfn + n {
             let before = self.frames[p as usize].fetch_sub(1, Ordering::SeqCst);
             debug_assert!(before & COUNT > 0, "map count of frame {p} underflows");
-        }
-    }
-
-    /// One mapping fewer of every frame of `blocks`.
-    pub(crate) fn unmapped_blocks(&self, blocks: &[Block]) {
-        for b in blocks {
-            self.unmapped(b.pfn, b.pages());
         }
     }
 

@@ -13,7 +13,7 @@ use std::io;
 use std::ptr;
 
 use rustix::fd::OwnedFd;
-use rustix::fs::{fstat, ftruncate, memfd_create, MemfdFlags};
+use rustix::fs::{fallocate, fstat, ftruncate, memfd_create, FallocateFlags, MemfdFlags};
 use rustix::mm::{mmap, mmap_anonymous, munmap, MapFlags, ProtFlags};
 use rustix::process::{getrlimit, Resource};
 
@@ -61,6 +61,13 @@ impl Memfd {
             Err(rustix::io::Errno::FBIG) => Err(Grow::FileSizeLimit(bytes)),
             Err(e) => Err(Grow::Os(os(e))),
         }
+    }
+
+    /// Zeroes `[offset, offset + len)` of the file by punching a hole in
+    /// it (the pages read as zero and hold no memory until written).
+    pub(crate) fn punch(&self, offset: u64, len: u64) -> io::Result<()> {
+        let flags = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+        fallocate(&self.fd, flags, offset, len).map_err(os)
     }
 
     /// The file's inode number, as `/proc/self/maps` shows it.

@@ -2,15 +2,16 @@
 
 use std::sync::Arc;
 
-use mmkit::error::AllocError;
 use mmkit::range::{RangeStats, DEFAULT_LAZY_MAX};
-use mmkit::vblock::{ConcurrentVblock, Counters, Policy};
+use mmkit::vblock::Counters;
+use mmkit_vmalloc::VmError as LayerError;
 
 use crate::budget::{MapBudget, HEADROOM, PER_RUN};
 use crate::error::VmError;
-use crate::map_ram::Records;
-use crate::phys::{owner, Block, Phys, PhysStats};
-use crate::space::{is_map_refusal, Space, SpaceParts, SpaceRange, SpaceStats};
+use crate::phys::{Phys, PhysStats};
+use crate::space::{
+    is_map_refusal, Kind, MapRam, MemfdMmu, PhysFrames, Space, SpaceParts, SpaceStats,
+};
 use crate::sys::{self, Reservation};
 
 /// How a [`Vm`] is laid out.
@@ -83,7 +84,8 @@ struct Inner {
     cfg: VmConfig,
     cpus: usize,
     space: Arc<Space>,
-    vb: Option<ConcurrentVblock<SpaceRange>>,
+    /// The driver's `vm_map_ram` front end (none with `lazy_unmap` off).
+    ram: Option<MapRam>,
 }
 
 /// A virtual memory system in user space: a memfd as physical memory
@@ -119,13 +121,6 @@ impl std::fmt::Debug for Vm {
     }
 }
 
-fn no_space(size: u64) -> impl Fn(AllocError) -> VmError {
-    move |e| match e {
-        AllocError::NoSpace => VmError::NoVirtualSpace { size },
-        _ => VmError::Invalid("request rejected by the range allocator"),
-    }
-}
-
 impl Vm {
     /// Reserves the address space and creates the (empty) memfd.
     ///
@@ -139,8 +134,13 @@ impl Vm {
     /// the memfd.
     pub fn new(cfg: VmConfig) -> Result<Vm, VmError> {
         let page = sys::page_size();
-        // max_alloc first: the records keep a mapping's length in a byte.
-        let vb_ok = cfg.vblock.max_alloc <= u64::from(u8::MAX)
+        if page != mmkit_vmalloc::PAGE {
+            return Err(VmError::Invalid(
+                "a page size other than the driver's 4 KiB",
+            ));
+        }
+        // max_alloc first: the driver's front end maps at most MAX_PAGES.
+        let vb_ok = cfg.vblock.max_alloc <= mmkit_vmalloc::MAX_PAGES as u64
             && cfg.vblock.page_size == page
             && cfg.vblock.validate().is_ok();
         if !vb_ok {
@@ -172,21 +172,18 @@ impl Vm {
         }
         let phys = Phys::new(cfg.phys_limit, page)?;
         let res = Reservation::new(cfg.virt_size).map_err(|e| VmError::os("mmap", e))?;
-        let records = Records::new(res.base(), cfg.vblock.block_size(), page);
         let space = Arc::new(Space::new(SpaceParts {
             res,
             phys,
-            records,
             page,
             lazy_max: cfg.lazy_max,
             lazy_unmap: cfg.lazy_unmap,
             max_maps,
         })?);
-        let vb = if cfg.lazy_unmap {
-            let range = SpaceRange(Arc::clone(&space));
-            let vb = ConcurrentVblock::new(range, cfg.vblock, Policy::Current, cpus)
+        let ram = if cfg.lazy_unmap {
+            let ram = MapRam::with_geometry(Arc::clone(&space), cpus, cfg.vblock)
                 .map_err(|_| VmError::Invalid("vblock configuration"))?;
-            Some(vb)
+            Some(ram)
         } else {
             None
         };
@@ -195,7 +192,7 @@ impl Vm {
                 cfg,
                 cpus,
                 space,
-                vb,
+                ram,
             }),
         })
     }
@@ -247,7 +244,7 @@ impl Vm {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn vmalloc(&self, size: u64) -> Result<u64, VmError> {
-        self.space().create_area(size, 0, None, false, false)
+        self.space().create_area(size, 0, Kind::Vmalloc, false)
     }
 
     /// [`vmalloc`](Self::vmalloc) at an address aligned to `align` (a power
@@ -268,7 +265,7 @@ impl Vm {
         if !align.is_power_of_two() {
             return Err(VmError::Invalid("alignment is not a power of two"));
         }
-        self.space().create_area(size, align, None, false, false)
+        self.space().create_area(size, align, Kind::Vmalloc, false)
     }
 
     /// [`vmalloc`](Self::vmalloc), then zeroes the memory.
@@ -294,9 +291,10 @@ impl Vm {
     }
 
     /// Resizes the vmalloc area at `addr` to `size` bytes without copying a
-    /// byte: shrinking keeps the area; growing extends it in place when the
-    /// range after it is free, and otherwise maps its frames into a new area
-    /// (the old one is freed lazily). Returns the area's address.
+    /// byte (the driver's `vrealloc`): a size its pages hold keeps the area;
+    /// a larger one grows it in place when the range after it is free, and
+    /// otherwise maps its frames, and new ones after them, at a new area
+    /// (the old mapping is freed lazily). Returns the area's address.
     ///
     /// # Errors
     /// As [`vmalloc`](Self::vmalloc) and [`vfree`](Self::vfree); on error
@@ -331,11 +329,7 @@ impl Vm {
     /// [`VmError::Invalid`] for an order above the buddy's `max_order`;
     /// [`VmError::LimitReached`] (after one purge); [`VmError::Os`].
     pub fn alloc_pages(&self, order: u8) -> Result<u64, VmError> {
-        let phys = &self.space().phys;
-        self.space().with_purge_retry(
-            |e| matches!(e, VmError::LimitReached { .. }),
-            || phys.alloc(order, owner::USER),
-        )
+        self.space().alloc_user(order)
     }
 
     /// Frees frames from [`alloc_pages`](Self::alloc_pages). Frames that a
@@ -349,29 +343,21 @@ impl Vm {
         self.space().phys.free_user(pfn, order)
     }
 
-    /// The frames of `pfns`, each pinned (see [`Phys::pin_user`]) so that
-    /// a concurrent `free_pages` defers it instead of freeing it under the
+    /// Pins each frame of `pfns` (see [`Phys::pin_user`]) so that a
+    /// concurrent `free_pages` defers it instead of freeing it under the
     /// mapping being made. Unpin with [`Phys::unpin_user`].
-    fn frames_of(&self, pfns: &[u64]) -> Result<Vec<Block>, VmError> {
+    fn pin(&self, pfns: &[u64]) -> Result<(), VmError> {
         if pfns.is_empty() {
             return Err(VmError::Invalid("empty frame list"));
         }
         let phys = &self.space().phys;
-        let mut frames = Vec::new();
-        frames
-            .try_reserve_exact(pfns.len())
-            .map_err(|_| VmError::NoMemory {
-                what: "the frame list",
-                bytes: pfns.len() as u64 * 16,
-            })?;
         for (i, &pfn) in pfns.iter().enumerate() {
             if !phys.pin_user(pfn) {
                 phys.unpin_user(&pfns[..i]);
                 return Err(VmError::BadFrame { pfn });
             }
-            frames.push(Block { pfn, order: 0 });
         }
-        Ok(frames)
+        Ok(())
     }
 
     /// Maps the caller's frames (from [`alloc_pages`](Self::alloc_pages))
@@ -386,17 +372,17 @@ impl Vm {
     /// frames (`[p; 100_000]` is 100,000 runs) can pass the mapping budget
     /// ([`VmError::MapLimit`]).
     pub fn vmap(&self, pfns: &[u64]) -> Result<u64, VmError> {
-        let frames = self.frames_of(pfns)?;
-        let r = self.vmap_pinned(pfns, &frames);
+        self.pin(pfns)?;
+        let r = self.vmap_pinned(pfns);
         self.space().phys.unpin_user(pfns);
         r
     }
 
-    fn vmap_pinned(&self, pfns: &[u64], frames: &[Block]) -> Result<u64, VmError> {
+    fn vmap_pinned(&self, pfns: &[u64]) -> Result<u64, VmError> {
         let len = (pfns.len() as u64)
             .checked_mul(self.page_size())
             .ok_or(VmError::Invalid("size overflows"))?;
-        self.space().create_area(len, 0, Some(frames), false, false)
+        self.space().create_area(len, 0, Kind::Vmap(pfns), false)
     }
 
     /// Unmaps an area from [`vmap`](Self::vmap) (lazily, as
@@ -435,14 +421,14 @@ impl Vm {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn vm_map_ram(&self, pfns: &[u64]) -> Result<u64, VmError> {
-        let Some(vb) = self.small(pfns.len() as u64) else {
+        let Some(ram) = self.small(pfns.len() as u64) else {
             return self.vmap(pfns);
         };
-        let frames = self.frames_of(pfns)?;
-        let r = match self.map_small(vb, pfns, &frames) {
+        self.pin(pfns)?;
+        let r = match self.map_small(ram, pfns) {
             Err(e) if is_map_refusal(&e) => {
                 self.vm_unmap_aliases();
-                self.map_small(vb, pfns, &frames)
+                self.map_small(ram, pfns)
             }
             r => r,
         };
@@ -450,54 +436,33 @@ impl Vm {
         r
     }
 
-    /// Maps `frames` in a slot of the calling CPU's block and records them.
-    fn map_small(
-        &self,
-        vb: &ConcurrentVblock<SpaceRange>,
-        pfns: &[u64],
-        frames: &[Block],
-    ) -> Result<u64, VmError> {
+    /// Maps `pfns` in a slot of the calling CPU's block, through the
+    /// driver's front end (which clears what a failed map reached).
+    fn map_small(&self, ram: &MapRam, pfns: &[u64]) -> Result<u64, VmError> {
         let space = self.space();
-        let n = pfns.len() as u64;
+        let (mut mmu, mut src) = (MemfdMmu::new(space), PhysFrames::new(&space.phys));
         let cpu = sys::current_cpu() % self.inner.cpus;
-        let addr = vb.map_on(cpu, n).map_err(no_space(n * self.page_size()))?;
-        let p = match space.map_frames(addr, frames) {
-            Ok(runs) => {
-                space.records.insert(addr, pfns, runs);
-                return Ok(addr);
-            }
-            Err(p) => p,
-        };
-        // Undo what was mapped; what the kernel will not unmap now is
-        // recorded as stale, as after vm_unmap_ram, and goes with the
-        // next vm_unmap_aliases or the purge of its block.
-        if p.runs > 0 {
-            let done = &frames[..p.blocks];
-            if space.unmap_range(addr, p.blocks as u64 * self.page_size()) {
-                space.phys.unmapped_blocks(done);
-                space.budget.credit(p.runs);
-            } else {
-                space.records.insert_stale(addr, &pfns[..p.blocks], p.runs);
-            }
-        }
-        // The slot goes back to the front end, which sees it as unmapped.
-        let undone = vb.unmap(addr, n);
-        debug_assert!(undone.is_ok(), "just mapped");
-        Err(p.err)
+        ram.map(&mut mmu, &mut src, cpu, pfns).map_err(|e| match e {
+            LayerError::NoSpace { bytes } => VmError::NoVirtualSpace { size: bytes },
+            _ => mmu.err.take().unwrap_or(VmError::Os {
+                op: "mmap",
+                errno: rustix::io::Errno::NOMEM.raw_os_error(),
+            }),
+        })
     }
 
     /// The front end, when it serves `pages` pages.
-    fn small(&self, pages: u64) -> Option<&ConcurrentVblock<SpaceRange>> {
-        let vb = self.inner.vb.as_ref()?;
+    fn small(&self, pages: u64) -> Option<&MapRam> {
+        let ram = self.inner.ram.as_ref()?;
         (1..=self.inner.cfg.vblock.max_alloc)
             .contains(&pages)
-            .then_some(vb)
+            .then_some(ram)
     }
 
     /// Unmaps what [`vm_map_ram`](Self::vm_map_ram) mapped at `addr`
-    /// (`pages` pages). A block mapping stays until its block is purged or
-    /// [`vm_unmap_aliases`](Self::vm_unmap_aliases) runs: touching it
-    /// after this call is a bug, as in the kernel.
+    /// (`pages` pages), from any thread. A block mapping stays until its
+    /// block is purged or [`vm_unmap_aliases`](Self::vm_unmap_aliases)
+    /// runs: touching it after this call is a bug, as in the kernel.
     ///
     /// # Errors
     /// [`VmError::NotAllocated`] when no mapping of `pages` pages starts at
@@ -506,34 +471,32 @@ impl Vm {
         if pages == 0 {
             return Err(VmError::Invalid("0 pages"));
         }
-        let Some(vb) = self.small(pages) else {
+        let Some(ram) = self.small(pages) else {
             let len = pages.checked_mul(self.page_size());
             if self.space().area_len(addr) != len {
                 return Err(VmError::NotAllocated { addr });
             }
             return self.vunmap(addr);
         };
-        self.space().records.mark_stale(addr, pages)?;
-        let unmapped = vb.unmap(addr, pages);
-        debug_assert!(unmapped.is_ok(), "records and blocks agree");
-        Ok(())
+        let space = self.space();
+        let (mut mmu, mut src) = (MemfdMmu::new(space), PhysFrames::new(&space.phys));
+        let cpu = sys::current_cpu() % self.inner.cpus;
+        ram.unmap(&mut mmu, &mut src, cpu, addr, pages as usize)
+            .map_err(|_| VmError::NotAllocated { addr })
     }
 
     /// Removes every stale mapping at once (`vm_unmap_aliases`): stale
     /// pages of live blocks, released blocks, lazily freed areas, and every
-    /// range whose unmapping failed before. After it, no frame is reachable
-    /// through an address that was freed, except through ranges the kernel
-    /// still refuses to unmap: those stay counted in
-    /// [`SpaceStats::stuck_ranges`], their frames and addresses unused.
+    /// range whose unmapping failed before, in one flush. After it, no
+    /// frame is reachable through an address that was freed, except
+    /// through ranges the kernel still refuses to unmap: those stay counted
+    /// in [`SpaceStats::stuck_ranges`], their frames and addresses unused.
     pub fn vm_unmap_aliases(&self) {
         let space = self.space();
-        let done = space
-            .records
-            .unmap_stale(&space.phys, |a, n| space.unmap_range(a, n));
-        space.budget.credit(done.runs);
-        match &self.inner.vb {
-            Some(vb) => {
-                vb.unmap_aliases(&mut |_, _| {});
+        match &self.inner.ram {
+            Some(ram) => {
+                let (mut mmu, mut src) = (MemfdMmu::new(space), PhysFrames::new(&space.phys));
+                ram.unmap_aliases(&mut mmu, &mut src);
             }
             None => {
                 space.purge();
@@ -559,7 +522,8 @@ impl Vm {
     // -----------------------------------------------------------------
 
     pub(crate) fn alloc_handle(&self, size: u64, mirror: bool) -> Result<u64, VmError> {
-        self.space().create_area(size, 0, None, mirror, true)
+        let kind = if mirror { Kind::Mirror } else { Kind::Vmalloc };
+        self.space().create_area(size, 0, kind, true)
     }
 
     pub(crate) fn free_handle(&self, addr: u64) -> Result<(), VmError> {
@@ -583,9 +547,9 @@ impl Vm {
             vmap: space.vmap_stats(),
             vblock: self
                 .inner
-                .vb
+                .ram
                 .as_ref()
-                .map(|v| v.counters())
+                .map(|r| r.counters())
                 .unwrap_or_default(),
         }
     }
@@ -601,13 +565,19 @@ impl Vm {
     /// # Errors
     /// A [`mmkit::CheckError`] naming the first disagreement.
     pub fn check(&self) -> Result<(), mmkit::CheckError> {
-        if let Some(vb) = &self.inner.vb {
-            vb.check()?;
+        let in_blocks = self.space().check().map_err(structure)?;
+        let live = match &self.inner.ram {
+            Some(ram) => {
+                ram.check()?;
+                ram.live_pages()
+            }
+            None => 0,
+        };
+        if in_blocks != live {
+            return Err(structure(format!(
+                "{in_blocks} pages mapped in vm_map_ram blocks, the front end says {live}"
+            )));
         }
-        let space = self.space();
-        space
-            .check(space.records.mapped_pages())
-            .map_err(structure)?;
         if cfg!(debug_assertions) {
             self.check_mappings()?;
         }

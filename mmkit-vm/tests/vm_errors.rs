@@ -43,12 +43,23 @@ fn bad_sizes_and_addresses() {
     rejects(&vm, VmError::Invalid("size overflows"), || {
         vm.vmalloc(u64::MAX - PAGE)
     });
+    // Frames come before the address space (the driver's order): a request
+    // larger than both finds the memory limit first (the memory file grew
+    // to it, every frame is free again) ...
+    let other = self::vm(64 << 20);
+    let e = other.vmalloc(1 << 30).unwrap_err();
+    assert_eq!(e, VmError::LimitReached { limit: 64 << 20 });
+    let p = other.stats().phys;
+    assert_eq!(p.free_pages * PAGE, p.grown_bytes);
+    other.check().unwrap();
+    // ... and one whose frames are at hand finds no space.
+    let p = vm.alloc_pages(0).unwrap();
     rejects(
         &vm,
         VmError::NoVirtualSpace {
             size: (1 << 30) + PAGE,
         },
-        || vm.vmalloc(1 << 30),
+        || vm.vmap(&vec![p; 1 << 18]),
     );
     assert_eq!(a, lo, "the lowest fit");
     for bad in [0, 1, a + 1, a + PAGE, a + 4 * PAGE, hi, hi - 1, u64::MAX] {
@@ -69,6 +80,7 @@ fn bad_sizes_and_addresses() {
     });
     vm.vfree(a).unwrap();
     rejects(&vm, VmError::NotAllocated { addr: a }, || vm.vfree(a));
+    vm.free_pages(p, 0).unwrap();
 }
 
 #[test]

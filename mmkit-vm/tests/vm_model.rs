@@ -79,6 +79,26 @@ fn mirror_ring_reads_every_byte_through_both_copies() {
     vm.check().unwrap();
 }
 
+/// A mirror's frames are mapped twice and given back once, eager or lazy:
+/// after its free and the purge every frame is free, none twice.
+#[test]
+fn a_mirror_gives_its_frames_back_once() {
+    for lazy in [true, false] {
+        let vm = small_vm(lazy);
+        let mut ring = MirrorRing::new(&vm, 3 * PAGE as usize).unwrap();
+        ring.push(&[7; 100]);
+        let grown = vm.stats().phys;
+        assert!(grown.free_pages * PAGE < grown.grown_bytes, "frames in use");
+        drop(ring);
+        vm.purge();
+        vm.check().unwrap();
+        let s = vm.stats();
+        assert_eq!(s.phys.free_pages * PAGE, s.phys.grown_bytes, "lazy {lazy}");
+        assert_eq!(s.phys.deferred_blocks, 0);
+        assert_eq!(s.space.maps_charged, 0);
+    }
+}
+
 #[test]
 fn vrealloc_moves_mappings_not_bytes() {
     let vm = small_vm(true);

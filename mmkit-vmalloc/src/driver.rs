@@ -112,7 +112,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         let mut frames = Vec::new();
         self.take_frames(mmu, src, pages, &mut frames)?;
         if zero {
-            for (pfn, n) in super::frames::runs(&frames) {
+            for (pfn, n) in super::frame_runs(&frames) {
                 src.zero(pfn, n);
             }
         }
@@ -123,6 +123,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
                     Area {
                         frames,
                         owned: true,
+                        pieces: Vec::new(),
                     },
                 );
                 self.stats.maps += 1;
@@ -211,6 +212,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
                 Vec::new()
             },
             owned: true,
+            pieces: Vec::new(),
         };
         let mut out = self.retire_range(mmu, va, span, Gone::Area(shown), When::Now);
         let held = match out.released.iter().position(|r| r.start == va) {
@@ -295,6 +297,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             Area {
                 frames,
                 owned: false,
+                pieces: Vec::new(),
             },
         );
         self.stats.maps += 1;
@@ -391,7 +394,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         mmu: &mut impl Mmu,
         src: &mut impl FrameSource,
         va: u64,
-        area: Area,
+        mut area: Area,
         when: When,
     ) -> Option<Vec<u64>> {
         self.stats.unmaps += 1;
@@ -401,6 +404,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             let shown = Area {
                 frames: Vec::new(),
                 owned: area.owned,
+                pieces: core::mem::take(&mut area.pieces),
             };
             (Some(area), shown)
         } else {
@@ -427,15 +431,18 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         }
     }
 
-    /// `vrealloc`, growing without copying: the area's frames and new ones
-    /// from `src` are mapped at a new area, and the old one is freed as by
-    /// `vfree` (its frames stay, in the new area). A size that fits in the
-    /// area's pages keeps it. Returns the (possibly new) address. May
-    /// flush.
+    /// `vrealloc`, growing without copying. A size that fits in the area's
+    /// pages keeps it. A larger one grows it in place when the range right
+    /// after it is free (new frames from `src` mapped over its guard page
+    /// and on; nothing is unmapped). Otherwise the area's frames and new
+    /// ones are mapped at a new area, and the old one is freed as by
+    /// `vfree` (its frames stay, in the new area). Returns the (possibly
+    /// new) address. May flush.
     ///
     /// # Errors
     /// As [`vmalloc`](Self::vmalloc) and [`vfree`](Self::vfree); the area
-    /// is unchanged at `va` then.
+    /// is at `va` then, unchanged, or grown in place by the pages a map
+    /// that failed part way did map.
     pub fn vrealloc(
         &mut self,
         mmu: &mut impl Mmu,
@@ -447,6 +454,9 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         let (pages, _) = pages_for(size)?;
         let have = self.areas.get(&va).map_or(0, |a| a.frames.len() as u64);
         if pages <= have {
+            return Ok(va);
+        }
+        if self.grow_in_place(mmu, src, va, pages - have)? {
             return Ok(va);
         }
         let mut frames = self.areas.get(&va).map(|a| a.frames.clone());
@@ -465,6 +475,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             let shown = Area {
                 frames: Vec::new(),
                 owned: false,
+                pieces: old.pieces,
             };
             let out = self.retire_range(mmu, va, span, Gone::Area(shown), When::Policy);
             let released = out.released.iter().any(|r| r.start == va);
@@ -482,9 +493,64 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             Area {
                 frames,
                 owned: true,
+                pieces: Vec::new(),
             },
         );
         Ok(to)
+    }
+
+    /// Grows the `vmalloc` area at `va` by `more` pages in place when the
+    /// range right after it is free: its new frames map over its guard page
+    /// and on into that range, reserved as a piece of the area (freed with
+    /// it), and the guard page moves to the new end. Never flushes: nothing
+    /// that was mapped is unmapped. Returns whether it grew; `false` (and
+    /// nothing changed) when the range is taken or the map failed at its
+    /// first page.
+    ///
+    /// # Errors
+    /// [`VmError::NoFrames`] after a purge; the MMU's error when the map
+    /// failed part way: the pages it did map stay in the area, at `va`.
+    fn grow_in_place(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        va: u64,
+        more: u64,
+    ) -> Result<bool, VmError> {
+        let Some(end) = self.areas.get(&va).map(|a| va + a.span_bytes()) else {
+            return Ok(false);
+        };
+        let Some((bytes, hi)) = more
+            .checked_mul(PAGE)
+            .and_then(|b| Some((b, end.checked_add(b)?)))
+        else {
+            return Ok(false);
+        };
+        let Ok(piece) = self.range.alloc_placed(bytes, PAGE, (end, hi), self.place) else {
+            return Ok(false);
+        };
+        let mut frames = Vec::new();
+        if let Err(e) = self.take_frames(mmu, src, more, &mut frames) {
+            let freed = self.range.free(piece);
+            debug_assert!(freed.is_ok(), "just reserved");
+            return Err(e);
+        }
+        let guard = end - PAGE;
+        let (mapped, failed) = match mmu.map(guard, &frames) {
+            Ok(()) => (frames.len(), None),
+            Err(f) => ((f.mapped as usize).min(frames.len()), Some(f.err)),
+        };
+        give_back(src, &frames[mapped..]);
+        if mapped == 0 {
+            let freed = self.range.free(piece);
+            debug_assert!(freed.is_ok(), "just reserved");
+            return Ok(false);
+        }
+        if let Some(a) = self.areas.get_mut(&va) {
+            a.frames.extend_from_slice(&frames[..mapped]);
+            a.pieces.push(piece);
+        }
+        failed.map_or(Ok(true), Err)
     }
 
     /// Flushes the span of the lazy and stuck lists on every CPU, frees

@@ -43,8 +43,14 @@ pub enum FramePolicy {
     AfterFlush,
 }
 
-/// The runs of consecutive frames in `frames`: `(first, count)`.
-pub(crate) fn runs(frames: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
+/// The runs of consecutive frames in `frames`, in order: `(first, count)`
+/// (what a machine maps or frees with one call each).
+///
+/// ```
+/// let runs: Vec<_> = mmkit_vmalloc::frame_runs(&[7, 8, 9, 3, 4, 8]).collect();
+/// assert_eq!(runs, [(7, 3), (3, 2), (8, 1)]);
+/// ```
+pub fn frame_runs(frames: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
     let mut i = 0;
     core::iter::from_fn(move || {
         let &first = frames.get(i)?;

@@ -104,10 +104,10 @@ mod ram;
 pub mod test_vmalloc;
 
 pub use error::VmError;
-pub use frames::{FramePolicy, FrameSource};
+pub use frames::{frame_runs, FramePolicy, FrameSource};
 pub use lazy::{Gone, Outcome, Purged, Released, Retired};
 pub use maps::{Area, AreaData, LayerStats, Vmalloc, Where};
-pub use ram::{MapRam, MAX_PAGES};
+pub use ram::{BlockSource, Lock, MapRam, MapRamIn, Queue, MAX_PAGES};
 
 use alloc::vec::Vec;
 

@@ -57,11 +57,20 @@ pub struct Area {
     /// Whether the frames came from the frame source (`vmalloc`), not from
     /// the caller (`vmap`).
     pub owned: bool,
+    /// The ranges after the area's first one that it grew into in place
+    /// (`vrealloc`), each reserved in the range allocator and freed with
+    /// it. The area's pages stay contiguous: its guard page is after the
+    /// last frame.
+    pub pieces: Vec<u64>,
 }
 
 impl AreaData for Area {
     fn span(&self) -> u64 {
         (self.frames.len() as u64 + 1) * PAGE
+    }
+
+    fn pieces(&self) -> &[u64] {
+        &self.pieces
     }
 
     fn frame_at(&self, off: u64) -> Option<u64> {

@@ -11,12 +11,22 @@
 //! ```
 //!
 //! Lock order: a queue's lock, then the layer's. Flushes happen with no
-//! queue lock held (the layer's lock is held for a purge).
+//! queue lock held (the layer's lock is held for a purge). `map` maps
+//! with no lock held and `unmap` clears under the owning queue's lock,
+//! neither under the layer's: an MMU whose page table other calls share
+//! locks it itself, last.
+//!
+//! The front end reaches the layer through a handle `H` (a `&'static`
+//! lock in a kernel, an `Arc` in a process) and keeps its queues in locks
+//! of type `Q`: any lock that implements [`Lock`]. [`MapRam`] is the
+//! kernel's form, `lock_api` locks throughout.
 
 use alloc::vec::Vec;
 use core::cell::Cell;
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
 
-use lock_api::{Mutex, RawMutex};
+use lock_api::{Mutex, MutexGuard, RawMutex};
 use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
 use mmkit::vblock::{Config, Counters, Policy, VblockAllocator};
 use mmkit::{AllocError, CheckError, FreeError};
@@ -28,20 +38,59 @@ use super::{Flush, FrameSource, Mmu, VmError, PAGE};
 /// Most pages one `vm_map_ram` maps (the kernel's `VMAP_MAX_ALLOC`).
 pub const MAX_PAGES: usize = Config::KERNEL.max_alloc as usize;
 
-type Queue<M, R> = Mutex<M, VblockAllocator<BlockSource<M, R>>>;
-
-/// `vm_map_ram` for every CPU of a machine, over the shared layer `layer`
-/// (its flush policy decides whether `vm_unmap_ram` flushes at once). Its
-/// MMU's flush should not refuse dirty pages: a refused page waits for the
-/// flush of its whole block.
-pub struct MapRam<M: RawMutex + 'static, R: 'static> {
-    layer: &'static Mutex<M, Vmalloc<R>>,
-    queues: Vec<Queue<M, R>>,
-    /// The layer's policy is eager: every unmap flushes its pages.
-    eager: bool,
+/// A lock the front end takes: the machine's kind of mutex.
+///
+/// ```
+/// use mmkit_vmalloc::Lock;
+/// let m: lock_api::Mutex<spin::Mutex<()>, u32> = lock_api::Mutex::new(1);
+/// *Lock::lock(&m) += 1;
+/// assert_eq!(*m.lock(), 2);
+/// ```
+pub trait Lock {
+    /// What the lock guards.
+    type Data;
+    /// Its guard: the data, until the guard is dropped.
+    type Guard<'a>: DerefMut<Target = Self::Data>
+    where
+        Self: 'a;
+    /// Takes the lock, waiting for it.
+    fn lock(&self) -> Self::Guard<'_>;
 }
 
-impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
+impl<M: RawMutex, T> Lock for Mutex<M, T> {
+    type Data = T;
+    type Guard<'a>
+        = MutexGuard<'a, M, T>
+    where
+        Self: 'a;
+
+    fn lock(&self) -> Self::Guard<'_> {
+        Mutex::lock(self)
+    }
+}
+
+/// The allocator of one CPU's queue.
+pub type Queue<R, H> = VblockAllocator<BlockSource<R, H>>;
+
+/// `vm_map_ram` for every CPU of a machine, over the shared layer that
+/// `H` leads to (its flush policy decides whether `vm_unmap_ram` flushes at
+/// once), each CPU's queue in a lock `Q`. Its MMU's flush should not refuse
+/// dirty pages: a refused page waits for the flush of its whole block.
+pub struct MapRamIn<R: 'static, H, Q> {
+    layer: H,
+    queues: Vec<Q>,
+    /// The layer's policy is eager: every unmap flushes its pages.
+    eager: bool,
+    geometry: Config,
+    range: PhantomData<fn() -> R>,
+}
+
+/// [`MapRamIn`] as a kernel has it: a `&'static` `lock_api` lock around
+/// the layer, queues in the same kind of lock.
+pub type MapRam<M, R> =
+    MapRamIn<R, &'static Mutex<M, Vmalloc<R>>, Mutex<M, Queue<R, &'static Mutex<M, Vmalloc<R>>>>>;
+
+impl<M: RawMutex + 'static, R: RangeAllocator + 'static> MapRam<M, R> {
     /// A front end of `cpus` queues, blocks of the kernel's geometry (1024
     /// pages) from `layer`. Whether an unmap flushes at once is the layer's
     /// flush policy now (eager or lazy; a later change of the lazy
@@ -50,22 +99,55 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
     /// # Errors
     /// [`VmError::BadCpu`] for 0 CPUs or more than the front end takes.
     pub fn new(layer: &'static Mutex<M, Vmalloc<R>>, cpus: usize) -> Result<Self, VmError> {
+        Self::with_geometry(layer, cpus, Config::KERNEL)
+    }
+}
+
+impl<R, H, L, Q> MapRamIn<R, H, Q>
+where
+    R: RangeAllocator + 'static,
+    H: Deref<Target = L> + Clone,
+    L: Lock<Data = Vmalloc<R>> + ?Sized,
+    Q: Lock<Data = Queue<R, H>> + From<Queue<R, H>>,
+{
+    /// A front end of `cpus` queues, blocks of `geometry` (at most
+    /// [`MAX_PAGES`] pages a mapping) from the layer `layer` leads to; as
+    /// [`MapRam::new`] otherwise.
+    ///
+    /// # Errors
+    /// [`VmError::BadCpu`] for 0 CPUs or more than the front end takes;
+    /// [`VmError::TooManyPages`] for a geometry whose mappings may be
+    /// longer than [`MAX_PAGES`]; [`VmError::BadAlign`] for a geometry
+    /// the blocks refuse or pages other than [`PAGE`].
+    pub fn with_geometry(layer: H, cpus: usize, geometry: Config) -> Result<Self, VmError> {
         let bad = VmError::BadCpu { cpu: cpus, cpus };
         if cpus == 0 || cpus > u16::MAX as usize {
             return Err(bad);
         }
+        if geometry.max_alloc > MAX_PAGES as u64 {
+            let (pages, max) = (geometry.max_alloc, MAX_PAGES as u64);
+            return Err(VmError::TooManyPages { pages, max });
+        }
+        let bad_geometry = VmError::BadAlign {
+            align: geometry.page_size,
+        };
+        if geometry.page_size != PAGE || geometry.validate().is_err() {
+            return Err(bad_geometry);
+        }
         let mut queues = Vec::with_capacity(cpus);
         for cpu in 0..cpus {
-            let src = BlockSource::new(layer, cpu);
-            let vb =
-                VblockAllocator::new(src, Config::KERNEL, Policy::Current, 1).map_err(|_| bad)?;
-            queues.push(Mutex::new(vb));
+            let src = BlockSource::new(layer.clone(), cpu);
+            let vb = VblockAllocator::new(src, geometry, Policy::Current, 1)
+                .map_err(|_| VmError::BadAlign { align: PAGE })?;
+            queues.push(Q::from(vb));
         }
         let eager = layer.lock().flush == Flush::Eager;
-        Ok(MapRam {
+        Ok(MapRamIn {
             layer,
             queues,
             eager,
+            geometry,
+            range: PhantomData,
         })
     }
 
@@ -74,7 +156,7 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
         self.queues.len()
     }
 
-    fn queue(&self, cpu: usize) -> Result<&Queue<M, R>, VmError> {
+    fn queue(&self, cpu: usize) -> Result<&Q, VmError> {
         let cpus = self.queues.len();
         self.queues.get(cpu).ok_or(VmError::BadCpu { cpu, cpus })
     }
@@ -98,7 +180,7 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
         pfns: &[u64],
     ) -> Result<u64, VmError> {
         let n = pfns.len() as u64;
-        check_pages(n)?;
+        self.check_pages(n)?;
         let queue = self.queue(cpu)?;
         // The queue's lock is released before the purge takes the layer's.
         let first = queue.lock().map(0, n);
@@ -130,7 +212,8 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
     /// [`VmError::Empty`], [`VmError::TooManyPages`], [`VmError::BadCpu`];
     /// [`VmError::NotMapped`] when `va` maps nothing;
     /// [`VmError::WrongPageCount`] when no mapping of `pages` pages starts
-    /// there. Its PTEs are as they were then.
+    /// there. Its PTEs are as they were then. The PTEs are cleared under
+    /// the owning queue's lock (`clear` never flushes).
     pub fn unmap(
         &self,
         mmu: &mut impl Mmu,
@@ -139,36 +222,24 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
         va: u64,
         pages: usize,
     ) -> Result<(), VmError> {
-        check_pages(pages as u64)?;
-        let queue = self.queue(cpu)?;
-        let mut old = [0u64; MAX_PAGES];
-        for (i, o) in old.iter_mut().take(pages).enumerate() {
-            *o = match mmu.translate(va + i as u64 * PAGE) {
-                Some(pfn) => pfn,
-                None if i == 0 => return Err(VmError::NotMapped { va }),
-                None => {
-                    return Err(VmError::WrongPageCount {
-                        va,
-                        pages: pages as u64,
-                    })
-                }
-            };
-        }
-        mmu.clear(va, pages as u64);
+        self.check_pages(pages as u64)?;
         let n = pages as u64;
-        let mut done = self.unmap_in(queue, va, n);
-        if done.is_none() {
-            let block = va & !(Config::KERNEL.block_size() - 1);
-            let owner = self.layer.lock().ram_blocks.get(&block).copied();
-            if let Some(q) = owner.filter(|&o| o != cpu).and_then(|o| self.queues.get(o)) {
-                done = self.unmap_in(q, va, n);
-            }
-        }
-        let Some(due) = done else {
-            // Frames that were mapped there need no new page tables.
-            let _ = mmu.map(va, &old[..pages]);
-            return Err(VmError::WrongPageCount { va, pages: n });
+        // Validated, cleared and freed under the owning queue's lock: a
+        // refused call changes nothing, and no other call frees the slot
+        // between the check and the clear.
+        let Some(mut q) = self.owner(cpu, va, n)? else {
+            return Err(match mmu.translate(va) {
+                None => VmError::NotMapped { va },
+                Some(_) => VmError::WrongPageCount { va, pages: n },
+            });
         };
+        mmu.clear(va, n);
+        if q.unmap(va, n).is_err() {
+            // Not reached: the queue said so under the same lock.
+            return Err(VmError::WrongPageCount { va, pages: n });
+        }
+        let due = q.range().due.take();
+        drop(q);
         if self.eager {
             let mut layer = self.layer.lock();
             let refused = mmu.flush(va, va + n * PAGE);
@@ -177,7 +248,7 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
             layer.stats.refusals += refused.len() as u64;
             if !refused.is_empty() {
                 // The block waits for a flush that succeeds when it is freed.
-                let block = va & !(Config::KERNEL.block_size() - 1);
+                let block = va & !(self.geometry.block_size() - 1);
                 layer.ram_unflushed.insert(block);
                 layer.alias_refused(va, va + n * PAGE);
             }
@@ -187,11 +258,22 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
         Ok(())
     }
 
-    /// Unmaps in one queue; `Some(purge due)` when it was that queue's.
-    fn unmap_in(&self, queue: &Queue<M, R>, va: u64, pages: u64) -> Option<bool> {
-        let mut q = queue.lock();
-        q.unmap(va, pages).ok()?;
-        Some(q.range().due.take())
+    /// The locked queue with a live mapping of exactly `pages` pages at
+    /// `va`: `cpu`'s, or that of the CPU whose block it is. Changes
+    /// nothing.
+    ///
+    /// # Errors
+    /// [`VmError::BadCpu`].
+    fn owner(&self, cpu: usize, va: u64, pages: u64) -> Result<Option<Q::Guard<'_>>, VmError> {
+        let q = self.queue(cpu)?.lock();
+        if q.is_mapped(va, pages) {
+            return Ok(Some(q));
+        }
+        drop(q);
+        let block = va & !(self.geometry.block_size() - 1);
+        let owner = self.layer.lock().ram_blocks.get(&block).copied();
+        let other = owner.filter(|&o| o != cpu).and_then(|o| self.queues.get(o));
+        Ok(other.map(Lock::lock).filter(|q| q.is_mapped(va, pages)))
     }
 
     /// `vm_unmap_aliases`: one flush over every CPU's dirty pages, the pages
@@ -229,16 +311,15 @@ impl<M: RawMutex, R: RangeAllocator> MapRam<M, R> {
     pub fn check(&self) -> Result<(), CheckError> {
         self.queues.iter().try_for_each(|q| q.lock().check())
     }
-}
 
-fn check_pages(pages: u64) -> Result<(), VmError> {
-    match pages {
-        0 => Err(VmError::Empty),
-        p if p > MAX_PAGES as u64 => Err(VmError::TooManyPages {
-            pages,
-            max: MAX_PAGES as u64,
-        }),
-        _ => Ok(()),
+    /// Refuses 0 pages and more than one mapping of the geometry holds.
+    fn check_pages(&self, pages: u64) -> Result<(), VmError> {
+        let max = self.geometry.max_alloc;
+        match pages {
+            0 => Err(VmError::Empty),
+            p if p > max => Err(VmError::TooManyPages { pages, max }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -281,32 +362,39 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 }
 
-/// A shared [`Vmalloc`] as the range allocator of one CPU's `vm_map_ram`
-/// blocks: each call takes the layer's lock. Its `stats` count the ranges
-/// this source holds (so a front end's `check` compares its own blocks),
-/// the rest of the layer's.
-struct BlockSource<M: RawMutex + 'static, R: 'static> {
-    layer: &'static Mutex<M, Vmalloc<R>>,
+/// A shared [`Vmalloc`] (the one `H` leads to) as the range allocator of
+/// one CPU's `vm_map_ram` blocks: each call takes the layer's lock. Its
+/// `stats` count the ranges this source holds (so a front end's `check`
+/// compares its own blocks), the rest of the layer's.
+pub struct BlockSource<R: 'static, H> {
+    layer: H,
     cpu: usize,
     live: u64,
     live_bytes: u64,
     /// A freed block took the lazy list past its threshold.
     due: Cell<bool>,
+    range: PhantomData<fn() -> R>,
 }
 
-impl<M: RawMutex, R> BlockSource<M, R> {
-    fn new(layer: &'static Mutex<M, Vmalloc<R>>, cpu: usize) -> Self {
+impl<R, H> BlockSource<R, H> {
+    fn new(layer: H, cpu: usize) -> Self {
         BlockSource {
             layer,
             cpu,
             live: 0,
             live_bytes: 0,
             due: Cell::new(false),
+            range: PhantomData,
         }
     }
 }
 
-impl<M: RawMutex, R: RangeAllocator> RangeAllocator for BlockSource<M, R> {
+impl<R, H, L> RangeAllocator for BlockSource<R, H>
+where
+    R: RangeAllocator + 'static,
+    H: Deref<Target = L>,
+    L: Lock<Data = Vmalloc<R>> + ?Sized,
+{
     fn space(&self) -> (u64, u64) {
         self.layer.lock().range().space()
     }

@@ -358,6 +358,53 @@ fn map_ram_serves_every_cpu_from_one_front_end() {
     );
 }
 
+type Shared = lock_api::Mutex<Spin, Vmalloc<VmapAllocator>>;
+type ArcQueue = lock_api::Mutex<Spin, Queue<VmapAllocator, alloc::sync::Arc<Shared>>>;
+
+#[test]
+fn map_ram_over_an_arc_refuses_a_bad_unmap_before_touching_a_pte() {
+    use alloc::sync::Arc;
+    let lazy = Flush::Lazy { max_bytes: 1 << 30 };
+    let layer = Arc::new(Shared::new(tree(lazy)));
+    let small = mmkit::vblock::Config {
+        page_size: PAGE,
+        max_alloc: 4,
+        bits: 16,
+    };
+    let ram = MapRamIn::<_, _, ArcQueue>::with_geometry(Arc::clone(&layer), 2, small).unwrap();
+    let mut m = Machine::default();
+    let mut f = no_frames();
+    let a = ram.map(&mut m, &mut f, 0, &[1, 2, 3]).unwrap();
+    let v = layer.lock().vmap(&mut m, &mut f, &[7], PAGE).unwrap();
+    // Every CPU may cache these translations now.
+    for va in [a, a + PAGE, a + 2 * PAGE, v] {
+        m.read(va);
+    }
+    let (va, pages) = (a, 2);
+    let e = ram.unmap(&mut m, &mut f, 1, a, 2);
+    assert_eq!(e, Err(VmError::WrongPageCount { va, pages }));
+    let (va, pages) = (v, 1);
+    let e = ram.unmap(&mut m, &mut f, 0, v, 1);
+    assert_eq!(e, Err(VmError::WrongPageCount { va, pages }), "a vmap area");
+    assert_eq!(m.stale_maps, 0, "no PTE cleared and written again");
+    assert_eq!(m.translate(v), Some(7));
+    let (pages, max) = (5, 4);
+    let e = ram.map(&mut m, &mut f, 0, &[1; 5]);
+    assert_eq!(e, Err(VmError::TooManyPages { pages, max }));
+    ram.unmap(&mut m, &mut f, 1, a, 3).unwrap();
+    assert!(ram.unmap_aliases(&mut m, &mut f));
+    ram.check().unwrap();
+    assert_eq!(ram.live_pages(), 0);
+    let big = mmkit::vblock::Config {
+        max_alloc: MAX_PAGES as u64 + 1,
+        bits: 1024,
+        ..small
+    };
+    let (pages, max) = (MAX_PAGES as u64 + 1, MAX_PAGES as u64);
+    let e = MapRamIn::<_, _, ArcQueue>::with_geometry(layer, 1, big).err();
+    assert_eq!(e, Some(VmError::TooManyPages { pages, max }));
+}
+
 #[test]
 fn a_map_ram_block_cannot_be_freed_behind_its_front_end() {
     let layer = shared(Flush::Lazy { max_bytes: 1 << 30 });
@@ -442,6 +489,32 @@ fn best_fit_placement_passes_through_to_the_range_allocator() {
         Err(VmError::PlacementRefused)
     );
     v.check(&m).unwrap();
+}
+
+#[test]
+fn vrealloc_grows_in_place_over_its_guard_page_then_moves() {
+    let mut m = Machine::default();
+    let mut f = Pool::new(64);
+    let mut v = tree(Flush::Lazy { max_bytes: 1 << 30 });
+    let a = v.vmalloc(&mut m, &mut f, PAGE).unwrap();
+    assert_eq!(v.vrealloc(&mut m, &mut f, a, 3 * PAGE), Ok(a), "in place");
+    assert!((0..3).all(|p| m.translate(a + p * PAGE).is_some()));
+    assert_eq!(v.lookup(a + 3 * PAGE), Where::Guard { area: a });
+    assert_eq!(m.flushes, [], "nothing was unmapped");
+    v.check(&m).unwrap();
+    // An area right after it: the next growth moves.
+    let b = v.vmalloc(&mut m, &mut f, PAGE).unwrap();
+    assert_eq!(b, a + 4 * PAGE);
+    let to = v.vrealloc(&mut m, &mut f, a, 5 * PAGE).unwrap();
+    assert_ne!(to, a);
+    v.check(&m).unwrap();
+    // The grown area frees its piece with it: the space is whole again.
+    v.vfree(&mut m, &mut f, to).unwrap();
+    v.vfree(&mut m, &mut f, b).unwrap();
+    assert!(v.purge(&mut m, &mut f));
+    v.check(&m).unwrap();
+    assert_eq!(v.range().stats().live_areas, 0);
+    assert_eq!(f.handed.len(), 0, "every frame back");
 }
 
 /// Frames go back one call per run of consecutive frames, whichever way

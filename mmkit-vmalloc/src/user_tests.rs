@@ -131,6 +131,7 @@ fn alloc(
         Area {
             frames,
             owned: true,
+            pieces: Vec::new(),
         },
     )
     .unwrap();

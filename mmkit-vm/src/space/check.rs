@@ -2,11 +2,11 @@
 //! against the page tables, as `/proc/self/maps` shows them
 //! ([`Space::check_mappings`]).
 
-use mmkit_vmalloc::Gone;
+use mmkit_vmalloc::{Gone, Where};
 
-use super::{Area, Space, State};
+use super::mmu::MemfdMmu;
+use super::Space;
 use crate::budget::PER_RUN;
-use crate::phys::Block;
 use crate::sync::lock;
 use crate::sys;
 
@@ -39,35 +39,13 @@ fn normalise(runs: &mut Vec<Run>, page: u64) -> Result<(), String> {
 }
 
 impl Space {
-    /// The runs that the records say are mapped: live areas, lazy and
-    /// stuck areas, and the pages of `vm_map_ram` blocks.
-    fn expected_runs(&self, st: &State) -> Vec<Run> {
-        let mut runs = Vec::new();
-        let mut put = |mut addr: u64, frames: &[Block], copies: u64| {
-            for _ in 0..copies {
-                for b in frames {
-                    let (pfn, pages) = (b.pfn, b.pages());
-                    runs.push(Run { addr, pages, pfn });
-                    addr += pages * self.page;
-                }
-            }
-        };
-        for (a, area) in st.layer.areas() {
-            put(a, &area.frames, area.maps_per_frame());
-        }
-        for (r, _) in st.layer.retired() {
-            if let Gone::Area(area) = &r.what {
-                put(r.start, &area.frames, area.maps_per_frame());
-            }
-        }
-        self.records.each_mapped(|addr, pfn| {
-            runs.push(Run {
-                addr,
-                pages: 1,
-                pfn,
-            })
-        });
-        runs
+    /// The runs that the page table says are mapped: live and cleared
+    /// (areas, `vm_map_ram` mappings, lazy and stuck ranges).
+    fn expected_runs(&self) -> Vec<Run> {
+        lock(&self.table)
+            .runs()
+            .map(|(addr, pfn, pages)| Run { addr, pages, pfn })
+            .collect()
     }
 
     /// Compares what is mapped inside the reservation, as the kernel says
@@ -77,10 +55,7 @@ impl Space {
     /// everything else must be reserved (`---p`). For tests: no other
     /// thread may use the `Vm` meanwhile.
     pub(crate) fn check_mappings(&self) -> Result<(), String> {
-        let _no_purge = lock(&self.purge_lock);
-        let st = lock(&self.state);
-        let mut want = self.expected_runs(&st);
-        drop(st);
+        let mut want = self.expected_runs();
         normalise(&mut want, self.page)?;
         let inode = self
             .phys
@@ -121,46 +96,86 @@ impl Space {
         Ok(())
     }
 
-    /// Checks that the vmap allocator, the areas, the lazy and stuck lists
-    /// (the layer's own check), the ranges recorded as cleared, the blocks,
-    /// the frames' map counts and the mapping budget agree. `record_maps`
-    /// is the mappings the block records hold.
-    pub(crate) fn check(&self, record_maps: u64) -> Result<(), String> {
-        let _no_purge = lock(&self.purge_lock);
+    /// Checks that the driver's books (areas, blocks, lazy and stuck
+    /// lists), the page table, the ranges recorded as cleared, the frames'
+    /// map counts and the mapping budget agree. Returns the pages mapped
+    /// live in `vm_map_ram` blocks, for the caller to compare with the
+    /// front end.
+    pub(crate) fn check(&self) -> Result<u64, String> {
         let st = self.state();
-        st.layer.check_books().map_err(|e| format!("vmap: {e}"))?;
-        let mut maps = record_maps;
-        let mut runs = self.records.runs();
+        let mmu = MemfdMmu::new(self);
+        st.layer.check(&mmu).map_err(|e| format!("driver: {e}"))?;
+        let table = lock(&self.table);
+        let live = table.live.iter().flat_map(|(&va, &(pfn, n))| {
+            (0..n).map(move |i| (va + i * mmkit_vmalloc::PAGE, pfn + i))
+        });
+        let in_blocks = st
+            .layer
+            .check_walk(live)
+            .map_err(|e| format!("driver: {e}"))?;
+        let (mut maps, mut runs) = (0, 0);
+        for (_, _, pages) in table.runs() {
+            maps += pages;
+            runs += 1;
+        }
         for (a, area) in st.layer.areas() {
-            if st.layer.range().area_size(a).is_none() {
-                return Err(format!("area {a:#x} not allocated in vmap"));
-            }
-            check_area(a, area, self.page)?;
-            maps += area.pages * area.maps_per_frame();
-            runs += area.runs;
-        }
-        let mut retired = Vec::new();
-        for (r, _) in st.layer.retired() {
-            retired.push((r.start, r.start + r.span));
-            if let Gone::Area(area) = &r.what {
-                maps += area.pages * area.maps_per_frame();
-                runs += area.runs;
+            match st.meta.get(&a) {
+                Some(m)
+                    if m.len.div_ceil(self.page) * (1 + u64::from(m.mirror))
+                        <= area.frames.len() as u64 => {}
+                Some(_) => return Err(format!("area {a:#x} maps fewer pages than its length")),
+                None => return Err(format!("area {a:#x} has no length recorded")),
             }
         }
-        retired.sort_unstable();
-        let mut cleared = st.cleared.clone();
-        cleared.sort_unstable();
-        if retired != cleared {
+        if st.meta.len() != st.layer.live_areas() {
             return Err(format!(
-                "{} ranges lazy or stuck, {} recorded as cleared",
-                retired.len(),
-                cleared.len()
+                "{} lengths recorded for {} live areas",
+                st.meta.len(),
+                st.layer.live_areas()
+            ));
+        }
+        // Every area retired is cleared as one range; every other range
+        // cleared is `vm_map_ram` pages, in a live or retired block.
+        let mut areas: Vec<(u64, u64)> = Vec::new();
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        for (r, _) in st.layer.retired() {
+            let span = (r.start, r.start + r.span);
+            match r.what {
+                Gone::Block => blocks.push(span),
+                _ => areas.push(span),
+            }
+        }
+        areas.sort_unstable();
+        let mut cleared = table.cleared.clone();
+        cleared.sort_unstable();
+        let mut in_areas = Vec::with_capacity(areas.len());
+        for c in cleared {
+            if areas.binary_search(&c).is_ok() {
+                in_areas.push(c);
+                continue;
+            }
+            let in_block = matches!(st.layer.lookup(c.0), Where::Block { start }
+                    if c.1 <= start + st.layer.block_size(start).unwrap_or(0))
+                || blocks.iter().any(|&(s, e)| s <= c.0 && c.1 <= e);
+            if !in_block {
+                return Err(format!(
+                    "{:#x}-{:#x} is cleared, neither a retired area nor in a block",
+                    c.0, c.1
+                ));
+            }
+        }
+        in_areas.dedup();
+        if in_areas.len() != areas.len() {
+            return Err(format!(
+                "{} areas lazy or stuck, {} of them recorded as cleared",
+                areas.len(),
+                in_areas.len()
             ));
         }
         let counted = self.phys.total_mapcount();
         if counted != maps {
             return Err(format!(
-                "frames are mapped {counted} times, the areas say {maps}"
+                "frames are mapped {counted} times, the page table says {maps}"
             ));
         }
         if self.budget.used() != runs * PER_RUN {
@@ -169,21 +184,7 @@ impl Space {
                 self.budget.used()
             ));
         }
-        self.phys.check()
+        self.phys.check()?;
+        Ok(in_blocks)
     }
-}
-
-/// An area's frames cover its pages, and its span holds them and a guard.
-fn check_area(a: u64, area: &Area, page: u64) -> Result<(), String> {
-    let frames: u64 = area.frames.iter().map(|b| b.pages()).sum();
-    if frames != area.pages {
-        return Err(format!(
-            "area {a:#x}: {frames} frames for {} pages",
-            area.pages
-        ));
-    }
-    if (area.pages * area.maps_per_frame() + 1) * page > area.span {
-        return Err(format!("area {a:#x}: no guard page in its span"));
-    }
-    Ok(())
 }

@@ -1,158 +1,97 @@
-//! The virtual space: one address-space reservation managed by
-//! [`mmkit::vmap::VmapAllocator`] through the shared vmalloc layer
-//! ([`mmkit_vmalloc::Vmalloc`]), which keeps the areas, the lazy list, the
-//! stuck list and the purge; this module is the machine under it (the
-//! memfd, `mmap`, the mapping budget, frame ownership) and what only user
-//! space has: mirror areas, in-place growth, handles (seeds 000 and 002).
+//! The virtual space: one address-space reservation driven by the shared
+//! vmalloc driver ([`mmkit_vmalloc::Vmalloc`] over
+//! [`mmkit::vmap::VmapAllocator`]). The driver owns every call sequence
+//! and its failure paths (purge and retry, undo of a half-done map, the
+//! lazy and stuck lists); this module is the machine under it and the
+//! lock around it:
+//!
+//! - [`mmu::MemfdMmu`], the driver's `Mmu`: `mmap` of the memfd, its page
+//!   table, the mapping budget, and a flush that unmaps;
+//! - [`mmu::PhysFrames`], the driver's `FrameSource`: the memfd's buddy;
+//! - what only user space has: mirror areas (a `vmap` of the frames twice),
+//!   handles, the requested lengths (`Meta`).
 //!
 //! ```text
 //!  reservation [base ................................................ end)
-//!  vmap        |area|g|   |block (vm_map_ram)|  |area|g|  |lazy area|g|
+//!  driver      |area|g|   |block (vm_map_ram)|  |area|g|  |lazy area|g|
 //!              g = guard page, never mapped: an overrun faults
-//!  layer       areas: start -> Area { frames, pages, pieces }   live
-//!              lazy:  Retired { start, span, Gone::Area/Block } freed, mapped
-//!              stuck: Retired { .. }                            unmapping refused
-//!  MemfdMmu    cleared: the ranges of lazy and stuck, still mapped
+//!  State       layer: the driver (areas, blocks, lazy and stuck lists)
+//!              meta:  start -> requested length, handle, mirror
+//!  table       every run mapped, live or cleared (the page table; its
+//!              own lock, taken last)
 //! ```
 //!
-//! A freed area stays mapped and allocated in the vmap allocator until a
-//! purge: the layer's `clear` only records its range ([`mmu::MemfdMmu`]),
-//! and the purge's one flush unmaps every recorded range with one system
-//! call per run of adjacent ones; then, under the same lock, the layer frees
-//! the ranges and this module gives the frames and mapping budget back. So
-//! an address is never reused while a stale mapping (the kernel's stale TLB
-//! entry) could still reach old frames. The purge holds the space's lock
-//! through its system calls (the kernel serialises them on the process's
-//! `mmap` lock anyway), so a free never races a flush that covers it.
-//! Purges run when the lazily freed bytes exceed `lazy_max`, when an
-//! allocation finds no space, no memory or no mapping budget (then the
-//! allocation is retried once), and on request.
+//! The `vm_map_ram` front end is the driver's [`MapRamIn`], which reaches
+//! the driver through an `Arc<Space>` ([`Lock`] for the space's lock) and
+//! calls the MMU outside that lock.
 //!
-//! With `lazy_unmap` off every free unmaps at once: the design before 2008,
-//! kept as the experiments' baseline.
+//! A freed area stays mapped, and its range and frames unused, until the
+//! driver's flush: `clear` only records its range, and the flush unmaps
+//! every recorded range with one system call per run of adjacent ones.
+//! Frames go back after that flush ([`FramePolicy::AfterFlush`]), so an
+//! address is never reused, nor a frame, while a stale mapping (the
+//! kernel's stale TLB entry) could still reach it. Every call runs under
+//! the space's one lock, as the driver asks, system calls included (the
+//! kernel serialises them on the process's `mmap` lock anyway).
 //!
-//! No mapping is forgotten. A range whose unmapping the kernel refuses
-//! (`ENOMEM` when it would have to split a mapping at the process's limit)
-//! moves to the *stuck* list with everything it holds: its frames keep
-//! their map counts (so they are not reused), its addresses stay allocated,
-//! and every later purge tries it again. A map that fails half way is
-//! undone the same way: what was mapped is unmapped, or kept as stuck.
-//! Every run mapped is charged to the mapping budget (`crate::budget`)
-//! before its `mmap`; a refused charge, like `ENOMEM` from `mmap`, purges
-//! and retries once.
+//! With `lazy_unmap` off every free unmaps at once (the driver's eager
+//! policy): the design before 2008, kept as the experiments' baseline.
 
 use std::sync::atomic::Ordering;
 
-use mmkit::error::{AllocError, CheckError, FreeError};
-use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
-use mmkit::vmap::VmapAllocator;
-use mmkit_vmalloc::{AreaData, Flush, Gone, Mmu, Outcome, Vmalloc};
+use std::sync::Arc;
 
-use crate::budget::{runs_of, MapBudget};
+use mmkit::range::RangeStats;
+use mmkit::vmap::VmapAllocator;
+use mmkit_vmalloc::{
+    frame_runs, Flush, FramePolicy, FrameSource, Lock, MapRamIn, Queue, VmError as LayerError,
+    Vmalloc,
+};
+
+use crate::budget::MapBudget;
 use crate::error::VmError;
-use crate::map_ram::Records;
-use crate::phys::{Block, Phys};
-use crate::sync::{lock, AtomicU64, Mutex, MutexGuard};
+use crate::phys::Phys;
+use crate::sync::{lock, HashMap, Mutex, MutexGuard};
 use crate::sys::Reservation;
 
 mod check;
 mod mmu;
-mod purge;
-mod realloc;
+mod stats;
 #[cfg(test)]
 mod tests;
 
-use mmu::MemfdMmu;
-use purge::Counters;
-pub use purge::SpaceStats;
+use mmu::Table;
+pub(crate) use mmu::{MemfdMmu, PhysFrames};
+use stats::Counters;
+pub use stats::SpaceStats;
 
-/// A live area: `[start, start + span)` in the vmap allocator, its first
-/// `pages` pages mapped, then at least one guard page.
-#[derive(Debug)]
-pub(crate) struct Area {
+/// What the driver's `Area` does not know of a live area.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Meta {
     /// Bytes the caller asked for.
     pub(crate) len: u64,
-    /// Pages mapped (once; twice over for a mirror).
-    pub(crate) pages: u64,
-    /// Bytes reserved, guard included, over every piece.
-    pub(crate) span: u64,
-    /// Further vmap areas that continue this one (in-place growth).
-    pub(crate) pieces: Vec<u64>,
-    /// The frames mapped, in address order.
-    pub(crate) frames: Vec<Block>,
-    /// Whether the frames go back to the buddy with the area (vmalloc,
-    /// mirror) or belong to the caller (vmap).
-    pub(crate) owns_frames: bool,
     /// Freed by dropping a handle only.
     pub(crate) handle: bool,
-    /// The frames are mapped twice, back to back.
+    /// Its frames are mapped twice, back to back (a `vmap` of them).
     pub(crate) mirror: bool,
-    /// Runs of consecutive frames mapped (one `mmap` each), every copy.
-    pub(crate) runs: u64,
-    /// Bytes per page.
-    pub(crate) page: u64,
 }
 
-impl Area {
-    fn maps_per_frame(&self) -> u64 {
-        1 + u64::from(self.mirror)
-    }
-
-    /// The frames of a half-done map (`frames`, mapped once in `runs`
-    /// runs), kept only to be taken down: they go back to nobody.
-    fn partial(span: u64, frames: Vec<Block>, runs: u64, page: u64) -> Self {
-        let pages = frames.iter().map(|b| b.pages()).sum();
-        Area {
-            len: pages * page,
-            pages,
-            span,
-            pieces: Vec::new(),
-            frames,
-            owns_frames: false,
-            handle: false,
-            mirror: false,
-            runs,
-            page,
-        }
-    }
+/// What an area is made of.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind<'a> {
+    /// Frames from the buddy (`vmalloc`).
+    Vmalloc,
+    /// The caller's frames (`vmap`), pinned by the caller.
+    Vmap(&'a [u64]),
+    /// Frames from the buddy, mapped twice.
+    Mirror,
 }
 
-impl AreaData for Area {
-    fn span(&self) -> u64 {
-        self.span
-    }
-
-    fn pieces(&self) -> &[u64] {
-        &self.pieces
-    }
-
-    fn frame_at(&self, off: u64) -> Option<u64> {
-        let page = off / self.page;
-        if page >= self.pages * self.maps_per_frame() {
-            return None;
-        }
-        let mut left = page % self.pages;
-        for b in &self.frames {
-            if left < b.pages() {
-                return Some(b.pfn + left);
-            }
-            left -= b.pages();
-        }
-        None
-    }
-
-    fn mapped_pages(&self) -> u64 {
-        self.pages * self.maps_per_frame() * (self.page / mmkit_vmalloc::PAGE)
-    }
-}
-
-/// A map that failed: the error, and how far it got (the first `blocks`
-/// blocks are mapped, in `runs` runs, and charged).
+/// A map that failed: why, and how far it got (pages mapped).
 #[derive(Debug)]
 pub(crate) struct Partial {
     pub(crate) err: VmError,
-    pub(crate) blocks: usize,
-    pub(crate) runs: u64,
+    pub(crate) pages: u64,
 }
 
 /// Whether `e` is a refused mapping: the budget, or the kernel's `ENOMEM`.
@@ -165,24 +104,108 @@ pub(crate) fn is_map_refusal(e: &VmError) -> bool {
     }
 }
 
-/// The shared layer (areas, blocks, lazy and stuck lists over the vmap
-/// allocator), and the ranges its MMU has been asked to clear.
-struct State {
-    layer: Vmalloc<VmapAllocator, Area>,
-    cleared: Vec<(u64, u64)>,
+/// Everything the space's lock guards.
+pub(crate) struct State {
+    pub(crate) layer: Vmalloc<VmapAllocator>,
+    pub(crate) meta: HashMap<u64, Meta>,
 }
 
-impl State {
-    /// The layer with its MMU.
-    fn split<'a>(
-        &'a mut self,
-        space: &'a Space,
-    ) -> (&'a mut Vmalloc<VmapAllocator, Area>, MemfdMmu<'a>) {
-        let mmu = MemfdMmu {
-            space,
-            cleared: &mut self.cleared,
-        };
-        (&mut self.layer, mmu)
+/// The driver under the space's lock, for the `vm_map_ram` front end.
+pub(crate) struct LayerGuard<'a>(MutexGuard<'a, State>);
+
+impl std::ops::Deref for LayerGuard<'_> {
+    type Target = Vmalloc<VmapAllocator>;
+    fn deref(&self) -> &Self::Target {
+        &self.0.layer
+    }
+}
+
+impl std::ops::DerefMut for LayerGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0.layer
+    }
+}
+
+impl Lock for Space {
+    type Data = Vmalloc<VmapAllocator>;
+    type Guard<'a> = LayerGuard<'a>;
+
+    fn lock(&self) -> LayerGuard<'_> {
+        LayerGuard(self.state())
+    }
+}
+
+/// A lock of this crate's kind (loom's under `--cfg loom`) around one
+/// CPU's `vm_map_ram` queue.
+pub(crate) struct QueueLock<T>(Mutex<T>);
+
+impl<T> From<T> for QueueLock<T> {
+    fn from(t: T) -> Self {
+        QueueLock(Mutex::new(t))
+    }
+}
+
+impl<T> Lock for QueueLock<T> {
+    type Data = T;
+    type Guard<'a>
+        = MutexGuard<'a, T>
+    where
+        T: 'a;
+
+    fn lock(&self) -> MutexGuard<'_, T> {
+        lock(&self.0)
+    }
+}
+
+/// The driver's `vm_map_ram` front end over a space.
+pub(crate) type MapRam =
+    MapRamIn<VmapAllocator, Arc<Space>, QueueLock<Queue<VmapAllocator, Arc<Space>>>>;
+
+/// The driver with this machine's two traits, borrowed under the lock.
+pub(crate) struct Machine<'a> {
+    pub(crate) layer: &'a mut Vmalloc<VmapAllocator>,
+    pub(crate) meta: &'a mut HashMap<u64, Meta>,
+    pub(crate) mmu: MemfdMmu<'a>,
+    pub(crate) src: PhysFrames<'a>,
+}
+
+impl Machine<'_> {
+    /// The crate's error for the driver's `e` at `addr`: the machine's own
+    /// cause where the driver only says that the MMU or the frames failed.
+    fn error(&mut self, e: LayerError, addr: u64) -> VmError {
+        match e {
+            LayerError::MapFailed { .. } => self.mmu.err.take().unwrap_or(VmError::Os {
+                op: "mmap",
+                errno: rustix::io::Errno::NOMEM.raw_os_error(),
+            }),
+            LayerError::NoFrames { .. } => self.src.err.take().unwrap_or(VmError::LimitReached {
+                limit: self.src.phys.limit(),
+            }),
+            LayerError::NoSpace { bytes } => VmError::NoVirtualSpace { size: bytes },
+            LayerError::Empty => VmError::Invalid("size 0"),
+            LayerError::TooLarge { .. } => VmError::Invalid("size overflows"),
+            LayerError::BadAlign { .. } => VmError::Invalid("alignment is not a power of two"),
+            LayerError::PlacementRefused => {
+                VmError::Invalid("request rejected by the range allocator")
+            }
+            _ => VmError::NotAllocated { addr },
+        }
+    }
+
+    /// What is recorded of the live area at `addr`, if the caller may free
+    /// or resize it (`by_handle`: the caller is its handle).
+    fn meta_of(&self, addr: u64, by_handle: bool) -> Result<Meta, VmError> {
+        match self.meta.get(&addr) {
+            Some(a) if a.handle && !by_handle => Err(VmError::OwnedByHandle { addr }),
+            Some(&a) => Ok(a),
+            None => Err(VmError::NotAllocated { addr }),
+        }
+    }
+
+    /// Purges (one flush for the lazy and stuck lists). Returns whether
+    /// anything was flushed.
+    fn purge(&mut self) -> bool {
+        self.layer.purge(&mut self.mmu, &mut self.src)
     }
 }
 
@@ -191,16 +214,10 @@ impl State {
 pub(crate) struct Space {
     pub(crate) res: Reservation,
     pub(crate) phys: Phys,
-    pub(crate) records: Records,
     pub(crate) budget: MapBudget,
     pub(crate) page: u64,
     state: Mutex<State>,
-    /// Serialises purges, so a purge-and-retry waits for a purge in flight.
-    purge_lock: Mutex<()>,
-    /// Purges finished (bumped under `purge_lock`): an allocation that
-    /// failed retries when one finished after its attempt, even if its own
-    /// purge found the lazy list already taken.
-    purges_done: AtomicU64,
+    pub(crate) table: Mutex<Table>,
     counters: Counters,
 }
 
@@ -208,7 +225,6 @@ pub(crate) struct Space {
 pub(crate) struct SpaceParts {
     pub(crate) res: Reservation,
     pub(crate) phys: Phys,
-    pub(crate) records: Records,
     pub(crate) page: u64,
     pub(crate) lazy_max: u64,
     pub(crate) lazy_unmap: bool,
@@ -219,126 +235,73 @@ impl Space {
     pub(crate) fn new(p: SpaceParts) -> Result<Self, VmError> {
         let vmap = VmapAllocator::new(p.res.base(), p.res.base() + p.res.len())
             .map_err(|_| VmError::Invalid("empty virtual space"))?;
+        let flush = policy(p.lazy_unmap, p.lazy_max);
         Ok(Space {
             res: p.res,
             phys: p.phys,
-            records: p.records,
             budget: MapBudget::new(p.max_maps),
             page: p.page,
             state: Mutex::new(State {
-                layer: Vmalloc::new(vmap, policy(p.lazy_unmap, p.lazy_max)),
-                cleared: Vec::new(),
+                layer: Vmalloc::with_frames(vmap, flush, FramePolicy::AfterFlush),
+                meta: HashMap::default(),
             }),
-            purge_lock: Mutex::new(()),
-            purges_done: AtomicU64::new(0),
+            table: Mutex::new(Table::default()),
             counters: Counters::default(),
         })
     }
 
-    /// Pages for `len` bytes (at least one), and the span with a guard page.
     /// The `mmap` and unmapping calls made so far.
     #[cfg(test)]
     fn stats_calls(&self) -> (u64, u64) {
         let c = &self.counters;
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let load = |a: &crate::sync::AtomicU64| a.load(Ordering::Relaxed);
         (load(&c.map_calls), load(&c.unmap_calls))
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
 
-    pub(crate) fn pages_for(&self, len: u64) -> Result<(u64, u64), VmError> {
+    /// Runs `f` on the driver and this machine, under the lock.
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut Machine<'_>) -> T) -> T {
+        let mut st = self.state();
+        let st = &mut *st;
+        let mut m = Machine {
+            layer: &mut st.layer,
+            meta: &mut st.meta,
+            mmu: MemfdMmu::new(self),
+            src: PhysFrames::new(&self.phys),
+        };
+        f(&mut m)
+    }
+
+    pub(crate) fn pages_for(&self, len: u64) -> Result<u64, VmError> {
         if len == 0 {
             return Err(VmError::Invalid("size 0"));
         }
-        let pages = len.div_ceil(self.page);
-        let span = pages
-            .checked_add(1)
-            .and_then(|p| p.checked_mul(self.page))
-            .ok_or(VmError::Invalid("size overflows"))?;
-        Ok((pages, span))
+        Ok(len.div_ceil(self.page))
     }
 
     // -----------------------------------------------------------------
-    // Address space
+    // The machine's system calls
     // -----------------------------------------------------------------
 
-    /// Allocates `[a, a + size)` in the window, purging once and retrying
-    /// when nothing fits.
-    pub(crate) fn alloc_va(
+    /// Maps `pfns` in order from `addr`, one `mmap` per run of consecutive
+    /// frames, after charging the runs to the budget; `mapped(va, pfn, n)`
+    /// hears of each run mapped. Returns the runs. On failure the runs not
+    /// mapped are credited back; the caller takes down the ones that were.
+    pub(crate) fn map_runs(
         &self,
-        size: u64,
-        align: u64,
-        lo: u64,
-        hi: u64,
-    ) -> Result<u64, AllocError> {
-        self.with_purge_retry(
-            |e| *e == AllocError::NoSpace,
-            || self.state().layer.reserve(size, align, (lo, hi)),
-        )
-    }
-
-    /// Runs `attempt`; when it fails with an error `retry_on` accepts,
-    /// purges and tries once more if any purge finished since the attempt
-    /// began. Counting finished purges, rather than asking whether this
-    /// thread's purge found anything, matters when another thread's purge
-    /// is in flight: it took the lazy list, so ours finds it empty, but the
-    /// space it frees is there once ours has waited for it.
-    pub(crate) fn with_purge_retry<T, E>(
-        &self,
-        retry_on: impl Fn(&E) -> bool,
-        mut attempt: impl FnMut() -> Result<T, E>,
-    ) -> Result<T, E> {
-        let before = self.purges_done.load(Ordering::Acquire);
-        match attempt() {
-            Err(e) if retry_on(&e) => {
-                self.purge();
-                if self.purges_done.load(Ordering::Acquire) == before {
-                    return Err(e);
-                }
-                attempt()
-            }
-            r => r,
-        }
-    }
-
-    /// [`alloc_va`](Self::alloc_va) anywhere, aligned to `align` (a power
-    /// of two, at least a page), as a `VmError`.
-    fn alloc_span(&self, span: u64, align: u64) -> Result<u64, VmError> {
-        let (lo, hi) = (self.res.base(), self.res.base() + self.res.len());
-        self.alloc_va(span, align.max(self.page), lo, hi)
-            .map_err(|_| VmError::NoVirtualSpace { size: span })
-    }
-
-    /// Frames for `pages` pages, purging once and retrying when the memory
-    /// limit is reached (lazily freed areas hold frames).
-    fn alloc_frames(&self, pages: u64, out: &mut Vec<Block>) -> Result<(), VmError> {
-        self.with_purge_retry(
-            |e| matches!(e, VmError::LimitReached { .. }),
-            || self.phys.alloc_pages(pages, out),
-        )
-    }
-
-    /// Maps `frames` in order from `addr`, one `mmap` per run of
-    /// consecutive frames, after charging the runs to the budget. Returns
-    /// the runs. On failure the runs not mapped are credited back and the
-    /// caller undoes the ones that were ([`Partial`]).
-    pub(crate) fn map_frames(&self, addr: u64, frames: &[Block]) -> Result<u64, Partial> {
-        let total = runs_of(frames.iter().map(|b| (b.pfn, b.pages())));
+        addr: u64,
+        pfns: &[u64],
+        mut mapped: impl FnMut(u64, u64, u64),
+    ) -> Result<u64, Partial> {
+        let total = frame_runs(pfns).count() as u64;
         if let Err(err) = self.budget.charge(total) {
-            let (blocks, runs) = (0, 0);
-            return Err(Partial { err, blocks, runs });
+            return Err(Partial { err, pages: 0 });
         }
-        let (mut off, mut i, mut runs) = (0, 0, 0);
-        while i < frames.len() {
-            let first = i;
-            let (pfn, mut n) = (frames[i].pfn, frames[i].pages());
-            i += 1;
-            while i < frames.len() && frames[i].pfn == pfn + n {
-                n += frames[i].pages();
-                i += 1;
-            }
+        let (mut off, mut runs) = (0u64, 0);
+        for (pfn, n) in frame_runs(pfns) {
             let at = addr + off * self.page;
             let r = self
                 .res
@@ -346,14 +309,11 @@ impl Space {
             if let Err(e) = r {
                 self.budget.credit(total - runs);
                 let err = VmError::os("mmap", e);
-                return Err(Partial {
-                    err,
-                    blocks: first,
-                    runs,
-                });
+                return Err(Partial { err, pages: off });
             }
             self.counters.map_calls.fetch_add(1, Ordering::Relaxed);
             self.phys.mapped(pfn, n);
+            mapped(at, pfn, n);
             off += n;
             runs += 1;
         }
@@ -372,193 +332,154 @@ impl Space {
         ok
     }
 
-    /// Undoes a map that failed half way: `mapped` (the frames mapped from
-    /// `start` on, in `runs` runs) is unmapped with `[start, start + span)`
-    /// and the range freed, or all of it kept on the stuck list.
-    fn undo(&self, start: u64, span: u64, mapped: Vec<Block>, runs: u64) {
-        if runs == 0 {
-            self.free_va(&[start]);
-            return;
-        }
-        self.retire(start, Area::partial(span, mapped, runs, self.page), true);
-    }
-
-    /// Retires `area` at `start` through the layer (see
-    /// [`Vmalloc::retire`]): lazily, or at once with `now`; then frees what
-    /// that released and purges when the lazy list is full.
-    fn retire(&self, start: u64, area: Area, now: bool) {
-        let span = area.span;
-        let mut st = self.state();
-        let (layer, mut mmu) = st.split(self);
-        match layer.retire(&mut mmu, start, span, Gone::Area(area), now) {
-            Ok(out) => self.settled(st, out),
-            Err(e) => debug_assert!(false, "retiring our own range {start:#x}: {e}"),
-        }
-    }
-
-    /// Frees what a retirement released, before the lock `st` lets its
-    /// ranges be handed out again (a block's records must be gone first);
-    /// then purges when the lazy list is full.
-    fn settled(&self, st: MutexGuard<'_, State>, out: Outcome<Area>) {
-        self.dispose(out.released);
-        drop(st);
-        if out.purge_due {
-            self.purge();
-        }
-    }
-
     // -----------------------------------------------------------------
     // Areas: vmalloc, vmap, mirror
     // -----------------------------------------------------------------
 
-    /// Reserves a span aligned to `align` for `len` bytes (twice over for a
-    /// mirror), takes frames (or maps the caller's `user` frames), maps
-    /// them and records the area. A refused mapping purges and retries.
+    /// Makes an area of `len` bytes aligned to `align` (0: a page) through
+    /// the driver, which purges and retries when space, frames or the
+    /// mapping budget run out, and takes down a map that failed half way.
     pub(crate) fn create_area(
         &self,
         len: u64,
         align: u64,
-        user: Option<&[Block]>,
-        mirror: bool,
+        kind: Kind<'_>,
         handle: bool,
     ) -> Result<u64, VmError> {
-        self.with_purge_retry(is_map_refusal, || {
-            self.try_create_area(len, align, user, mirror, handle)
+        let pages = self.pages_for(len)?;
+        let align = align.max(mmkit_vmalloc::PAGE);
+        self.with(|m| {
+            let made = match kind {
+                Kind::Vmalloc => m.layer.vmalloc_aligned(&mut m.mmu, &mut m.src, len, align),
+                Kind::Vmap(pfns) => m.layer.vmap(&mut m.mmu, &mut m.src, pfns, align),
+                Kind::Mirror => self.mirror(m, pages),
+            };
+            let va = made.map_err(|e| m.error(e, 0))?;
+            let mirror = matches!(kind, Kind::Mirror);
+            m.meta.insert(
+                va,
+                Meta {
+                    len,
+                    handle,
+                    mirror,
+                },
+            );
+            Ok(va)
         })
     }
 
-    fn try_create_area(
-        &self,
-        len: u64,
-        align: u64,
-        user: Option<&[Block]>,
-        mirror: bool,
-        handle: bool,
-    ) -> Result<u64, VmError> {
-        let (pages, _) = self.pages_for(len)?;
-        let mapped = if mirror {
-            pages.checked_mul(2)
-        } else {
-            Some(pages)
-        };
-        let (_, span) = self.pages_for(
-            mapped
-                .and_then(|p| p.checked_mul(self.page))
-                .ok_or(VmError::Invalid("size overflows"))?,
-        )?;
-        let addr = self.alloc_span(span, align)?;
-        let owns_frames = user.is_none();
-        let frames = match user {
-            Some(f) => f.to_vec(),
-            None => {
-                let mut f = Vec::new();
-                if let Err(e) = self.alloc_frames(pages, &mut f) {
-                    self.free_va(&[addr]);
-                    return Err(e);
-                }
-                f
+    /// A mirror: `pages` frames from the buddy (a purge and a retry when
+    /// there are none), mapped twice by one `vmap`.
+    fn mirror(&self, m: &mut Machine<'_>, pages: u64) -> Result<u64, LayerError> {
+        let mut blocks = Vec::new();
+        if let Err(e) = self.phys.alloc_pages(pages, &mut blocks) {
+            m.src.err = Some(e);
+            if !m.purge() {
+                return Err(LayerError::NoFrames { pages });
             }
-        };
-        let mut runs = 0;
-        let mut failed = None;
-        for copy in 0..1 + u64::from(mirror) {
-            match self.map_frames(addr + copy * pages * self.page, &frames) {
-                Ok(r) => runs += r,
-                Err(p) => {
-                    failed = Some((copy, p));
-                    break;
-                }
+            if let Err(e) = self.phys.alloc_pages(pages, &mut blocks) {
+                m.src.err = Some(e);
+                return Err(LayerError::NoFrames { pages });
             }
         }
-        if let Some((copy, p)) = failed {
-            let mut mapped = Vec::new();
-            for _ in 0..copy {
-                mapped.extend_from_slice(&frames);
-            }
-            mapped.extend_from_slice(&frames[..p.blocks]);
-            self.undo(addr, span, mapped, runs + p.runs);
-            if owns_frames {
-                self.phys.release(&frames);
-            }
-            return Err(p.err);
+        let once = blocks.iter().flat_map(|b| b.pfn..b.pfn + b.pages());
+        let twice: Vec<u64> = once.clone().chain(once).collect();
+        let made = m
+            .layer
+            .vmap(&mut m.mmu, &mut m.src, &twice, mmkit_vmalloc::PAGE);
+        if made.is_err() {
+            self.phys.release(&blocks);
         }
-        let area = Area {
-            len,
-            pages,
-            span,
-            pieces: Vec::new(),
-            frames,
-            owns_frames,
-            handle,
-            mirror,
-            runs,
-            page: self.page,
-        };
-        let recorded = self.state().layer.insert(addr, area);
-        debug_assert!(recorded.is_ok(), "our reserved range {addr:#x}");
-        Ok(addr)
-    }
-
-    fn free_va(&self, starts: &[u64]) {
-        let mut st = self.state();
-        for &a in starts {
-            let freed = st.layer.unreserve(a);
-            debug_assert!(freed.is_ok(), "freeing our own range {a:#x}");
-        }
+        made
     }
 
     /// The requested length of the live area at `addr`.
     pub(crate) fn area_len(&self, addr: u64) -> Option<u64> {
-        self.state().layer.area(addr).map(|a| a.len)
+        self.state().meta.get(&addr).map(|a| a.len)
     }
 
-    /// Frees the area at `addr`: lazily (unmapped by a later purge) or, with
-    /// `lazy_unmap` off, at once. `owns` says whether a vmalloc area
-    /// (frames owned) or a vmap area (the caller's frames) is expected,
-    /// `by_handle` that the caller is its handle.
+    /// Frees the area at `addr` through the driver: lazily (unmapped by a
+    /// later purge) or, with `lazy_unmap` off, at once. `owns` says whether
+    /// a vmalloc area (frames from the buddy) or a vmap area (the caller's
+    /// frames) is expected, `by_handle` that the caller is its handle.
     pub(crate) fn free_area(&self, addr: u64, owns: bool, by_handle: bool) -> Result<(), VmError> {
-        let mut st = self.state();
-        match st.layer.area(addr) {
-            Some(a) if a.owns_frames != owns => return Err(VmError::NotAllocated { addr }),
-            Some(a) if a.handle && !by_handle => return Err(VmError::OwnedByHandle { addr }),
-            Some(_) => {}
-            None => return Err(VmError::NotAllocated { addr }),
-        }
-        let (layer, mut mmu) = st.split(self);
-        if let Some(area) = layer.take(addr) {
-            let span = area.span;
-            match layer.retire(&mut mmu, addr, span, Gone::Area(area), false) {
-                Ok(out) => self.settled(st, out),
-                Err(e) => debug_assert!(false, "retiring our own area {addr:#x}: {e}"),
+        self.with(|m| {
+            let meta = m.meta_of(addr, by_handle)?;
+            let freed = if meta.mirror {
+                let frames = m.layer.vunmap(&mut m.mmu, &mut m.src, addr);
+                frames.map(|f| give_back(&mut m.src, f.as_deref().unwrap_or_default()))
+            } else if owns {
+                m.layer.vfree(&mut m.mmu, &mut m.src, addr)
+            } else {
+                // The frames stay the caller's: nothing to give back.
+                m.layer.vunmap(&mut m.mmu, &mut m.src, addr).map(drop)
+            };
+            freed.map_err(|e| m.error(e, addr))?;
+            m.meta.remove(&addr);
+            Ok(())
+        })
+    }
+
+    /// Resizes the vmalloc area at `addr` to `len` bytes without copying
+    /// (the driver's `vrealloc`: a size its pages hold keeps the area, a
+    /// larger one grows it in place when the range after it is free, and
+    /// otherwise maps its frames and new ones at a new area and retires the
+    /// old mapping). Returns the (possibly new) address.
+    pub(crate) fn realloc(&self, addr: u64, len: u64, by_handle: bool) -> Result<u64, VmError> {
+        self.pages_for(len)?;
+        self.with(|m| {
+            let meta = m.meta_of(addr, by_handle)?;
+            let old = match m.layer.area(addr) {
+                Some(a) if a.owned && !meta.mirror => a.frames.clone(),
+                _ => return Err(VmError::Invalid("only vmalloc areas can be resized")),
+            };
+            let to = m
+                .layer
+                .vrealloc(&mut m.mmu, &mut m.src, addr, len)
+                .map_err(|e| m.error(e, addr))?;
+            if let Some(mut meta) = m.meta.remove(&addr) {
+                meta.len = len;
+                m.meta.insert(to, meta);
             }
+            let grew = m.layer.area(to).map_or(0, |a| a.frames.len());
+            if to == addr && grew > old.len() {
+                let c = &self.counters.realloc_in_place;
+                c.fetch_add(1, Ordering::Relaxed);
+            } else if to != addr {
+                let new = m.layer.area(to).map_or(&[][..], |a| &a.frames[..]);
+                let kept = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+                let c = &self.counters;
+                let copied = (old.len() - kept) as u64 * self.page;
+                c.realloc_copied_bytes.fetch_add(copied, Ordering::Relaxed);
+                c.remapped_pages
+                    .fetch_add(old.len() as u64, Ordering::Relaxed);
+                c.realloc_moved.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(to)
+        })
+    }
+
+    /// Unmaps every lazily freed range and retries every stuck one, gives
+    /// their frames back and makes their addresses reusable. Returns the
+    /// span flushed, or `None` when nothing was.
+    pub(crate) fn purge(&self) -> Option<(u64, u64)> {
+        self.with(|m| {
+            lock(&self.table).flushed = None;
+            m.purge();
+            lock(&self.table).flushed.take()
+        })
+    }
+
+    /// Frames for the caller (`alloc_pages`), purging once and retrying
+    /// when the memory limit is reached (lazily freed areas hold frames).
+    pub(crate) fn alloc_user(&self, order: u8) -> Result<u64, VmError> {
+        match self.phys.alloc(order, crate::phys::owner::USER) {
+            Err(VmError::LimitReached { .. }) => {
+                self.purge();
+                self.phys.alloc(order, crate::phys::owner::USER)
+            }
+            r => r,
         }
-        Ok(())
-    }
-
-    // -----------------------------------------------------------------
-    // Blocks of the per-CPU front end
-    // -----------------------------------------------------------------
-
-    fn block_alloc(&self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, AllocError> {
-        self.with_purge_retry(
-            |e| *e == AllocError::NoSpace,
-            || self.state().layer.reserve_block(size, align, (lo, hi)),
-        )
-    }
-
-    /// Frees a block of the front end: its whole range is cleared (its
-    /// live and stale `vm_map_ram` pages go with the flush), then freed
-    /// through the layer.
-    fn block_free(&self, addr: u64, lazy: bool) -> Result<u64, FreeError> {
-        let mut st = self.state();
-        let (layer, mut mmu) = st.split(self);
-        let size = layer.block_size(addr).ok_or(FreeError::NotAllocated)?;
-        mmu.clear(addr, size / mmkit_vmalloc::PAGE);
-        let (size, out) = layer
-            .free_block(&mut mmu, addr, !lazy)
-            .map_err(|_| FreeError::NotAllocated)?;
-        self.settled(st, out);
-        Ok(size)
     }
 
     pub(crate) fn set_lazy_max(&self, bytes: u64) {
@@ -572,7 +493,14 @@ impl Space {
     }
 }
 
-/// The layer's flush policy: lazy below `lazy_max` bytes, or eager.
+/// Gives `frames` to the frame source, one call per run.
+fn give_back(src: &mut PhysFrames<'_>, frames: &[u64]) {
+    for (pfn, n) in frame_runs(frames) {
+        src.free(pfn, n);
+    }
+}
+
+/// The driver's flush policy: lazy below `lazy_max` bytes, or eager.
 fn policy(lazy_unmap: bool, lazy_max: u64) -> Flush {
     if lazy_unmap {
         Flush::Lazy {
@@ -580,56 +508,5 @@ fn policy(lazy_unmap: bool, lazy_max: u64) -> Flush {
         }
     } else {
         Flush::Eager
-    }
-}
-
-/// The space as a [`RangeAllocator`] for the per-CPU front end
-/// ([`mmkit::vblock::ConcurrentVblock`]): a block is a range of the same
-/// vmap allocator that vmalloc uses, and a released block joins the same
-/// lazy list, so one purge unmaps both.
-pub(crate) struct SpaceRange(pub(crate) std::sync::Arc<Space>);
-
-impl RangeAllocator for SpaceRange {
-    fn space(&self) -> (u64, u64) {
-        let r = &self.0.res;
-        (r.base(), r.base() + r.len())
-    }
-
-    fn alloc_in(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, AllocError> {
-        self.0.block_alloc(size, align, lo, hi)
-    }
-
-    fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
-        self.0.block_free(addr, false)
-    }
-
-    fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
-        self.0.block_free(addr, true)
-    }
-
-    fn purge(&mut self, flush: &mut dyn FnMut(u64, u64)) -> bool {
-        self.0.purge().map(|(lo, hi)| flush(lo, hi)).is_some()
-    }
-
-    fn set_lazy_max(&mut self, bytes: u64) {
-        self.0.set_lazy_max(bytes);
-    }
-
-    /// Ignored: a purge of the space unmaps for real, no hook is needed.
-    fn set_flush_hook(&mut self, _hook: Option<FlushHook>) {}
-
-    /// The vmap allocator's stats, with only the blocks counted as live.
-    fn stats(&self) -> RangeStats {
-        let st = self.0.state();
-        let (live_areas, live_bytes) = st.layer.blocks();
-        RangeStats {
-            live_areas,
-            live_bytes,
-            ..st.layer.range().stats()
-        }
-    }
-
-    fn check(&self) -> Result<(), CheckError> {
-        self.0.state().layer.range().check()
     }
 }

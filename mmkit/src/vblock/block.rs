@@ -213,7 +213,7 @@ impl Block {
     /// pages starts at `off`; nothing changes.
     #[inline]
     pub fn free(&mut self, policy: Policy, off: u32, pages: u32) -> Result<bool, FreeError> {
-        if pages == 0 || off >= self.bits || self.heads[off as usize] != pages {
+        if !self.is_live(off, pages) {
             return Err(FreeError::NotAllocated);
         }
         let n = pages.next_power_of_two();
@@ -229,6 +229,13 @@ impl Block {
             Policy::Legacy => set_run(&mut self.dirty_map, off, n),
         }
         Ok(self.dirty == self.bits)
+    }
+
+    /// Whether a live mapping of exactly `pages` pages starts at page
+    /// `off`.
+    #[inline]
+    pub fn is_live(&self, off: u32, pages: u32) -> bool {
+        pages != 0 && off < self.bits && self.heads[off as usize] == pages
     }
 
     /// Nothing live, not entirely dirty, and (unless `force`) less than a

@@ -167,6 +167,14 @@ impl Queue {
         Ok(Some(va_start))
     }
 
+    /// Whether the block in `slot`, starting at `va_start`, has a live
+    /// mapping of exactly `pages` pages at page `off`.
+    pub fn is_live(&self, slot: u32, va_start: u64, off: u32, pages: u32) -> bool {
+        self.slab
+            .get(slot as usize)
+            .is_some_and(|vb| vb.in_use && vb.va_start == va_start && vb.is_live(off, pages))
+    }
+
     /// Drops an entirely dirty block: off the list, slot to `spare`.
     fn release(&mut self, slot: u32) {
         let vb = &mut self.slab[slot as usize];

@@ -254,6 +254,37 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         env.unmap_in(q, &mut b, slot, addr, n, t0)
     }
 
+    /// Whether a block mapping of exactly `pages` pages (1 to
+    /// `max_alloc`) starts at `addr`: what [`unmap`](Self::unmap) would
+    /// accept, asked without changing anything (a caller that must clear
+    /// the page tables before the unmap validates with it first).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// let a = vb.map(0, 3).unwrap();
+    /// assert!(vb.is_mapped(a, 3));
+    /// assert!(!vb.is_mapped(a, 2) && !vb.is_mapped(a + 4096, 2));
+    /// vb.unmap(a, 3).unwrap();
+    /// assert!(!vb.is_mapped(a, 3));
+    /// ```
+    pub fn is_mapped(&self, addr: u64, pages: u64) -> bool {
+        let Some(n) = self.cfg.small(pages) else {
+            return false;
+        };
+        let Some(&(cpu, slot)) = self.index.get(&self.cfg.block_no(addr)) else {
+            return false;
+        };
+        let va = addr & !(self.cfg.block_size() - 1);
+        let Some(off) = self.cfg.page_index(addr - va) else {
+            return false;
+        };
+        self.queues[cpu as usize].is_live(slot, va, off, n)
+    }
+
     fn unmap_large(&mut self, addr: u64, pages: u64) -> Result<(), FreeError> {
         let t0 = now(self.clock);
         self.global.unmap_large(self.clock, t0, addr, pages)

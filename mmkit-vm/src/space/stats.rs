@@ -1,13 +1,10 @@
-//! The purge (the shared layer's, through the memfd machine) and what
-//! follows it here: the frames, budget and block records of every range it
-//! released. With the virtual layer's counters.
+//! The virtual layer's counters: the machine's system calls beside the
+//! driver's own.
 
 use std::sync::atomic::Ordering;
 
-use mmkit_vmalloc::{Gone, Released};
-
-use super::{Area, Space};
-use crate::sync::{lock, AtomicU64};
+use super::Space;
+use crate::sync::AtomicU64;
 
 /// Counters of the virtual layer (system calls included).
 #[derive(Debug, Default)]
@@ -66,51 +63,14 @@ pub struct SpaceStats {
 }
 
 impl Space {
-    /// Unmaps every lazily freed range and retries every stuck one, gives
-    /// their frames back and makes their addresses reusable. Returns the
-    /// range covering what was unmapped, or `None` when nothing was.
-    pub(crate) fn purge(&self) -> Option<(u64, u64)> {
-        let _one_at_a_time = lock(&self.purge_lock);
-        let mut st = self.state();
-        let (layer, mut mmu) = st.split(self);
-        let purged = layer.purge_released(&mut mmu);
-        purged.flushed?;
-        // Under the lock: a block's records go before its range is reused.
-        let covered = self.dispose(purged.released);
-        drop(st);
-        self.purges_done.fetch_add(1, Ordering::Release);
-        covered
-    }
-
-    /// Gives back what the ranges in `released` held now that they are
-    /// unmapped and free: one map count fewer for each frame they showed,
-    /// the frames of the areas that own theirs, the runs to the budget, the
-    /// block records. Runs under the state lock, so that nothing is handed
-    /// out in those ranges before their records are gone. Returns the range
-    /// covering them.
-    pub(crate) fn dispose(&self, released: Vec<Released<Area>>) -> Option<(u64, u64)> {
-        if released.is_empty() {
-            return None;
-        }
-        let (mut lo, mut hi, mut runs) = (u64::MAX, 0, 0);
-        for r in &released {
-            (lo, hi) = (lo.min(r.start), hi.max(r.start + r.span));
-            match &r.what {
-                Gone::Area(a) => {
-                    for _ in 0..a.maps_per_frame() {
-                        self.phys.unmapped_blocks(&a.frames);
-                    }
-                    if a.owns_frames {
-                        self.phys.release(&a.frames);
-                    }
-                    runs += a.runs;
-                }
-                Gone::Block => runs += self.records.drop_block(r.start, &self.phys),
-            }
-        }
-        self.budget.credit(runs);
-        self.phys.retry_deferred();
-        Some((lo, hi))
+    /// Ranges of live `vm_map_ram` blocks that the latest flush over them
+    /// could not unmap (those of retired blocks and areas are on the
+    /// driver's stuck list).
+    fn stuck_in_blocks(&self, layer: &mmkit_vmalloc::Vmalloc<mmkit::vmap::VmapAllocator>) -> u64 {
+        let table = crate::sync::lock(&self.table);
+        let live =
+            |&&(s, _): &&(u64, u64)| matches!(layer.lookup(s), mmkit_vmalloc::Where::Block { .. });
+        table.refused.iter().filter(live).count() as u64
     }
 
     pub(crate) fn stats(&self) -> SpaceStats {
@@ -122,7 +82,7 @@ impl Space {
             map_calls: c.map_calls.load(Ordering::Relaxed),
             unmap_calls: c.unmap_calls.load(Ordering::Relaxed),
             unmap_failures: c.unmap_failures.load(Ordering::Relaxed),
-            stuck_ranges: st.layer.stuck() as u64 + self.records.stuck(),
+            stuck_ranges: st.layer.stuck() as u64 + self.stuck_in_blocks(&st.layer),
             maps_charged: self.budget.used(),
             map_budget: self.budget.limit(),
             purges: layer.purges,
