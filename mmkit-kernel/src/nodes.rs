@@ -23,7 +23,7 @@ use alloc::vec::Vec;
 use mmkit::error::{AllocError, CheckError, FreeError};
 use mmkit::nodes::{NodesConfig, VmapNodes};
 use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
-use mmkit::request::{Request, RequestError};
+use mmkit::request::Request;
 use mmkit_vmalloc::{Flush, VmError, Vmalloc, Where, PAGE};
 use spin::Once;
 
@@ -62,10 +62,9 @@ impl RangeAllocator for NodeRange {
             .ok_or(AllocError::Invalid)?
             .align(align)
             .within(vstart..vend);
-        self.nodes.allocate(self.node, &req).map_err(|e| match e {
-            RequestError::NoFit { .. } | RequestError::NotFree { .. } => AllocError::NoSpace,
-            _ => AllocError::Invalid,
-        })
+        self.nodes
+            .allocate(self.node, &req)
+            .map_err(AllocError::from)
     }
 
     fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
