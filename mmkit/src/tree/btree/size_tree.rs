@@ -539,7 +539,8 @@ impl SizeTree {
     /// tree of the blocks by `(length, start)`, from `(size, 0)`, the best
     /// fit at `2^k`. Subtrees whose bound is below `size` are skipped, and
     /// the bound of each subtree searched in vain is lowered to what the
-    /// search saw.
+    /// search saw (and below `from`'s length, which bounds the entries
+    /// before it).
     ///
     /// # Complexity
     /// O(log n) nodes, and one node per level for each subtree whose bound
@@ -602,10 +603,12 @@ impl SizeTree {
             let inside = if c == c0 { from } else { None };
             match self.search(leaves, inners, kid, d + 1, inside, size, bound) {
                 Search::Missed(t) => {
-                    if inside.is_none() {
-                        // The whole subtree was looked at: its bound falls.
-                        inners[id as usize].set_bound(c, t);
-                    }
+                    // Its bound falls to what was seen, and the entries
+                    // before `from` it was not looked at for are shorter
+                    // (or as long, past a start of 0), as their usable
+                    // lengths are.
+                    let t = inside.map_or(t, |f| t.max(f.0.saturating_sub(u64::from(f.1 == 0))));
+                    inners[id as usize].set_bound(c, t);
                     seen = seen.max(t);
                 }
                 found_or_stopped => return found_or_stopped,
