@@ -187,12 +187,11 @@ impl<S: Storage> BTree<S> {
     /// instead (see the module docs).
     ///
     /// # Complexity
-    /// Without a window: O(log n + j), `j` the blocks that hold the
-    /// request and whose usable length at its alignment is at most the
-    /// answer's length (0 when every block start is aligned); the first
-    /// request at an alignment builds its index, O(n log n) once, and
-    /// every change to the blocks then updates it, O(log n) per index
-    /// kept. With a window: O(log n + min(k, m)), `k` the blocks at least
+    /// Without a window: O(log n) nodes, and one node per level for each
+    /// subtree whose bound the blocks' changes left stale (the search
+    /// lowers it); the first request at an alignment builds its index,
+    /// O(n log n) once, and every change to the blocks then updates it,
+    /// O(log n) per index kept. With a window: O(log n + min(k, m)), `k` the blocks at least
     /// `size` long that come before the answer in size order but cannot
     /// hold the request (the alignment misses in them, or they lie outside
     /// the window), `m` the blocks that meet the window.
