@@ -119,7 +119,10 @@ fn run_at(at: u64, pages: u64) -> u64 {
 pub fn map_run(va: u64, pfns: &[u64]) -> u64 {
     let mut done = 0;
     while let Some(rest) = pfns.get(done..).filter(|r| !r.is_empty()) {
-        let Some(at) = (done as u64).checked_mul(PAGE).and_then(|o| va.checked_add(o)) else {
+        let Some(at) = (done as u64)
+            .checked_mul(PAGE)
+            .and_then(|o| va.checked_add(o))
+        else {
             break;
         };
         let Some(t) = pt(at, true) else { break };

@@ -17,9 +17,9 @@ use alloc::vec::Vec;
 
 use crate::counters::{counts, since};
 use crate::mm::{self, KernelMmu, PhysFrames};
+use crate::phys::DataFrame;
 use crate::profile::{self, timed, Phase, TimedSpin};
 use crate::scale::{per_cpu_share, Scale};
-use crate::phys::DataFrame;
 use crate::{arch, percpu, println, smp, time};
 use mmkit_vmalloc::{MapRam, PAGE};
 
