@@ -170,10 +170,20 @@ pub fn fresh_words(n: u64) -> u64 {
 /// caller asked to map there, through the identity map. A write that a
 /// stale translation (or a wrong PTE) sent elsewhere is missed there.
 /// The words come from [`fresh_words`], so none is found by chance.
-/// Returns whether every page took its word (and none faulted).
+/// Returns whether every page took its word. A plain write, not a probe:
+/// the mapping was just made, so a fault is a bug, and the fault handler
+/// ends the run with it (as a kernel oopses).
 pub fn touch_frames(va: u64, frames: &[phys::DataFrame], word: u64) -> bool {
     (0u64..).zip(frames).all(|(i, f)| {
-        let v = word + i;
-        probe_write(va + i * phys::PAGE, v) && f.read() == v
+        let (at, v) = (va.wrapping_add(i * phys::PAGE), word + i);
+        if !in_vmalloc(at) {
+            return false;
+        }
+        // SAFETY: `at` is an aligned word in the vmalloc area, which holds
+        // no Rust objects (only frames the layers map), so the write
+        // aliases nothing; unmapped, it faults into the page-fault
+        // handler, which reports it and ends the run.
+        unsafe { core::ptr::write_volatile(at as *mut u64, v) };
+        f.read() == v
     })
 }

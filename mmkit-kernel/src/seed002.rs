@@ -35,11 +35,11 @@ struct Loop {
 
 /// One map+touch+unmap of `frames` in `design`, the touch writing the
 /// fresh words from `word`; whether it all worked.
-fn once(design: &str, cpu: usize, frames: &[DataFrame], word: u64) -> bool {
+fn once(design: Design, cpu: usize, frames: &[DataFrame], word: u64) -> bool {
     let pfns: [u64; PAGES] = core::array::from_fn(|i| frames[i].pfn());
     let mut mmu = KernelMmu;
     match design {
-        "old" => {
+        Design::Old => {
             // The guard drops before the unmap takes the lock again.
             let src = &mut PhysFrames;
             let r = timed(Phase::Calls, || {
@@ -53,8 +53,26 @@ fn once(design: &str, cpu: usize, frames: &[DataFrame], word: u64) -> bool {
                     .is_ok()
             })
         }
-        "nodes" => through(mm::map_ram_nodes(), cpu, frames, &pfns, word),
-        _ => through(mm::map_ram(), cpu, frames, &pfns, word),
+        Design::Nodes => through(mm::map_ram_nodes(), cpu, frames, &pfns, word),
+        Design::New => through(mm::map_ram(), cpu, frames, &pfns, word),
+    }
+}
+
+/// A design of the loop, named once rather than compared per iteration.
+#[derive(Clone, Copy)]
+enum Design {
+    Old,
+    New,
+    Nodes,
+}
+
+impl Design {
+    fn of(name: &str) -> Design {
+        match name {
+            "old" => Design::Old,
+            "nodes" => Design::Nodes,
+            _ => Design::New,
+        }
     }
 }
 
@@ -84,6 +102,7 @@ fn through<R: mmkit::range::RangeAllocator>(
 /// starts); every iteration is counted in `ops`.
 fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>) -> Loop {
     let cpu = arch::cpu_id();
+    let design = Design::of(design);
     let frames: Vec<DataFrame> = (0..2 * PAGES)
         .filter_map(|_| DataFrame::alloc(cpu))
         .collect();
