@@ -170,3 +170,14 @@ fn nodes_and_new_ll_columns_come_from_their_rows() {
     let json = serde_json::to_string(&mode).expect("json");
     assert!(json.contains("\"stress_new_ll_ipis\":12.0") && json.contains("\"perf_nodes_ms\""));
 }
+
+#[test]
+fn icount_runs_one_thread_and_says_so_in_every_row() {
+    assert_eq!(
+        Accel::Icount.args(),
+        ["-accel", "tcg", "-icount", "shift=0"]
+    );
+    // Targets and tables name the accelerator; TCG stays in the name.
+    assert!(Accel::Icount.name().contains("TCG") && Accel::Icount.name().contains("icount"));
+    assert!(Accel::Tcg.args().contains(&"tcg,thread=multi"));
+}
