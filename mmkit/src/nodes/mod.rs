@@ -75,6 +75,8 @@ use crate::vmap::VmapAllocator;
 mod check;
 pub use check::NodesStats;
 pub mod linux;
+pub mod linux_rbtree;
+pub use linux_rbtree::LinuxFreeTree;
 pub use linux::LinuxNodes;
 mod lock;
 mod purge;
