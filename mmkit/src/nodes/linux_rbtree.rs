@@ -101,6 +101,11 @@ impl LinuxFreeTree {
         })
     }
 
+    /// The longest free block (0 when none).
+    pub fn largest(&self) -> u64 {
+        self.max(self.root)
+    }
+
     /// Linux's address for `size` bytes aligned to `align` in `[vstart,
     /// vend)` (`__alloc_vmap_area` without the clip): the first block its
     /// descent accepts, failing when that fit ends past `vend`. `None`
@@ -656,7 +661,11 @@ impl LinuxFreeTree {
         let mut last: Option<u64> = None;
         for b in self.blocks() {
             if b.start >= b.end || last.is_some_and(|e| e >= b.start) {
-                return bad(b.start, Invariant::Layout, "blocks overlap, touch or are empty");
+                return bad(
+                    b.start,
+                    Invariant::Layout,
+                    "blocks overlap, touch or are empty",
+                );
             }
             last = Some(b.end);
         }
@@ -670,7 +679,12 @@ impl LinuxFreeTree {
         }
         let node = &self.nodes[n as usize];
         let bad = |inv: Invariant, what: &str| {
-            Err(CheckError::new("linux-free-tree", inv, Some(node.start), what))
+            Err(CheckError::new(
+                "linux-free-tree",
+                inv,
+                Some(node.start),
+                what,
+            ))
         };
         for c in [node.left, node.right] {
             if c != NIL && self.nodes[c as usize].parent != n {
@@ -680,7 +694,10 @@ impl LinuxFreeTree {
                 return bad(Invariant::Structure, "a red node has a red child");
             }
         }
-        let (l, r) = (self.check_subtree(node.left)?, self.check_subtree(node.right)?);
+        let (l, r) = (
+            self.check_subtree(node.left)?,
+            self.check_subtree(node.right)?,
+        );
         if l != r {
             return bad(Invariant::Structure, "black heights differ");
         }

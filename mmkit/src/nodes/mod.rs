@@ -76,8 +76,8 @@ mod check;
 pub use check::NodesStats;
 pub mod linux;
 pub mod linux_rbtree;
-pub use linux_rbtree::LinuxFreeTree;
 pub use linux::LinuxNodes;
+pub use linux_rbtree::LinuxFreeTree;
 mod lock;
 mod purge;
 #[cfg(test)]

@@ -84,7 +84,8 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn same(t: &LinuxFreeTree, m: &Model) -> Result<(), TestCaseError> {
-    t.check().map_err(|e| TestCaseError::fail(alloc::format!("{e}")))?;
+    t.check()
+        .map_err(|e| TestCaseError::fail(alloc::format!("{e}")))?;
     prop_assert_eq!(t.blocks().collect::<Vec<_>>(), m.blocks());
     Ok(())
 }
@@ -159,10 +160,7 @@ fn bad_input_is_refused_and_changes_nothing() {
             end: 0x5000
         })
     );
-    assert_eq!(
-        t.free(9, 9),
-        Err(AddFreeError::Empty { start: 9, end: 9 })
-    );
+    assert_eq!(t.free(9, 9), Err(AddFreeError::Empty { start: 9, end: 9 }));
     assert!(t.clip(a, 0x1000).is_err());
     assert!(t.clip(u64::MAX - 0x1000, 0x2000).is_err());
     assert!(t.clip(0x5000, 0).is_err());
@@ -191,10 +189,19 @@ fn the_shape_decides_a_large_alignment() {
         root_short.blocks().collect::<Vec<_>>(),
         root_long.blocks().collect::<Vec<_>>()
     );
-    assert_eq!(root_short.find(size, align, window.0, window.1), Some(short.0));
-    assert_eq!(root_long.find(size, align, window.0, window.1), Some(long.0));
+    assert_eq!(
+        root_short.find(size, align, window.0, window.1),
+        Some(short.0)
+    );
+    assert_eq!(
+        root_long.find(size, align, window.0, window.1),
+        Some(long.0)
+    );
     // Up to a page of alignment both find the lowest fit.
-    assert_eq!(root_long.find(size, 0x1000, window.0, window.1), Some(short.0));
+    assert_eq!(
+        root_long.find(size, 0x1000, window.0, window.1),
+        Some(short.0)
+    );
 }
 
 /// A no-edge fit keeps the node for the right part and links the left
