@@ -324,3 +324,29 @@ fn pools_decay_by_a_quarter_or_wholly_below_four() {
     ops.push(Op::Purge);
     run(2, &ops).unwrap();
 }
+
+/// Judged: Linux going to the free tree while the request's pool holds an
+/// aligned area marks that pool detached (a purge's decay walks it); the
+/// model then answers from the free tree too, until Linux takes from the
+/// pool again.
+#[test]
+fn a_pool_linux_passes_over_is_detached_until_linux_takes_from_it() {
+    let mut n = LinuxNodes::new(SPACE.0, SPACE.1, 2, VMALLOC).unwrap();
+    let (size, align) = (2 * PAGE, PAGE);
+    let a = n.alloc_in(size, align, VMALLOC.0, VMALLOC.1).unwrap();
+    let b = n.alloc_in(size, align, VMALLOC.0, VMALLOC.1).unwrap();
+    n.free_lazy(a).unwrap();
+    n.free_lazy(b).unwrap();
+    n.purge(&mut |_, _| {}); // node 0's pool of 2 pages: b, a
+    let low = VMALLOC.0 + 2 * size; // the free tree's lowest fit
+    assert_eq!(n.alloc_judged(size, align, VMALLOC, low), Ok(Some(b)));
+    assert_eq!(n.inferred_detaches(), 1);
+    assert_eq!(n.pooled(), 2);
+    // Detached: the model's answer is the free tree's.
+    let next = low + size;
+    assert_eq!(n.alloc_judged(size, align, VMALLOC, b), Ok(Some(next)));
+    // Linux took b from the pool: attached again.
+    assert_eq!(n.alloc_judged(size, align, VMALLOC, a), Ok(Some(a)));
+    assert_eq!(n.pooled(), 0);
+    n.check().unwrap();
+}

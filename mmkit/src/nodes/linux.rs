@@ -127,6 +127,10 @@ pub struct LinuxNodes {
     pools: Vec<Vec<VecDeque<u64>>>,
     hits: u64,
     inferred_shrinks: u64,
+    /// (node, pool index) pools a purge's decay holds detached, inferred
+    /// by [`alloc_judged`](Self::alloc_judged); back at the next purge.
+    detached: Vec<(usize, usize)>,
+    inferred_detaches: u64,
     purges: u64,
     retries: u64,
 }
@@ -165,6 +169,8 @@ impl LinuxNodes {
             pools: vec![vec![VecDeque::new(); POOLED_PAGES as usize]; nodes],
             hits: 0,
             inferred_shrinks: 0,
+            detached: Vec::new(),
+            inferred_detaches: 0,
             purges: 0,
             retries: 0,
         })
@@ -205,7 +211,11 @@ impl LinuxNodes {
     /// The newest area of `node`'s pool of `size` if aligned; a misaligned
     /// one moves to the oldest end.
     fn pool_take(&mut self, node: usize, size: u64, align: u64) -> Option<u64> {
-        let pool = &mut self.pools[node][Self::class(size)?];
+        let c = Self::class(size)?;
+        if self.detached.contains(&(node, c)) {
+            return None;
+        }
+        let pool = &mut self.pools[node][c];
         let a = pool.pop_front()?;
         if a & (align - 1) == 0 {
             return Some(a);
@@ -286,6 +296,16 @@ impl LinuxNodes {
     /// been `linux`, Linux's own address (taken from the node's pool if it
     /// is there, else from the free tree).
     ///
+    /// Two states Linux traces no event for are inferred, each counted: a
+    /// shrinker run when Linux's address lies in a pool here
+    /// ([`inferred_shrinks`](Self::inferred_shrinks)), and a pool detached
+    /// when Linux went to the free tree while the request's pool held an
+    /// aligned area ([`inferred_detaches`](Self::inferred_detaches)): a
+    /// purge's decay holds each pool off its list while it walks it, and a
+    /// walk can outlast many requests on another CPU. A detached pool
+    /// serves nothing until Linux takes from it again or the next purge
+    /// begins.
+    ///
     /// # Errors
     /// `NoSpace` if `[linux, linux + size)` is neither pooled on the
     /// request's node nor free here: the two states differ. `Invalid` for
@@ -320,7 +340,20 @@ impl LinuxNodes {
             }
             _ => None,
         };
-        if pooled.is_none() && self.take_free(linux, size, align).is_err() {
+        if let (Some(_), Some(nc)) = (pooled, class) {
+            // Linux took from the pool: it is attached.
+            self.detached.retain(|&d| d != nc);
+        }
+        let hit = matches!(ours, Some((a, true)) if a != linux);
+        if pooled.is_none() && hit && self.take_free(linux, size, align).is_ok() {
+            // Linux passed over a pool that held an area: a purge's
+            // decay, which leaves no event until the purge ends, holds
+            // that pool detached while it walks it.
+            if let Some(nc) = class {
+                self.detached.push(nc);
+                self.inferred_detaches += 1;
+            }
+        } else if pooled.is_none() && self.take_free(linux, size, align).is_err() {
             // Only the shrinker, which leaves no trace event, frees a
             // pooled area outside a purge.
             if !self.pooled_overlap(linux, linux.saturating_add(size)) {
@@ -412,6 +445,13 @@ impl LinuxNodes {
         }
     }
 
+    /// Pools [`alloc_judged`](Self::alloc_judged) inferred detached by a
+    /// purge's decay: Linux went to the free tree while the request's pool
+    /// held an area.
+    pub fn inferred_detaches(&self) -> u64 {
+        self.inferred_detaches
+    }
+
     /// Shrinker runs [`alloc_judged`](Self::alloc_judged) inferred: Linux
     /// took an address that lies in a pool here.
     pub fn inferred_shrinks(&self) -> u64 {
@@ -432,6 +472,7 @@ impl LinuxNodes {
     /// lazy frees wait for the next purge.
     pub fn purge_begin(&mut self, full: bool) {
         self.purge_end();
+        self.detached.clear();
         self.decay(full);
         let nodes = self.lazy.iter_mut().map(core::mem::take).collect();
         self.purging = Some(Purging { full, nodes });
