@@ -1,7 +1,7 @@
 //! The committed captures of Linux 6.12 (boot, test_vmalloc, at 1 and 2
 //! vCPUs, in QEMU; `traces/linux/*.ftrace.xz`, the text of
-//! /sys/kernel/tracing/trace): imported, replayed by `Policy::Linux` with
-//! Linux's node pools, judged against Linux's own addresses; and replayed
+//! /sys/kernel/tracing/trace): imported, replayed by Linux's free tree
+//! (in Linux's shape) with Linux's node pools, judged against Linux's own addresses; and replayed
 //! by the exact lowest fit on both of its allocators, which must agree;
 //! and replayed by the exact lowest fit and best fit against their
 //! brute-force model, which must agree at every step.
