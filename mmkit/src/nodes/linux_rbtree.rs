@@ -38,14 +38,16 @@ use crate::request::{RequestError, LINUX_PAGE_SIZE};
 
 /// No node.
 const NIL: u32 = u32::MAX;
+/// A node's sides: `kids[L]` holds lower blocks, `kids[R]` higher ones.
+const L: usize = 0;
+const R: usize = 1;
 
 /// One free block.
 #[derive(Debug, Clone)]
 struct Node {
     start: u64,
     end: u64,
-    left: u32,
-    right: u32,
+    kids: [u32; 2],
     parent: u32,
     red: bool,
     /// The longest block in this node's subtree (`subtree_max_size`).
@@ -96,7 +98,7 @@ impl LinuxFreeTree {
         core::iter::from_fn(move || {
             let n = self.nodes.get(at as usize)?;
             let r = n.start..n.end;
-            at = self.next(at);
+            at = self.step(at, R);
             Some(r)
         })
     }
@@ -166,10 +168,10 @@ impl LinuxFreeTree {
                 // by a descent from the node.
                 self.nodes[n as usize].start = end;
                 self.propagate(n);
-                let (parent, left) = self
+                let (parent, side) = self
                     .links(n, s, addr)
                     .expect("the left part lies below its node, beside no block");
-                self.link(parent, left, s, addr);
+                self.link(parent, side, s, addr);
             }
         }
         Ok(())
@@ -184,17 +186,17 @@ impl LinuxFreeTree {
         if start >= end {
             return Err(AddFreeError::Empty { start, end });
         }
-        let Some((parent, left)) = self.links(self.root, start, end) else {
+        let Some((parent, side)) = self.links(self.root, start, end) else {
             let o = self.nodes.get(self.holding_any(start, end) as usize);
             return Err(AddFreeError::Overlaps {
                 start: o.map_or(start, |o| o.start.max(start)),
                 end: o.map_or(end, |o| o.end.min(end)),
             });
         };
-        let (prev, next) = match (parent, left) {
+        let (prev, next) = match (parent, side) {
             (NIL, _) => (NIL, NIL),
-            (p, true) => (self.prev(p), p),
-            (p, false) => (p, self.next(p)),
+            (p, L) => (self.step(p, L), p),
+            (p, _) => (p, self.step(p, R)),
         };
         let mut merged = NIL;
         if next != NIL && self.nodes[next as usize].start == end {
@@ -214,7 +216,7 @@ impl LinuxFreeTree {
             merged = prev;
         }
         match merged {
-            NIL => self.link(parent, left, start, end),
+            NIL => self.link(parent, side, start, end),
             m => self.propagate(m),
         }
         Ok(())
@@ -231,15 +233,15 @@ impl LinuxFreeTree {
         let mut n = self.root;
         while n != NIL {
             let node = &self.nodes[n as usize];
-            if self.max(node.left) >= length && vstart < node.start {
-                n = node.left;
+            if self.max(node.kids[L]) >= length && vstart < node.start {
+                n = node.kids[L];
                 continue;
             }
             if self.fit_in(n, size, align, vstart).is_some() {
                 return Some(n);
             }
-            if self.max(node.right) >= length {
-                n = node.right;
+            if self.max(node.kids[R]) >= length {
+                n = node.kids[R];
                 continue;
             }
             // Roll back to the first ancestor that holds the request or
@@ -250,9 +252,9 @@ impl LinuxFreeTree {
                 if self.fit_in(n, size, align, vstart).is_some() {
                     return Some(n);
                 }
-                if self.max(up.right) >= length && vstart <= up.start {
+                if self.max(up.kids[R]) >= length && vstart <= up.start {
                     vstart = up.start + 1;
-                    n = up.right;
+                    n = up.kids[R];
                     break;
                 }
             }
@@ -271,22 +273,21 @@ impl LinuxFreeTree {
 
     /// `find_va_links` from node `from`: the parent and side where
     /// `[start, end)` links, or `None` when it overlaps a block.
-    fn links(&self, from: u32, start: u64, end: u64) -> Option<(u32, bool)> {
-        let (mut parent, mut left, mut n) = (NIL, false, from);
+    fn links(&self, from: u32, start: u64, end: u64) -> Option<(u32, usize)> {
+        let (mut parent, mut side, mut n) = (NIL, L, from);
         while n != NIL {
             let node = &self.nodes[n as usize];
             parent = n;
-            if end <= node.start {
-                left = true;
-                n = node.left;
+            side = if end <= node.start {
+                L
             } else if start >= node.end {
-                left = false;
-                n = node.right;
+                R
             } else {
                 return None;
-            }
+            };
+            n = node.kids[side];
         }
-        Some((parent, left))
+        Some((parent, side))
     }
 
     /// The node whose block contains `addr`, else `NIL`.
@@ -300,9 +301,9 @@ impl LinuxFreeTree {
         while n != NIL {
             let node = &self.nodes[n as usize];
             if end <= node.start {
-                n = node.left;
+                n = node.kids[L];
             } else if start >= node.end {
-                n = node.right;
+                n = node.kids[R];
             } else {
                 break;
             }
@@ -319,47 +320,33 @@ impl LinuxFreeTree {
         self.nodes.get(n as usize).is_some_and(|x| x.red)
     }
 
+    /// The child of `n` on `side`.
+    fn kid(&self, n: u32, side: usize) -> u32 {
+        self.nodes[n as usize].kids[side]
+    }
+
     /// The leftmost node.
     fn first(&self) -> u32 {
         let mut n = self.root;
-        while n != NIL && self.nodes[n as usize].left != NIL {
-            n = self.nodes[n as usize].left;
+        while n != NIL && self.kid(n, L) != NIL {
+            n = self.kid(n, L);
         }
         n
     }
 
-    /// The in-order successor of `n`.
-    fn next(&self, mut n: u32) -> u32 {
-        let r = self.nodes[n as usize].right;
-        if r != NIL {
-            n = r;
-            while self.nodes[n as usize].left != NIL {
-                n = self.nodes[n as usize].left;
+    /// The in-order neighbour of `n` on `side`: its successor for `R`,
+    /// its predecessor for `L`.
+    fn step(&self, mut n: u32, side: usize) -> u32 {
+        if self.kid(n, side) != NIL {
+            n = self.kid(n, side);
+            while self.kid(n, 1 - side) != NIL {
+                n = self.kid(n, 1 - side);
             }
             return n;
         }
         loop {
             let p = self.nodes[n as usize].parent;
-            if p == NIL || self.nodes[p as usize].left == n {
-                return p;
-            }
-            n = p;
-        }
-    }
-
-    /// The in-order predecessor of `n`.
-    fn prev(&self, mut n: u32) -> u32 {
-        let l = self.nodes[n as usize].left;
-        if l != NIL {
-            n = l;
-            while self.nodes[n as usize].right != NIL {
-                n = self.nodes[n as usize].right;
-            }
-            return n;
-        }
-        loop {
-            let p = self.nodes[n as usize].parent;
-            if p == NIL || self.nodes[p as usize].right == n {
+            if p == NIL || self.kid(p, 1 - side) == n {
                 return p;
             }
             n = p;
@@ -377,8 +364,8 @@ impl LinuxFreeTree {
     fn recompute(&mut self, n: u32) {
         let node = &self.nodes[n as usize];
         let m = (node.end - node.start)
-            .max(self.max(node.left))
-            .max(self.max(node.right));
+            .max(self.max(node.kids[L]))
+            .max(self.max(node.kids[R]));
         self.nodes[n as usize].max = m;
     }
 
@@ -386,54 +373,38 @@ impl LinuxFreeTree {
     fn replace_child(&mut self, parent: u32, old: u32, new: u32) {
         if parent == NIL {
             self.root = new;
-        } else if self.nodes[parent as usize].left == old {
-            self.nodes[parent as usize].left = new;
         } else {
-            self.nodes[parent as usize].right = new;
+            let side = if self.kid(parent, L) == old { L } else { R };
+            self.nodes[parent as usize].kids[side] = new;
         }
         if new != NIL {
             self.nodes[new as usize].parent = parent;
         }
     }
 
-    /// Rotates `x` down to the left (its right child rises); `x`'s old
-    /// subtree maximum moves to the child, `x`'s own is recomputed.
-    fn rotate_left(&mut self, x: u32) {
-        let y = self.nodes[x as usize].right;
-        let b = self.nodes[y as usize].left;
-        self.nodes[x as usize].right = b;
+    /// Rotates `x` down to its `side`: its child on the other side rises
+    /// into its place and takes `x`'s subtree maximum; `x`'s own is
+    /// recomputed (lib/rbtree.c's rotate callback).
+    fn rotate(&mut self, x: u32, side: usize) {
+        let y = self.kid(x, 1 - side);
+        let b = self.kid(y, side);
+        self.nodes[x as usize].kids[1 - side] = b;
         if b != NIL {
             self.nodes[b as usize].parent = x;
         }
         self.replace_child(self.nodes[x as usize].parent, x, y);
-        self.nodes[y as usize].left = x;
+        self.nodes[y as usize].kids[side] = x;
         self.nodes[x as usize].parent = y;
         self.nodes[y as usize].max = self.nodes[x as usize].max;
         self.recompute(x);
     }
 
-    /// The mirror of [`rotate_left`](Self::rotate_left).
-    fn rotate_right(&mut self, x: u32) {
-        let y = self.nodes[x as usize].left;
-        let b = self.nodes[y as usize].right;
-        self.nodes[x as usize].left = b;
-        if b != NIL {
-            self.nodes[b as usize].parent = x;
-        }
-        self.replace_child(self.nodes[x as usize].parent, x, y);
-        self.nodes[y as usize].right = x;
-        self.nodes[x as usize].parent = y;
-        self.nodes[y as usize].max = self.nodes[x as usize].max;
-        self.recompute(x);
-    }
-
-    /// Links a red leaf `[start, end)` below `parent` and rebalances.
-    fn link(&mut self, parent: u32, left: bool, start: u64, end: u64) {
+    /// Links a red leaf `[start, end)` on `parent`'s `side` and rebalances.
+    fn link(&mut self, parent: u32, side: usize, start: u64, end: u64) {
         let node = Node {
             start,
             end,
-            left: NIL,
-            right: NIL,
+            kids: [NIL; 2],
             parent,
             red: true,
             max: end - start,
@@ -448,10 +419,9 @@ impl LinuxFreeTree {
                 (self.nodes.len() - 1) as u32
             }
         };
-        match (parent, left) {
-            (NIL, _) => self.root = z,
-            (p, true) => self.nodes[p as usize].left = z,
-            (p, false) => self.nodes[p as usize].right = z,
+        match parent {
+            NIL => self.root = z,
+            p => self.nodes[p as usize].kids[side] = z,
         }
         self.propagate(z);
         self.insert_fixup(z);
@@ -470,12 +440,8 @@ impl LinuxFreeTree {
             }
             // A red parent is not the root: the grandparent exists.
             let g = self.nodes[p as usize].parent;
-            let p_is_left = self.nodes[g as usize].left == p;
-            let uncle = if p_is_left {
-                self.nodes[g as usize].right
-            } else {
-                self.nodes[g as usize].left
-            };
+            let ps = if self.kid(g, L) == p { L } else { R };
+            let uncle = self.kid(g, 1 - ps);
             if self.is_red(uncle) {
                 self.nodes[uncle as usize].red = false;
                 self.nodes[p as usize].red = false;
@@ -484,19 +450,11 @@ impl LinuxFreeTree {
                 continue;
             }
             let mut p = p;
-            if p_is_left {
-                if self.nodes[p as usize].right == z {
-                    self.rotate_left(p);
-                    p = z;
-                }
-                self.rotate_right(g);
-            } else {
-                if self.nodes[p as usize].left == z {
-                    self.rotate_right(p);
-                    p = z;
-                }
-                self.rotate_left(g);
+            if self.kid(p, 1 - ps) == z {
+                self.rotate(p, ps);
+                p = z;
             }
+            self.rotate(g, 1 - ps);
             self.nodes[p as usize].red = false;
             self.nodes[g as usize].red = true;
             return;
@@ -507,8 +465,7 @@ impl LinuxFreeTree {
     /// in-order successor) and rebalances.
     fn erase(&mut self, z: u32) {
         let Node {
-            left,
-            right,
+            kids: [left, right],
             parent,
             red,
             ..
@@ -530,20 +487,20 @@ impl LinuxFreeTree {
             // The successor `s`, its parent `sp` after the splice (`s`
             // itself when it is the right child) and its right child.
             let (mut s, mut sp) = (right, right);
-            while self.nodes[s as usize].left != NIL {
+            while self.kid(s, L) != NIL {
                 sp = s;
-                s = self.nodes[s as usize].left;
+                s = self.kid(s, L);
             }
-            let child2 = self.nodes[s as usize].right;
+            let child2 = self.kid(s, R);
             if s != right {
-                self.nodes[sp as usize].left = child2;
+                self.nodes[sp as usize].kids[L] = child2;
                 if child2 != NIL {
                     self.nodes[child2 as usize].parent = sp;
                 }
-                self.nodes[s as usize].right = right;
+                self.nodes[s as usize].kids[R] = right;
                 self.nodes[right as usize].parent = s;
             }
-            self.nodes[s as usize].left = left;
+            self.nodes[s as usize].kids[L] = left;
             self.nodes[left as usize].parent = s;
             self.replace_child(parent, z, s);
             let s_red = self.nodes[s as usize].red;
@@ -570,40 +527,18 @@ impl LinuxFreeTree {
     fn erase_fixup(&mut self, mut parent: u32) {
         let mut node = NIL;
         loop {
-            let node_is_left = self.nodes[parent as usize].right != node;
-            let sib = |t: &Self, p: u32| {
-                let x = &t.nodes[p as usize];
-                if node_is_left {
-                    x.right
-                } else {
-                    x.left
-                }
-            };
-            let far = |t: &Self, s: u32| {
-                let x = &t.nodes[s as usize];
-                if node_is_left {
-                    x.right
-                } else {
-                    x.left
-                }
-            };
-            let near = |t: &Self, s: u32| {
-                let x = &t.nodes[s as usize];
-                if node_is_left {
-                    x.left
-                } else {
-                    x.right
-                }
-            };
-            let mut s = sib(self, parent);
+            // The side `node` hangs on; its sibling is on the other.
+            let ns = if self.kid(parent, R) != node { L } else { R };
+            let mut s = self.kid(parent, 1 - ns);
             if self.is_red(s) {
-                self.rotate_toward(parent, node_is_left);
+                self.rotate(parent, ns);
                 self.nodes[s as usize].red = false;
                 self.nodes[parent as usize].red = true;
-                s = sib(self, parent);
+                s = self.kid(parent, 1 - ns);
             }
-            if !self.is_red(far(self, s)) {
-                if !self.is_red(near(self, s)) {
+            if !self.is_red(self.kid(s, 1 - ns)) {
+                let near = self.kid(s, ns);
+                if !self.is_red(near) {
                     self.nodes[s as usize].red = true;
                     if self.nodes[parent as usize].red {
                         self.nodes[parent as usize].red = false;
@@ -616,27 +551,17 @@ impl LinuxFreeTree {
                     }
                     continue;
                 }
-                let n = near(self, s);
-                self.rotate_toward(s, !node_is_left);
-                self.nodes[n as usize].red = false;
+                self.rotate(s, 1 - ns);
+                self.nodes[near as usize].red = false;
                 self.nodes[s as usize].red = true;
-                s = n;
+                s = near;
             }
-            let f = far(self, s);
-            self.rotate_toward(parent, node_is_left);
+            let far = self.kid(s, 1 - ns);
+            self.rotate(parent, ns);
             self.nodes[s as usize].red = self.nodes[parent as usize].red;
             self.nodes[parent as usize].red = false;
-            self.nodes[f as usize].red = false;
+            self.nodes[far as usize].red = false;
             return;
-        }
-    }
-
-    /// Rotates `x` down toward its left side (`true`) or right side.
-    fn rotate_toward(&mut self, x: u32, left: bool) {
-        if left {
-            self.rotate_left(x);
-        } else {
-            self.rotate_right(x);
         }
     }
 
@@ -686,7 +611,7 @@ impl LinuxFreeTree {
                 what,
             ))
         };
-        for c in [node.left, node.right] {
+        for c in node.kids {
             if c != NIL && self.nodes[c as usize].parent != n {
                 return bad(Invariant::Structure, "a child's parent link is wrong");
             }
@@ -695,15 +620,15 @@ impl LinuxFreeTree {
             }
         }
         let (l, r) = (
-            self.check_subtree(node.left)?,
-            self.check_subtree(node.right)?,
+            self.check_subtree(node.kids[L])?,
+            self.check_subtree(node.kids[R])?,
         );
         if l != r {
             return bad(Invariant::Structure, "black heights differ");
         }
         let m = (node.end - node.start)
-            .max(self.max(node.left))
-            .max(self.max(node.right));
+            .max(self.max(node.kids[L]))
+            .max(self.max(node.kids[R]));
         if node.max != m {
             return bad(Invariant::Hint, "a subtree maximum is wrong");
         }

@@ -212,7 +212,7 @@ fn a_no_edge_fit_links_the_left_part_below_its_node() {
     t.clip(0x4000, 0x1000).unwrap();
     let root = &t.nodes[t.root as usize];
     assert_eq!((root.start, root.end), (0x5000, 0x10_0000));
-    let left = &t.nodes[root.left as usize];
+    let left = &t.nodes[root.kids[L] as usize];
     assert_eq!((left.start, left.end, left.red), (0x1000, 0x4000, true));
     assert_eq!(root.max, 0x10_0000 - 0x5000);
     t.check().unwrap();
@@ -235,7 +235,7 @@ fn an_erased_node_gives_its_place_to_its_successor() {
     t.clip(0x10_0000, 0x1_0000).unwrap(); // a full fit: the root goes
     let r = &t.nodes[t.root as usize];
     assert_eq!((r.start, r.red), (0x20_0000, false));
-    assert_eq!(t.nodes[r.left as usize].start, 0x1_0000);
-    assert_eq!(t.nodes[r.right as usize].start, 0x30_0000);
+    assert_eq!(t.nodes[r.kids[L] as usize].start, 0x1_0000);
+    assert_eq!(t.nodes[r.kids[R] as usize].start, 0x30_0000);
     t.check().unwrap();
 }
