@@ -171,13 +171,14 @@ fn drive<P: PeerRange>(
 /// exactly the peer's live areas, so its answer is the lowest fit in the
 /// peer's own state.
 fn check<P: PeerRange>(a: &mut P, slots: &mut [Slot<P::Handle>], ops: &[Op], out: &mut Outcome) {
-    let mut shadow = Oracle::new(SPACE);
-    for &(addr, size, _) in slots.iter().flatten() {
-        if let Err(e) = mirror(&mut shadow, addr, size) {
+    let live: Vec<(u64, u64)> = slots.iter().flatten().map(|&(a, s, _)| (a, s)).collect();
+    let mut shadow = match Oracle::around(SPACE, live) {
+        Ok(o) => o,
+        Err(e) => {
             out.violation = Some(format!("before the judged pairs: {e}"));
             return;
         }
-    }
+    };
     for &op in ops {
         if let Err(e) = judge(a, &mut shadow, slots, op, out) {
             out.violation = Some(e);
@@ -361,6 +362,40 @@ impl Oracle {
         Oracle {
             buckets: vec![Bucket::new(vec![(0, space)])],
         }
+    }
+
+    /// `[0, space)` with `live` (areas `(addr, size)`) taken: the free
+    /// ranges are the gaps between them, built in one pass in address
+    /// order, where taking each area in turn would rescan a bucket per
+    /// area. Refused when two areas overlap or one leaves the space.
+    pub fn around(space: u64, mut live: Vec<(u64, u64)>) -> Result<Oracle, String> {
+        live.sort_unstable();
+        let mut gaps = Vec::with_capacity(live.len() + 1);
+        let mut at = 0;
+        for (addr, size) in live {
+            let end = addr
+                .checked_add(size)
+                .filter(|&e| e <= space)
+                .ok_or_else(|| format!("[{addr:#x}, +{size:#x}) leaves the space"))?;
+            if addr < at {
+                return Err(format!(
+                    "[{addr:#x}, {end:#x}) overlaps a live area or leaves the space"
+                ));
+            }
+            if at < addr {
+                gaps.push((at, addr));
+            }
+            at = end;
+        }
+        if at < space {
+            gaps.push((at, space));
+        }
+        Ok(Oracle {
+            buckets: gaps
+                .chunks(BUCKET)
+                .map(|c| Bucket::new(c.to_vec()))
+                .collect(),
+        })
     }
 
     /// Takes and returns the lowest `align`-aligned address with `size`

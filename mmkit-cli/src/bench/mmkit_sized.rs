@@ -5,6 +5,7 @@
 //! (its per-CPU busy map still checks the size; the exact allocator behind
 //! it keeps no index).
 
+use mmkit::request::{Policy, Request};
 use mmkit::vmap::pooled::{PooledConfig, PooledVmap};
 use mmkit::vmap::VmapAllocator;
 
@@ -58,6 +59,44 @@ impl PeerRange for MmkitSized {
         let end = addr.checked_add(size)?;
         let a = self.0.alloc_in(size, 1, addr, end).ok()?;
         Some((a, size))
+    }
+}
+
+/// The exact allocator placing by [`Policy::BestFit`], freed with
+/// `free_sized`; the handle is the area.
+pub struct MmkitBestSized(VmapAllocator);
+
+impl PeerRange for MmkitBestSized {
+    type Handle = (u64, u64);
+
+    fn name() -> &'static str {
+        "mmkit-best-sized"
+    }
+
+    fn about() -> &'static str {
+        "mmkit-best, no busy index: free_sized(addr, size), exact best fit, O(log n)"
+    }
+
+    fn new(space_bytes: u64, max_areas: usize) -> Self {
+        MmkitBestSized(unindexed(space_bytes, max_areas))
+    }
+
+    fn alloc(&mut self, size: u64, align: u64) -> Option<(u64, (u64, u64))> {
+        let req = Request::bytes(size)?.align(align).policy(Policy::BestFit);
+        let a = self.0.allocate(req).ok()?;
+        Some((a, (a, size)))
+    }
+
+    fn free(&mut self, (a, size): (u64, u64)) -> bool {
+        self.0.free_sized(a, size).is_ok()
+    }
+
+    fn exact_lowest_fit() -> bool {
+        false
+    }
+
+    fn supports_align() -> bool {
+        true
     }
 }
 

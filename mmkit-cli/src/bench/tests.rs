@@ -449,6 +449,16 @@ fn the_oracle_is_the_lowest_fit() {
             );
         }
     }
+    // An oracle built around the live areas answers as the one that took
+    // them in turn, and one built around overlapping areas is refused.
+    for (size, align) in [(PAGE, PAGE), (3 * PAGE, PAGE << 3), (PAGE, PAGE << 25)] {
+        let mut around = measure::Oracle::around(space, live.clone()).unwrap();
+        assert_eq!(around.alloc(size, align), plain(&free, size, align));
+    }
+    let mut overlapping = live.clone();
+    overlapping.push((live[0].0 + PAGE / 2, PAGE));
+    assert!(measure::Oracle::around(space, overlapping).is_err());
+    assert!(measure::Oracle::around(space, vec![(space - PAGE, 2 * PAGE)]).is_err());
     // Exact placement: free ranges are taken, anything else refused.
     let (s, e) = free[free.len() / 2];
     assert!(oracle.take(s, e - s));

@@ -366,21 +366,64 @@ where
     }
 
     /// The best fit in `[lo, hi)` (see [`Policy::BestFit`]), made a live
-    /// area. The isolated blocks and the pending area go into the tree
-    /// first, so the tree's size index sees every free block.
+    /// area. The pending area goes into the tree first; the isolated
+    /// blocks stay out of it: the best of them bounds the tree's search,
+    /// and one that no block of the tree beats is taken back without
+    /// touching the tree, as a lowest fit takes it.
     fn try_best_fit(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
         if lo >= hi {
             return None;
         }
-        self.settle_isolated();
+        self.settle_pending();
+        let (mut kept, misses) = self.isolated.best_fit(size, align, lo, hi);
+        // The blocks that cannot hold the request go into the tree, where
+        // the search rules them out without a look.
+        if misses != 0 {
+            if let Some(k) = &mut kept {
+                k.0 -= (misses & ((1 << k.0) - 1)).count_ones() as usize;
+            }
+            for (s, e) in self.isolated.take_misses(misses) {
+                self.free.insert(s, e);
+            }
+        }
+        let bound = kept.map_or((u64::MAX, u64::MAX), |(_, len, s, _)| (len, s));
         let mut pos = Pos::new();
-        let a = self.free.best_fit(size, align, lo, hi, &mut pos)?;
+        let found = self
+            .free
+            .best_fit_below(size, align, lo, hi, bound, &mut pos);
         debug_assert!(
-            self.free.len() > 4096 || self.free.best_fit_linear(size, align, lo, hi) == Some(a),
+            self.free.len() > 4096
+                || found.or(kept.map(|k| k.3)) == self.best_fit_linear(size, align, lo, hi),
             "the best fit differs from a scan of every block"
         );
-        self.claim(&pos, a, size);
-        Some(a)
+        match (found, kept) {
+            (Some(a), _) => self.claim(&pos, a, size),
+            (None, Some((i, _, _, a))) => {
+                if let Some((s, e)) = self.isolated.cut(i, a, size) {
+                    self.free.insert(s, e);
+                }
+                self.free_bytes -= size;
+                self.mark_live(a, size);
+            }
+            (None, None) => return None,
+        }
+        found.or(kept.map(|k| k.3))
+    }
+
+    /// The best fit over the tree's blocks and the isolated ones by a scan
+    /// of each (the reference the debug builds check the search against).
+    fn best_fit_linear(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+        let tree = self.free.best_fit_scan(size, align, lo, hi);
+        let kept = self
+            .isolated
+            .best_fit(size, align, lo, hi)
+            .0
+            .map(|(_, l, s, a)| (l, s, a));
+        let best = match (tree, kept) {
+            (Some(t), Some(k)) => Some(t.min(k)),
+            (t, k) => t.or(k),
+        };
+        best.map(|(_, _, a)| a)
     }
 
     /// [`Policy::Linux`]'s address in `[lo, hi)` (`lo < hi`): the lowest

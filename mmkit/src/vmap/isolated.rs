@@ -105,6 +105,57 @@ impl Isolated {
         (self.len, None)
     }
 
+    /// The best fit among the blocks: in the shortest block that holds
+    /// `size` bytes at a multiple of `align` inside `[lo, hi)`, the lowest
+    /// such address, the lowest block among equals; as `(index, length,
+    /// start, address)`. Also the blocks that cannot hold the request, as
+    /// a mask of their indexes (for [`take_misses`](Self::take_misses)).
+    #[inline]
+    pub(crate) fn best_fit(
+        &self,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+    ) -> (Option<(usize, u64, u64, u64)>, u32) {
+        let mut best: Option<(usize, u64, u64, u64)> = None;
+        let mut misses = 0;
+        for i in 0..self.len {
+            let (s, e) = (self.start[i], self.end[i]);
+            match crate::range::fit_in(s.max(lo), e.min(hi), size, align) {
+                // In address order: an equal length is no better.
+                Some(a) if best.map_or(true, |b| e - s < b.1) => best = Some((i, e - s, s, a)),
+                Some(_) => {}
+                None => misses |= 1 << i,
+            }
+        }
+        (best, misses)
+    }
+
+    /// Takes out the blocks of `mask` ([`best_fit`](Self::best_fit)'s
+    /// misses), returning them in address order: they would only be
+    /// looked at again, and would keep blocks that may come back out of
+    /// the array.
+    pub(crate) fn take_misses(&mut self, mask: u32) -> impl Iterator<Item = (u64, u64)> {
+        let mut out = [(0, 0); CAP];
+        let (mut n, mut kept) = (0, 0);
+        for i in 0..self.len {
+            let (s, e) = (self.start[i], self.end[i]);
+            if mask & (1 << i) == 0 {
+                self.start[kept] = s;
+                self.end[kept] = e;
+                kept += 1;
+            } else {
+                out[n] = (s, e);
+                n += 1;
+            }
+        }
+        self.len = kept;
+        // n <= CAP: no overflow.
+        self.balance.lose(WASTED * n as i32);
+        out.into_iter().take(n)
+    }
+
     /// Takes out the blocks adjacent to `[s, e)` (one ending at `s`, one
     /// starting at `e`) and returns `[s, e)` joined with them.
     #[inline]
@@ -281,6 +332,45 @@ mod tests {
         assert_eq!(x.lowest_fit(3, 1, 101, 250), (2, Some(200)));
         assert_eq!(x.lowest_fit(3, 1, 0, 102), (2, None));
         assert_eq!(x.lowest_fit(101, 1, 0, u64::MAX), (3, None));
+    }
+
+    #[test]
+    fn best_fit_is_the_shortest_block_that_fits_the_lowest_among_equals() {
+        let mut x = Isolated::new();
+        x.push(100, 110);
+        x.push(10, 13);
+        x.push(200, 203);
+        x.push(300, 350);
+        let best = |size, align, lo, hi| x.best_fit(size, align, lo, hi).0;
+        assert_eq!(best(2, 1, 0, u64::MAX), Some((0, 3, 10, 10)));
+        assert_eq!(best(3, 1, 0, u64::MAX), Some((0, 3, 10, 10)));
+        assert_eq!(best(3, 1, 11, u64::MAX), Some((2, 3, 200, 200)));
+        assert_eq!(best(2, 4, 0, u64::MAX), Some((2, 3, 200, 200)));
+        assert_eq!(best(5, 4, 0, u64::MAX), Some((1, 10, 100, 100)));
+        assert_eq!(best(3, 64, 0, u64::MAX), Some((3, 50, 300, 320)));
+        assert_eq!(best(4, 1, 0, 120), Some((1, 10, 100, 100)));
+        assert_eq!(best(51, 1, 0, u64::MAX), None);
+        assert_eq!(x.best_fit(4, 1, 0, u64::MAX).1, 0b0101);
+        assert_eq!(x.best_fit(3, 64, 0, u64::MAX).1, 0b0111);
+    }
+
+    #[test]
+    fn take_misses_keeps_the_blocks_that_hold_the_request() {
+        let mut x = Isolated::new();
+        x.push(0, 1);
+        x.push(10, 13);
+        x.push(20, 21);
+        x.push(32, 35);
+        let (_, misses) = x.best_fit(3, 1, 0, u64::MAX);
+        let out: Vec<_> = x.take_misses(misses).collect();
+        assert_eq!(out, [(0, 1), (20, 21)]);
+        assert_eq!(blocks(&x), [(10, 13), (32, 35)]);
+        let (_, misses) = x.best_fit(2, 16, 0, u64::MAX);
+        let out: Vec<_> = x.take_misses(misses).collect();
+        assert_eq!(out, [(10, 13)]);
+        assert_eq!(blocks(&x), [(32, 35)]);
+        // Three blocks given up unused: new ones are refused for a while.
+        assert!(!x.push(40, 41));
     }
 
     #[test]

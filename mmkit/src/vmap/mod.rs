@@ -351,17 +351,16 @@ where
         let (js, je) = self.isolated.take_adjacent(s, e);
         let joins_prev = nb.prev.is_some_and(|p| p.1 == js);
         let joins_next = nb.next.is_some_and(|n| n.0 == je);
-        // Once best fit is asked for, blocks go straight into the tree: a
-        // best-fit search would settle them there before it looks.
-        let aside = !self.free.has_size_index();
+        // Once best fit is asked for, no area is held pending: its pads
+        // would stand in the size index for the extent it belongs to.
+        let may_hold = may_hold && !self.free.has_size_index();
         if !joins_prev && !joins_next {
             // Fixed storage holds no block aside: one operation adds at
             // most one block to the tree, the room checked before it.
-            if S::FIXED || !(aside && self.isolated.push(js, je)) {
+            if S::FIXED || !self.isolated.push(js, je) {
                 self.free.insert_at(nb, js, je);
             }
-        } else if !(!S::FIXED && aside && may_hold && (js, je) == (s, e) && self.hold_pending(s, e))
-        {
+        } else if !(!S::FIXED && may_hold && (js, je) == (s, e) && self.hold_pending(s, e)) {
             self.join_tree(js, je, joins_prev, joins_next);
         }
     }

@@ -17,13 +17,12 @@
 //!
 //! An aligned request (above the granule floor, no window) looks at a
 //! second index instead, one per alignment `2^k` asked for: the blocks
-//! that hold a start aligned to `2^k`, by their usable length from it,
-//! `e - align_up(s, 2^k)`. A block holds the request when that length is
-//! at least the size, and its length is at least its usable length, so a
-//! walk from the first usable length long enough stops once the usable
-//! lengths pass the shortest block found: it reads only blocks that hold
-//! the request, where the size index would read every block long enough
-//! but wrongly aligned.
+//! that hold a start aligned to `2^k`, by `(length, start)` as the size
+//! index, each inner entry with an upper bound on the usable lengths
+//! `e - align_up(s, 2^k)` below it (`size_tree.rs`). The best fit is the
+//! first block from `(size, 0)` whose usable length is at least the size,
+//! and the bounds let the search skip every subtree of blocks long enough
+//! but wrongly aligned, where the size index would read each of them.
 //!
 //! The indexes are [`SizeTree`]s (`size_tree.rs`) whose nodes come from
 //! the address tree's own pools, and the aligned ones are listed in the
@@ -36,7 +35,7 @@
 
 use alloc::vec::Vec;
 
-use super::size_tree::{SizeIter, SizeTree};
+use super::size_tree::{usable, SizeIter, SizeTree};
 use super::{BTree, Pos, INNER_MIN, LEAF_MIN};
 use crate::error::CheckError;
 use crate::range::fit_in;
@@ -118,8 +117,8 @@ impl<S: Storage> BTree<S> {
         if let Some(ix) = &mut self.by_size {
             ix.insert(&mut self.leaves, &mut self.inners, (e - s, s));
             for (k, ax) in self.by_usable.as_mut_slice() {
-                if let Some(u) = usable(s, e, *k) {
-                    ax.insert(&mut self.leaves, &mut self.inners, (u, s));
+                if usable(s, e, *k).is_some() {
+                    ax.insert(&mut self.leaves, &mut self.inners, (e - s, s));
                 }
             }
         }
@@ -132,8 +131,8 @@ impl<S: Storage> BTree<S> {
             let held = ix.remove(&mut self.leaves, &mut self.inners, (e - s, s));
             debug_assert!(held, "[{s:#x}, {e:#x}) is not in the size index");
             for (k, ax) in self.by_usable.as_mut_slice() {
-                if let Some(u) = usable(s, e, *k) {
-                    ax.remove(&mut self.leaves, &mut self.inners, (u, s));
+                if usable(s, e, *k).is_some() {
+                    ax.remove(&mut self.leaves, &mut self.inners, (e - s, s));
                 }
             }
         }
@@ -151,8 +150,8 @@ impl<S: Storage> BTree<S> {
         if self.by_usable.as_slice().len() >= self.by_usable.room() || !self.has_room_for_index() {
             return None;
         }
-        let mut ax = SizeTree::new(&mut self.leaves);
-        self.index_all(&mut ax, |s, e| usable(s, e, k).map(|u| (u, s)));
+        let mut ax = SizeTree::aligned(&mut self.leaves, k);
+        self.index_all(&mut ax, |s, e| usable(s, e, k).map(|_| (e - s, s)));
         self.by_usable.push((k, ax));
         Some(ax)
     }
@@ -188,12 +187,11 @@ impl<S: Storage> BTree<S> {
     /// instead (see the module docs).
     ///
     /// # Complexity
-    /// Without a window: O(log n + j), `j` the blocks that hold the
-    /// request and whose usable length at its alignment is at most the
-    /// answer's length (0 when every block start is aligned); the first
-    /// request at an alignment builds its index, O(n log n) once, and
-    /// every change to the blocks then updates it, O(log n) per index
-    /// kept. With a window: O(log n + min(k, m)), `k` the blocks at least
+    /// Without a window: O(log n) nodes, and one node per level for each
+    /// subtree whose bound the blocks' changes left stale (the search
+    /// lowers it); the first request at an alignment builds its index,
+    /// O(n log n) once, and every change to the blocks then updates it,
+    /// O(log n) per index kept. With a window: O(log n + min(k, m)), `k` the blocks at least
     /// `size` long that come before the answer in size order but cannot
     /// hold the request (the alignment misses in them, or they lie outside
     /// the window), `m` the blocks that meet the window.
@@ -205,12 +203,30 @@ impl<S: Storage> BTree<S> {
         hi: u64,
         pos: &mut Pos,
     ) -> Option<u64> {
+        self.best_fit_below(size, align, lo, hi, (u64::MAX, u64::MAX), pos)
+    }
+
+    /// [`best_fit`](Self::best_fit) among the blocks whose `(length,
+    /// start)` is below `bound` (a better block found elsewhere): none when
+    /// the tree has no better one. The walks stop at the bound, so a
+    /// bound the tree cannot beat costs one descent of the size index.
+    pub fn best_fit_below(
+        &mut self,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+        bound: (u64, u64),
+        pos: &mut Pos,
+    ) -> Option<u64> {
         if lo >= hi || hi - lo < size {
             return None;
         }
         if !self.enable_size_index() {
             // No room for the index in fixed storage: the scan answers.
-            let (s, a) = self.best_fit_scan(size, align, lo, hi)?;
+            let (_, s, a) = self
+                .best_fit_scan(size, align, lo, hi)
+                .filter(|&(len, s, _)| (len, s) < bound)?;
             *pos = self.find(s).expect("a scanned block is in the tree");
             return Some(a);
         }
@@ -221,8 +237,10 @@ impl<S: Storage> BTree<S> {
             false => None,
         };
         let found = match aligned {
-            Some(ax) => best_aligned(self.walk(&ax, (size, 0)), size, k),
-            None => self.best_fit_in_index(size, align, lo, hi),
+            Some(ax) => ax
+                .first_fit(&self.leaves, &mut self.inners, (size, 0), size, bound)
+                .map(|(_, s)| (s, fit_in(s, u64::MAX, size, align).expect("a fit"))),
+            None => self.best_fit_in_index(size, align, lo, hi, bound),
         };
         let (s, a) = found?;
         *pos = self.find(s).expect("an indexed block is in the tree");
@@ -231,7 +249,14 @@ impl<S: Storage> BTree<S> {
 
     /// [`best_fit`](Self::best_fit)'s two walks: the block's start and the
     /// address.
-    fn best_fit_in_index(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<(u64, u64)> {
+    fn best_fit_in_index(
+        &self,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+        bound: (u64, u64),
+    ) -> Option<(u64, u64)> {
         let ix = self.by_size.as_ref()?;
         let fit = |(s, e): (u64, u64)| fit_in(s.max(lo), e.min(hi), size, align);
         let mut by_size = self.walk(ix, (size, 0));
@@ -240,14 +265,14 @@ impl<S: Storage> BTree<S> {
         // The best block the address walk has seen: (length, start, address).
         let mut seen: Option<(u64, u64, u64)> = None;
         loop {
-            let (len, s) = by_size.next()?;
+            let (len, s) = by_size.next().filter(|&k| k < bound)?;
             if let Some(a) = fit((s, s + len)) {
                 return Some((s, a));
             }
             match by_addr.get_or_insert_with(|| self.iter_from(lo)).next() {
                 Some((s, e)) if s < hi => {
                     if e - s >= size {
-                        if let Some(a) = fit((s, e)) {
+                        if let Some(a) = fit((s, e)).filter(|_| (e - s, s) < bound) {
                             let c = (e - s, s, a);
                             seen = Some(seen.map_or(c, |b| b.min(c)));
                         }
@@ -261,16 +286,21 @@ impl<S: Storage> BTree<S> {
     /// The slow reference for [`best_fit`](Self::best_fit): every block in
     /// address order.
     pub fn best_fit_linear(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
-        self.best_fit_scan(size, align, lo, hi).map(|(_, a)| a)
+        self.best_fit_scan(size, align, lo, hi).map(|(_, _, a)| a)
     }
 
-    /// [`best_fit_linear`](Self::best_fit_linear)'s block start and
-    /// address.
-    fn best_fit_scan(&self, size: u64, align: u64, lo: u64, hi: u64) -> Option<(u64, u64)> {
+    /// [`best_fit_linear`](Self::best_fit_linear)'s block length, block
+    /// start and address.
+    pub(crate) fn best_fit_scan(
+        &self,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+    ) -> Option<(u64, u64, u64)> {
         self.iter()
             .filter_map(|(s, e)| fit_in(s.max(lo), e.min(hi), size, align).map(|a| (e - s, s, a)))
             .min()
-            .map(|(_, s, a)| (s, a))
     }
 
     /// Verifies that the size index, when kept, holds exactly the blocks,
@@ -299,7 +329,7 @@ impl<S: Storage> BTree<S> {
         for (k, ax) in self.aligned() {
             let mut want: Vec<(u64, u64)> = self
                 .iter()
-                .filter_map(|(s, e)| usable(s, e, *k).map(|u| (u, s)))
+                .filter_map(|(s, e)| usable(s, e, *k).map(|_| (e - s, s)))
                 .collect();
             want.sort_unstable();
             check(ax, want, "an aligned index")?;
@@ -309,34 +339,4 @@ impl<S: Storage> BTree<S> {
         check(ix, want, "the size index")?;
         Ok(nodes)
     }
-}
-
-/// The usable length of `[s, e)` from its first start aligned to `2^k`,
-/// if it holds one.
-#[inline]
-fn usable(s: u64, e: u64, k: u32) -> Option<u64> {
-    let mask = (1u64 << k) - 1;
-    let a = s.checked_add(mask)? & !mask;
-    (a < e).then(|| e - a)
-}
-
-/// The best fit for `size` among `ax`'s entries from `(size, 0)` on, in
-/// an aligned index for `2^k` (every block with an aligned start, by
-/// usable length): of the blocks whose usable length is at least `size`,
-/// the shortest, the lowest of those; its start and the aligned start in
-/// it. A block's length is at least its usable length, so the walk stops
-/// once the usable lengths pass the best length found.
-fn best_aligned(ax: impl Iterator<Item = (u64, u64)>, size: u64, k: u32) -> Option<(u64, u64)> {
-    let mut best: Option<(u64, u64, u64)> = None;
-    for (u, s) in ax {
-        debug_assert!(u >= size);
-        if best.is_some_and(|b| u > b.0) {
-            break;
-        }
-        let mask = (1u64 << k) - 1;
-        let a = (s + mask) & !mask;
-        let c = (a + u - s, s, a);
-        best = Some(best.map_or(c, |b| b.min(c)));
-    }
-    best.map(|(_, s, a)| (s, a))
 }

@@ -12,7 +12,21 @@
 //! The same `Leaf` and `Inner` types as the address tree, so the pools
 //! hand out either; only the order differs (and an inner node's `max` is
 //! its child's first length, not its longest: a size tree needs no
-//! maxima). As in the address tree, every leaf is at the same depth, a
+//! maxima).
+//!
+//! A tree *aligned* to `2^k` ([`SizeTree::aligned`]) also keeps, in each
+//! inner entry's summary slot, an upper bound on the usable length at
+//! `2^k` (`e - roundup(s, 2^k)`) of the blocks below that child, so
+//! [`SizeTree::first_fit`] skips every subtree that cannot hold an
+//! aligned request. A bound rises with every insert on its path and is
+//! left as it is by a removal; a search that finds nothing in a subtree
+//! lowers the subtree's bound to what it saw, so the next search of that
+//! size does not go in again.
+//!
+//! ```text
+//!   aligned inner:  max[i], key[i]   child i's first entry
+//!                   sum[i]           >= the usable length of every entry below child i
+//! ``` As in the address tree, every leaf is at the same depth, a
 //! non-root leaf holds `LEAF_MIN..=LEAF_CAP` entries and a non-root inner
 //! node `INNER_MIN..=FANOUT` children, and slots past a node's length are
 //! empty (`u64::MAX` starts and keys, 0 lengths).
@@ -22,6 +36,7 @@ use super::{FANOUT, INNER_MIN, LEAF_CAP, LEAF_MIN, MAX_HEIGHT};
 use crate::ensure;
 use crate::error::CheckError;
 use crate::storage::Storage;
+use crate::tree::summary::AlignSummary;
 
 /// An entry of a size tree: `(length, start)`.
 pub(super) type Key = (u64, u64);
@@ -32,10 +47,39 @@ pub(super) type Key = (u64, u64);
 pub(super) struct SizeTree {
     /// The root: a leaf when `height == 0`.
     root: u32,
-    /// Inner levels above the leaves (`u32`: with `root`, one word).
-    levels: u32,
+    /// Inner levels above the leaves (with `align` and `root`, one word).
+    levels: u16,
+    /// `k` of an aligned tree, whose inner entries bound the usable
+    /// lengths at `2^k` below them; 0 for a plain one.
+    align: u16,
     /// Entries held.
     len: usize,
+}
+
+/// The usable length of `[s, e)` from its first start aligned to `2^k`,
+/// if it holds one.
+#[inline]
+pub(super) fn usable(s: u64, e: u64, k: u32) -> Option<u64> {
+    let mask = (1u64 << k) - 1;
+    let a = s.checked_add(mask)? & !mask;
+    (a < e).then(|| e - a)
+}
+
+/// An entry's usable length at `2^k` (0 for none).
+#[inline]
+fn usable_of(k: u32, (len, s): Key) -> u64 {
+    usable(s, s.saturating_add(len), k).unwrap_or(0)
+}
+
+/// What [`SizeTree::first_fit`] found below a node.
+enum Search {
+    /// The first entry that holds the request.
+    Found(Key),
+    /// An entry at or past the bound: nothing before it holds the request.
+    Stopped,
+    /// None holds it: an upper bound on the usable lengths of the entries
+    /// looked at (the whole subtree unless the search started inside it).
+    Missed(u64),
 }
 
 /// The way from the root to a leaf: node and child slot per inner level.
@@ -112,7 +156,8 @@ impl Entries for Leaf {
 }
 
 impl Entries for Inner {
-    type E = (Key, u32);
+    /// The child's first entry, the child, and its bound.
+    type E = (Key, u32, u64);
     const CAP: usize = FANOUT;
 
     fn count(&self) -> usize {
@@ -124,25 +169,40 @@ impl Entries for Inner {
     }
 
     #[inline]
-    fn get(&self, i: usize) -> (Key, u32) {
-        ((self.max[i], self.key[i]), self.kid[i])
+    fn get(&self, i: usize) -> (Key, u32, u64) {
+        ((self.max[i], self.key[i]), self.kid[i], self.bound(i))
     }
 
     #[inline]
-    fn put(&mut self, i: usize, ((len, s), kid): (Key, u32)) {
+    fn put(&mut self, i: usize, ((len, s), kid, b): (Key, u32, u64)) {
         self.max[i] = len;
         self.key[i] = s;
         self.kid[i] = kid;
+        self.set_bound(i, b);
     }
 
     fn blank(&mut self, i: usize) {
         self.max[i] = 0;
         self.key[i] = u64::MAX;
         self.kid[i] = NONE;
+        self.sum[i] = AlignSummary::ZERO;
     }
 
     fn first(&self) -> Key {
         self.get(0).0
+    }
+}
+
+impl Inner {
+    /// Child `i`'s bound in an aligned size tree.
+    #[inline]
+    fn bound(&self, i: usize) -> u64 {
+        self.sum[i].to_bits()
+    }
+
+    #[inline]
+    fn set_bound(&mut self, i: usize, b: u64) {
+        self.sum[i] = AlignSummary::from_bits(b);
     }
 }
 
@@ -206,7 +266,9 @@ fn lower_bound(l: &Leaf, k: Key) -> usize {
 /// whose first entry is at most `k`, or the first.
 #[inline]
 fn child_for(n: &Inner, k: Key) -> usize {
-    (1..n.len as usize).take_while(|&i| n.get(i).0 <= k).count()
+    (1..n.len as usize)
+        .take_while(|&i| (n.max[i], n.key[i]) <= k)
+        .count()
 }
 
 impl SizeTree {
@@ -214,6 +276,7 @@ impl SizeTree {
     pub(super) const NONE: SizeTree = SizeTree {
         root: NONE,
         levels: 0,
+        align: 0,
         len: 0,
     };
 
@@ -222,7 +285,49 @@ impl SizeTree {
         SizeTree {
             root: leaves.alloc(),
             levels: 0,
+            align: 0,
             len: 0,
+        }
+    }
+
+    /// An empty tree aligned to `2^k` (`1 <= k < 64`: see the module
+    /// docs), its root leaf taken from `leaves`.
+    pub(super) fn aligned<S: Storage>(leaves: &mut Pool<Leaf, S>, k: u32) -> Self {
+        debug_assert!((1..64).contains(&k));
+        SizeTree {
+            align: k as u16,
+            ..SizeTree::new(leaves)
+        }
+    }
+
+    /// The usable length at this tree's alignment of `k` (0 in a plain
+    /// tree, which keeps no bounds).
+    #[inline]
+    fn bound_of(&self, k: Key) -> u64 {
+        match self.align {
+            0 => 0,
+            a => usable_of(u32::from(a), k),
+        }
+    }
+
+    /// The exact bound of node `id` at depth `d`: the largest usable
+    /// length of its entries, or of its children's bounds.
+    fn node_bound<S: Storage>(
+        &self,
+        leaves: &Pool<Leaf, S>,
+        inners: &Pool<Inner, S>,
+        id: u32,
+        d: usize,
+    ) -> u64 {
+        if d == self.height() {
+            let l = &leaves[id as usize];
+            (0..l.count())
+                .map(|i| self.bound_of(l.get(i)))
+                .max()
+                .unwrap_or(0)
+        } else {
+            let n = &inners[id as usize];
+            (0..n.count()).map(|i| n.bound(i)).max().unwrap_or(0)
         }
     }
 
@@ -269,6 +374,13 @@ impl SizeTree {
     ) {
         let p = self.descend(inners, k);
         self.len += 1;
+        if self.align != 0 {
+            let b = self.bound_of(k);
+            for d in 0..self.height() {
+                let n = &mut inners[p.node[d] as usize];
+                n.set_bound(p.slot[d], n.bound(p.slot[d]).max(b));
+            }
+        }
         let mut id = p.leaf;
         let mut i = lower_bound(&leaves[id as usize], k);
         debug_assert!(
@@ -293,14 +405,16 @@ impl SizeTree {
         }
         let first = leaves[r as usize].first();
         let left = leaves[p.leaf as usize].first();
-        self.add_child(inners, &p, self.height(), left, (first, r));
+        self.add_child(leaves, inners, &p, self.height(), left, (first, r));
     }
 
     /// Files the new right sibling `(first, id)` of the node at depth `d`
     /// on `p` in its parent, splitting upwards as needed; `left` is the
-    /// first entry of that node, for a new root.
+    /// first entry of that node, for a new root. Both halves keep the
+    /// bound of the node split (a new root's two are computed).
     fn add_child<S: Storage>(
         &mut self,
+        leaves: &Pool<Leaf, S>,
         inners: &mut Pool<Inner, S>,
         p: &Path,
         d: usize,
@@ -308,27 +422,30 @@ impl SizeTree {
         (first, id): (Key, u32),
     ) {
         if d == 0 {
+            let lb = self.node_bound(leaves, inners, self.root, 0);
+            let rb = self.node_bound(leaves, inners, id, 0);
             let root = inners.alloc();
             let n = &mut inners[root as usize];
-            n.insert_entry(0, (left, self.root));
-            n.insert_entry(1, (first, id));
+            n.insert_entry(0, (left, self.root, lb));
+            n.insert_entry(1, (first, id, rb));
             self.root = root;
             self.levels += 1;
             return;
         }
         let (mut pid, mut at) = (p.node[d - 1], p.slot[d - 1] + 1);
+        let b = inners[pid as usize].bound(at - 1);
         if inners[pid as usize].count() < FANOUT {
-            return inners[pid as usize].insert_entry(at, (first, id));
+            return inners[pid as usize].insert_entry(at, (first, id, b));
         }
         let r = split(inners, pid);
         if at > FANOUT / 2 {
             pid = r;
             at -= FANOUT / 2;
         }
-        inners[pid as usize].insert_entry(at, (first, id));
+        inners[pid as usize].insert_entry(at, (first, id, b));
         let rfirst = inners[r as usize].first();
         let lfirst = inners[p.node[d - 1] as usize].first();
-        self.add_child(inners, p, d - 1, lfirst, (rfirst, r));
+        self.add_child(leaves, inners, p, d - 1, lfirst, (rfirst, r));
     }
 
     /// The subtree at depth `d` on `p` now starts with `k`: its entry in
@@ -393,12 +510,15 @@ impl SizeTree {
             true => rebalance(leaves, l, r),
             false => rebalance(inners, l, r),
         };
+        // Entries moved between the two: each keeps a bound of both.
+        let b = parent.bound(lc).max(parent.bound(rc));
+        inners[pid as usize].set_bound(lc, b);
         if !merged {
             let f = match leaf_level {
                 true => leaves[r as usize].first(),
                 false => inners[r as usize].first(),
             };
-            inners[pid as usize].put(rc, (f, r));
+            inners[pid as usize].put(rc, (f, r, b));
             return;
         }
         inners[pid as usize].remove_entry(rc);
@@ -412,6 +532,89 @@ impl SizeTree {
         } else if left < INNER_MIN {
             self.underflow(leaves, inners, p, d - 1);
         }
+    }
+
+    /// In a tree aligned to `2^k`, the first entry at least `from` and
+    /// below `bound` whose usable length at `2^k` is at least `size`: in a
+    /// tree of the blocks by `(length, start)`, from `(size, 0)`, the best
+    /// fit at `2^k`. Subtrees whose bound is below `size` are skipped, and
+    /// the bound of each subtree searched in vain is lowered to what the
+    /// search saw (and below `from`'s length, which bounds the entries
+    /// before it).
+    ///
+    /// # Complexity
+    /// O(log n) nodes, and one node per level for each subtree whose bound
+    /// is stale (each such visit lowers it).
+    pub(super) fn first_fit<S: Storage>(
+        &self,
+        leaves: &Pool<Leaf, S>,
+        inners: &mut Pool<Inner, S>,
+        from: Key,
+        size: u64,
+        bound: Key,
+    ) -> Option<Key> {
+        debug_assert!(self.align != 0, "a plain size tree keeps no bounds");
+        match self.search(leaves, inners, self.root, 0, Some(from), size, bound) {
+            Search::Found(k) => Some(k),
+            Search::Stopped | Search::Missed(_) => None,
+        }
+    }
+
+    /// [`first_fit`](Self::first_fit) below node `id` at depth `d`, from
+    /// `from` or (`None`) from its first entry.
+    #[allow(clippy::too_many_arguments)]
+    fn search<S: Storage>(
+        &self,
+        leaves: &Pool<Leaf, S>,
+        inners: &mut Pool<Inner, S>,
+        id: u32,
+        d: usize,
+        from: Option<Key>,
+        size: u64,
+        bound: Key,
+    ) -> Search {
+        if d == self.height() {
+            let l = &leaves[id as usize];
+            let mut seen = 0;
+            for i in from.map_or(0, |f| lower_bound(l, f))..l.count() {
+                let k = l.get(i);
+                if k >= bound {
+                    return Search::Stopped;
+                }
+                let u = self.bound_of(k);
+                if u >= size {
+                    return Search::Found(k);
+                }
+                seen = seen.max(u);
+            }
+            return Search::Missed(seen);
+        }
+        let c0 = from.map_or(0, |f| child_for(&inners[id as usize], f));
+        let mut seen = 0;
+        for c in c0..inners[id as usize].count() {
+            let (first, kid, b) = inners[id as usize].get(c);
+            if c > c0 && first >= bound {
+                return Search::Stopped;
+            }
+            if b < size {
+                seen = seen.max(b);
+                continue;
+            }
+            let inside = if c == c0 { from } else { None };
+            match self.search(leaves, inners, kid, d + 1, inside, size, bound) {
+                Search::Missed(t) => {
+                    // Its bound falls to what was seen, and the entries
+                    // before `from` it was not looked at for are shorter
+                    // (or as long, past a start of 0), as their usable
+                    // lengths are.
+                    let t = inside.map_or(t, |f| t.max(f.0.saturating_sub(u64::from(f.1 == 0))));
+                    inners[id as usize].set_bound(c, t);
+                    seen = seen.max(t);
+                }
+                found_or_stopped => return found_or_stopped,
+            }
+        }
+        Search::Missed(seen)
     }
 
     /// The entries from the first at least `from`, in order.
@@ -468,6 +671,18 @@ impl SizeTree {
         count: &mut usize,
     ) -> Result<Option<Key>, CheckError> {
         let root = d == 0;
+        if self.align != 0 && d < self.height() {
+            let nd = &inners[id as usize];
+            for c in 0..nd.count() {
+                let exact = self.exact_bound(leaves, inners, nd.kid[c], d + 1);
+                ensure!(
+                    exact <= nd.bound(c),
+                    Structure,
+                    "size inner node {id}'s bound {:#x} for child {c} is below its usable length {exact:#x}",
+                    nd.bound(c)
+                );
+            }
+        }
         if d == self.height() {
             nodes.0 += 1;
             let l = &leaves[id as usize];
@@ -510,7 +725,7 @@ impl SizeTree {
             "size inner node {id} has an entry past its {n} children"
         );
         for c in 0..n {
-            let (k, kid) = nd.get(c);
+            let (k, kid, _) = nd.get(c);
             let got = self.check_node(leaves, inners, kid, d + 1, prev, nodes, count)?;
             ensure!(
                 got == Some(k),
@@ -521,6 +736,27 @@ impl SizeTree {
             );
         }
         Ok(Some(nd.first()))
+    }
+}
+
+impl SizeTree {
+    /// The largest usable length of the entries below node `id` at depth
+    /// `d`, by reading every one (for [`check`](Self::check)).
+    fn exact_bound<S: Storage>(
+        &self,
+        leaves: &Pool<Leaf, S>,
+        inners: &Pool<Inner, S>,
+        id: u32,
+        d: usize,
+    ) -> u64 {
+        if d == self.height() {
+            return self.node_bound(leaves, inners, id, d);
+        }
+        let n = &inners[id as usize];
+        (0..n.count())
+            .map(|c| self.exact_bound(leaves, inners, n.kid[c], d + 1))
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -621,6 +857,52 @@ mod tests {
         (0..n, 0..4u64)
     }
 
+    /// The aligned search against the set: blocks `(length, start)` with
+    /// starts spread so that alignments up to `2^8` miss in many; after
+    /// each batch of changes, `first_fit` from `(size, 0)` below a bound
+    /// must be the set's first such entry that holds `size` at `2^k`, and
+    /// `check` must find every bound at or above the usable lengths below
+    /// it (searches lower them, inserts raise them, removals leave them).
+    fn run_aligned(
+        k: u32,
+        ops: &[(bool, Key)],
+        probes: &[(u64, Key)],
+    ) -> Result<(), TestCaseError> {
+        let mut leaves = Pool::<Leaf, Heap>::new();
+        let mut inners = Pool::<Inner, Heap>::new();
+        let mut t = SizeTree::aligned(&mut leaves, k);
+        let mut model = BTreeSet::new();
+        let fail = |e: CheckError| TestCaseError::fail(alloc::format!("{e}"));
+        for (i, &(add, key)) in ops.iter().enumerate() {
+            if add {
+                if model.insert(key) {
+                    t.insert(&mut leaves, &mut inners, key);
+                }
+            } else {
+                prop_assert_eq!(t.remove(&mut leaves, &mut inners, key), model.remove(&key));
+            }
+            if i % 97 == 0 || i + 1 == ops.len() {
+                for &(size, bound) in probes {
+                    let got = t.first_fit(&leaves, &mut inners, (size, 0), size, bound);
+                    let want = model
+                        .range((size, 0)..)
+                        .take_while(|&&e| e < bound)
+                        .find(|&&e| usable_of(k, e) >= size)
+                        .copied();
+                    prop_assert_eq!(got, want, "size {:#x} below {:?}", size, bound);
+                }
+                let nodes = t.check(&leaves, &inners).map_err(fail)?;
+                prop_assert_eq!(nodes, (leaves.used(), inners.used()));
+            }
+        }
+        Ok(())
+    }
+
+    /// A block of 1..400 granules of 16 bytes at a start of any granule.
+    fn block() -> impl Strategy<Value = Key> {
+        (1..400u64, 0..4000u64).prop_map(|(l, s)| (l * 16, s * 16))
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -634,6 +916,30 @@ mod tests {
             let mut all = ops.clone();
             all.extend(ops.iter().map(|&(_, k)| (false, k)));
             run(&all, &probes)?;
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Up to three levels of an aligned tree (2^5..2^9: up to 32
+        /// granules), inserts outnumbering removals two to one, then a
+        /// drain, searched as it changes.
+        #[test]
+        fn aligned_first_fit_matches_a_scan_of_the_set(
+            k in 5..10u32,
+            ops in proptest::collection::vec((prop::bool::weighted(0.67), block()), 1..3000),
+            sizes in proptest::collection::vec(1..400u64, 1..8),
+            bounds in proptest::collection::vec(prop::option::of(block()), 1..8),
+        ) {
+            let mut all = ops.clone();
+            all.extend(ops.iter().map(|&(_, b)| (false, b)));
+            let probes: Vec<(u64, Key)> = sizes
+                .iter()
+                .zip(bounds.iter().cycle())
+                .map(|(&g, b)| (g * 16, b.unwrap_or((u64::MAX, u64::MAX))))
+                .collect();
+            run_aligned(k, &all, &probes)?;
         }
     }
 

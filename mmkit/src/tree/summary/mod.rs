@@ -149,6 +149,19 @@ impl AlignSummary {
     /// The summary of nothing (the default).
     pub const ZERO: AlignSummary = AlignSummary(0);
 
+    /// The word as it is stored: a size tree keeps a plain number in a
+    /// summary's slot of its inner nodes (`btree/size_tree.rs`).
+    #[inline]
+    pub(crate) const fn to_bits(self) -> u64 {
+        self.0
+    }
+
+    /// A slot holding the word `bits` (see [`to_bits`](Self::to_bits)).
+    #[inline]
+    pub(crate) const fn from_bits(bits: u64) -> AlignSummary {
+        AlignSummary(bits)
+    }
+
     /// The granule exponent `g`.
     #[inline]
     pub fn granule(self) -> u32 {
