@@ -20,7 +20,7 @@ use alloc::vec::Vec;
 use mmkit::range::RangeAllocator;
 use mmkit::AllocError;
 
-use super::frames::{give_back, take};
+use super::frames::take;
 use super::lazy::{Gone, Released, When};
 use super::maps::{Area, Vmalloc};
 use super::{Flush, FramePolicy, FrameSource, Mmu, VmError, PAGE};
@@ -130,7 +130,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
                 Ok(va)
             }
             Err((e, kept)) => {
-                give_back(src, &frames[kept..]);
+                src.free_frames(&frames[kept..]);
                 Err(e)
             }
         }
@@ -465,7 +465,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         let to = match self.install(mmu, src, frames, PAGE, have as usize) {
             Ok(to) => to,
             Err((e, held)) => {
-                give_back(src, &frames[held.max(have as usize)..]);
+                src.free_frames(&frames[held.max(have as usize)..]);
                 return Err(e);
             }
         };
@@ -540,7 +540,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             Ok(()) => (frames.len(), None),
             Err(f) => ((f.mapped as usize).min(frames.len()), Some(f.err)),
         };
-        give_back(src, &frames[mapped..]);
+        src.free_frames(&frames[mapped..]);
         if mapped == 0 {
             let freed = self.range.free(piece);
             debug_assert!(freed.is_ok(), "just reserved");
@@ -607,11 +607,15 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 
     /// Gives the frames the released areas kept to `src`, and those that
-    /// waited for a released shadow.
+    /// waited for a released shadow. Inline: most frees release nothing.
+    #[inline]
     fn dispose(&mut self, src: &mut impl FrameSource, released: Vec<Released<Area>>) {
-        if released.is_empty() {
-            return;
+        if !released.is_empty() {
+            self.dispose_released(src, released);
         }
+    }
+
+    fn dispose_released(&mut self, src: &mut impl FrameSource, released: Vec<Released<Area>>) {
         let had_shadows = !self.shadows.is_empty();
         for r in released {
             if had_shadows {
@@ -629,15 +633,21 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 
     /// Gives `frames` to `src`, but keeps those a shadow still shows.
+    /// Inline: a shadow is rare (a failed map whose flush was refused).
+    #[inline]
     fn release_frames(&mut self, src: &mut impl FrameSource, frames: &[u64]) {
         if self.shadows.is_empty() {
-            give_back(src, frames);
-            return;
+            src.free_frames(frames);
+        } else {
+            self.release_unshadowed(src, frames);
         }
+    }
+
+    fn release_unshadowed(&mut self, src: &mut impl FrameSource, frames: &[u64]) {
         let shown = |p: &u64| self.shadows.iter().any(|s| s.1.contains(p));
         let (held, free): (Vec<u64>, Vec<u64>) = frames.iter().partition(|p| shown(p));
         self.deferred.extend(held);
-        give_back(src, &free);
+        src.free_frames(&free);
     }
 }
 

@@ -533,8 +533,8 @@ fn frames_go_back_in_runs_either_way() {
         fn zero(&mut self, _pfn: u64, _count: u64) {}
     }
     let mut c = Calls::default();
-    frames::give_back(&mut c, &[7, 6, 5, 9, 10, 3, 4, 2, u64::MAX, 0]);
+    c.free_frames(&[7, 6, 5, 9, 10, 3, 4, 2, u64::MAX, 0]);
     assert_eq!(c.0, [(5, 3), (9, 2), (2, 3), (u64::MAX, 1), (0, 1)]);
-    frames::give_back(&mut c, &[]);
+    c.free_frames(&[]);
     assert_eq!(c.0.len(), 5);
 }

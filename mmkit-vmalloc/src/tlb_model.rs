@@ -264,9 +264,9 @@ impl Run {
                 match self.layer.lock().vmap(m, f, &frames, PAGE) {
                     Ok(va) => self.live.push((va, pages, Kind::Vmap(frames))),
                     Err(VmError::FramesHeld { held }) => {
-                        frames::give_back(f, &frames[held as usize..]);
+                        f.free_frames(&frames[held as usize..]);
                     }
-                    Err(_) => frames::give_back(f, &frames),
+                    Err(_) => f.free_frames(&frames),
                 }
             }
             Op::Vunmap { pick } => {
@@ -277,7 +277,7 @@ impl Run {
                 let back = self.layer.lock().vunmap(m, f, va).unwrap();
                 if let (Some(back), Kind::Vmap(frames)) = (back, kind) {
                     assert_eq!(back, frames);
-                    frames::give_back(f, &back);
+                    f.free_frames(&back);
                 }
                 self.freed.push(va);
             }
@@ -336,7 +336,7 @@ impl Run {
                 let (m, f) = (&mut self.mmu, &mut self.src);
                 self.ram.unmap_aliases(m, f);
                 if !refused {
-                    frames::give_back(f, &core::mem::take(&mut self.unmapped_ram));
+                    f.free_frames(&core::mem::take(&mut self.unmapped_ram));
                 }
             }
             Op::Purge => {
@@ -384,7 +384,7 @@ impl Run {
                 Kind::Vmap(frames) => {
                     if let Some(back) = self.layer.lock().vunmap(m, f, va).unwrap() {
                         assert_eq!(back, frames);
-                        frames::give_back(f, &back);
+                        f.free_frames(&back);
                     }
                 }
                 Kind::Ram(frames) => {
@@ -395,7 +395,7 @@ impl Run {
         }
         let (m, f) = (&mut self.mmu, &mut self.src);
         self.ram.unmap_aliases(m, f);
-        frames::give_back(f, &core::mem::take(&mut self.unmapped_ram));
+        f.free_frames(&core::mem::take(&mut self.unmapped_ram));
         self.layer.lock().purge(m, f);
         let l = self.layer.lock();
         l.check(&self.mmu).unwrap();
@@ -483,7 +483,7 @@ fn a_failed_vmap_whose_takedown_flush_is_refused_holds_its_frames() {
         let (m, f) = (&mut run.mmu, &mut run.src);
         let r = run.layer.lock().vmap(m, f, &frames, PAGE);
         assert_eq!(r, Err(VmError::FramesHeld { held: 2 }));
-        frames::give_back(f, &frames[2..]);
+        f.free_frames(&frames[2..]);
         assert_eq!(run.layer.lock().stuck(), 1);
         // Every frame handed out now is one no CPU reaches.
         run.step(&Op::Vmalloc {
