@@ -400,22 +400,14 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         self.stats.unmaps += 1;
         let span = area.span_bytes();
         let lazy = when == When::Deferred || matches!(self.flush, Flush::Lazy { .. });
-        let (back, shown) = if lazy && self.frames == FramePolicy::AtOnce {
-            let shown = Area {
-                frames: Vec::new(),
-                owned: area.owned,
-                pieces: core::mem::take(&mut area.pieces),
-            };
-            (Some(area), shown)
-        } else {
-            (None, area)
-        };
-        let mut out = self.retire_range(mmu, va, span, Gone::Area(shown), when);
         // Cleared: at once, the frames are the caller's or the source's.
-        let mut mine = back;
+        let mut mine = (lazy && self.frames == FramePolicy::AtOnce)
+            .then(|| core::mem::take(&mut area.frames));
+        let owned = area.owned;
+        let mut out = self.retire_range(mmu, va, span, Gone::Area(area), when);
         if let Some(i) = out.released.iter().position(|r| r.start == va) {
             if let Gone::Area(a) = out.released.swap_remove(i).what {
-                mine = Some(a);
+                mine.get_or_insert(a.frames);
             }
         }
         self.dispose(src, out.released);
@@ -423,11 +415,11 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             self.purge(mmu, src);
         }
         match mine {
-            Some(a) if a.owned => {
-                self.release_frames(src, &a.frames);
+            Some(frames) if owned => {
+                self.release_frames(src, &frames);
                 None
             }
-            other => other.map(|a| a.frames),
+            other => other,
         }
     }
 
