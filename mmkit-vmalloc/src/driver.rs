@@ -401,8 +401,8 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         let span = area.span_bytes();
         let lazy = when == When::Deferred || matches!(self.flush, Flush::Lazy { .. });
         // Cleared: at once, the frames are the caller's or the source's.
-        let mut mine = (lazy && self.frames == FramePolicy::AtOnce)
-            .then(|| core::mem::take(&mut area.frames));
+        let mut mine =
+            (lazy && self.frames == FramePolicy::AtOnce).then(|| core::mem::take(&mut area.frames));
         let owned = area.owned;
         let mut out = self.retire_range(mmu, va, span, Gone::Area(area), when);
         if let Some(i) = out.released.iter().position(|r| r.start == va) {

@@ -109,11 +109,12 @@ impl Mmu for TlbMmu {
 }
 
 /// The pool, checking under `AfterFlush` that no frame it hands out is
-/// still reachable.
+/// still reachable; its batches stop half way while `short` is set.
 struct Frames {
     pool: Pool,
     machine: Rc<RefCell<State>>,
     strict: bool,
+    short: bool,
 }
 
 impl FrameSource for Frames {
@@ -134,23 +135,65 @@ impl FrameSource for Frames {
     }
 
     fn zero(&mut self, _pfn: u64, _count: u64) {}
+
+    fn alloc_frames(&mut self, out: &mut [u64]) -> usize {
+        let n = if self.short { out.len() / 2 } else { out.len() };
+        let mut filled = 0;
+        while filled < n {
+            let Some((pfn, k)) = self.alloc((n - filled) as u64) else {
+                break;
+            };
+            for (slot, p) in out[filled..].iter_mut().zip(pfn..pfn + k) {
+                *slot = p;
+            }
+            filled += k as usize;
+        }
+        filled
+    }
 }
 
 #[derive(Debug, Clone)]
 enum Op {
-    Vmalloc { pages: u64, zero: bool },
-    Vfree { pick: usize, atomic: bool },
-    Vmap { pages: u64 },
-    Vunmap { pick: usize },
-    Vrealloc { pick: usize, pages: u64 },
-    Touch { cpu: usize, pick: usize },
-    MapRam { cpu: usize, pages: u64 },
-    UnmapRam { cpu: usize, pick: usize },
+    Vmalloc {
+        pages: u64,
+        zero: bool,
+    },
+    Vfree {
+        pick: usize,
+        atomic: bool,
+    },
+    Vmap {
+        pages: u64,
+    },
+    Vunmap {
+        pick: usize,
+    },
+    Vrealloc {
+        pick: usize,
+        pages: u64,
+    },
+    Touch {
+        cpu: usize,
+        pick: usize,
+    },
+    MapRam {
+        cpu: usize,
+        pages: u64,
+    },
+    UnmapRam {
+        cpu: usize,
+        pick: usize,
+    },
     UnmapAliases,
     Purge,
     Refuse(bool),
     FailMap(u64),
-    FreeAgain { pick: usize, interior: bool },
+    /// The frame source's batches stop half way (or no longer do).
+    ShortBatch(bool),
+    FreeAgain {
+        pick: usize,
+        interior: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -167,6 +210,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Purge),
         1 => any::<bool>().prop_map(Op::Refuse),
         1 => (0u64..4).prop_map(Op::FailMap),
+        1 => any::<bool>().prop_map(Op::ShortBatch),
         1 => (any::<usize>(), any::<bool>())
             .prop_map(|(pick, interior)| Op::FreeAgain { pick, interior }),
     ]
@@ -211,6 +255,7 @@ impl Run {
             pool: Pool::new(FRAMES),
             machine: Rc::clone(&mmu.0),
             strict: frames == FramePolicy::AfterFlush,
+            short: false,
         };
         Run {
             layer,
@@ -344,6 +389,7 @@ impl Run {
             }
             Op::Refuse(on) => self.mmu.0.borrow_mut().refuse = on,
             Op::FailMap(after) => self.mmu.0.borrow_mut().fail_after = Some(after),
+            Op::ShortBatch(on) => self.src.short = on,
             Op::FreeAgain { pick, interior } => self.misuse(pick, interior),
         }
     }
@@ -377,6 +423,7 @@ impl Run {
     fn finish(mut self) {
         self.mmu.0.borrow_mut().refuse = false;
         self.mmu.0.borrow_mut().fail_after = None;
+        self.src.short = false;
         for (va, pages, kind) in core::mem::take(&mut self.live) {
             let (m, f) = (&mut self.mmu, &mut self.src);
             match kind {
