@@ -203,11 +203,31 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             debug_assert!(freed.is_ok(), "just reserved");
             return Err((f.err, 0));
         }
+        let held = self.take_down(mmu, src, va, span, &frames[..mapped], lent);
+        Err((f.err, held))
+    }
+
+    /// Takes down a map that failed after writing `mapped` from the start
+    /// of the range reserved at `va` (`span` bytes): clears it, flushes it
+    /// at once and frees it. Returns how many of `mapped` the layer holds:
+    /// all of them when that flush is refused under
+    /// [`FramePolicy::AfterFlush`] (they wait with the stuck range; those
+    /// past `lent` go to `src` once a flush releases it, the first `lent`
+    /// are shadowed until then), else none.
+    fn take_down(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        va: u64,
+        span: u64,
+        mapped: &[u64],
+        lent: usize,
+    ) -> usize {
         let after = self.frames == FramePolicy::AfterFlush;
-        let lent = lent.min(mapped);
+        let lent = lent.min(mapped.len());
         let shown = Area {
             frames: if after {
-                frames[lent..mapped].to_vec()
+                mapped[lent..].to_vec()
             } else {
                 Vec::new()
             },
@@ -223,14 +243,14 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             }
             None if after => {
                 if lent > 0 {
-                    self.shadows.push((va, frames[..lent].to_vec()));
+                    self.shadows.push((va, mapped[..lent].to_vec()));
                 }
-                mapped
+                mapped.len()
             }
             None => 0,
         };
         self.dispose(src, out.released);
-        Err((f.err, held))
+        held
     }
 
     fn purgeable(&self) -> bool {
@@ -433,8 +453,9 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     ///
     /// # Errors
     /// As [`vmalloc`](Self::vmalloc) and [`vfree`](Self::vfree); the area
-    /// is at `va` then, unchanged, or grown in place by the pages a map
-    /// that failed part way did map.
+    /// is at `va` then, unchanged: a growth in place whose map fails part
+    /// way is taken down (its frames go back to `src`, after the flush of
+    /// the takedown under [`FramePolicy::AfterFlush`]).
     pub fn vrealloc(
         &mut self,
         mmu: &mut impl Mmu,
@@ -494,14 +515,14 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     /// Grows the `vmalloc` area at `va` by `more` pages in place when the
     /// range right after it is free: its new frames map over its guard page
     /// and on into that range, reserved as a piece of the area (freed with
-    /// it), and the guard page moves to the new end. Never flushes: nothing
-    /// that was mapped is unmapped. Returns whether it grew; `false` (and
-    /// nothing changed) when the range is taken or the map failed at its
-    /// first page.
+    /// it), and the guard page moves to the new end. Flushes only to take
+    /// down a map that failed part way. Returns whether it grew; `false`
+    /// (and nothing changed) when the range is taken or the map wrote
+    /// nothing.
     ///
     /// # Errors
     /// [`VmError::NoFrames`] after a purge; the MMU's error when the map
-    /// failed part way: the pages it did map stay in the area, at `va`.
+    /// failed part way, taken down: the area is as it was.
     fn grow_in_place(
         &mut self,
         mmu: &mut impl Mmu,
@@ -527,22 +548,35 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             debug_assert!(freed.is_ok(), "just reserved");
             return Err(e);
         }
-        let guard = end - PAGE;
-        let (mapped, failed) = match mmu.map(guard, &frames) {
-            Ok(()) => (frames.len(), None),
-            Err(f) => ((f.mapped as usize).min(frames.len()), Some(f.err)),
+        // The pages in the piece first, the guard page last: a map that
+        // fails has then written into the piece alone, which is taken down
+        // as a failed install is, and the area's own pages stay as they are.
+        let past = &frames[1..];
+        let in_piece = match past {
+            [] => Ok(()),
+            _ => mmu.map(end, past),
         };
-        src.free_frames(&frames[mapped..]);
+        let failed = match in_piece {
+            Ok(()) => (mmu.map(end - PAGE, &frames[..1]).err()).map(|f| (f.err, past.len())),
+            Err(f) => Some((f.err, (f.mapped as usize).min(past.len()))),
+        };
+        let Some((err, mapped)) = failed else {
+            if let Some(a) = self.areas.get_mut(&va) {
+                a.frames.extend_from_slice(&frames);
+                a.pieces.push(piece);
+            }
+            return Ok(true);
+        };
         if mapped == 0 {
             let freed = self.range.free(piece);
             debug_assert!(freed.is_ok(), "just reserved");
+            src.free_frames(&frames);
             return Ok(false);
         }
-        if let Some(a) = self.areas.get_mut(&va) {
-            a.frames.extend_from_slice(&frames[..mapped]);
-            a.pieces.push(piece);
-        }
-        failed.map_or(Ok(true), Err)
+        let held = self.take_down(mmu, src, piece, bytes, &past[..mapped], 0);
+        src.free_frames(&frames[..1]);
+        src.free_frames(&past[held..]);
+        Err(err)
     }
 
     /// Flushes the span of the lazy and stuck lists on every CPU, frees

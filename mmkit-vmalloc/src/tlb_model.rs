@@ -330,13 +330,22 @@ impl Run {
                 let Some(i) = pick_of(&self.live, pick, |k| *k == Kind::Vmalloc) else {
                     return;
                 };
-                let va = self.live[i].0;
-                if let Ok(to) = self.layer.lock().vrealloc(m, f, va, pages * PAGE) {
-                    if to != va {
-                        self.freed.push(va);
+                let (va, had) = (self.live[i].0, self.live[i].1);
+                let mut l = self.layer.lock();
+                match l.vrealloc(m, f, va, pages * PAGE) {
+                    Ok(to) => {
+                        if to != va {
+                            self.freed.push(va);
+                        }
+                        self.live[i].0 = to;
+                        self.live[i].1 = had.max(pages);
                     }
-                    self.live[i].0 = to;
-                    self.live[i].1 = self.live[i].1.max(pages);
+                    // Unchanged on error: its pages, then its guard page.
+                    Err(e) => assert_eq!(
+                        l.lookup(va + had * PAGE),
+                        Where::Guard { area: va },
+                        "{e:?} left the area at {va:#x} resized"
+                    ),
                 }
             }
             Op::Touch { cpu, pick } => {
@@ -567,4 +576,44 @@ fn a_failed_vrealloc_shadows_the_frames_its_stuck_range_shows() {
     run.step(&pages(run.src.pool.free.len() as u64));
     run.check();
     run.finish();
+}
+
+/// A growth in place whose map fails part way is taken down: the area is
+/// as it was, the pages the map wrote are cleared and flushed (with the
+/// flush refused, the piece waits on the stuck list and, under
+/// `AfterFlush`, holds their frames until a flush releases them), and
+/// every frame comes back.
+#[test]
+fn a_growth_in_place_that_fails_part_way_leaves_the_area_as_it_was() {
+    for policy in [FramePolicy::AtOnce, FramePolicy::AfterFlush] {
+        for refuse in [false, true] {
+            let mut run = Run::new(Flush::Eager, policy);
+            run.step(&Op::Vmalloc {
+                pages: 1,
+                zero: false,
+            });
+            run.step(&Op::Touch { cpu: 1, pick: 0 });
+            run.step(&Op::Refuse(refuse));
+            run.step(&Op::FailMap(2));
+            let va = run.live[0].0;
+            let (m, f) = (&mut run.mmu, &mut run.src);
+            let r = run.layer.lock().vrealloc(m, f, va, 5 * PAGE);
+            assert!(matches!(r, Err(VmError::MapFailed { .. })), "{r:?}");
+            let l = run.layer.lock();
+            assert_eq!(l.lookup(va), Where::Mapped { area: va, pfn: 0 });
+            assert_eq!(l.lookup(va + PAGE), Where::Guard { area: va });
+            assert_eq!(l.stuck(), usize::from(refuse));
+            drop(l);
+            let ptes = run.mmu.0.borrow().ptes.len();
+            assert_eq!(ptes, 1, "the pages the map wrote are cleared");
+            let out = FRAMES - run.src.pool.free.len() as u64;
+            let held = u64::from(refuse && policy == FramePolicy::AfterFlush);
+            assert_eq!(out, 1 + 2 * held, "the growth's frames went back");
+            run.check();
+            run.step(&Op::Refuse(false));
+            run.step(&Op::Purge);
+            assert_eq!(FRAMES - run.src.pool.free.len() as u64, 1);
+            run.finish();
+        }
+    }
 }
