@@ -91,17 +91,25 @@ pub enum FramePolicy {
 /// ```
 /// let runs: Vec<_> = mmkit_vmalloc::frame_runs(&[7, 8, 9, 3, 4, 8]).collect();
 /// assert_eq!(runs, [(7, 3), (3, 2), (8, 1)]);
+/// let ends: Vec<_> = mmkit_vmalloc::frame_runs(&[u64::MAX - 1, u64::MAX, 0]).collect();
+/// assert_eq!(ends, [(u64::MAX - 1, 2), (0, 1)]);
 /// ```
 pub fn frame_runs(frames: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
-    let mut i = 0;
+    let mut rest = frames;
     core::iter::from_fn(move || {
-        let &first = frames.get(i)?;
-        let n = frames[i..]
+        let (&first, tail) = rest.split_first()?;
+        let mut last = first;
+        // A run ends before a frame that does not follow the last one (and
+        // at `u64::MAX`: nothing follows it, the next frame 0 wraps).
+        let n = 1 + tail
             .iter()
-            .enumerate()
-            .take_while(|&(k, &f)| first.checked_add(k as u64) == Some(f))
+            .take_while(|&&f| {
+                let follows = f == last.wrapping_add(1) && f != 0;
+                last = f;
+                follows
+            })
             .count();
-        i += n;
+        rest = &rest[n..];
         Some((first, n as u64))
     })
 }

@@ -238,13 +238,21 @@ impl FrameSource for PhysFrames<'_> {
             self.err = Some(e);
             return 0;
         }
-        let frames = blocks.iter().flat_map(|b| b.pfn..b.pfn + b.pages());
+        // The blocks cover `out` exactly.
         let mut filled = 0;
-        for (slot, pfn) in out.iter_mut().zip(frames) {
-            *slot = pfn;
-            filled += 1;
+        for b in blocks {
+            let run = &mut out[filled..filled + b.pages() as usize];
+            for (k, slot) in (0..).zip(run.iter_mut()) {
+                *slot = b.pfn + k;
+            }
+            filled += run.len();
         }
         filled
+    }
+
+    /// [`free`](FrameSource::free) of each run, under one lock.
+    fn free_frames(&mut self, frames: &[u64]) {
+        self.phys.release_runs(frames);
     }
 
     /// Frees the area frames of the run; a frame still mapped somewhere
