@@ -182,6 +182,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     /// mapped: the error then says how many leading frames the layer holds.
     /// They wait with the stuck range, and those past `lent` go to `src`
     /// once a flush releases it (the lent ones are shadowed until then).
+    #[inline]
     fn try_install(
         &mut self,
         mmu: &mut impl Mmu,

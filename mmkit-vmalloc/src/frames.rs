@@ -142,6 +142,7 @@ const SMALL: u64 = 64;
 
 /// Takes `pages` frames from `src` into `out` (appended) with one batch
 /// call. On failure gives back what it took and returns false.
+#[inline]
 pub(crate) fn take(src: &mut impl FrameSource, pages: u64, out: &mut Vec<u64>) -> bool {
     let first = out.len();
     let Ok(n) = usize::try_from(pages) else {
