@@ -642,9 +642,10 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         }
     }
 
-    fn dispose_released(&mut self, src: &mut impl FrameSource, released: Vec<Released<Area>>) {
+    #[inline(never)]
+    fn dispose_released(&mut self, src: &mut impl FrameSource, mut released: Vec<Released<Area>>) {
         let had_shadows = !self.shadows.is_empty();
-        for r in released {
+        for r in released.drain(..) {
             if had_shadows {
                 self.shadows.retain(|s| s.0 != r.start);
             }
@@ -657,6 +658,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             let waiting = core::mem::take(&mut self.deferred);
             self.release_frames(src, &waiting);
         }
+        self.retiring.recycle(released);
     }
 
     /// Gives `frames` to `src`, but keeps those a shadow still shows.
