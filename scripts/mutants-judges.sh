@@ -11,7 +11,7 @@ judges() {
     buddy) echo buddy_model buddy_pcp_model hostile_buddy ;;
     percpu) echo percpu_model hostile_percpu ;;
     vblock) echo vblock_model hostile_vblock ;;
-    nodes) echo nodes_model ;;
+    nodes) echo nodes_model linux_nodes_model ;;
     *) return 1 ;;
   esac
 }
@@ -22,7 +22,7 @@ main_judges() {
     buddy) echo buddy_model buddy_pcp_model ;;
     percpu) echo percpu_model ;;
     vblock) echo vblock_model ;;
-    nodes) echo nodes_model ;;
+    nodes) echo nodes_model linux_nodes_model ;;
     *) return 1 ;;
   esac
 }

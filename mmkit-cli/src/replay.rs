@@ -44,8 +44,8 @@ pub enum AllocatorKind {
     Vmap,
     /// The busy-list design seed 000 replaced.
     Baseline,
-    /// Linux 6.12's choices: `Policy::Linux` behind Linux's vmap node
-    /// pools (one node a CPU of the trace's `cpus`).
+    /// Linux 6.12's choices: its free tree in Linux's shape behind its
+    /// vmap node pools (one node a CPU of the trace's `cpus`).
     Linux,
 }
 

@@ -1,8 +1,11 @@
-//! `LinuxNodes` (Linux 6.12's vmap node pools over `Policy::Linux`)
+//! `LinuxNodes` (Linux 6.12's vmap node pools over its free tree)
 //! against a brute-force model written from mm/vmalloc.c's rules: a sorted
 //! list of free ranges scanned linearly, pools as lists with the newest
 //! area first. Every answer, the free blocks and `check()` must agree
-//! after every step.
+//! after every step. For an alignment above a page the free tree's answer
+//! depends on its shape, which the model does not keep: there the answer
+//! must be a free aligned fit in the window no higher than the model's
+//! (the first block `size + align - 1` long), and the model takes it.
 
 use mmkit::nodes::LinuxNodes;
 use mmkit::range::RangeAllocator;
@@ -88,7 +91,37 @@ impl Model {
         }
     }
 
-    fn try_alloc(&mut self, cpu: usize, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
+    /// `fit`, or for an alignment above a page the tree's answer `shaped`
+    /// if it is a free aligned fit in the window no higher than `fit`'s.
+    fn fit_or(
+        &self,
+        size: u64,
+        align: u64,
+        (lo, hi): (u64, u64),
+        shaped: Option<u64>,
+    ) -> Option<u64> {
+        let own = self.fit(size, align, lo, hi);
+        let valid = |a: u64| {
+            a % align == 0
+                && a >= lo
+                && a + size <= hi
+                && self.free.iter().any(|&(s, e)| s <= a && a + size <= e)
+                && own.map_or(true, |o| a <= o)
+        };
+        match shaped {
+            Some(a) if align > PAGE && valid(a) => Some(a),
+            _ => own,
+        }
+    }
+
+    fn try_alloc(
+        &mut self,
+        cpu: usize,
+        size: u64,
+        align: u64,
+        (lo, hi): (u64, u64),
+        shaped: Option<u64>,
+    ) -> Option<u64> {
         let node = (self.nodes > 1 && (lo, hi) == VMALLOC).then_some(cpu % self.nodes);
         if let Some(n) = node.filter(|_| size <= 256 * PAGE) {
             let pool = &mut self.pools[n][(size / PAGE - 1) as usize];
@@ -101,17 +134,29 @@ impl Model {
                 pool.push(newest); // rotated to the tail
             }
         }
-        let a = self.fit(size, align, lo, hi)?;
+        let a = self.fit_or(size, align, (lo, hi), shaped)?;
         self.take(a, size);
         self.live.push((a, a + size, node));
         Some(a)
     }
 
-    fn alloc(&mut self, cpu: usize, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
-        self.try_alloc(cpu, size, align, lo, hi).or_else(|| {
-            self.purge(true);
-            self.try_alloc(cpu, size, align, lo, hi)
-        })
+    /// An allocation; `retried`: the first try failed on `LinuxNodes`
+    /// (then the model's own fit must fail too before it purges).
+    fn alloc(
+        &mut self,
+        cpu: usize,
+        size: u64,
+        align: u64,
+        window: (u64, u64),
+        shaped: Option<u64>,
+        retried: bool,
+    ) -> Option<u64> {
+        let first = if retried { None } else { shaped };
+        if let Some(a) = self.try_alloc(cpu, size, align, window, first) {
+            return Some(a);
+        }
+        self.purge(true);
+        self.try_alloc(cpu, size, align, window, shaped)
     }
 
     fn purge(&mut self, full: bool) -> bool {
@@ -192,8 +237,10 @@ fn run(nodes: usize, ops: &[Op]) -> Result<(), String> {
                 let (size, align) = (pages * PAGE, PAGE << align_shift);
                 let (lo, hi) = if vmalloc { VMALLOC } else { (PAGE, 7 << 20) };
                 n.set_cpu(cpu);
+                let retries = n.retries();
                 let got = n.alloc_in(size, align, lo, hi).ok();
-                let want = m.alloc(cpu, size, align, lo, hi);
+                let retried = n.retries() > retries;
+                let want = m.alloc(cpu, size, align, (lo, hi), got, retried);
                 if got != want {
                     return Err(format!("{op:?}: got {got:x?}, model {want:x?}"));
                 }
@@ -276,4 +323,30 @@ fn pools_decay_by_a_quarter_or_wholly_below_four() {
     ops.push(Op::Purge);
     ops.push(Op::Purge);
     run(2, &ops).unwrap();
+}
+
+/// Judged: Linux going to the free tree while the request's pool holds an
+/// aligned area marks that pool detached (a purge's decay walks it); the
+/// model then answers from the free tree too, until Linux takes from the
+/// pool again.
+#[test]
+fn a_pool_linux_passes_over_is_detached_until_linux_takes_from_it() {
+    let mut n = LinuxNodes::new(SPACE.0, SPACE.1, 2, VMALLOC).unwrap();
+    let (size, align) = (2 * PAGE, PAGE);
+    let a = n.alloc_in(size, align, VMALLOC.0, VMALLOC.1).unwrap();
+    let b = n.alloc_in(size, align, VMALLOC.0, VMALLOC.1).unwrap();
+    n.free_lazy(a).unwrap();
+    n.free_lazy(b).unwrap();
+    n.purge(&mut |_, _| {}); // node 0's pool of 2 pages: b, a
+    let low = VMALLOC.0 + 2 * size; // the free tree's lowest fit
+    assert_eq!(n.alloc_judged(size, align, VMALLOC, low), Ok(Some(b)));
+    assert_eq!(n.inferred_detaches(), 1);
+    assert_eq!(n.pooled(), 2);
+    // Detached: the model's answer is the free tree's.
+    let next = low + size;
+    assert_eq!(n.alloc_judged(size, align, VMALLOC, b), Ok(Some(next)));
+    // Linux took b from the pool: attached again.
+    assert_eq!(n.alloc_judged(size, align, VMALLOC, a), Ok(Some(a)));
+    assert_eq!(n.pooled(), 0);
+    n.check().unwrap();
 }

@@ -27,6 +27,9 @@ pub struct Verdict {
     /// Shrinker runs inferred (judged only): see
     /// [`LinuxNodes::alloc_judged`].
     pub shrinks: u64,
+    /// Pools inferred detached by a purge's decay (judged only): see
+    /// [`LinuxNodes::alloc_judged`].
+    pub detaches: u64,
 }
 
 impl Verdict {
@@ -141,6 +144,7 @@ pub fn replay(
     }
     v.pool_hits = n.pool_hits();
     v.shrinks = n.inferred_shrinks();
+    v.detaches = n.inferred_detaches();
     Ok(v)
 }
 

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!   node i: lazy [areas freed, tagged with node i]   pools: 1 page [newest .. oldest] .. 256 pages [..]
-//!   free tree: VmapAllocator, Policy::Linux; lazily freed and pooled areas are live there
+//!   free tree: LinuxFreeTree (Linux's shape and search), beside a VmapAllocator
+//!              that keeps the same free set and the live, lazy and pooled areas
 //! ```
 //!
 //! # What each call does (mm/vmalloc.c, v6.12)
@@ -13,15 +14,19 @@
 //!   If the size is a whole number `k <= 256` of pages, that node's pool of
 //!   `k` pages is asked: its newest area is taken when aligned, else it
 //!   moves to the pool's oldest end and the request misses. A miss (and
-//!   every other request) takes [`Policy::Linux`]'s fit from the free tree.
-//!   When that fails: a full purge (below) and one more try.
-//! - A lazy free puts the area on a node's lazy list (its tag's node).
+//!   every other request) takes Linux's own fit from the free tree
+//!   ([`LinuxFreeTree`], whose shape is Linux's). When that fails: a full
+//!   purge (below) and one more try.
+//! - A lazy free puts the area on a node's lazy list: its tag's node, else
+//!   the node of its address (`addr_to_node`: 16-page zones, round robin).
 //! - A purge (`__purge_vmap_area_lazy`) first decays every node's pools:
-//!   each pool gives its newest `len / 4` areas back to the free tree, or
-//!   all of them when it holds fewer than 4 (the kernel's countdown from 0
-//!   never reaches 0 again). Then, node by node and in address order, a
-//!   tagged lazy area of at most 256 pages goes to the front of its node's
-//!   pool; every other one goes back to the free tree.
+//!   each pool gives its newest `len / 4` areas back, or all of them when
+//!   it holds fewer than 4 (the kernel's countdown from 0 never reaches 0
+//!   again); one node's decayed areas are merged among themselves and
+//!   then go to the free tree in address order. Then, node by node and in
+//!   address order, a tagged lazy area of at most 256 pages goes to the
+//!   front of its node's pool; every other one goes back to the free tree,
+//!   the highest first (Linux collects them at the head of a list).
 //! - A *full* purge (the one a failing allocation starts,
 //!   `reclaim_and_purge_vmap_areas`) empties every pool and pools nothing.
 //!
@@ -42,14 +47,18 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::error::{AllocError, CheckError, FreeError, Invariant};
+use crate::nodes::LinuxFreeTree;
 use crate::range::{FlushHook, RangeAllocator, RangeStats};
-use crate::request::{Policy, Request, RequestError};
+use crate::request::{Request, RequestError};
 use crate::vmap::VmapAllocator;
 
 /// Linux's page size.
 const PAGE: u64 = crate::request::LINUX_PAGE_SIZE;
 /// Pooled sizes: 1 to 256 pages (`MAX_VA_SIZE_PAGES`).
 const POOLED_PAGES: u64 = 256;
+/// The bytes of one zone of `addr_to_node` (`vmap_zone_size`, more than
+/// one node).
+const ZONE: u64 = 16 * PAGE;
 
 /// A live area: its end and the node it is tagged with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,21 +67,22 @@ struct Area {
     node: Option<usize>,
 }
 
+/// A lazily freed area on a node's lazy list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Lazy {
+    start: u64,
+    end: u64,
+    /// Tagged with this node at allocation: it may be pooled.
+    tagged: bool,
+}
+
 /// A purge between its two halves: the lazy areas it took.
 #[derive(Debug, Default)]
 struct Purging {
     /// Pools nothing (`skip_populate`).
     full: bool,
     /// Per node: its lazy areas when the purge began.
-    nodes: Vec<Vec<(u64, u64)>>,
-    /// The untagged lazy areas when the purge began.
-    global: Vec<(u64, u64)>,
-}
-
-impl Purging {
-    fn areas(&self) -> impl Iterator<Item = &(u64, u64)> + Clone + '_ {
-        self.nodes.iter().flatten().chain(&self.global)
-    }
+    nodes: Vec<Vec<Lazy>>,
 }
 
 /// Linux 6.12's vmap nodes and their pools over one free tree: see the
@@ -99,15 +109,16 @@ impl Purging {
 /// ```
 #[derive(Debug)]
 pub struct LinuxNodes {
+    /// The free set with every live, lazy and pooled area, for accounting.
     tree: VmapAllocator,
+    /// The same free set in Linux's tree shape: it decides addresses.
+    shape: LinuxFreeTree,
     nodes: usize,
     vmalloc: (u64, u64),
     cpu: usize,
     live: BTreeMap<u64, Area>,
-    /// Per node: lazily freed areas (start, end) tagged with it.
-    lazy: Vec<Vec<(u64, u64)>>,
-    /// Lazily freed areas with no tag.
-    lazy_global: Vec<(u64, u64)>,
+    /// Per node: its lazy list.
+    lazy: Vec<Vec<Lazy>>,
     /// The lazy areas of a purge begun and not ended.
     purging: Option<Purging>,
     lazy_bytes: u64,
@@ -115,9 +126,13 @@ pub struct LinuxNodes {
     /// Per node, per size in pages - 1: area starts, newest first.
     pools: Vec<Vec<VecDeque<u64>>>,
     hits: u64,
-    last_hit: Option<u64>,
     inferred_shrinks: u64,
+    /// (node, pool index) pools a purge's decay holds detached, inferred
+    /// by [`alloc_judged`](Self::alloc_judged); back at the next purge.
+    detached: Vec<(usize, usize)>,
+    inferred_detaches: u64,
     purges: u64,
+    retries: u64,
 }
 
 impl LinuxNodes {
@@ -139,22 +154,25 @@ impl LinuxNodes {
         }
         let mut tree = VmapAllocator::new(start, end)?;
         tree.set_lazy_max(u64::MAX);
+        let shape = LinuxFreeTree::new(start, end).map_err(|_| AllocError::Invalid)?;
         Ok(LinuxNodes {
             tree,
+            shape,
             nodes,
             vmalloc,
             cpu: 0,
             live: BTreeMap::new(),
             lazy: vec![Vec::new(); nodes],
-            lazy_global: Vec::new(),
             purging: None,
             lazy_bytes: 0,
             lazy_max: crate::range::DEFAULT_LAZY_MAX,
             pools: vec![vec![VecDeque::new(); POOLED_PAGES as usize]; nodes],
             hits: 0,
-            last_hit: None,
             inferred_shrinks: 0,
+            detached: Vec::new(),
+            inferred_detaches: 0,
             purges: 0,
+            retries: 0,
         })
     }
 
@@ -174,6 +192,12 @@ impl LinuxNodes {
         self.tree.free_blocks()
     }
 
+    /// Allocations whose first try failed, so that they ran a full purge
+    /// and tried once more (Linux traces the failed try).
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+
     /// Areas in node pools.
     pub fn pooled(&self) -> usize {
         self.pools.iter().flatten().map(VecDeque::len).sum()
@@ -187,7 +211,11 @@ impl LinuxNodes {
     /// The newest area of `node`'s pool of `size` if aligned; a misaligned
     /// one moves to the oldest end.
     fn pool_take(&mut self, node: usize, size: u64, align: u64) -> Option<u64> {
-        let pool = &mut self.pools[node][Self::class(size)?];
+        let c = Self::class(size)?;
+        if self.detached.contains(&(node, c)) {
+            return None;
+        }
+        let pool = &mut self.pools[node][c];
         let a = pool.pop_front()?;
         if a & (align - 1) == 0 {
             return Some(a);
@@ -196,26 +224,63 @@ impl LinuxNodes {
         None
     }
 
+    /// The node a request is tagged with: `cpu % nodes` for vmalloc's
+    /// own window, with more than one node.
+    fn node_of(&self, lo: u64, hi: u64) -> Option<usize> {
+        (self.nodes > 1 && (lo, hi) == self.vmalloc).then(|| self.cpu % self.nodes)
+    }
+
+    /// One try's answer and whether a pool gave it (then it is off the
+    /// pool); the free tree's answer is not taken yet.
+    fn pick(
+        &mut self,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+    ) -> Result<(u64, bool), RequestError> {
+        let req = Request::bytes(size).ok_or(RequestError::ZeroSize)?;
+        let (vs, ve) = req.align(align).within(lo..hi).clamp(self.tree.space())?;
+        if let Some(a) = self
+            .node_of(lo, hi)
+            .and_then(|n| self.pool_take(n, size, align))
+        {
+            self.hits += 1;
+            return Ok((a, true));
+        }
+        match self.shape.find(size, align, vs, ve) {
+            Some(a) => Ok((a, false)),
+            None => Err(RequestError::NoFit {
+                size,
+                align,
+                window: (vs, ve),
+                largest_free: self.shape.largest(),
+            }),
+        }
+    }
+
+    /// Takes `[a, a + size)` out of the free tree.
+    fn take_free(&mut self, a: u64, size: u64, align: u64) -> Result<(), RequestError> {
+        let req = Request::bytes(size).ok_or(RequestError::ZeroSize)?;
+        self.tree.allocate(req.align(align).at(a))?;
+        self.shape.clip(a, size)
+    }
+
+    /// Gives the area at `a` back to the free tree.
+    fn give_back(&mut self, a: u64) {
+        let size = self.tree.free(a).expect("a lazy or pooled area is live");
+        self.shape
+            .free(a, a + size)
+            .expect("a live area is not free");
+    }
+
     /// One try: the pool, then the free tree.
     fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, RequestError> {
-        let node = (self.nodes > 1 && (lo, hi) == self.vmalloc).then(|| self.cpu % self.nodes);
-        let pooled = match node {
-            Some(n) if size > 0 && align.is_power_of_two() => self.pool_take(n, size, align),
-            _ => None,
-        };
-        let a = match pooled {
-            Some(a) => {
-                self.hits += 1;
-                self.last_hit = Some(a);
-                a
-            }
-            None => {
-                self.last_hit = None;
-                let req = Request::bytes(size).ok_or(RequestError::ZeroSize)?;
-                self.tree
-                    .allocate(req.align(align).within(lo..hi).policy(Policy::Linux))?
-            }
-        };
+        let (a, pooled) = self.pick(size, align, lo, hi)?;
+        if !pooled {
+            self.take_free(a, size, align)?;
+        }
+        let node = self.node_of(lo, hi);
         self.live.insert(
             a,
             Area {
@@ -231,6 +296,16 @@ impl LinuxNodes {
     /// been `linux`, Linux's own address (taken from the node's pool if it
     /// is there, else from the free tree).
     ///
+    /// Two states Linux traces no event for are inferred, each counted: a
+    /// shrinker run when Linux's address lies in a pool here
+    /// ([`inferred_shrinks`](Self::inferred_shrinks)), and a pool detached
+    /// when Linux went to the free tree while the request's pool held an
+    /// aligned area ([`inferred_detaches`](Self::inferred_detaches)): a
+    /// purge's decay holds each pool off its list while it walks it, and a
+    /// walk can outlast many requests on another CPU. A detached pool
+    /// serves nothing until Linux takes from it again or the next purge
+    /// begins.
+    ///
     /// # Errors
     /// `NoSpace` if `[linux, linux + size)` is neither pooled on the
     /// request's node nor free here: the two states differ. `Invalid` for
@@ -243,45 +318,50 @@ impl LinuxNodes {
         (lo, hi): (u64, u64),
         linux: u64,
     ) -> Result<Option<u64>, AllocError> {
-        let ours = match self.try_alloc(size, align, lo, hi) {
+        let ours = match self.pick(size, align, lo, hi) {
             Ok(a) => Some(a),
             Err(RequestError::NoFit { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        if ours == Some(linux) {
-            return Ok(ours);
-        }
-        let node = (self.nodes > 1 && (lo, hi) == self.vmalloc).then(|| self.cpu % self.nodes);
-        if let Some(a) = ours {
-            self.live.remove(&a);
-            match (node, Self::class(size)) {
-                (Some(n), Some(c)) if self.last_hit == Some(a) => {
-                    self.hits -= 1;
-                    self.pools[n][c].push_front(a);
-                }
-                _ => {
-                    self.tree.free(a).expect("just allocated");
-                }
+        let node = self.node_of(lo, hi);
+        let class = node.zip(Self::class(size));
+        if let (Some((a, true)), Some((n, c))) = (ours, class) {
+            if a != linux {
+                self.hits -= 1;
+                self.pools[n][c].push_front(a);
             }
         }
-        let pooled = node.zip(Self::class(size)).and_then(|(n, c)| {
-            let pool = &mut self.pools[n][c];
-            let i = pool.iter().position(|&p| p == linux)?;
-            pool.remove(i)
-        });
-        if pooled.is_none() {
-            let req = Request::bytes(size).ok_or(AllocError::Invalid)?;
-            let req = req.align(align).at(linux);
-            if self.tree.allocate(req.clone()).is_err() {
-                // Only the shrinker, which leaves no trace event, frees a
-                // pooled area outside a purge.
-                if !self.pooled_overlap(linux, linux + size) {
-                    return Err(AllocError::NoSpace);
-                }
-                self.shrink();
-                self.inferred_shrinks += 1;
-                self.tree.allocate(req)?;
+        let pooled = match (ours, class) {
+            (Some((a, true)), _) if a == linux => Some(a),
+            (_, Some((n, c))) => {
+                let pool = &mut self.pools[n][c];
+                let i = pool.iter().position(|&p| p == linux);
+                i.and_then(|i| pool.remove(i))
             }
+            _ => None,
+        };
+        if let (Some(_), Some(nc)) = (pooled, class) {
+            // Linux took from the pool: it is attached.
+            self.detached.retain(|&d| d != nc);
+        }
+        let hit = matches!(ours, Some((a, true)) if a != linux);
+        if pooled.is_none() && hit && self.take_free(linux, size, align).is_ok() {
+            // Linux passed over a pool that held an area: a purge's
+            // decay, which leaves no event until the purge ends, holds
+            // that pool detached while it walks it.
+            if let Some(nc) = class {
+                self.detached.push(nc);
+                self.inferred_detaches += 1;
+            }
+        } else if pooled.is_none() && self.take_free(linux, size, align).is_err() {
+            // Only the shrinker, which leaves no trace event, frees a
+            // pooled area outside a purge.
+            if !self.pooled_overlap(linux, linux.saturating_add(size)) {
+                return Err(AllocError::NoSpace);
+            }
+            self.shrink();
+            self.inferred_shrinks += 1;
+            self.take_free(linux, size, align)?;
         }
         self.live.insert(
             linux,
@@ -290,22 +370,18 @@ impl LinuxNodes {
                 node,
             },
         );
-        Ok(ours)
+        Ok(ours.map(|(a, _)| a))
     }
 
     /// Whether a lazily freed area overlaps `[lo, hi)`.
     pub fn lazy_overlap(&self, lo: u64, hi: u64) -> bool {
-        self.lazy_areas().any(|&(a, e)| a < hi && e > lo)
+        self.lazy_areas().any(|l| l.start < hi && l.end > lo)
     }
 
     /// Every lazily freed area, those a begun purge took included.
-    fn lazy_areas(&self) -> impl Iterator<Item = &(u64, u64)> + Clone + '_ {
-        let purging = self.purging.iter().flat_map(Purging::areas);
-        self.lazy
-            .iter()
-            .flatten()
-            .chain(&self.lazy_global)
-            .chain(purging)
+    fn lazy_areas(&self) -> impl Iterator<Item = &Lazy> + Clone + '_ {
+        let purging = self.purging.iter().flat_map(|p| p.nodes.iter().flatten());
+        self.lazy.iter().flatten().chain(purging)
     }
 
     /// Whether a purge has begun and not ended.
@@ -327,13 +403,53 @@ impl LinuxNodes {
     /// node back to the free tree. Linux runs it under memory pressure and
     /// traces no event for it.
     pub fn shrink(&mut self) {
-        for pool in self.pools.iter_mut().flatten() {
-            for a in pool.drain(..) {
-                self.tree
-                    .free(a)
-                    .expect("a pooled area is live in the tree");
+        self.decay(true);
+    }
+
+    /// `decay_va_pool_node` on every node in turn: each pool gives its
+    /// newest `len / 4` areas back, all of them when `full` or when it
+    /// holds fewer than 4. A node's areas are merged among themselves
+    /// first (Linux gathers them in a tree of their own), then each merged
+    /// run goes to the free tree, the lowest first.
+    fn decay(&mut self, full: bool) {
+        for n in 0..self.nodes {
+            let mut back = Vec::new();
+            for (c, pool) in self.pools[n].iter_mut().enumerate() {
+                let take = match pool.len() >> 2 {
+                    k if k > 0 && !full => k,
+                    _ => pool.len(),
+                };
+                let size = (c as u64 + 1) * PAGE;
+                back.extend(pool.drain(..take).map(|a| (a, a + size)));
             }
+            back.sort_unstable();
+            let mut run: Option<(u64, u64)> = None;
+            for (s, e) in back {
+                self.tree.free(s).expect("a pooled area is live");
+                run = match run {
+                    Some((rs, re)) if re == s => Some((rs, e)),
+                    done => {
+                        self.free_run(done);
+                        Some((s, e))
+                    }
+                };
+            }
+            self.free_run(run);
         }
+    }
+
+    /// A run of areas already given back to `tree`, into `shape`.
+    fn free_run(&mut self, run: Option<(u64, u64)>) {
+        if let Some((s, e)) = run {
+            self.shape.free(s, e).expect("a pooled run is not free");
+        }
+    }
+
+    /// Pools [`alloc_judged`](Self::alloc_judged) inferred detached by a
+    /// purge's decay: Linux went to the free tree while the request's pool
+    /// held an area.
+    pub fn inferred_detaches(&self) -> u64 {
+        self.inferred_detaches
     }
 
     /// Shrinker runs [`alloc_judged`](Self::alloc_judged) inferred: Linux
@@ -356,24 +472,10 @@ impl LinuxNodes {
     /// lazy frees wait for the next purge.
     pub fn purge_begin(&mut self, full: bool) {
         self.purge_end();
-        for pool in self.pools.iter_mut().flatten() {
-            let take = match pool.len() >> 2 {
-                k if k > 0 && !full => k,
-                _ => pool.len(),
-            };
-            for a in pool.drain(..take) {
-                self.tree
-                    .free(a)
-                    .expect("a pooled area is live in the tree");
-            }
-        }
+        self.detached.clear();
+        self.decay(full);
         let nodes = self.lazy.iter_mut().map(core::mem::take).collect();
-        let global = core::mem::take(&mut self.lazy_global);
-        self.purging = Some(Purging {
-            full,
-            nodes,
-            global,
-        });
+        self.purging = Some(Purging { full, nodes });
     }
 
     /// The second half of a purge: the lazy areas it took, node by node
@@ -387,21 +489,19 @@ impl LinuxNodes {
         let mut freed = 0u64;
         for (n, mut lazy) in p.nodes.into_iter().enumerate() {
             lazy.sort_unstable();
-            for (s, e) in lazy {
+            let mut back = Vec::new();
+            for l in lazy {
                 freed += 1;
-                match Self::class(e - s) {
-                    Some(c) if !p.full => self.pools[n][c].push_front(s),
-                    _ => {
-                        self.tree.free(s).expect("a lazy area is live in the tree");
-                    }
+                match Self::class(l.end - l.start) {
+                    Some(c) if l.tagged && !p.full => self.pools[n][c].push_front(l.start),
+                    _ => back.push(l.start),
                 }
             }
+            for &s in back.iter().rev() {
+                self.give_back(s);
+            }
         }
-        for (s, _) in p.global {
-            freed += 1;
-            self.tree.free(s).expect("a lazy area is live in the tree");
-        }
-        self.lazy_bytes = self.lazy_areas().map(|(s, e)| e - s).sum();
+        self.lazy_bytes = self.lazy_areas().map(|l| l.end - l.start).sum();
         self.purges += u64::from(freed > 0);
         freed > 0
     }
@@ -415,6 +515,7 @@ impl RangeAllocator for LinuxNodes {
     fn alloc_in(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, AllocError> {
         match self.try_alloc(size, align, lo, hi) {
             Err(RequestError::NoFit { .. }) => {
+                self.retries += 1;
                 self.purge_nodes(true);
                 self.try_alloc(size, align, lo, hi)
                     .map_err(AllocError::from)
@@ -424,16 +525,23 @@ impl RangeAllocator for LinuxNodes {
     }
 
     fn free(&mut self, addr: u64) -> Result<u64, FreeError> {
-        self.live.remove(&addr).ok_or(FreeError::NotAllocated)?;
-        self.tree.free(addr)
+        let area = self.live.remove(&addr).ok_or(FreeError::NotAllocated)?;
+        self.give_back(addr);
+        Ok(area.end - addr)
     }
 
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
         let area = self.live.remove(&addr).ok_or(FreeError::NotAllocated)?;
-        match area.node {
-            Some(n) => self.lazy[n].push((addr, area.end)),
-            None => self.lazy_global.push((addr, area.end)),
-        }
+        let n = match area.node {
+            Some(n) => n,
+            None if self.nodes > 1 => ((addr / ZONE) % self.nodes as u64) as usize,
+            None => 0,
+        };
+        self.lazy[n].push(Lazy {
+            start: addr,
+            end: area.end,
+            tagged: area.node.is_some(),
+        });
         self.lazy_bytes += area.end - addr;
         if self.lazy_bytes > self.lazy_max {
             self.purge_nodes(false);
@@ -447,8 +555,9 @@ impl RangeAllocator for LinuxNodes {
         if !self.purge_pending() {
             self.purge_begin(false);
         }
-        let taken = self.purging.iter().flat_map(Purging::areas);
-        let span = taken.fold(None, |acc, &(s, e)| {
+        let taken = self.purging.iter().flat_map(|p| p.nodes.iter().flatten());
+        let span = taken.fold(None, |acc, l| {
+            let (s, e) = (l.start, l.end);
             Some(acc.map_or((s, e), |(a, b): (u64, u64)| (a.min(s), b.max(e))))
         });
         if let Some((s, e)) = span {
@@ -471,7 +580,7 @@ impl RangeAllocator for LinuxNodes {
         s.live_areas = self.live.len() as u64;
         s.live_bytes = self.live.iter().map(|(a, v)| v.end - a).sum();
         s.lazy_areas = lazy.clone().count() as u64;
-        s.lazy_bytes = lazy.map(|(a, b)| b - a).sum();
+        s.lazy_bytes = lazy.map(|l| l.end - l.start).sum();
         s.purges = self.purges;
         s.flushes = self.purges;
         s
@@ -482,6 +591,7 @@ impl RangeAllocator for LinuxNodes {
     /// pool's size.
     fn check(&self) -> Result<(), CheckError> {
         self.tree.check()?;
+        self.shape.check()?;
         let bad = |at: u64, what: &str| {
             Err(CheckError::new(
                 "linux-nodes",
@@ -491,7 +601,7 @@ impl RangeAllocator for LinuxNodes {
             ))
         };
         let mut held: Vec<(u64, u64)> = self.live.iter().map(|(&a, v)| (a, v.end)).collect();
-        held.extend(self.lazy_areas());
+        held.extend(self.lazy_areas().map(|l| (l.start, l.end)));
         for pools in &self.pools {
             for (c, pool) in pools.iter().enumerate() {
                 for &a in pool {
@@ -516,6 +626,15 @@ impl RangeAllocator for LinuxNodes {
                 at,
                 "live, lazy and pooled areas differ from the tree's live areas",
             );
+        }
+        if let Some(b) = (self.tree.free_blocks())
+            .zip(self.shape.blocks())
+            .find(|(a, b)| a != b)
+        {
+            return bad(b.0.start, "the shaped tree's free blocks differ");
+        }
+        if self.tree.free_blocks().count() != self.shape.blocks().count() {
+            return bad(0, "the shaped tree's free blocks differ in number");
         }
         Ok(())
     }

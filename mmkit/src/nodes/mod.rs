@@ -75,7 +75,9 @@ use crate::vmap::VmapAllocator;
 mod check;
 pub use check::NodesStats;
 pub mod linux;
+pub mod linux_rbtree;
 pub use linux::LinuxNodes;
+pub use linux_rbtree::LinuxFreeTree;
 mod lock;
 mod purge;
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! 6.12 saw (boot and test_vmalloc, 1 and 2 vCPUs;
 //! `traces/linux/*.ftrace.xz`), placed by Linux itself (its recorded
 //! addresses), by mmkit's exact lowest fit and best fit, and by
-//! `Policy::Linux` behind Linux's node pools (`LinuxNodes`), each on its
+//! Linux's model: its free tree in Linux's shape behind its node pools
+//! (`LinuxNodes`), each on its
 //! own state. Each allocator frees what the trace frees, lazily, and
 //! purges where Linux purged. Measured inside vmalloc's window, from the
 //! live areas (a lazily freed or pooled area counts as free):
@@ -328,7 +329,7 @@ pub fn rows_of(name: &'static str, ftrace: &str) -> Result<Vec<TraceRow>, String
             "mmkit-best",
             drive(&trace, &mut exact(Policy::BestFit)?, at)?,
         ),
-        ("Policy::Linux + pools", drive(&trace, &mut nodes, at)?),
+        ("Linux tree + pools", drive(&trace, &mut nodes, at)?),
     ];
     Ok(runs
         .into_iter()
@@ -390,7 +391,7 @@ pub fn table(notes: &mut Vec<String>) -> (Table, Target) {
     }
     let model: Vec<&TraceRow> = rows
         .iter()
-        .filter(|r| r.allocator == "Policy::Linux + pools")
+        .filter(|r| r.allocator == "Linux tree + pools")
         .collect();
     let measured = model
         .iter()
@@ -412,7 +413,7 @@ pub fn table(notes: &mut Vec<String>) -> (Table, Target) {
 
 /// The target the Linux model answers to.
 const LINUX_TARGET: &str =
-    "Policy::Linux with Linux's node pools places every allocation of the captures at Linux's address (free-running)";
+    "Linux's free tree and node pools (LinuxNodes) place every allocation of the captures at Linux's address (free-running)";
 
 #[cfg(test)]
 mod tests {
@@ -443,7 +444,7 @@ mod tests {
                 "linux (recorded)",
                 "mmkit",
                 "mmkit-best",
-                "Policy::Linux + pools"
+                "Linux tree + pools"
             ]
         );
         // Linux put the third area above the second; the exact policies
