@@ -66,8 +66,8 @@ fn map_pages(va: u64, pfns: &[u64]) -> Result<(), MapFailed> {
 }
 
 /// Frames from the running CPU's lists of the buddy allocator, one at a
-/// time (what `vmalloc` maps). Never waits: usable under a spin lock with
-/// interrupts off.
+/// time (what `vmalloc` maps), an area's worth in one batch. Never waits:
+/// usable under a spin lock with interrupts off.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PhysFrames;
 
@@ -89,6 +89,30 @@ impl FrameSource for PhysFrames {
 
     fn zero(&mut self, pfn: u64, count: u64) {
         timed(Phase::Frames, || phys::zero_frames(pfn, count));
+    }
+
+    /// One CPU lookup and one timed span for the whole batch.
+    fn alloc_frames(&mut self, out: &mut [u64]) -> usize {
+        timed(Phase::Frames, || {
+            let cpu = arch::cpu_id();
+            for (i, slot) in out.iter_mut().enumerate() {
+                match phys::alloc(cpu, 0, false) {
+                    Some(pfn) => *slot = pfn,
+                    None => return i,
+                }
+            }
+            out.len()
+        })
+    }
+
+    /// One CPU lookup and one timed span for the whole batch.
+    fn free_frames(&mut self, frames: &[u64]) {
+        timed(Phase::Frames, || {
+            let cpu = arch::cpu_id();
+            for &pfn in frames {
+                phys::free(cpu, pfn, 0);
+            }
+        })
     }
 }
 

@@ -266,14 +266,26 @@ impl Phys {
     /// Frames of no area (a caller's from `alloc_pages`, or already given
     /// back: a mirror shows each frame twice) are left alone.
     pub(crate) fn release_run(&self, pfn: u64, count: u64) {
-        let end = pfn.saturating_add(count);
+        self.release_in(&mut lock(&self.zone), pfn, count);
+    }
+
+    /// [`release_run`](Self::release_run) of each run of consecutive
+    /// frames in `frames`, under one lock of the zone.
+    pub(crate) fn release_runs(&self, frames: &[u64]) {
         let mut z = lock(&self.zone);
+        for (pfn, count) in mmkit_vmalloc::frame_runs(frames) {
+            self.release_in(&mut z, pfn, count);
+        }
+    }
+
+    fn release_in(&self, z: &mut Zone, pfn: u64, count: u64) {
+        let end = pfn.saturating_add(count);
         let mut p = pfn;
         while p < end {
             let order = z.buddy.allocated_order(p);
             match order {
                 Some(order) if self.owner_of(p) == Some(owner::AREA) => {
-                    self.release_one(&mut z, Block { pfn: p, order });
+                    self.release_one(z, Block { pfn: p, order });
                     p += 1 << order;
                 }
                 _ => p += 1,

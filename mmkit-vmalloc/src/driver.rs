@@ -20,7 +20,7 @@ use alloc::vec::Vec;
 use mmkit::range::RangeAllocator;
 use mmkit::AllocError;
 
-use super::frames::{give_back, take};
+use super::frames::take;
 use super::lazy::{Gone, Released, When};
 use super::maps::{Area, Vmalloc};
 use super::{Flush, FramePolicy, FrameSource, Mmu, VmError, PAGE};
@@ -130,7 +130,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
                 Ok(va)
             }
             Err((e, kept)) => {
-                give_back(src, &frames[kept..]);
+                src.free_frames(&frames[kept..]);
                 Err(e)
             }
         }
@@ -182,6 +182,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     /// mapped: the error then says how many leading frames the layer holds.
     /// They wait with the stuck range, and those past `lent` go to `src`
     /// once a flush releases it (the lent ones are shadowed until then).
+    #[inline]
     fn try_install(
         &mut self,
         mmu: &mut impl Mmu,
@@ -203,11 +204,31 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             debug_assert!(freed.is_ok(), "just reserved");
             return Err((f.err, 0));
         }
+        let held = self.take_down(mmu, src, va, span, &frames[..mapped], lent);
+        Err((f.err, held))
+    }
+
+    /// Takes down a map that failed after writing `mapped` from the start
+    /// of the range reserved at `va` (`span` bytes): clears it, flushes it
+    /// at once and frees it. Returns how many of `mapped` the layer holds:
+    /// all of them when that flush is refused under
+    /// [`FramePolicy::AfterFlush`] (they wait with the stuck range; those
+    /// past `lent` go to `src` once a flush releases it, the first `lent`
+    /// are shadowed until then), else none.
+    fn take_down(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        va: u64,
+        span: u64,
+        mapped: &[u64],
+        lent: usize,
+    ) -> usize {
         let after = self.frames == FramePolicy::AfterFlush;
-        let lent = lent.min(mapped);
+        let lent = lent.min(mapped.len());
         let shown = Area {
             frames: if after {
-                frames[lent..mapped].to_vec()
+                mapped[lent..].to_vec()
             } else {
                 Vec::new()
             },
@@ -223,14 +244,14 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             }
             None if after => {
                 if lent > 0 {
-                    self.shadows.push((va, frames[..lent].to_vec()));
+                    self.shadows.push((va, mapped[..lent].to_vec()));
                 }
-                mapped
+                mapped.len()
             }
             None => 0,
         };
         self.dispose(src, out.released);
-        Err((f.err, held))
+        held
     }
 
     fn purgeable(&self) -> bool {
@@ -400,22 +421,14 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         self.stats.unmaps += 1;
         let span = area.span_bytes();
         let lazy = when == When::Deferred || matches!(self.flush, Flush::Lazy { .. });
-        let (back, shown) = if lazy && self.frames == FramePolicy::AtOnce {
-            let shown = Area {
-                frames: Vec::new(),
-                owned: area.owned,
-                pieces: core::mem::take(&mut area.pieces),
-            };
-            (Some(area), shown)
-        } else {
-            (None, area)
-        };
-        let mut out = self.retire_range(mmu, va, span, Gone::Area(shown), when);
         // Cleared: at once, the frames are the caller's or the source's.
-        let mut mine = back;
+        let mut mine =
+            (lazy && self.frames == FramePolicy::AtOnce).then(|| core::mem::take(&mut area.frames));
+        let owned = area.owned;
+        let mut out = self.retire_range(mmu, va, span, Gone::Area(area), when);
         if let Some(i) = out.released.iter().position(|r| r.start == va) {
             if let Gone::Area(a) = out.released.swap_remove(i).what {
-                mine = Some(a);
+                mine.get_or_insert(a.frames);
             }
         }
         self.dispose(src, out.released);
@@ -423,11 +436,11 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             self.purge(mmu, src);
         }
         match mine {
-            Some(a) if a.owned => {
-                self.release_frames(src, &a.frames);
+            Some(frames) if owned => {
+                self.release_frames(src, &frames);
                 None
             }
-            other => other.map(|a| a.frames),
+            other => other,
         }
     }
 
@@ -441,8 +454,9 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     ///
     /// # Errors
     /// As [`vmalloc`](Self::vmalloc) and [`vfree`](Self::vfree); the area
-    /// is at `va` then, unchanged, or grown in place by the pages a map
-    /// that failed part way did map.
+    /// is at `va` then, unchanged: a growth in place whose map fails part
+    /// way is taken down (its frames go back to `src`, after the flush of
+    /// the takedown under [`FramePolicy::AfterFlush`]).
     pub fn vrealloc(
         &mut self,
         mmu: &mut impl Mmu,
@@ -465,7 +479,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         let to = match self.install(mmu, src, frames, PAGE, have as usize) {
             Ok(to) => to,
             Err((e, held)) => {
-                give_back(src, &frames[held.max(have as usize)..]);
+                src.free_frames(&frames[held.max(have as usize)..]);
                 return Err(e);
             }
         };
@@ -502,14 +516,14 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     /// Grows the `vmalloc` area at `va` by `more` pages in place when the
     /// range right after it is free: its new frames map over its guard page
     /// and on into that range, reserved as a piece of the area (freed with
-    /// it), and the guard page moves to the new end. Never flushes: nothing
-    /// that was mapped is unmapped. Returns whether it grew; `false` (and
-    /// nothing changed) when the range is taken or the map failed at its
-    /// first page.
+    /// it), and the guard page moves to the new end. Flushes only to take
+    /// down a map that failed part way. Returns whether it grew; `false`
+    /// (and nothing changed) when the range is taken or the map wrote
+    /// nothing.
     ///
     /// # Errors
     /// [`VmError::NoFrames`] after a purge; the MMU's error when the map
-    /// failed part way: the pages it did map stay in the area, at `va`.
+    /// failed part way, taken down: the area is as it was.
     fn grow_in_place(
         &mut self,
         mmu: &mut impl Mmu,
@@ -535,22 +549,35 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             debug_assert!(freed.is_ok(), "just reserved");
             return Err(e);
         }
-        let guard = end - PAGE;
-        let (mapped, failed) = match mmu.map(guard, &frames) {
-            Ok(()) => (frames.len(), None),
-            Err(f) => ((f.mapped as usize).min(frames.len()), Some(f.err)),
+        // The pages in the piece first, the guard page last: a map that
+        // fails has then written into the piece alone, which is taken down
+        // as a failed install is, and the area's own pages stay as they are.
+        let past = &frames[1..];
+        let in_piece = match past {
+            [] => Ok(()),
+            _ => mmu.map(end, past),
         };
-        give_back(src, &frames[mapped..]);
+        let failed = match in_piece {
+            Ok(()) => (mmu.map(end - PAGE, &frames[..1]).err()).map(|f| (f.err, past.len())),
+            Err(f) => Some((f.err, (f.mapped as usize).min(past.len()))),
+        };
+        let Some((err, mapped)) = failed else {
+            if let Some(a) = self.areas.get_mut(&va) {
+                a.frames.extend_from_slice(&frames);
+                a.pieces.push(piece);
+            }
+            return Ok(true);
+        };
         if mapped == 0 {
             let freed = self.range.free(piece);
             debug_assert!(freed.is_ok(), "just reserved");
+            src.free_frames(&frames);
             return Ok(false);
         }
-        if let Some(a) = self.areas.get_mut(&va) {
-            a.frames.extend_from_slice(&frames[..mapped]);
-            a.pieces.push(piece);
-        }
-        failed.map_or(Ok(true), Err)
+        let held = self.take_down(mmu, src, piece, bytes, &past[..mapped], 0);
+        src.free_frames(&frames[..1]);
+        src.free_frames(&past[held..]);
+        Err(err)
     }
 
     /// Flushes the span of the lazy and stuck lists on every CPU, frees
@@ -607,13 +634,18 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 
     /// Gives the frames the released areas kept to `src`, and those that
-    /// waited for a released shadow.
+    /// waited for a released shadow. Inline: most frees release nothing.
+    #[inline]
     fn dispose(&mut self, src: &mut impl FrameSource, released: Vec<Released<Area>>) {
-        if released.is_empty() {
-            return;
+        if !released.is_empty() {
+            self.dispose_released(src, released);
         }
+    }
+
+    #[inline(never)]
+    fn dispose_released(&mut self, src: &mut impl FrameSource, mut released: Vec<Released<Area>>) {
         let had_shadows = !self.shadows.is_empty();
-        for r in released {
+        for r in released.drain(..) {
             if had_shadows {
                 self.shadows.retain(|s| s.0 != r.start);
             }
@@ -626,18 +658,25 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             let waiting = core::mem::take(&mut self.deferred);
             self.release_frames(src, &waiting);
         }
+        self.retiring.recycle(released);
     }
 
     /// Gives `frames` to `src`, but keeps those a shadow still shows.
+    /// Inline: a shadow is rare (a failed map whose flush was refused).
+    #[inline]
     fn release_frames(&mut self, src: &mut impl FrameSource, frames: &[u64]) {
         if self.shadows.is_empty() {
-            give_back(src, frames);
-            return;
+            src.free_frames(frames);
+        } else {
+            self.release_unshadowed(src, frames);
         }
+    }
+
+    fn release_unshadowed(&mut self, src: &mut impl FrameSource, frames: &[u64]) {
         let shown = |p: &u64| self.shadows.iter().any(|s| s.1.contains(p));
         let (held, free): (Vec<u64>, Vec<u64>) = frames.iter().partition(|p| shown(p));
         self.deferred.extend(held);
-        give_back(src, &free);
+        src.free_frames(&free);
     }
 }
 

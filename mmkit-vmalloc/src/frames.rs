@@ -23,6 +23,48 @@ pub trait FrameSource {
     fn free(&mut self, pfn: u64, count: u64);
     /// Zeroes `count` frames from `pfn` (for `vzalloc`).
     fn zero(&mut self, pfn: u64, count: u64);
+
+    /// Fills `out` with frames, up to all of it, and returns how many it
+    /// wrote (the first ones of `out`; a number past `out.len()` counts as
+    /// `out.len()`). Any order, any runs; the layer gives a batch that
+    /// came out short back through [`free_frames`](Self::free_frames).
+    ///
+    /// The layer takes an area's frames with one call of this. The default
+    /// takes runs from [`alloc`](Self::alloc) until `out` is full or it
+    /// returns `None`, and keeps nothing of a run that breaks its contract
+    /// (empty, longer than asked, or reaching `u64::MAX`). A source that hands
+    /// out many frames in one step (a buddy's high-order blocks under one
+    /// lock, a per-CPU list taken in bulk) overrides it.
+    fn alloc_frames(&mut self, out: &mut [u64]) -> usize {
+        let mut filled = 0;
+        while let Some(rest) = out.get_mut(filled..).filter(|r| !r.is_empty()) {
+            let want = rest.len() as u64;
+            match self.alloc(want) {
+                Some((pfn, n)) if n >= 1 && n <= want && pfn.checked_add(n).is_some() => {
+                    for (slot, p) in rest.iter_mut().zip(pfn..pfn + n) {
+                        *slot = p;
+                    }
+                    filled += n as usize;
+                }
+                Some((pfn, n)) => {
+                    self.free(pfn, n.min(u64::MAX - pfn));
+                    break;
+                }
+                None => break,
+            }
+        }
+        filled
+    }
+
+    /// Takes back `frames`, in any order, each handed out by this source
+    /// (or, for `vmap` areas, by whatever gave the caller its frames).
+    ///
+    /// The layer gives an area's frames back with one call of this. The
+    /// default makes one [`free`](Self::free) call per run of consecutive
+    /// frames, ascending or descending.
+    fn free_frames(&mut self, frames: &[u64]) {
+        give_back(self, frames);
+    }
 }
 
 /// When the frames of a freed area go back to the frame source (or, for
@@ -49,17 +91,25 @@ pub enum FramePolicy {
 /// ```
 /// let runs: Vec<_> = mmkit_vmalloc::frame_runs(&[7, 8, 9, 3, 4, 8]).collect();
 /// assert_eq!(runs, [(7, 3), (3, 2), (8, 1)]);
+/// let ends: Vec<_> = mmkit_vmalloc::frame_runs(&[u64::MAX - 1, u64::MAX, 0]).collect();
+/// assert_eq!(ends, [(u64::MAX - 1, 2), (0, 1)]);
 /// ```
 pub fn frame_runs(frames: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
-    let mut i = 0;
+    let mut rest = frames;
     core::iter::from_fn(move || {
-        let &first = frames.get(i)?;
-        let n = frames[i..]
+        let (&first, tail) = rest.split_first()?;
+        let mut last = first;
+        // A run ends before a frame that does not follow the last one (and
+        // at `u64::MAX`: nothing follows it, the next frame 0 wraps).
+        let n = 1 + tail
             .iter()
-            .enumerate()
-            .take_while(|&(k, &f)| first.checked_add(k as u64) == Some(f))
+            .take_while(|&&f| {
+                let follows = f == last.wrapping_add(1) && f != 0;
+                last = f;
+                follows
+            })
             .count();
-        i += n;
+        rest = &rest[n..];
         Some((first, n as u64))
     })
 }
@@ -67,7 +117,7 @@ pub fn frame_runs(frames: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
 /// Gives `frames` back to `src`, one call per run of consecutive frames,
 /// in either order (a source that hands out frames from the top of a list
 /// gives them in descending order).
-pub(crate) fn give_back(src: &mut impl FrameSource, frames: &[u64]) {
+fn give_back<S: FrameSource + ?Sized>(src: &mut S, frames: &[u64]) {
     let Some((&first, rest)) = frames.split_first() else {
         return;
     };
@@ -90,40 +140,26 @@ pub(crate) fn give_back(src: &mut impl FrameSource, frames: &[u64]) {
 /// longer ones fallibly.
 const SMALL: u64 = 64;
 
-/// Takes `pages` frames from `src` into `out` (appended, in page order).
-/// On failure gives back what it took and returns false.
+/// Takes `pages` frames from `src` into `out` (appended) with one batch
+/// call. On failure gives back what it took and returns false.
+#[inline]
 pub(crate) fn take(src: &mut impl FrameSource, pages: u64, out: &mut Vec<u64>) -> bool {
     let first = out.len();
+    let Ok(n) = usize::try_from(pages) else {
+        return false;
+    };
     if out.capacity() == 0 && pages <= SMALL {
         // As small as the layer's other allocations (the areas map's
         // nodes), and as infallible; the direct path costs less.
-        *out = Vec::with_capacity(pages as usize);
-    } else if out.try_reserve(pages as usize).is_err() {
+        *out = Vec::with_capacity(n);
+    } else if out.try_reserve(n).is_err() {
         // A size that is bad input fails here, not in the allocator.
         return false;
     }
-    let mut left = pages;
-    while left > 0 {
-        match src.alloc(left) {
-            // One frame at a time is the common source (per-CPU lists).
-            Some((pfn, 1)) if pfn < u64::MAX => {
-                out.push(pfn);
-                left -= 1;
-            }
-            Some((pfn, n)) if n >= 1 && n <= left && pfn.checked_add(n).is_some() => {
-                out.extend(pfn..pfn + n);
-                left -= n;
-            }
-            Some((pfn, n)) => {
-                // A source that broke its contract: keep nothing of it.
-                src.free(pfn, n.min(u64::MAX - pfn));
-                break;
-            }
-            None => break,
-        }
-    }
-    if left > 0 {
-        give_back(src, &out[first..]);
+    out.resize(first + n, 0);
+    let got = src.alloc_frames(&mut out[first..]).min(n);
+    if got < n {
+        src.free_frames(&out[first..first + got]);
         out.truncate(first);
         return false;
     }

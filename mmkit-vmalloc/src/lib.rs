@@ -7,7 +7,8 @@
 //! - [`Mmu`]: write PTEs (`map`), clear them (`clear`), flush every CPU's
 //!   TLB over a range (`flush`, the shootdown), read one back
 //!   (`translate`, for checks);
-//! - [`FrameSource`]: allocate and free runs of physical frames.
+//! - [`FrameSource`]: allocate and free runs of physical frames (an area's
+//!   frames in one batch call each way; the defaults loop over the runs).
 //!
 //! No `unsafe` and no kernel dependency. Two machines drive it in this
 //! repository: `mmkit-kernel` (real page tables, `invlpg` and shootdown

@@ -172,6 +172,7 @@ where
     /// cache the pages the failed map wrote, as after
     /// [`unmap`](Self::unmap): their frames are unreachable after the next
     /// [`unmap_aliases`](Self::unmap_aliases).
+    #[inline]
     pub fn map(
         &self,
         mmu: &mut impl Mmu,
@@ -214,6 +215,7 @@ where
     /// [`VmError::WrongPageCount`] when no mapping of `pages` pages starts
     /// there. Its PTEs are as they were then. The PTEs are cleared under
     /// the owning queue's lock (`clear` never flushes).
+    #[inline]
     pub fn unmap(
         &self,
         mmu: &mut impl Mmu,

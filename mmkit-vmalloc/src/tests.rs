@@ -533,8 +533,104 @@ fn frames_go_back_in_runs_either_way() {
         fn zero(&mut self, _pfn: u64, _count: u64) {}
     }
     let mut c = Calls::default();
-    frames::give_back(&mut c, &[7, 6, 5, 9, 10, 3, 4, 2, u64::MAX, 0]);
+    c.free_frames(&[7, 6, 5, 9, 10, 3, 4, 2, u64::MAX, 0]);
     assert_eq!(c.0, [(5, 3), (9, 2), (2, 3), (u64::MAX, 1), (0, 1)]);
-    frames::give_back(&mut c, &[]);
+    c.free_frames(&[]);
     assert_eq!(c.0.len(), 5);
+}
+
+/// The pool, whose batches stop half way while `short` is set.
+struct Halves {
+    pool: Pool,
+    short: bool,
+}
+
+impl FrameSource for Halves {
+    fn alloc(&mut self, max: u64) -> Option<(u64, u64)> {
+        self.pool.alloc(max)
+    }
+    fn free(&mut self, pfn: u64, count: u64) {
+        self.pool.free(pfn, count);
+    }
+    fn zero(&mut self, _pfn: u64, _count: u64) {}
+    fn alloc_frames(&mut self, out: &mut [u64]) -> usize {
+        let n = if self.short { out.len() / 2 } else { out.len() };
+        self.pool.alloc_frames(&mut out[..n])
+    }
+}
+
+/// A batch that comes out short is given back whole (after the purge and
+/// the second try), the call fails with `NoFrames`, and nothing else
+/// changes: no range reserved, no PTE, a growing area as it was.
+#[test]
+fn a_short_batch_goes_back_whole() {
+    for flush in [Flush::Eager, Flush::Lazy { max_bytes: PAGE }] {
+        let mut m = Machine::default();
+        let mut f = Halves {
+            pool: Pool::new(64),
+            short: true,
+        };
+        let mut v = tree(flush);
+        let nine = Err(VmError::NoFrames { pages: 9 });
+        assert_eq!(v.vmalloc(&mut m, &mut f, 9 * PAGE), nine);
+        assert_eq!(v.vzalloc(&mut m, &mut f, 9 * PAGE), nine);
+        assert_eq!(f.pool.handed.len(), 0, "the half batches went back");
+        assert!(m.ptes.is_empty());
+        assert_eq!(v.range().stats().live_areas, 0);
+        f.short = false;
+        let a = v.vmalloc(&mut m, &mut f, 2 * PAGE).unwrap();
+        let before = m.ptes.clone();
+        f.short = true;
+        let six = Err(VmError::NoFrames { pages: 6 });
+        assert_eq!(v.vrealloc(&mut m, &mut f, a, 8 * PAGE), six);
+        assert_eq!(f.pool.handed.len(), 2, "only the area's frames out");
+        assert_eq!(m.ptes, before);
+        assert_eq!(v.lookup(a + 2 * PAGE), Where::Guard { area: a });
+        v.check(&m).unwrap();
+        v.vfree(&mut m, &mut f, a).unwrap();
+        v.purge(&mut m, &mut f);
+        assert_eq!(f.pool.handed.len(), 0, "every frame back");
+        assert_eq!(v.range().stats().live_areas, 0);
+    }
+}
+
+/// The default batch keeps nothing of a run that breaks `alloc`'s
+/// contract (longer than asked, or reaching `u64::MAX`), gives it back,
+/// and stops there; the layer then gives back the rest.
+#[test]
+fn the_default_batch_refuses_a_run_that_breaks_the_contract() {
+    struct Liar {
+        runs: Vec<(u64, u64)>,
+        freed: Vec<(u64, u64)>,
+    }
+    impl FrameSource for Liar {
+        fn alloc(&mut self, _max: u64) -> Option<(u64, u64)> {
+            self.runs.pop()
+        }
+        fn free(&mut self, pfn: u64, count: u64) {
+            self.freed.push((pfn, count));
+        }
+        fn zero(&mut self, _pfn: u64, _count: u64) {}
+    }
+    for bad in [(100, 5), (u64::MAX, 1), (7, 0)] {
+        let mut src = Liar {
+            runs: vec![bad, (10, 2)],
+            freed: Vec::new(),
+        };
+        let mut out = [0; 4];
+        assert_eq!(src.alloc_frames(&mut out), 2);
+        assert_eq!(out[..2], [10, 11]);
+        let kept = (bad.0, bad.1.min(u64::MAX - bad.0));
+        assert_eq!(src.freed, [kept]);
+    }
+    let mut src = Liar {
+        runs: vec![(100, 5), (10, 2)],
+        freed: Vec::new(),
+    };
+    let mut m = Machine::default();
+    let mut v = tree(Flush::Eager);
+    let r = v.vmalloc(&mut m, &mut src, 4 * PAGE);
+    assert_eq!(r, Err(VmError::NoFrames { pages: 4 }));
+    assert_eq!(src.freed, [(100, 5), (10, 2)]);
+    assert!(m.ptes.is_empty());
 }

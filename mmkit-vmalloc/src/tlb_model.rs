@@ -109,11 +109,12 @@ impl Mmu for TlbMmu {
 }
 
 /// The pool, checking under `AfterFlush` that no frame it hands out is
-/// still reachable.
+/// still reachable; its batches stop half way while `short` is set.
 struct Frames {
     pool: Pool,
     machine: Rc<RefCell<State>>,
     strict: bool,
+    short: bool,
 }
 
 impl FrameSource for Frames {
@@ -134,23 +135,65 @@ impl FrameSource for Frames {
     }
 
     fn zero(&mut self, _pfn: u64, _count: u64) {}
+
+    fn alloc_frames(&mut self, out: &mut [u64]) -> usize {
+        let n = if self.short { out.len() / 2 } else { out.len() };
+        let mut filled = 0;
+        while filled < n {
+            let Some((pfn, k)) = self.alloc((n - filled) as u64) else {
+                break;
+            };
+            for (slot, p) in out[filled..].iter_mut().zip(pfn..pfn + k) {
+                *slot = p;
+            }
+            filled += k as usize;
+        }
+        filled
+    }
 }
 
 #[derive(Debug, Clone)]
 enum Op {
-    Vmalloc { pages: u64, zero: bool },
-    Vfree { pick: usize, atomic: bool },
-    Vmap { pages: u64 },
-    Vunmap { pick: usize },
-    Vrealloc { pick: usize, pages: u64 },
-    Touch { cpu: usize, pick: usize },
-    MapRam { cpu: usize, pages: u64 },
-    UnmapRam { cpu: usize, pick: usize },
+    Vmalloc {
+        pages: u64,
+        zero: bool,
+    },
+    Vfree {
+        pick: usize,
+        atomic: bool,
+    },
+    Vmap {
+        pages: u64,
+    },
+    Vunmap {
+        pick: usize,
+    },
+    Vrealloc {
+        pick: usize,
+        pages: u64,
+    },
+    Touch {
+        cpu: usize,
+        pick: usize,
+    },
+    MapRam {
+        cpu: usize,
+        pages: u64,
+    },
+    UnmapRam {
+        cpu: usize,
+        pick: usize,
+    },
     UnmapAliases,
     Purge,
     Refuse(bool),
     FailMap(u64),
-    FreeAgain { pick: usize, interior: bool },
+    /// The frame source's batches stop half way (or no longer do).
+    ShortBatch(bool),
+    FreeAgain {
+        pick: usize,
+        interior: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -167,6 +210,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Purge),
         1 => any::<bool>().prop_map(Op::Refuse),
         1 => (0u64..4).prop_map(Op::FailMap),
+        1 => any::<bool>().prop_map(Op::ShortBatch),
         1 => (any::<usize>(), any::<bool>())
             .prop_map(|(pick, interior)| Op::FreeAgain { pick, interior }),
     ]
@@ -211,6 +255,7 @@ impl Run {
             pool: Pool::new(FRAMES),
             machine: Rc::clone(&mmu.0),
             strict: frames == FramePolicy::AfterFlush,
+            short: false,
         };
         Run {
             layer,
@@ -264,9 +309,9 @@ impl Run {
                 match self.layer.lock().vmap(m, f, &frames, PAGE) {
                     Ok(va) => self.live.push((va, pages, Kind::Vmap(frames))),
                     Err(VmError::FramesHeld { held }) => {
-                        frames::give_back(f, &frames[held as usize..]);
+                        f.free_frames(&frames[held as usize..]);
                     }
-                    Err(_) => frames::give_back(f, &frames),
+                    Err(_) => f.free_frames(&frames),
                 }
             }
             Op::Vunmap { pick } => {
@@ -277,7 +322,7 @@ impl Run {
                 let back = self.layer.lock().vunmap(m, f, va).unwrap();
                 if let (Some(back), Kind::Vmap(frames)) = (back, kind) {
                     assert_eq!(back, frames);
-                    frames::give_back(f, &back);
+                    f.free_frames(&back);
                 }
                 self.freed.push(va);
             }
@@ -285,13 +330,22 @@ impl Run {
                 let Some(i) = pick_of(&self.live, pick, |k| *k == Kind::Vmalloc) else {
                     return;
                 };
-                let va = self.live[i].0;
-                if let Ok(to) = self.layer.lock().vrealloc(m, f, va, pages * PAGE) {
-                    if to != va {
-                        self.freed.push(va);
+                let (va, had) = (self.live[i].0, self.live[i].1);
+                let mut l = self.layer.lock();
+                match l.vrealloc(m, f, va, pages * PAGE) {
+                    Ok(to) => {
+                        if to != va {
+                            self.freed.push(va);
+                        }
+                        self.live[i].0 = to;
+                        self.live[i].1 = had.max(pages);
                     }
-                    self.live[i].0 = to;
-                    self.live[i].1 = self.live[i].1.max(pages);
+                    // Unchanged on error: its pages, then its guard page.
+                    Err(e) => assert_eq!(
+                        l.lookup(va + had * PAGE),
+                        Where::Guard { area: va },
+                        "{e:?} left the area at {va:#x} resized"
+                    ),
                 }
             }
             Op::Touch { cpu, pick } => {
@@ -336,7 +390,7 @@ impl Run {
                 let (m, f) = (&mut self.mmu, &mut self.src);
                 self.ram.unmap_aliases(m, f);
                 if !refused {
-                    frames::give_back(f, &core::mem::take(&mut self.unmapped_ram));
+                    f.free_frames(&core::mem::take(&mut self.unmapped_ram));
                 }
             }
             Op::Purge => {
@@ -344,6 +398,7 @@ impl Run {
             }
             Op::Refuse(on) => self.mmu.0.borrow_mut().refuse = on,
             Op::FailMap(after) => self.mmu.0.borrow_mut().fail_after = Some(after),
+            Op::ShortBatch(on) => self.src.short = on,
             Op::FreeAgain { pick, interior } => self.misuse(pick, interior),
         }
     }
@@ -377,6 +432,7 @@ impl Run {
     fn finish(mut self) {
         self.mmu.0.borrow_mut().refuse = false;
         self.mmu.0.borrow_mut().fail_after = None;
+        self.src.short = false;
         for (va, pages, kind) in core::mem::take(&mut self.live) {
             let (m, f) = (&mut self.mmu, &mut self.src);
             match kind {
@@ -384,7 +440,7 @@ impl Run {
                 Kind::Vmap(frames) => {
                     if let Some(back) = self.layer.lock().vunmap(m, f, va).unwrap() {
                         assert_eq!(back, frames);
-                        frames::give_back(f, &back);
+                        f.free_frames(&back);
                     }
                 }
                 Kind::Ram(frames) => {
@@ -395,7 +451,7 @@ impl Run {
         }
         let (m, f) = (&mut self.mmu, &mut self.src);
         self.ram.unmap_aliases(m, f);
-        frames::give_back(f, &core::mem::take(&mut self.unmapped_ram));
+        f.free_frames(&core::mem::take(&mut self.unmapped_ram));
         self.layer.lock().purge(m, f);
         let l = self.layer.lock();
         l.check(&self.mmu).unwrap();
@@ -483,7 +539,7 @@ fn a_failed_vmap_whose_takedown_flush_is_refused_holds_its_frames() {
         let (m, f) = (&mut run.mmu, &mut run.src);
         let r = run.layer.lock().vmap(m, f, &frames, PAGE);
         assert_eq!(r, Err(VmError::FramesHeld { held: 2 }));
-        frames::give_back(f, &frames[2..]);
+        f.free_frames(&frames[2..]);
         assert_eq!(run.layer.lock().stuck(), 1);
         // Every frame handed out now is one no CPU reaches.
         run.step(&Op::Vmalloc {
@@ -520,4 +576,44 @@ fn a_failed_vrealloc_shadows_the_frames_its_stuck_range_shows() {
     run.step(&pages(run.src.pool.free.len() as u64));
     run.check();
     run.finish();
+}
+
+/// A growth in place whose map fails part way is taken down: the area is
+/// as it was, the pages the map wrote are cleared and flushed (with the
+/// flush refused, the piece waits on the stuck list and, under
+/// `AfterFlush`, holds their frames until a flush releases them), and
+/// every frame comes back.
+#[test]
+fn a_growth_in_place_that_fails_part_way_leaves_the_area_as_it_was() {
+    for policy in [FramePolicy::AtOnce, FramePolicy::AfterFlush] {
+        for refuse in [false, true] {
+            let mut run = Run::new(Flush::Eager, policy);
+            run.step(&Op::Vmalloc {
+                pages: 1,
+                zero: false,
+            });
+            run.step(&Op::Touch { cpu: 1, pick: 0 });
+            run.step(&Op::Refuse(refuse));
+            run.step(&Op::FailMap(2));
+            let va = run.live[0].0;
+            let (m, f) = (&mut run.mmu, &mut run.src);
+            let r = run.layer.lock().vrealloc(m, f, va, 5 * PAGE);
+            assert!(matches!(r, Err(VmError::MapFailed { .. })), "{r:?}");
+            let l = run.layer.lock();
+            assert_eq!(l.lookup(va), Where::Mapped { area: va, pfn: 0 });
+            assert_eq!(l.lookup(va + PAGE), Where::Guard { area: va });
+            assert_eq!(l.stuck(), usize::from(refuse));
+            drop(l);
+            let ptes = run.mmu.0.borrow().ptes.len();
+            assert_eq!(ptes, 1, "the pages the map wrote are cleared");
+            let out = FRAMES - run.src.pool.free.len() as u64;
+            let held = u64::from(refuse && policy == FramePolicy::AfterFlush);
+            assert_eq!(out, 1 + 2 * held, "the growth's frames went back");
+            run.check();
+            run.step(&Op::Refuse(false));
+            run.step(&Op::Purge);
+            assert_eq!(FRAMES - run.src.pool.free.len() as u64, 1);
+            run.finish();
+        }
+    }
 }

@@ -385,6 +385,13 @@ impl<T> Retiring<T> {
     pub fn is_empty(&self) -> bool {
         self.lazy.is_empty() && self.stuck.is_empty()
     }
+
+    /// Gives an emptied vector of released items back (from
+    /// [`purge`](Self::purge)), so the lazy list's next batch reuses its
+    /// capacity ([`LazyList::recycle`]).
+    pub fn recycle(&mut self, buf: Vec<T>) {
+        self.lazy.recycle(buf);
+    }
 }
 
 impl<T: Extent> Retiring<T> {

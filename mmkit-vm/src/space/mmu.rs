@@ -226,6 +226,35 @@ impl FrameSource for PhysFrames<'_> {
         }
     }
 
+    /// Takes the frames in as few buddy blocks as the buddy allows (the
+    /// highest orders first) under one lock of the zone; all or none: a
+    /// refusal is kept in `err`.
+    fn alloc_frames(&mut self, out: &mut [u64]) -> usize {
+        if out.is_empty() {
+            return 0;
+        }
+        let mut blocks = Vec::new();
+        if let Err(e) = self.phys.alloc_pages(out.len() as u64, &mut blocks) {
+            self.err = Some(e);
+            return 0;
+        }
+        // The blocks cover `out` exactly.
+        let mut filled = 0;
+        for b in blocks {
+            let run = &mut out[filled..filled + b.pages() as usize];
+            for (k, slot) in (0..).zip(run.iter_mut()) {
+                *slot = b.pfn + k;
+            }
+            filled += run.len();
+        }
+        filled
+    }
+
+    /// [`free`](FrameSource::free) of each run, under one lock.
+    fn free_frames(&mut self, frames: &[u64]) {
+        self.phys.release_runs(frames);
+    }
+
     /// Frees the area frames of the run; a frame still mapped somewhere
     /// waits for the flush that unmaps it. Frames the caller of
     /// `alloc_pages` holds (those of a `vmap` area, handed back after a

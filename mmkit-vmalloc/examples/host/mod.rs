@@ -50,7 +50,8 @@ impl Mmu for Table {
     }
 }
 
-/// A stack of frames, one at a time (as a kernel's per-CPU lists).
+/// A stack of frames (as a kernel's per-CPU lists): one frame per `alloc`,
+/// or as many as asked from its top in one batch.
 pub struct Stack(pub Vec<u64>);
 
 impl FrameSource for Stack {
@@ -64,6 +65,18 @@ impl FrameSource for Stack {
     }
     #[inline(never)]
     fn zero(&mut self, _pfn: u64, _count: u64) {}
+    #[inline(never)]
+    fn alloc_frames(&mut self, out: &mut [u64]) -> usize {
+        let n = out.len().min(self.0.len());
+        let top = self.0.len() - n;
+        out[..n].copy_from_slice(&self.0[top..]);
+        self.0.truncate(top);
+        n
+    }
+    #[inline(never)]
+    fn free_frames(&mut self, frames: &[u64]) {
+        self.0.extend_from_slice(frames);
+    }
 }
 
 /// The virtual range the layers place areas in.
