@@ -19,7 +19,7 @@
 //! | `alloc_vmap_area failed=0` | `alloc L<line> SIZE align ALIGN range VSTART VEND cpu CPU` |
 //! | `alloc_vmap_area failed=1` | nothing while a purge and a retry follow on that CPU; the final failure: the `alloc` above, expected `nospace` |
 //! | `free_vmap_area_noflush` | `lazy L<line of the alloc>` |
-//! | `purge_vmap_area_lazy` | `purge`, or `purge full` after a failed attempt on its CPU |
+//! | `purge_vmap_area_lazy` | `purge`, or `purge full` after a failed attempt on its CPU; earlier, `purge begin` and (from `nr_lazy`'s falls) `purge node N` |
 //!
 //! The trace opens with `lazymax` at `u64::MAX` (Linux's purges happen
 //! where the events say, never by mmkit's threshold), `space 1

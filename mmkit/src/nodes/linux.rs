@@ -34,7 +34,8 @@
 //! them: it *begins* ([`purge_begin`](LinuxNodes::purge_begin)) with the
 //! decay, whose areas are free at once, and takes each node's lazy list
 //! as it is then; it *ends* ([`purge_end`](LinuxNodes::purge_end)), after
-//! the TLB flush, by pooling or freeing those areas. Areas freed lazily in
+//! the TLB flush, by pooling or freeing those areas, node by node
+//! ([`purge_node`](LinuxNodes::purge_node) settles one). Areas freed lazily in
 //! between wait for the next purge. One purge runs at a time
 //! (`vmap_purge_lock`).
 //!
