@@ -35,12 +35,17 @@ pub fn eoi() {
     write(EOI, 0);
 }
 
+/// One IPI, interrupts off from the destination's write to the send: an
+/// interrupt handler that sends (the shootdown's wake-up) must not change
+/// the destination register between the two writes.
 fn send(dest: u32, lo: u32) {
-    write(ICR_HI, dest << 24);
-    write(ICR_LO, lo);
-    while read(ICR_LO) & (1 << 12) != 0 {
-        core::hint::spin_loop();
-    }
+    crate::arch::without_interrupts(|| {
+        write(ICR_HI, dest << 24);
+        write(ICR_LO, lo);
+        while read(ICR_LO) & (1 << 12) != 0 {
+            core::hint::spin_loop();
+        }
+    })
 }
 
 /// A fixed IPI of `vector` to every CPU but this one.

@@ -125,6 +125,26 @@ pub fn cli_then(f: impl FnOnce()) {
     sti();
 }
 
+/// Whether interrupts are on on this CPU (`IF` in RFLAGS).
+pub fn interrupts_on() -> bool {
+    let flags: u64;
+    // SAFETY: reads RFLAGS through the stack; nothing else changes.
+    unsafe { asm!("pushfq", "pop {}", out(reg) flags, options(preserves_flags)) };
+    flags & (1 << 9) != 0
+}
+
+/// Runs `f` with interrupts off, then puts them back as they were.
+pub fn without_interrupts<T>(f: impl FnOnce() -> T) -> T {
+    let on = interrupts_on();
+    // SAFETY: masking interrupts on this CPU only delays them.
+    unsafe { asm!("cli", options(nomem, nostack)) };
+    let r = f();
+    if on {
+        sti();
+    }
+    r
+}
+
 /// `sti; hlt`: enables interrupts and halts, with no window between them
 /// for an interrupt to be taken and missed.
 pub fn sti_hlt() {

@@ -158,3 +158,32 @@ pub fn touch(va: u64, pages: u64) -> bool {
         probe_write(at, v) && paging::translate(at).and_then(phys::read_frame) == Some(v)
     })
 }
+
+/// `n` fresh words for [`touch_frames`], none handed out before: the
+/// first of them.
+pub fn fresh_words(n: u64) -> u64 {
+    TOUCHES.fetch_add(n, Ordering::Relaxed)
+}
+
+/// The vm_map_ram loop's touch: writes the word `word + i` at page `i` of
+/// the mapping at `va`, then reads it back from `frames[i]`, the frame the
+/// caller asked to map there, through the identity map. A write that a
+/// stale translation (or a wrong PTE) sent elsewhere is missed there.
+/// The words come from [`fresh_words`], so none is found by chance.
+/// Returns whether every page took its word. A plain write, not a probe:
+/// the mapping was just made, so a fault is a bug, and the fault handler
+/// ends the run with it (as a kernel oopses).
+pub fn touch_frames(va: u64, frames: &[phys::DataFrame], word: u64) -> bool {
+    (0u64..).zip(frames).all(|(i, f)| {
+        let (at, v) = (va.wrapping_add(i * phys::PAGE), word + i);
+        if !in_vmalloc(at) {
+            return false;
+        }
+        // SAFETY: `at` is an aligned word in the vmalloc area, which holds
+        // no Rust objects (only frames the layers map), so the write
+        // aliases nothing; unmapped, it faults into the page-fault
+        // handler, which reports it and ends the run.
+        unsafe { core::ptr::write_volatile(at as *mut u64, v) };
+        f.read() == v
+    })
+}

@@ -38,11 +38,7 @@ impl Mmu for KernelMmu {
     }
 
     fn clear(&mut self, va: u64, pages: u64) {
-        timed(Phase::Clear, || {
-            for i in 0..pages {
-                paging::clear(va + i * PAGE);
-            }
-        })
+        timed(Phase::Clear, || paging::clear_run(va, pages))
     }
 
     /// Never refuses: the IPIs are acknowledged before it returns.
@@ -58,15 +54,15 @@ impl Mmu for KernelMmu {
 
 /// Writes the PTEs of `pfns` from `va`.
 fn map_pages(va: u64, pfns: &[u64]) -> Result<(), MapFailed> {
-    for (i, &pfn) in pfns.iter().enumerate() {
-        let at = va + i as u64 * PAGE;
-        if !paging::map(at, pfn) {
-            // The layer clears what was mapped.
-            let (err, mapped) = (VmError::MapFailed { va: at }, i as u64);
-            return Err(MapFailed { err, mapped });
-        }
+    let mapped = paging::map_run(va, pfns);
+    if mapped == pfns.len() as u64 {
+        return Ok(());
     }
-    Ok(())
+    // The layer clears what was mapped.
+    let err = VmError::MapFailed {
+        va: va.saturating_add(mapped.saturating_mul(PAGE)),
+    };
+    Err(MapFailed { err, mapped })
 }
 
 /// Frames from the running CPU's lists of the buddy allocator, one at a

@@ -9,6 +9,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use spin::Mutex;
 
+use crate::phys::PAGE;
 use crate::{boot, phys};
 
 /// Start of the vmalloc area (the kernel's `VMALLOC_START` of 4-level
@@ -77,7 +78,9 @@ fn in_area(va: u64) -> bool {
     (VMALLOC_START..VMALLOC_START + VMALLOC_SIZE).contains(&va)
 }
 
-fn pte(va: u64, create: bool) -> Option<&'static AtomicU64> {
+/// The page table (last level) that holds the PTE of `va`, its upper
+/// tables created when `create`.
+fn pt(va: u64, create: bool) -> Option<&'static Table> {
     if !in_area(va) {
         return None;
     }
@@ -95,7 +98,65 @@ fn pte(va: u64, create: bool) -> Option<&'static AtomicU64> {
         };
         t = table(pa);
     }
-    Some(&t[idx(va, 0)])
+    Some(t)
+}
+
+fn pte(va: u64, create: bool) -> Option<&'static AtomicU64> {
+    pt(va, create).map(|t| &t[idx(va, 0)])
+}
+
+/// How many of `pages` pages from `at` have their PTEs in `at`'s page
+/// table.
+fn run_at(at: u64, pages: u64) -> u64 {
+    ((512 - idx(at, 0)) as u64).min(pages)
+}
+
+/// Maps `pfns` at consecutive pages from `va` (page aligned), writable,
+/// not executable, walking the tables once per page table, not once per
+/// page, as the kernel's range walkers do. Returns how many were mapped,
+/// from the first: fewer than all when the range leaves the area or no
+/// frame is left for a page-table page.
+pub fn map_run(va: u64, pfns: &[u64]) -> u64 {
+    let mut done = 0;
+    while let Some(rest) = pfns.get(done..).filter(|r| !r.is_empty()) {
+        let Some(at) = (done as u64)
+            .checked_mul(PAGE)
+            .and_then(|o| va.checked_add(o))
+        else {
+            break;
+        };
+        let Some(t) = pt(at, true) else { break };
+        let first = idx(at, 0);
+        let n = run_at(at, rest.len() as u64) as usize;
+        for (e, &pfn) in t[first..first + n].iter().zip(rest) {
+            e.store((pfn << 12) | PRESENT | WRITABLE | NX, Ordering::Release);
+        }
+        done += n;
+    }
+    done as u64
+}
+
+/// Clears the PTEs of `pages` consecutive pages from `va` (page aligned),
+/// walking the tables once per page table; a page without a table is
+/// clear already. Stops where the range leaves the area.
+pub fn clear_run(va: u64, pages: u64) {
+    let mut done = 0;
+    while done < pages {
+        let Some(at) = done.checked_mul(PAGE).and_then(|o| va.checked_add(o)) else {
+            return;
+        };
+        if !in_area(at) {
+            return;
+        }
+        let n = run_at(at, pages - done);
+        if let Some(t) = pt(at, false) {
+            let first = idx(at, 0);
+            t[first..first + n as usize]
+                .iter()
+                .for_each(|e| e.store(0, Ordering::Release));
+        }
+        done += n;
+    }
 }
 
 /// Maps the page at `va` (in the vmalloc area) to frame `pfn`, writable,

@@ -187,6 +187,14 @@ impl DataFrame {
         unsafe { core::ptr::write_volatile((self.pfn * PAGE) as *mut u64, v) };
     }
 
+    /// Reads the frame's first word through the identity map (what a
+    /// write through a mapping of the frame left there).
+    pub fn read(&self) -> u64 {
+        // SAFETY: as `write`: the frame is this token's, RAM is identity
+        // mapped, and the volatile read is one aligned word.
+        unsafe { core::ptr::read_volatile((self.pfn * PAGE) as *const u64) }
+    }
+
     /// Returns the frame to `cpu`'s lists.
     pub fn free(self, cpu: usize) {
         free(cpu, self.pfn, 0);

@@ -10,7 +10,7 @@
 //! the waits of a contended acquisition (the uncontended path takes no
 //! timestamp).
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::arch;
 use crate::percpu::MAX_CPUS;
@@ -111,40 +111,132 @@ pub fn report_ticks(what: &str, d: &[u64; 6]) {
 }
 
 /// A spin lock that counts the ticks of its contended acquisitions in
-/// [`Phase::LockWait`].
-pub struct TimedSpin(spin::Mutex<()>);
+/// [`Phase::LockWait`]. A waiter that has spun [`SPINS`] times halts
+/// (when its interrupts are on) until the holder's unlock wakes it: a
+/// halted vCPU leaves its host CPU to the holder and takes a shootdown
+/// IPI at once, where a spinning one must wait for the host to run it.
+pub struct TimedSpin {
+    /// [`FREE`], [`HELD`] or [`HELD_WAKE`].
+    state: AtomicU32,
+    /// The CPUs halted in `lock`, one bit each.
+    sleepers: AtomicU64,
+}
 
-// SAFETY: every method forwards to spin's raw mutex, which upholds the
-// trait's contract (one holder at a time, `unlock` only by the holder);
-// the timing around `lock` does not change what is acquired.
-unsafe impl lock_api::RawMutex for TimedSpin {
-    #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = TimedSpin(<spin::Mutex<()> as lock_api::RawMutex>::INIT);
-    type GuardMarker = lock_api::GuardSend;
+/// The lock is free.
+const FREE: u32 = 0;
+/// Held, no waiter halted.
+const HELD: u32 = 1;
+/// Held, and a waiter may be halted: the unlock wakes the sleepers.
+const HELD_WAKE: u32 = 2;
+/// Tries before a waiter halts.
+const SPINS: u32 = 256;
 
-    fn lock(&self) {
-        if lock_api::RawMutex::try_lock(&self.0) {
-            return;
-        }
+impl TimedSpin {
+    #[inline]
+    fn try_take(&self, to: u32) -> Result<(), u32> {
+        self.state
+            .compare_exchange(FREE, to, Ordering::Acquire, Ordering::Relaxed)
+            .map(|_| ())
+    }
+
+    /// A contended `lock`: waits, its ticks counted when the counters are
+    /// on.
+    #[cold]
+    #[inline(never)]
+    fn contended(&self) {
         if !on() {
-            lock_api::RawMutex::lock(&self.0);
+            self.wait();
             return;
         }
         let t0 = arch::rdtsc();
-        lock_api::RawMutex::lock(&self.0);
+        self.wait();
         add(Phase::LockWait, arch::rdtsc() - t0);
     }
 
-    fn try_lock(&self) -> bool {
-        lock_api::RawMutex::try_lock(&self.0)
+    /// Waits for the lock: spins, then halts until an unlock wakes it.
+    fn wait(&self) {
+        let bit = 1u64 << (arch::cpu_id() % MAX_CPUS);
+        loop {
+            for _ in 0..SPINS {
+                if self.state.load(Ordering::Relaxed) == FREE && self.try_take(HELD).is_ok() {
+                    return;
+                }
+                arch::pause();
+            }
+            if !arch::interrupts_on() {
+                continue;
+            }
+            // The bit is set before the state says a waiter may sleep, and
+            // the unlock reads the bits after it frees the state (SeqCst
+            // both): an unlock that frees the lock after the check below
+            // wakes this CPU, and `sti; hlt` takes the wake-up even if it
+            // came first. Taken here, the lock keeps HELD_WAKE: another
+            // sleeper may wait.
+            let mut got = false;
+            arch::cli_then(|| {
+                self.sleepers.fetch_or(bit, Ordering::SeqCst);
+                got = self.try_take(HELD_WAKE).is_ok();
+                let asleep = !got
+                    && self
+                        .state
+                        .compare_exchange(HELD, HELD_WAKE, Ordering::SeqCst, Ordering::SeqCst)
+                        .map_or_else(|now| now == HELD_WAKE, |_| true);
+                if asleep {
+                    arch::sti_hlt();
+                }
+                self.sleepers.fetch_and(!bit, Ordering::SeqCst);
+            });
+            if got {
+                return;
+            }
+        }
     }
 
+    /// Wakes every CPU halted in `lock` (an unlock found HELD_WAKE).
+    #[cold]
+    #[inline(never)]
+    fn wake(&self) {
+        let mut halted = self.sleepers.load(Ordering::SeqCst);
+        while halted != 0 {
+            let cpu = halted.trailing_zeros();
+            halted &= halted - 1;
+            crate::apic::send_to(cpu, crate::trap::WAKE_VECTOR);
+        }
+    }
+}
+
+// SAFETY: one holder at a time: the lock is taken only by a
+// compare-exchange from FREE, and freed only by `unlock`, which the
+// trait's contract reserves to the holder; Acquire on taking and the
+// SeqCst swap on freeing order the guarded data.
+unsafe impl lock_api::RawMutex for TimedSpin {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = TimedSpin {
+        state: AtomicU32::new(FREE),
+        sleepers: AtomicU64::new(0),
+    };
+    type GuardMarker = lock_api::GuardSend;
+
+    #[inline]
+    fn lock(&self) {
+        if self.try_take(HELD).is_err() {
+            self.contended();
+        }
+    }
+
+    #[inline]
+    fn try_lock(&self) -> bool {
+        self.try_take(HELD).is_ok()
+    }
+
+    #[inline]
     unsafe fn unlock(&self) {
-        // SAFETY: the caller holds the lock (the trait's contract).
-        unsafe { lock_api::RawMutex::unlock(&self.0) }
+        if self.state.swap(FREE, Ordering::SeqCst) == HELD_WAKE {
+            self.wake();
+        }
     }
 
     fn is_locked(&self) -> bool {
-        lock_api::RawMutex::is_locked(&self.0)
+        self.state.load(Ordering::Relaxed) != FREE
     }
 }

@@ -4,10 +4,12 @@
 //! CPU's own `vm_map_ram` front end with lazy flush, its blocks from the
 //! tree; the nodes design is the same front end, its blocks from the vmap
 //! nodes. Each touch checks
-//! that the write reached the frame the page table maps (a stale
+//! that the write reached the frame the loop asked to map (a stale
 //! translation fails the experiment, not just its time), and the loop
 //! alternates between two sets of frames so that a stale translation
-//! points at the wrong one.
+//! points at the wrong one. The check reads the loop's own frames
+//! through the identity map: no page-table walk and no shared lock in the
+//! timed loop beyond the calls'.
 
 use alloc::format;
 use alloc::string::String;
@@ -15,9 +17,10 @@ use alloc::vec::Vec;
 
 use crate::counters::{counts, since};
 use crate::mm::{self, KernelMmu, PhysFrames};
+use crate::phys::DataFrame;
 use crate::profile::{self, timed, Phase, TimedSpin};
 use crate::scale::{per_cpu_share, Scale};
-use crate::{arch, percpu, phys, println, smp, time};
+use crate::{arch, percpu, println, smp, time};
 use mmkit_vmalloc::{MapRam, PAGE};
 
 /// Pages per map.
@@ -30,41 +33,63 @@ struct Loop {
     failed: u64,
 }
 
-/// One map+touch+unmap of `frames` in `design`; whether it all worked.
-fn once(design: &str, cpu: usize, frames: &[u64]) -> bool {
+/// One map+touch+unmap of `frames` in `design`, the touch writing the
+/// fresh words from `word`; whether it all worked.
+fn once(design: Design, cpu: usize, frames: &[DataFrame], word: u64) -> bool {
+    let pfns: [u64; PAGES] = core::array::from_fn(|i| frames[i].pfn());
     let mut mmu = KernelMmu;
     match design {
-        "old" => {
+        Design::Old => {
             // The guard drops before the unmap takes the lock again.
             let src = &mut PhysFrames;
             let r = timed(Phase::Calls, || {
-                mm::locked(mm::linear()).vmap(&mut mmu, src, frames, PAGE)
+                mm::locked(mm::linear()).vmap(&mut mmu, src, &pfns, PAGE)
             });
             r.is_ok_and(|va| {
-                crate::fault::touch(va, PAGES as u64)
+                crate::fault::touch_frames(va, frames, word)
                     && timed(Phase::Calls, || {
                         mm::locked(mm::linear()).vunmap(&mut mmu, src, va)
                     })
                     .is_ok()
             })
         }
-        "nodes" => through(mm::map_ram_nodes(), cpu, frames),
-        _ => through(mm::map_ram(), cpu, frames),
+        Design::Nodes => through(mm::map_ram_nodes(), cpu, frames, &pfns, word),
+        Design::New => through(mm::map_ram(), cpu, frames, &pfns, word),
     }
 }
 
-/// One map+touch+unmap of `frames` through the `vm_map_ram` front end
-/// `ram`.
+/// A design of the loop, named once rather than compared per iteration.
+#[derive(Clone, Copy)]
+enum Design {
+    Old,
+    New,
+    Nodes,
+}
+
+impl Design {
+    fn of(name: &str) -> Design {
+        match name {
+            "old" => Design::Old,
+            "nodes" => Design::Nodes,
+            _ => Design::New,
+        }
+    }
+}
+
+/// One map+touch+unmap of `frames` (numbers `pfns`) through the
+/// `vm_map_ram` front end `ram`.
 fn through<R: mmkit::range::RangeAllocator>(
     ram: &MapRam<TimedSpin, R>,
     cpu: usize,
-    frames: &[u64],
+    frames: &[DataFrame],
+    pfns: &[u64],
+    word: u64,
 ) -> bool {
     let r = timed(Phase::Calls, || {
-        ram.map(&mut KernelMmu, &mut PhysFrames, cpu, frames)
+        ram.map(&mut KernelMmu, &mut PhysFrames, cpu, pfns)
     });
     r.is_ok_and(|va| {
-        crate::fault::touch(va, PAGES as u64)
+        crate::fault::touch_frames(va, frames, word)
             && timed(Phase::Calls, || {
                 ram.unmap(&mut KernelMmu, &mut PhysFrames, cpu, va, PAGES)
             })
@@ -77,22 +102,27 @@ fn through<R: mmkit::range::RangeAllocator>(
 /// starts); every iteration is counted in `ops`.
 fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>) -> Loop {
     let cpu = arch::cpu_id();
-    let frames: Vec<u64> = (0..2 * PAGES)
-        .filter_map(|_| phys::alloc(cpu, 0, false))
+    let design = Design::of(design);
+    let frames: Vec<DataFrame> = (0..2 * PAGES)
+        .filter_map(|_| DataFrame::alloc(cpu))
         .collect();
     let mut out = Loop::default();
     if frames.len() != 2 * PAGES {
-        frames.iter().for_each(|&f| phys::free(cpu, f, 0));
+        frames.into_iter().for_each(|f| f.free(cpu));
         out.failed = 1;
         return out;
     }
+    let total = iters + iters / 10;
+    // Words of this loop alone: a write that missed its frame cannot find
+    // its word there by chance.
+    let words = crate::fault::fresh_words(total * PAGES as u64);
     let mut t0 = arch::rdtsc();
-    for i in 0..iters + iters / 10 {
+    for i in 0..total {
         if i == iters / 10 {
             t0 = arch::rdtsc();
         }
         let set = &frames[(i as usize % 2) * PAGES..][..PAGES];
-        if !once(design, cpu, set) {
+        if !once(design, cpu, set, words + i * PAGES as u64) {
             out.failed += 1;
         }
         if let Some(c) = ops {
@@ -100,7 +130,7 @@ fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>) -> L
         }
     }
     out.ticks = arch::rdtsc() - t0;
-    frames.iter().for_each(|&f| phys::free(cpu, f, 0));
+    frames.into_iter().for_each(|f| f.free(cpu));
     out
 }
 

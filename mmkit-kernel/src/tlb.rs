@@ -4,14 +4,14 @@
 //! acknowledgement. One shootdown at a time (a lock), so the request words
 //! are the sender's until the last acknowledgement.
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use spin::Mutex;
 
 use crate::apic;
 use crate::arch::{self, flush_tlb_local, invlpg, pause};
 use crate::percpu::{self, MAX_CPUS};
-use crate::trap::TLB_VECTOR;
+use crate::trap::{TLB_VECTOR, WAKE_VECTOR};
 
 /// Above this many pages a flush reloads CR3 instead of `invlpg` per page
 /// (the default of the kernel's `tlb_single_page_flush_ceiling`).
@@ -31,6 +31,9 @@ static SHOOTDOWN: Mutex<()> = Mutex::new(());
 static REQ_START: AtomicU64 = AtomicU64::new(0);
 static REQ_END: AtomicU64 = AtomicU64::new(0);
 static PENDING: AtomicUsize = AtomicUsize::new(0);
+/// The APIC id of the CPU waiting for the acknowledgements: the last one
+/// wakes it.
+static WAITER: AtomicU32 = AtomicU32::new(0);
 
 /// TLB-flush IPIs sent (one per target CPU).
 pub static IPIS: AtomicU64 = AtomicU64::new(0);
@@ -69,13 +72,35 @@ pub fn flush_range(start: u64, end: u64) {
         return;
     }
     let _g = SHOOTDOWN.lock();
+    WAITER.store(arch::cpu_id() as u32, Ordering::Relaxed);
     REQ_START.store(start, Ordering::Relaxed);
     REQ_END.store(end, Ordering::Relaxed);
     PENDING.store(others, Ordering::Release);
     apic::send_all_but_self(TLB_VECTOR);
     IPIS.fetch_add(others as u64, Ordering::Relaxed);
+    wait_for_acks();
+}
+
+/// Waits until every target has acknowledged. With interrupts on, the
+/// CPU halts between checks and the last acknowledgement's wake-up IPI
+/// resumes it: a halted vCPU leaves its host CPU to the targets, where a
+/// spinning one competes with them for it. With interrupts off (no
+/// wake-up could be taken), it spins.
+fn wait_for_acks() {
+    if !arch::interrupts_on() {
+        while PENDING.load(Ordering::Acquire) != 0 {
+            pause();
+        }
+        return;
+    }
     while PENDING.load(Ordering::Acquire) != 0 {
-        pause();
+        // Checked with interrupts off, then `sti; hlt` as one step: a
+        // wake-up that comes after the check is taken by the `hlt`.
+        arch::cli_then(|| {
+            if PENDING.load(Ordering::Acquire) != 0 {
+                arch::sti_hlt();
+            }
+        });
     }
 }
 
@@ -89,6 +114,7 @@ pub fn ping(target: Option<u32>) -> Option<u64> {
         return None;
     }
     let _g = SHOOTDOWN.lock();
+    WAITER.store(arch::cpu_id() as u32, Ordering::Relaxed);
     REQ_START.store(0, Ordering::Relaxed);
     REQ_END.store(0, Ordering::Relaxed);
     PENDING.store(target.map_or(others, |_| 1), Ordering::Release);
@@ -97,9 +123,7 @@ pub fn ping(target: Option<u32>) -> Option<u64> {
         Some(apic) => apic::send_to(apic, TLB_VECTOR),
         None => apic::send_all_but_self(TLB_VECTOR),
     }
-    while PENDING.load(Ordering::Acquire) != 0 {
-        pause();
-    }
+    wait_for_acks();
     Some(arch::rdtsc() - t0)
 }
 
@@ -112,7 +136,12 @@ pub fn on_ipi() {
     if let Some(h) = HANDLED.get(arch::cpu_id()) {
         h.fetch_add(1, Ordering::Relaxed);
     }
-    PENDING.fetch_sub(1, Ordering::AcqRel);
+    // The waiter is read before the acknowledgement: after the last one
+    // it may start another shootdown.
+    let waiter = WAITER.load(Ordering::Relaxed);
+    if PENDING.fetch_sub(1, Ordering::AcqRel) == 1 {
+        apic::send_to(waiter, WAKE_VECTOR);
+    }
 }
 
 /// `(IPIs, flushes, pages)` so far.

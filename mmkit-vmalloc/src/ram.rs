@@ -224,19 +224,28 @@ where
     ) -> Result<(), VmError> {
         self.check_pages(pages as u64)?;
         let n = pages as u64;
-        // Validated, cleared and freed under the owning queue's lock: a
-        // refused call changes nothing, and no other call frees the slot
-        // between the check and the clear.
-        let Some(mut q) = self.owner(cpu, va, n)? else {
-            return Err(match mmu.translate(va) {
-                None => VmError::NotMapped { va },
-                Some(_) => VmError::WrongPageCount { va, pages: n },
-            });
-        };
-        mmu.clear(va, n);
-        if q.unmap(va, n).is_err() {
-            // Not reached: the queue said so under the same lock.
-            return Err(VmError::WrongPageCount { va, pages: n });
+        // Validated, cleared and freed under the owning queue's lock, in
+        // one lookup: a refused call changes nothing, and no other call
+        // frees the slot between the check and the clear.
+        let mut q = self.queue(cpu)?.lock();
+        if q.unmap_clearing(va, n, || mmu.clear(va, n)).is_err() {
+            drop(q);
+            let block = va & !(self.geometry.block_size() - 1);
+            let owner = self.layer.lock().ram_blocks.get(&block).copied();
+            let other = owner.filter(|&o| o != cpu).and_then(|o| self.queues.get(o));
+            let mut o = other.map(Lock::lock);
+            let freed = o
+                .as_mut()
+                .map(|o| o.unmap_clearing(va, n, || mmu.clear(va, n)));
+            match (o, freed) {
+                (Some(o), Some(Ok(()))) => q = o,
+                _ => {
+                    return Err(match mmu.translate(va) {
+                        None => VmError::NotMapped { va },
+                        Some(_) => VmError::WrongPageCount { va, pages: n },
+                    })
+                }
+            }
         }
         let due = q.range().due.take();
         drop(q);
@@ -256,24 +265,6 @@ where
             self.layer.lock().purge(mmu, src);
         }
         Ok(())
-    }
-
-    /// The locked queue with a live mapping of exactly `pages` pages at
-    /// `va`: `cpu`'s, or that of the CPU whose block it is. Changes
-    /// nothing.
-    ///
-    /// # Errors
-    /// [`VmError::BadCpu`].
-    fn owner(&self, cpu: usize, va: u64, pages: u64) -> Result<Option<Q::Guard<'_>>, VmError> {
-        let q = self.queue(cpu)?.lock();
-        if q.is_mapped(va, pages) {
-            return Ok(Some(q));
-        }
-        drop(q);
-        let block = va & !(self.geometry.block_size() - 1);
-        let owner = self.layer.lock().ram_blocks.get(&block).copied();
-        let other = owner.filter(|&o| o != cpu).and_then(|o| self.queues.get(o));
-        Ok(other.map(Lock::lock).filter(|q| q.is_mapped(va, pages)))
     }
 
     /// `vm_unmap_aliases`: one flush over every CPU's dirty pages, the pages

@@ -222,7 +222,9 @@ impl Env<'_> {
         let mut released = Vec::new();
         loop {
             let hit = q.alloc(n, self.cfg.page_size, &mut released);
-            self.release_all(q, b, &mut released);
+            if !released.is_empty() {
+                self.release_all(q, b, &mut released);
+            }
             if let Some(addr) = hit {
                 return Ok(addr);
             }

@@ -238,11 +238,44 @@ impl<R: RangeAllocator> VblockAllocator<R> {
     /// assert_eq!(vb.live_pages(), 0);
     /// ```
     pub fn unmap(&mut self, addr: u64, pages: u64) -> Result<(), FreeError> {
+        self.unmap_clearing(addr, pages, || {})
+    }
+
+    /// [`unmap`](Self::unmap), running `clear` once the mapping is known
+    /// to be live and before its pages are freed: a caller that clears its
+    /// page tables before an unmap validates, clears and frees with one
+    /// lookup. On an error `clear` is not run and nothing changes.
+    ///
+    /// # Errors
+    /// As [`unmap`](Self::unmap).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vblock::{Config, Policy, VblockAllocator};
+    /// use mmkit::vmap::VmapAllocator;
+    /// let range = VmapAllocator::new(0x1000_0000, 0x2000_0000).unwrap();
+    /// let mut vb = VblockAllocator::new(range, Config::KERNEL, Policy::Current, 1).unwrap();
+    /// let a = vb.map(0, 4).unwrap();
+    /// let mut cleared = 0;
+    /// assert!(vb.unmap_clearing(a, 2, || cleared += 1).is_err()); // wrong page count
+    /// assert_eq!(cleared, 0);
+    /// vb.unmap_clearing(a, 4, || cleared += 1).unwrap();
+    /// assert_eq!((cleared, vb.live_pages()), (1, 0));
+    /// ```
+    pub fn unmap_clearing(
+        &mut self,
+        addr: u64,
+        pages: u64,
+        clear: impl FnOnce(),
+    ) -> Result<(), FreeError> {
         crate::debug_check!(self);
         if pages == 0 {
             return Err(FreeError::Invalid);
         }
         let Some(n) = self.cfg.small(pages) else {
+            if self.global.large.get(&addr) == Some(&pages) {
+                clear();
+            }
             return self.unmap_large(addr, pages);
         };
         let t0 = now(self.clock);
@@ -250,6 +283,15 @@ impl<R: RangeAllocator> VblockAllocator<R> {
             .index
             .get(&self.cfg.block_no(addr))
             .ok_or(FreeError::NotAllocated)?;
+        let va = addr & !(self.cfg.block_size() - 1);
+        let off = self
+            .cfg
+            .page_index(addr - va)
+            .ok_or(FreeError::NotAllocated)?;
+        if !self.queues[cpu as usize].is_live(slot, va, off, n) {
+            return Err(FreeError::NotAllocated);
+        }
+        clear();
         let (env, q, mut b) = self.parts(cpu as usize);
         env.unmap_in(q, &mut b, slot, addr, n, t0)
     }

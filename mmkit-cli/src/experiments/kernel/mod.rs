@@ -47,8 +47,12 @@ struct SeedRow {
     old_ns: f64,
     new_ns: f64,
     ratio: Option<f64>,
+    /// The vmap nodes design (NaN when the boot has no such row).
+    nodes_ns: f64,
+    nodes_ratio: Option<f64>,
     old_ipis_per_1e6: f64,
     new_ipis_per_1e6: f64,
+    nodes_ipis_per_1e6: f64,
     old_locks_per_op: f64,
     new_locks_per_op: f64,
     seed_old_ns: Option<u64>,
@@ -71,6 +75,14 @@ struct ModeRow {
     stress_old_ipis: f64,
     stress_lazy_ipis: f64,
     stress_new_ipis: f64,
+    /// The vmap nodes design and new with Linux's per-call work (new-ll);
+    /// NaN when the boot has no such rows.
+    perf_nodes_ms: f64,
+    perf_new_ll_ms: f64,
+    stress_nodes_ms: f64,
+    stress_new_ll_ms: f64,
+    stress_nodes_ipis: f64,
+    stress_new_ll_ipis: f64,
 }
 
 #[derive(Serialize)]
@@ -84,6 +96,8 @@ struct TestRow {
     old_ipis: f64,
     lazy_ipis: f64,
     new_ipis: f64,
+    nodes_ms: f64,
+    new_ll_ms: f64,
 }
 
 #[derive(Serialize)]
@@ -172,20 +186,23 @@ fn stale_targets(accel: Accel, rows: &[StaleRow], asked: u64) -> Vec<Target> {
         .collect()
 }
 
-const SEED_COLS: [Col; 10] = [
+const SEED_COLS: [Col; 13] = [
     col("vcpus", "vCPUs", Fmt::Text),
     col("old_ns", "old ns/op", Fmt::Auto),
     col("new_ns", "new ns/op", Fmt::Auto),
     col("ratio", "old/new", Fmt::Ratio),
+    col("nodes_ns", "nodes ns/op", Fmt::Auto),
+    col("nodes_ratio", "old/nodes", Fmt::Ratio),
     col("old_ipis_per_1e6", "old IPIs/10^6 unmaps", Fmt::Auto),
     col("new_ipis_per_1e6", "new IPIs/10^6 unmaps", Fmt::Auto),
+    col("nodes_ipis_per_1e6", "nodes IPIs/10^6 unmaps", Fmt::Auto),
     col("old_locks_per_op", "old global locks/op", Fmt::Dec(3)),
     col("new_locks_per_op", "new global locks/op", Fmt::Dec(3)),
     col("seed_old_ns", "seed old ns", Fmt::Text),
     col("seed_new_ns", "seed new ns", Fmt::Text),
 ];
 
-const MODE_COLS: [Col; 14] = [
+const MODE_COLS: [Col; 20] = [
     col("vcpus", "vCPUs", Fmt::Text),
     col("perf_old_ms", "perf old ms", Fmt::Auto),
     col("perf_lazy_ms", "perf old-lazy ms", Fmt::Auto),
@@ -200,9 +217,15 @@ const MODE_COLS: [Col; 14] = [
     col("stress_old_ipis", "stress old IPIs", Fmt::Auto),
     col("stress_lazy_ipis", "stress old-lazy IPIs", Fmt::Auto),
     col("stress_new_ipis", "stress new IPIs", Fmt::Auto),
+    col("perf_nodes_ms", "perf nodes ms", Fmt::Auto),
+    col("perf_new_ll_ms", "perf new-ll ms", Fmt::Auto),
+    col("stress_nodes_ms", "stress nodes ms", Fmt::Auto),
+    col("stress_new_ll_ms", "stress new-ll ms", Fmt::Auto),
+    col("stress_nodes_ipis", "stress nodes IPIs", Fmt::Auto),
+    col("stress_new_ll_ipis", "stress new-ll IPIs", Fmt::Auto),
 ];
 
-const TEST_COLS: [Col; 9] = [
+const TEST_COLS: [Col; 11] = [
     col("test", "test", Fmt::Text),
     col("old_ms", "old ms", Fmt::Auto),
     col("lazy_ms", "old-lazy ms", Fmt::Auto),
@@ -212,6 +235,8 @@ const TEST_COLS: [Col; 9] = [
     col("old_ipis", "old IPIs", Fmt::Auto),
     col("lazy_ipis", "old-lazy IPIs", Fmt::Auto),
     col("new_ipis", "new IPIs", Fmt::Auto),
+    col("nodes_ms", "nodes ms", Fmt::Auto),
+    col("new_ll_ms", "new-ll ms", Fmt::Auto),
 ];
 
 const BOOT_COLS: [Col; 6] = [
@@ -230,14 +255,19 @@ const BOOT_COLS: [Col; 6] = [
 fn seed_row(b: &Boot) -> Option<SeedRow> {
     let o = b.find("seed002", &[("design", "old")])?;
     let n = b.find("seed002", &[("design", "new")])?;
+    let nodes = b.find("seed002", &[("design", "nodes")]);
+    let nodes = |k: &str| nodes.as_ref().map_or(f64::NAN, |r| num(r, k));
     let seed = SEED002.iter().find(|s| s.0 == b.smp);
     Some(SeedRow {
         vcpus: b.smp,
         old_ns: num(&o, "ns_per_op"),
         new_ns: num(&n, "ns_per_op"),
         ratio: ratio(num(&o, "ns_per_op"), num(&n, "ns_per_op")),
+        nodes_ns: nodes("ns_per_op"),
+        nodes_ratio: ratio(num(&o, "ns_per_op"), nodes("ns_per_op")),
         old_ipis_per_1e6: num(&o, "ipis_per_1e6_unmaps"),
         new_ipis_per_1e6: num(&n, "ipis_per_1e6_unmaps"),
+        nodes_ipis_per_1e6: nodes("ipis_per_1e6_unmaps"),
         old_locks_per_op: num(&o, "locks_per_op_x1000") / 1000.0,
         new_locks_per_op: num(&n, "locks_per_op_x1000") / 1000.0,
         seed_old_ns: seed.map(|s| s.1),
@@ -260,6 +290,10 @@ fn mode_row(b: &Boot) -> Option<ModeRow> {
     let none = (f64::NAN, f64::NAN);
     let (pl, _) = ms("performance", "old_lazy").unwrap_or(none);
     let (sl, sli) = ms("stress", "old_lazy").unwrap_or(none);
+    let (pnd, _) = ms("performance", "nodes").unwrap_or(none);
+    let (pll, _) = ms("performance", "new_ll").unwrap_or(none);
+    let (snd, sndi) = ms("stress", "nodes").unwrap_or(none);
+    let (sll, slli) = ms("stress", "new_ll").unwrap_or(none);
     Some(ModeRow {
         vcpus: b.smp,
         perf_old_ms: po,
@@ -275,6 +309,12 @@ fn mode_row(b: &Boot) -> Option<ModeRow> {
         stress_old_ipis: soi,
         stress_lazy_ipis: sli,
         stress_new_ipis: sni,
+        perf_nodes_ms: pnd,
+        perf_new_ll_ms: pll,
+        stress_nodes_ms: snd,
+        stress_new_ll_ms: sll,
+        stress_nodes_ipis: sndi,
+        stress_new_ll_ipis: slli,
     })
 }
 
@@ -298,6 +338,7 @@ fn test_rows(b: &Boot) -> Vec<TestRow> {
             let (o, n) = (get("old", t)?, get("new", t)?);
             let l = get("old_lazy", t);
             let lazy = |k: &str| l.map_or(f64::NAN, |l| num(l, k));
+            let ms_of = |d: &str| get(d, t).map_or(f64::NAN, |r| num(r, "ns") / 1e6);
             Some(TestRow {
                 test: t.clone(),
                 old_ms: num(o, "ns") / 1e6,
@@ -308,6 +349,8 @@ fn test_rows(b: &Boot) -> Vec<TestRow> {
                 old_ipis: num(o, "ipis"),
                 lazy_ipis: lazy("ipis"),
                 new_ipis: num(n, "ipis"),
+                nodes_ms: ms_of("nodes"),
+                new_ll_ms: ms_of("new_ll"),
             })
         })
         .collect()
@@ -579,14 +622,18 @@ fn run(opts: &Options) -> Report {
     let seeds: Vec<SeedRow> = boots.iter().filter_map(seed_row).collect();
     let modes: Vec<ModeRow> = boots.iter().filter_map(mode_row).collect();
     report.tables.push(Table::of(
-        format!("seed 002: ns per map+touch+unmap of 4 pages per CPU, real PTEs ({a}; seed: 8-core Opteron)"),
+        format!(
+            "seed 002: ns per map+touch+unmap of 4 pages per CPU, real PTEs; nodes: the vmap nodes' vm_map_ram \
+             ({a}; seed: 8-core Opteron)"
+        ),
         &SEED_COLS,
         &seeds,
     ));
     report.tables.push(Table::of(
         format!(
             "test_vmalloc on real mappings: busy list + eager flush (old), busy list + lazy flush (old-lazy, seed 000's \
-             before) and tree + lazy flush (new), total ms ({a})"
+             before), tree + lazy flush (new), the vmap nodes (nodes) and new with Linux's per-call work (new-ll), \
+             total ms ({a})"
         ),
         &MODE_COLS,
         &modes,

@@ -26,12 +26,23 @@ pub enum Accel {
     Kvm,
     /// QEMU's multi-threaded code translator (one host thread per vCPU).
     Tcg,
+    /// The code translator counting instructions (`-icount shift=0`,
+    /// asked for with `MMKIT_QEMU_ICOUNT=1`): one host thread runs every
+    /// vCPU in turn and the guest's clock advances 1 ns per instruction,
+    /// so a time is a count of guest instructions, the same on every run
+    /// whatever the host's load (at one vCPU; with more, the vCPUs take
+    /// turns and a wait for another vCPU counts the waiter's spins).
+    Icount,
 }
 
 impl Accel {
-    /// KVM where /dev/kvm exists and the CPU has `vmx` or `svm`; TCG
-    /// otherwise (a KVM without them runs ring 0 about 1000x slower).
+    /// Instruction counting when `MMKIT_QEMU_ICOUNT=1`; otherwise KVM
+    /// where /dev/kvm exists and the CPU has `vmx` or `svm`, and TCG
+    /// elsewhere (a KVM without them runs ring 0 about 1000x slower).
     pub fn here() -> Self {
+        if std::env::var_os("MMKIT_QEMU_ICOUNT").is_some_and(|v| v == "1") {
+            return Accel::Icount;
+        }
         let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let hw = flags
             .lines()
@@ -49,13 +60,15 @@ impl Accel {
         match self {
             Accel::Kvm => "KVM",
             Accel::Tcg => "TCG",
+            Accel::Icount => "TCG icount (ns = instructions)",
         }
     }
 
-    fn args(self) -> &'static [&'static str] {
+    pub(super) fn args(self) -> &'static [&'static str] {
         match self {
             Accel::Kvm => &["-accel", "kvm", "-cpu", "host"],
             Accel::Tcg => &["-accel", "tcg,thread=multi"],
+            Accel::Icount => &["-accel", "tcg", "-icount", "shift=0"],
         }
     }
 }

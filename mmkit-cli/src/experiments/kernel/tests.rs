@@ -120,3 +120,64 @@ fn test_vmalloc_targets_compare_new_with_both_baselines() {
     assert_eq!(verdict("performance mode new vs old-lazy"), Some(false));
     assert_eq!(verdict("stress mode new vs old-lazy"), Some(false));
 }
+
+#[test]
+fn nodes_and_new_ll_columns_come_from_their_rows() {
+    // A real boot (4 vCPUs, scale=quick) from before the new-ll design:
+    // its nodes rows fill the nodes columns, new-ll stays NaN.
+    let log = include_str!("../linux/fixtures/mmkit-smp4-quick.log");
+    let lines: Vec<&str> = log.lines().collect();
+    let b = boot_of(4, &lines);
+    let seed = seed_row(&b).expect("seed rows");
+    assert_eq!(seed.nodes_ns, 8556.0);
+    assert_eq!(seed.nodes_ipis_per_1e6, 0.0);
+    assert_eq!(seed.nodes_ratio, ratio(seed.old_ns, 8556.0));
+    let mode = mode_row(&b).expect("mode rows");
+    assert_eq!(mode.perf_nodes_ms, 17066461.0 / 1e6);
+    assert_eq!(mode.stress_nodes_ms, 137759649.0 / 1e6);
+    assert_eq!(mode.stress_nodes_ipis, 24.0);
+    assert!(mode.perf_new_ll_ms.is_nan() && mode.stress_new_ll_ipis.is_nan());
+    let fix = test_rows(&b);
+    let fix = fix
+        .iter()
+        .find(|t| t.test == "fix_size_alloc_test")
+        .expect("a test row");
+    assert_eq!(fix.nodes_ms, 218860.0 / 1e6);
+    assert!(fix.new_ll_ms.is_nan());
+
+    // With new-ll rows, their columns fill too.
+    let mut more = lines.clone();
+    more.push("ROW test_vmalloc mode=performance design=new_ll test=fix_size_alloc_test ns=500000 ipis=0 flushes=0 ok=1");
+    more.push("ROW test_vmalloc mode=performance design=new_ll test=total ns=3000000");
+    more.push("ROW test_vmalloc mode=stress design=new_ll test=total cpus=4 ns=7000000 ipis=12 flushes=4 failed=0");
+    let b = boot_of(4, &more);
+    let mode = mode_row(&b).expect("mode rows");
+    assert_eq!(
+        (
+            mode.perf_new_ll_ms,
+            mode.stress_new_ll_ms,
+            mode.stress_new_ll_ipis
+        ),
+        (3.0, 7.0, 12.0)
+    );
+    let rows = test_rows(&b);
+    let fix = rows
+        .iter()
+        .find(|t| t.test == "fix_size_alloc_test")
+        .expect("a test row");
+    assert_eq!(fix.new_ll_ms, 0.5);
+    // And the JSON carries them.
+    let json = serde_json::to_string(&mode).expect("json");
+    assert!(json.contains("\"stress_new_ll_ipis\":12.0") && json.contains("\"perf_nodes_ms\""));
+}
+
+#[test]
+fn icount_runs_one_thread_and_says_so_in_every_row() {
+    assert_eq!(
+        Accel::Icount.args(),
+        ["-accel", "tcg", "-icount", "shift=0"]
+    );
+    // Targets and tables name the accelerator; TCG stays in the name.
+    assert!(Accel::Icount.name().contains("TCG") && Accel::Icount.name().contains("icount"));
+    assert!(Accel::Tcg.args().contains(&"tcg,thread=multi"));
+}

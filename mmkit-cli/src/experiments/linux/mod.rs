@@ -304,6 +304,27 @@ fn plan(quick: bool) -> (&'static [usize], usize) {
     }
 }
 
+/// The vCPU counts of `counts` that `only` (the value of
+/// `MMKIT_LINUX_VCPUS`, a comma-separated list) names; all of them when
+/// `only` is unset or names none of them.
+fn only_vcpus(counts: &[usize], only: Option<&str>) -> Vec<usize> {
+    let named: Vec<usize> = only
+        .unwrap_or("")
+        .split(',')
+        .filter_map(|w| w.trim().parse().ok())
+        .collect();
+    let kept: Vec<usize> = counts
+        .iter()
+        .copied()
+        .filter(|c| named.contains(c))
+        .collect();
+    if kept.is_empty() {
+        counts.to_vec()
+    } else {
+        kept
+    }
+}
+
 /// Linux's stock `test_vmalloc` sizes: 15,000 areas in the long busy list.
 const STOCK_BUSY: u64 = 15_000;
 
@@ -341,7 +362,7 @@ struct Pass {
     name: &'static str,
     mem_mib: u64,
     append: Box<dyn Fn(usize) -> String>,
-    counts: &'static [usize],
+    counts: Vec<usize>,
 }
 
 /// Boots both systems `boots` times at `vcpus`.
@@ -559,6 +580,14 @@ fn run(opts: &Options) -> Report {
     let a = accel.name();
     let base = qemu::scale(if opts.quick { "quick" } else { "default" }, opts.loops);
     let (counts, boots) = plan(opts.quick);
+    let only = std::env::var("MMKIT_LINUX_VCPUS").ok();
+    let counts = only_vcpus(counts, only.as_deref());
+    // Quick: the stock sizes at the most vCPUs of the CI pass only.
+    let stock_counts = if opts.quick {
+        counts.iter().max().map_or_else(Vec::new, |&c| vec![c])
+    } else {
+        counts.clone()
+    };
     let ci = base.clone();
     let stock = base.clone();
     let passes = [
@@ -572,7 +601,7 @@ fn run(opts: &Options) -> Report {
             name: "Linux's stock sizes",
             mem_mib: STOCK_MEM_MIB,
             append: Box::new(move |c| stock_append(&stock, c)),
-            counts: if opts.quick { &[2] } else { counts },
+            counts: stock_counts,
         },
     ];
     let mut notes = Vec::new();

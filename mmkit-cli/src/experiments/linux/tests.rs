@@ -363,3 +363,15 @@ fn the_stock_pass_gives_every_worker_linuxs_stock_sizes() {
         assert_eq!((busy, full_fit), (15_000, stock_full_fit(cpus)), "{cpus}");
     }
 }
+
+#[test]
+fn the_vcpu_counts_can_be_narrowed() {
+    let all = [1, 2, 4, 8];
+    assert_eq!(only_vcpus(&all, None), all);
+    assert_eq!(only_vcpus(&all, Some("1,2")), [1, 2]);
+    assert_eq!(only_vcpus(&all, Some(" 8 , x,4")), [4, 8]);
+    // Nothing of the plan named (or nothing readable): the whole plan.
+    assert_eq!(only_vcpus(&all, Some("3,16")), all);
+    assert_eq!(only_vcpus(&all, Some("")), all);
+    assert_eq!(only_vcpus(&[1, 2], Some("18446744073709551615,2")), [2]);
+}
