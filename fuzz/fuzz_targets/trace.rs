@@ -28,6 +28,7 @@ fn line(cmd: &Cmd) -> String {
         Cmd::PurgeFull => "purge full".into(),
         Cmd::PurgeBegin(false) => "purge begin".into(),
         Cmd::PurgeBegin(true) => "purge full begin".into(),
+        Cmd::PurgeNode(n) => format!("purge node {n}"),
     }
 }
 

@@ -62,6 +62,8 @@ pub trait Replayed: RangeAllocator {
     /// `purge begin`: where a Linux purge began; one range allocator
     /// purges at its end alone.
     fn purge_begin(&mut self, _full: bool) {}
+    /// `purge node N`: only Linux's node pools act on it.
+    fn purge_node(&mut self, _node: usize) {}
 }
 
 impl Replayed for VmapAllocator {}
@@ -80,6 +82,9 @@ impl Replayed for LinuxNodes {
     }
     fn purge_begin(&mut self, full: bool) {
         LinuxNodes::purge_begin(self, full);
+    }
+    fn purge_node(&mut self, node: usize) {
+        LinuxNodes::purge_node(self, node);
     }
 }
 
@@ -155,6 +160,7 @@ pub fn run<R: Replayed>(
             }
             Cmd::PurgeFull => a.purge_full(),
             Cmd::PurgeBegin(full) => a.purge_begin(full),
+            Cmd::PurgeNode(node) => a.purge_node(node),
             Cmd::Alloc {
                 id,
                 size,

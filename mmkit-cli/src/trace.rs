@@ -60,6 +60,10 @@ pub enum Cmd {
     /// the next `purge` or `purge full` ends it. Only Linux's node pools
     /// act on it.
     PurgeBegin(bool),
+    /// `purge node N`: where the purge that began has pooled or freed node
+    /// `N`'s lazy areas (Linux walks the nodes one by one before its
+    /// event). Only Linux's node pools act on it.
+    PurgeNode(usize),
 }
 
 impl Cmd {
@@ -74,7 +78,7 @@ impl Cmd {
             Cmd::Free(_) => "free",
             Cmd::Lazy(_) => "lazy",
             Cmd::FreeAt(_) => "freeat",
-            Cmd::Purge | Cmd::PurgeFull | Cmd::PurgeBegin(_) => "purge",
+            Cmd::Purge | Cmd::PurgeFull | Cmd::PurgeBegin(_) | Cmd::PurgeNode(_) => "purge",
         }
     }
 }
@@ -191,7 +195,14 @@ fn parse_line(words: &[&str]) -> Result<Cmd, String> {
             [_, "full"] => Ok(Cmd::PurgeFull),
             [_, "begin"] => Ok(Cmd::PurgeBegin(false)),
             [_, "full", "begin"] => Ok(Cmd::PurgeBegin(true)),
-            _ => Err("expected `purge`, `purge full`, `purge begin` or `purge full begin`".into()),
+            [_, "node", n] => n
+                .parse()
+                .map(Cmd::PurgeNode)
+                .map_err(|_| format!("`purge node N`: {n:?} is not a node number")),
+            _ => Err(
+                "expected `purge`, `purge full`, `purge begin`, `purge full begin` or `purge node N`"
+                    .into(),
+            ),
         },
         other => Err(format!("unknown command {other:?}")),
     }
@@ -420,15 +431,16 @@ mod tests {
         assert_eq!(err_line("lazymax 5\n\n"), 2);
         assert_eq!(err_line(""), 1);
         assert_eq!(err_line("space 0 10\nlazymax 99999999999999999999\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge node -1\n"), 2);
     }
 
     /// The commands of an imported Linux trace: `cpus`, `alloc ... cpu`,
-    /// `purge full`, `purge begin`, `purge full begin`.
+    /// `purge full`, `purge begin`, `purge full begin`, `purge node N`.
     #[test]
     fn parses_the_linux_commands() {
         let text = "cpus 2\nspace 1 0x10000\nvmalloc 0x100 0x200\n\
                     alloc a 0x1000 cpu 1 align 0x1000\npurge full\n\
-                    purge begin\npurge full begin\n";
+                    purge begin\npurge full begin\npurge node 1\n";
         let t = parse(text).unwrap();
         assert_eq!(
             t,
@@ -449,6 +461,7 @@ mod tests {
                 (5, Cmd::PurgeFull),
                 (6, Cmd::PurgeBegin(false)),
                 (7, Cmd::PurgeBegin(true)),
+                (8, Cmd::PurgeNode(1)),
             ]
         );
         let h = check_header(text.as_bytes()).unwrap();

@@ -28,6 +28,9 @@ enum Op {
     PurgeFull,
     /// The first half of a purge (full or not); `Purge` ends it.
     PurgeBegin(bool),
+    /// One node's share of the purge begun (modulo nodes + 1, so that an
+    /// absent node is asked too).
+    PurgeNode(usize),
 }
 
 /// An area: start, end, the node it is tagged with.
@@ -43,6 +46,8 @@ struct Model {
     pools: Vec<Vec<Vec<u64>>>,
     /// A purge begun: whether full, and the lazy areas it took.
     purging: Option<(bool, Vec<Area>)>,
+    /// Whether a `PurgeNode` of the pending purge moved an area.
+    moved: bool,
 }
 
 impl Model {
@@ -187,9 +192,34 @@ impl Model {
     /// Pools (tagged, not full, at most 256 pages, in address order to
     /// the front) or frees what the pending purge took.
     fn end(&mut self) -> bool {
-        let Some((full, mut taken)) = self.purging.take() else {
+        let Some((full, taken)) = self.purging.take() else {
             return false;
         };
+        let moved = std::mem::take(&mut self.moved);
+        self.settle(full, taken) || moved
+    }
+
+    /// The lazy list an area is on: its tag, else its 16-page zone's node
+    /// round robin.
+    fn list_of(&self, (s, _, node): Area) -> usize {
+        node.unwrap_or((s / (16 * PAGE)) as usize % self.nodes)
+    }
+
+    /// Pools or frees the areas the pending purge took for node `n`.
+    fn end_node(&mut self, n: usize) -> bool {
+        let Some((full, taken)) = self.purging.take() else {
+            return false;
+        };
+        let (mine, rest): (Vec<Area>, Vec<Area>) =
+            taken.into_iter().partition(|&a| self.list_of(a) == n);
+        self.purging = Some((full, rest));
+        let moved = self.settle(full, mine);
+        self.moved |= moved;
+        moved
+    }
+
+    /// Pools or frees `taken`; whether it held any area.
+    fn settle(&mut self, full: bool, mut taken: Vec<Area>) -> bool {
         taken.sort_unstable();
         for &(s, e, node) in &taken {
             match node {
@@ -212,6 +242,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Purge),
         1 => Just(Op::PurgeFull),
         1 => any::<bool>().prop_map(Op::PurgeBegin),
+        1 => any::<usize>().prop_map(Op::PurgeNode),
     ]
 }
 
@@ -225,6 +256,7 @@ fn run(nodes: usize, ops: &[Op]) -> Result<(), String> {
         lazy: vec![],
         pools: vec![vec![Vec::new(); 256]; nodes],
         purging: None,
+        moved: false,
     };
     for op in ops {
         match *op {
@@ -264,6 +296,13 @@ fn run(nodes: usize, ops: &[Op]) -> Result<(), String> {
             Op::PurgeBegin(full) => {
                 n.purge_begin(full);
                 m.begin(full);
+            }
+            Op::PurgeNode(k) => {
+                let k = k % (nodes + 1);
+                let (got, want) = (n.purge_node(k), m.end_node(k));
+                if got != want {
+                    return Err(format!("purge node {k}: got {got}, model {want}"));
+                }
             }
             Op::PurgeFull => {
                 let (got, want) = (n.purge_nodes(true), m.purge(true));

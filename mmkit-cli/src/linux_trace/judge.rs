@@ -139,6 +139,9 @@ pub fn replay(
                 n.purge_nodes(true);
             }
             Cmd::PurgeBegin(full) => n.purge_begin(full),
+            Cmd::PurgeNode(node) => {
+                n.purge_node(node);
+            }
             Cmd::Space(..) | Cmd::Cpus(_) | Cmd::Vmalloc(..) => {}
         }
     }

@@ -19,7 +19,7 @@
 //! | `alloc_vmap_area failed=0` | `alloc L<line> SIZE align ALIGN range VSTART VEND cpu CPU` |
 //! | `alloc_vmap_area failed=1` | nothing while a purge and a retry follow on that CPU; the final failure: the `alloc` above, expected `nospace` |
 //! | `free_vmap_area_noflush` | `lazy L<line of the alloc>` |
-//! | `purge_vmap_area_lazy` | `purge`, or `purge full` after a failed attempt on its CPU |
+//! | `purge_vmap_area_lazy` | `purge`, or `purge full` after a failed attempt on its CPU; earlier, `purge begin` and (from `nr_lazy`'s falls) `purge node N` |
 //!
 //! The trace opens with `lazymax` at `u64::MAX` (Linux's purges happen
 //! where the events say, never by mmkit's threshold), `space 1
@@ -65,8 +65,9 @@ pub enum Event {
         /// Whether no free block held the request.
         failed: bool,
     },
-    /// `free_vmap_area_noflush`: the area at this address is lazily freed.
-    FreeLazy(u64),
+    /// `free_vmap_area_noflush`: the area at this address is lazily freed,
+    /// and the lazy pages after it (`nr_lazy`) when the event has them.
+    FreeLazy(u64, Option<u64>),
     /// `purge_vmap_area_lazy`, with the number of areas purged.
     Purge(u64),
 }
@@ -162,7 +163,7 @@ pub fn parse_line(text: &str) -> Result<Option<Record>, String> {
                 failed,
             }
         }
-        1 => Event::FreeLazy(field(fields, "va_start")?),
+        1 => Event::FreeLazy(field(fields, "va_start")?, field(fields, "nr_lazy").ok()),
         _ => Event::Purge(field(fields, "num_purged")?),
     };
     Ok(Some(Record { cpu, event }))
@@ -211,6 +212,12 @@ pub struct Imported {
     free_ends: Vec<usize>,
     /// The lazy frees that purges begun so far took.
     taken: usize,
+    /// `nr_lazy` of the last lazy free that had it.
+    nr_lazy: Option<u64>,
+    /// Where in `body` each lazy free whose `nr_lazy` fell begins, since
+    /// the last purge event (a running purge had just finished a node),
+    /// with where each CPU's events ended then.
+    drops: Vec<(usize, HashMap<u32, usize>)>,
 }
 
 impl Imported {
@@ -263,6 +270,13 @@ impl Imported {
     /// after the previous purge (one runs at a time), and after the
     /// `purged`-th lazy free since the previous purge began (it takes every
     /// lazy area freed before it began, and no other).
+    ///
+    /// `nr_lazy` falls only when a purge finishes a node
+    /// (`purge_vmap_node` subtracts that node's pages after pooling them),
+    /// so the first fall since the previous purge bounds the start from
+    /// above. When there are as many falls as nodes (every node had lazy
+    /// areas; Linux walks them in order), `purge node N` goes just before
+    /// the `N`-th fall: node `N`'s pools are filled there at the latest.
     fn begin_purge(&mut self, cpu: u32, full: &str, purged: u64) {
         let taken = self.taken.saturating_add(purged as usize);
         let after_frees = match taken.min(self.free_ends.len()) {
@@ -271,9 +285,28 @@ impl Imported {
         };
         self.taken = taken.min(self.free_ends.len());
         let at = self.cpu_at.get(&cpu).copied().unwrap_or(0);
-        let at = at.max(self.purge_at).max(after_frees);
-        let line = format!("purge{full} begin\n");
-        self.body.insert_str(at, &line);
+        let earliest = at.max(self.purge_at);
+        let drops: Vec<_> = core::mem::take(&mut self.drops)
+            .into_iter()
+            .filter(|(d, _)| *d >= self.purge_at)
+            .collect();
+        let at = match drops.first() {
+            // The purge ran on `cpu` from its last event before the fall.
+            Some((_, cpu_at)) => cpu_at.get(&cpu).copied().unwrap_or(0).max(self.purge_at),
+            None => earliest.max(after_frees),
+        };
+        let drops: Vec<usize> = drops.into_iter().map(|(d, _)| d).collect();
+        if self.cpus > 1 && drops.len() == self.cpus as usize {
+            for (node, &d) in drops.iter().enumerate().rev() {
+                self.insert_line(d, &format!("purge node {node}\n"));
+            }
+        }
+        self.insert_line(at, &format!("purge{full} begin\n"));
+    }
+
+    /// Inserts `line` into `body` at `at`, moving the ends noted after it.
+    fn insert_line(&mut self, at: usize, line: &str) {
+        self.body.insert_str(at, line);
         let ends = self.cpu_at.values_mut().chain(self.free_ends.iter_mut());
         for end in ends.filter(|e| **e > at) {
             *end += line.len();
@@ -328,7 +361,13 @@ impl Imported {
                 let _ = writeln!(self.expected, "L{id} {addr:#x}");
                 self.live.insert(addr, id);
             }
-            Event::FreeLazy(addr) => {
+            Event::FreeLazy(addr, nr_lazy) => {
+                if let (Some(now), Some(before)) = (nr_lazy, self.nr_lazy) {
+                    if now < before {
+                        self.drops.push((self.body.len(), self.cpu_at.clone()));
+                    }
+                }
+                self.nr_lazy = nr_lazy.or(self.nr_lazy);
                 let id = self.live.remove(&addr).ok_or_else(|| {
                     format!(
                         "free_vmap_area_noflush of {addr:#x}, which no traced alloc_vmap_area \
@@ -348,6 +387,8 @@ impl Imported {
                     None => "",
                 };
                 self.begin_purge(r.cpu, full, purged);
+                // The next fall of `nr_lazy` is the next purge's.
+                self.nr_lazy = None;
                 let _ = writeln!(self.body, "purge{full}");
                 self.purge_at = self.body.len();
             }

@@ -189,3 +189,63 @@ fn cpus_without_a_header() {
         Some("cpus 1")
     );
 }
+
+/// `nr_lazy` falls only when a running purge has finished a node: the
+/// purge began after its CPU's last event before the first fall, and with
+/// one fall per node, `purge node N` goes just before the `N`-th fall.
+#[test]
+fn nr_lazy_falls_place_the_purge_start_and_each_node() {
+    let alloc = |cpu: u32, page: u64| {
+        format!(
+            "  t-1 [{cpu:03}] ..... 1.0: alloc_vmap_area: va_start: {} size=8192 align=4096 \
+             vstart=0xffffc90000000000 vend=0xffffe8ffffffffff failed=0\n",
+            0xffff_c900_0000_0000u64 + page * 0x1000
+        )
+    };
+    let free = |page: u64, nr_lazy: u64| {
+        format!(
+            "  t-1 [000] ..... 1.0: free_vmap_area_noflush: va_start={:#x} nr_lazy={nr_lazy} \
+             nr_lazy_max=32768\n",
+            0xffff_c900_0000_0000u64 + page * 0x1000
+        )
+    };
+    let text = [
+        HEADER.to_string(),
+        alloc(1, 0),
+        alloc(0, 2),
+        alloc(0, 4),
+        alloc(0, 6),
+        free(0, 2),
+        free(2, 4),
+        free(4, 3),
+        free(6, 2),
+        "  kworker/1:1-27 [001] ..... 1.0: purge_vmap_area_lazy: start=0x0 end=0x0 \
+         num_purged=4\n"
+            .to_string(),
+    ]
+    .concat();
+    let t = imported(&text);
+    let cmds: Vec<String> = t
+        .trace()
+        .lines()
+        .skip(5)
+        .map(|l| l.split(" 0x").next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        cmds,
+        [
+            "alloc L13",
+            "purge begin",
+            "alloc L14",
+            "alloc L15",
+            "alloc L16",
+            "lazy L13",
+            "lazy L14",
+            "purge node 0",
+            "lazy L15",
+            "purge node 1",
+            "lazy L16",
+            "purge",
+        ]
+    );
+}

@@ -34,7 +34,8 @@
 //! them: it *begins* ([`purge_begin`](LinuxNodes::purge_begin)) with the
 //! decay, whose areas are free at once, and takes each node's lazy list
 //! as it is then; it *ends* ([`purge_end`](LinuxNodes::purge_end)), after
-//! the TLB flush, by pooling or freeing those areas. Areas freed lazily in
+//! the TLB flush, by pooling or freeing those areas, node by node
+//! ([`purge_node`](LinuxNodes::purge_node) settles one). Areas freed lazily in
 //! between wait for the next purge. One purge runs at a time
 //! (`vmap_purge_lock`).
 //!
@@ -81,8 +82,11 @@ struct Lazy {
 struct Purging {
     /// Pools nothing (`skip_populate`).
     full: bool,
-    /// Per node: its lazy areas when the purge began.
+    /// Per node: its lazy areas when the purge began, until
+    /// [`purge_node`](LinuxNodes::purge_node) moves them.
     nodes: Vec<Vec<Lazy>>,
+    /// Areas already moved by `purge_node`.
+    done: usize,
 }
 
 /// Linux 6.12's vmap nodes and their pools over one free tree: see the
@@ -475,7 +479,11 @@ impl LinuxNodes {
         self.detached.clear();
         self.decay(full);
         let nodes = self.lazy.iter_mut().map(core::mem::take).collect();
-        self.purging = Some(Purging { full, nodes });
+        self.purging = Some(Purging {
+            full,
+            nodes,
+            done: 0,
+        });
     }
 
     /// The second half of a purge: the lazy areas it took, node by node
@@ -483,27 +491,49 @@ impl LinuxNodes {
     /// pages, not a full purge) or back to the free tree. Whether there
     /// were any; `false` when no purge had begun.
     pub fn purge_end(&mut self) -> bool {
-        let Some(p) = self.purging.take() else {
+        let Some(nodes) = self.purging.as_ref().map(|p| p.nodes.len()) else {
             return false;
         };
-        let mut freed = 0u64;
-        for (n, mut lazy) in p.nodes.into_iter().enumerate() {
-            lazy.sort_unstable();
-            let mut back = Vec::new();
-            for l in lazy {
-                freed += 1;
-                match Self::class(l.end - l.start) {
-                    Some(c) if l.tagged && !p.full => self.pools[n][c].push_front(l.start),
-                    _ => back.push(l.start),
-                }
-            }
-            for &s in back.iter().rev() {
-                self.give_back(s);
+        for n in 0..nodes {
+            self.purge_node(n);
+        }
+        let freed = self.purging.take().is_some_and(|p| p.done > 0);
+        self.purges += u64::from(freed);
+        freed
+    }
+
+    /// `purge_vmap_node` for one node of the purge that began: the lazy
+    /// areas it took for `node`, in address order, go to the front of
+    /// their pool (tagged, at most 256 pages, not a full purge) or back to
+    /// the free tree, the highest first. Linux walks the nodes one by one
+    /// between the purge's start and its event, so another CPU can take
+    /// from node 0's pools before node 1's areas are back. Whether any
+    /// area moved; `false` when no purge had begun or `node` is out of
+    /// range or already done.
+    pub fn purge_node(&mut self, node: usize) -> bool {
+        let Some(p) = self.purging.as_mut() else {
+            return false;
+        };
+        let Some(lazy) = p.nodes.get_mut(node) else {
+            return false;
+        };
+        let mut lazy = core::mem::take(lazy);
+        let full = p.full;
+        p.done += lazy.len();
+        lazy.sort_unstable();
+        let mut back = Vec::new();
+        let moved = !lazy.is_empty();
+        for l in lazy {
+            match Self::class(l.end - l.start) {
+                Some(c) if l.tagged && !full => self.pools[node][c].push_front(l.start),
+                _ => back.push(l.start),
             }
         }
+        for &s in back.iter().rev() {
+            self.give_back(s);
+        }
         self.lazy_bytes = self.lazy_areas().map(|l| l.end - l.start).sum();
-        self.purges += u64::from(freed > 0);
-        freed > 0
+        moved
     }
 }
 

@@ -76,6 +76,8 @@ trait Placer {
     fn purge(&mut self, full: bool);
     /// Where Linux began that purge (only Linux's node pools act on it).
     fn purge_begin(&mut self, _full: bool) {}
+    /// Where Linux's purge had pooled or freed one node's lazy areas.
+    fn purge_node(&mut self, _node: usize) {}
 }
 
 /// Linux's own answers, as recorded.
@@ -136,6 +138,9 @@ impl Placer for LinuxNodes {
     }
     fn purge_begin(&mut self, full: bool) {
         LinuxNodes::purge_begin(self, full);
+    }
+    fn purge_node(&mut self, node: usize) {
+        LinuxNodes::purge_node(self, node);
     }
 }
 
@@ -278,6 +283,7 @@ fn drive(trace: &str, p: &mut dyn Placer, snap_at: usize) -> Result<Run, String>
             Cmd::Purge => p.purge(false),
             Cmd::PurgeFull => p.purge(true),
             Cmd::PurgeBegin(full) => p.purge_begin(full),
+            Cmd::PurgeNode(node) => p.purge_node(node),
             _ => {}
         }
         if m.live_bytes > peak {
