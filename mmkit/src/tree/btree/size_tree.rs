@@ -898,6 +898,17 @@ mod tests {
         Ok(())
     }
 
+    /// A block holds an aligned start only strictly before its end: one
+    /// whose first aligned address is its end holds none, and is filed in
+    /// no aligned index.
+    #[test]
+    fn usable_needs_an_aligned_start_inside_the_block() {
+        assert_eq!(usable(0x1001, 0x2000, 12), None);
+        assert_eq!(usable(0x1001, 0x2001, 12), Some(1));
+        assert_eq!(usable(0x1000, 0x1800, 12), Some(0x800));
+        assert_eq!(usable(u64::MAX - 1, u64::MAX, 12), None);
+    }
+
     /// A block of 1..400 granules of 16 bytes at a start of any granule.
     fn block() -> impl Strategy<Value = Key> {
         (1..400u64, 0..4000u64).prop_map(|(l, s)| (l * 16, s * 16))
