@@ -132,13 +132,27 @@ fn with_lane(m: u64, j: u32, c: u64) -> u64 {
     (m & !(UNBOUNDED << at)) | c << at
 }
 
-/// The higher of each lane of `a` and `b`.
+/// The odd lanes (1, 3, ..., 9), each with six spare bits above it.
+const ODD_LANES: u64 = 0x03f_03f_03f_03f_03f;
+
+/// The lowest spare bit above each odd lane.
+const ODD_GUARDS: u64 = 0x040_040_040_040_040;
+
+/// The higher of each lane of `a` and `b`: every other lane at a time,
+/// so that each has a spare bit above it to show which is higher.
 #[inline]
 fn lane_max(a: u64, b: u64) -> u64 {
     if a == b {
         return a;
     }
-    (1..=LANES).fold(0, |m, j| with_lane(m, j, lane(a, j).max(lane(b, j))))
+    let half = |a: u64, b: u64| {
+        let (a, b) = (a & ODD_LANES, b & ODD_LANES);
+        // 64 + a - b per lane: bit 6 stays where a >= b.
+        let a_wins = (((a | ODD_GUARDS) - b) & ODD_GUARDS) >> 6;
+        let pick = a_wins * UNBOUNDED;
+        (a & pick) | (b & !pick)
+    };
+    half(a, b) | half(a >> LANE_BITS, b >> LANE_BITS) << LANE_BITS
 }
 
 /// A request of [`SizeTree::first_fit`]: `size` bytes at `2^k`, below
@@ -350,9 +364,12 @@ fn lower_bound(l: &Leaf, k: Key) -> usize {
 /// whose first entry is at most `k`, or the first.
 #[inline]
 fn child_for(n: &Inner, k: Key) -> usize {
-    (1..n.len as usize)
-        .take_while(|&i| (n.max[i], n.key[i]) <= k)
-        .count()
+    let last = n.len as usize - 1;
+    // The last child: a search for a length longer than most.
+    if (n.max[last], n.key[last]) <= k {
+        return last;
+    }
+    (1..last).take_while(|&i| (n.max[i], n.key[i]) <= k).count()
 }
 
 impl SizeTree {
