@@ -16,15 +16,14 @@
 //! index and pays one branch per change.
 //!
 //! An aligned request (above the granule floor, no window) searches the
-//! same index with its *lanes* (`size_tree.rs`), kept from the first such
-//! request on: each inner entry bounds, at every alignment at once, how
-//! far the starts below it lie before an aligned address, so with the
-//! next entry's length it bounds the usable lengths `e - align_up(s,
-//! 2^k)` below it. The best fit is the first block from `(size, 0)` whose
-//! usable length is at least the size, and the lanes let the search skip
-//! every subtree of blocks long enough but wrongly aligned, where a plain
-//! walk would read each of them. A block change costs the one index its
-//! remove and insert, whatever the alignments in use.
+//! same index by its *lanes* (`size_tree.rs`), kept from the first such
+//! request on: each inner entry bounds, at ten alignments at once, the
+//! usable lengths `e - align_up(s, 2^k)` below it. The best fit is the
+//! first block from `(size, 0)` whose usable length is at least the size,
+//! and the lanes let the search skip every subtree of blocks long enough
+//! but wrongly aligned, where a plain walk would read each of them. A
+//! block change costs the one index its remove and insert, whatever the
+//! alignments in use.
 //!
 //! The index is a [`SizeTree`] (`size_tree.rs`) whose nodes come from
 //! the address tree's own pools: a steady state of best fits allocates no
@@ -38,7 +37,7 @@ use super::size_tree::{SizeIter, SizeTree};
 use super::{BTree, Pos, INNER_MIN, LEAF_MIN};
 use crate::error::CheckError;
 use crate::range::fit_in;
-use crate::storage::{Storage, Store};
+use crate::storage::Storage;
 
 impl<S: Storage> BTree<S> {
     /// Whether the size index is kept.
@@ -149,8 +148,8 @@ impl<S: Storage> BTree<S> {
     ///
     /// # Complexity
     /// Without a window: O(log n) nodes, and one node per level for each
-    /// subtree whose lanes the blocks' changes left stale (the search
-    /// makes them exact); the first aligned request computes the lanes,
+    /// subtree whose lane the blocks' changes left stale (the search
+    /// lowers it); the first aligned request computes the lanes,
     /// O(n) once. With a window: O(log n + min(k, m)), `k` the blocks at least
     /// `size` long that come before the answer in size order but cannot
     /// hold the request (the alignment misses in them, or they lie outside

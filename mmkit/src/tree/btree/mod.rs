@@ -81,7 +81,7 @@
 //! released nodes are chained for reuse, so a steady state of inserts and
 //! removals allocates no heap memory.
 
-use crate::storage::{Fixed, Heap, Inline, Storage, Store};
+use crate::storage::{Fixed, Heap, Storage};
 use node::{Inner, Leaf, Pool, NONE};
 use search::{Cleared, Shape};
 use size_tree::SizeTree;

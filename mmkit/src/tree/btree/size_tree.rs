@@ -78,7 +78,7 @@ fn usable_of(k: u32, (len, s): Key) -> u64 {
 
 /// Alignments a lane set covers: `2^(g+1)..=2^(g+LANES)`, each in its
 /// lane, and any above through the last lane, which bounds them too.
-pub(super) const LANES: u32 = 10;
+const LANES: u32 = 10;
 
 /// Bits of one lane.
 const LANE_BITS: u32 = 6;
@@ -90,8 +90,9 @@ const UNBOUNDED: u64 = (1 << LANE_BITS) - 1;
 const EXACT: u64 = 32;
 
 /// The length a lane code stands for, in granules: itself below
-/// [`EXACT`], then four steps per doubling, (4..=7) << e.
-#[inline]
+/// [`EXACT`], then four steps per doubling, (4..=7) << e. A search
+/// compares codes, never lengths: only the tests read it.
+#[cfg(test)]
 fn value(c: u64) -> u64 {
     match c {
         c if c < EXACT => c,
@@ -100,7 +101,7 @@ fn value(c: u64) -> u64 {
     }
 }
 
-/// The lowest lane code whose [`value`] is at least `u` granules.
+/// The lowest lane code whose `value` is at least `u` granules.
 #[inline]
 fn code(u: u64) -> u64 {
     if u < EXACT {
@@ -373,14 +374,6 @@ fn child_for(n: &Inner, k: Key) -> usize {
 }
 
 impl SizeTree {
-    /// No tree: a slot for one in a store.
-    pub(super) const NONE: SizeTree = SizeTree {
-        root: NONE,
-        levels: 0,
-        lanes: 0,
-        len: 0,
-    };
-
     /// An empty tree, its root leaf taken from `leaves`.
     pub(super) fn new<S: Storage>(leaves: &mut Pool<Leaf, S>) -> Self {
         SizeTree {
@@ -1109,8 +1102,8 @@ mod tests {
     }
 
     /// A block holds an aligned start only strictly before its end: one
-    /// whose first aligned address is its end holds none, and is filed in
-    /// no aligned index.
+    /// whose first aligned address is its end holds none, and no usable
+    /// length at that alignment.
     #[test]
     fn usable_needs_an_aligned_start_inside_the_block() {
         assert_eq!(usable(0x1001, 0x2000, 12), None);
