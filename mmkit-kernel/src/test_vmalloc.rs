@@ -131,7 +131,9 @@ pub fn performance(s: Scale) -> Result<(), String> {
             let c0 = counts();
             let p0 = crate::profile::totals();
             let t0 = arch::rdtsc();
+            crate::sample::start(s.sample);
             let ok = (0..3).all(|_| w.run(t, &mut rng));
+            crate::sample::report(&format!("design={name} test={}", t.name()), s.sample);
             let d = crate::profile::since(&p0);
             phases.iter_mut().zip(d).for_each(|(p, d)| *p += d);
             let ns = time::ns(arch::rdtsc() - t0);
