@@ -3,8 +3,8 @@
 //! each interrupt counts the instruction it stopped at. Under QEMU's
 //! instruction counting a guest ns is one instruction, so the counts are
 //! where the instructions go, the same on every boot. `ROW sample` lines
-//! give the counts by address; `scripts/linux/samples.sh` names them with
-//! the kernel's symbols.
+//! give the counts by address; `scripts/linux/samples.py` names them with
+//! the kernel's symbols and sums them per function or part of the system.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -44,14 +44,20 @@ pub fn start(interval: u64) {
     }
 }
 
-/// Stops sampling and prints one `ROW sample` line per address counted,
-/// most counted first, then a total, for `what`; clears the counts.
-/// Nothing when `interval` is 0 (sampling was off).
+/// Stops sampling this CPU (nothing when `interval` is 0: it was off).
+pub fn stop(interval: u64) {
+    if interval != 0 {
+        apic::timer_stop();
+    }
+}
+
+/// Prints one `ROW sample` line per address counted since the last
+/// report, most counted first, then a total, for `what`; clears the
+/// counts. Nothing when `interval` is 0 (sampling was off).
 pub fn report(what: &str, interval: u64) {
     if interval == 0 {
         return;
     }
-    apic::timer_stop();
     let mut hits: alloc::vec::Vec<(u64, u64)> = (0..SLOTS)
         .map(|i| {
             (

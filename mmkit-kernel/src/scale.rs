@@ -38,7 +38,8 @@ pub struct Scale {
     pub tests_only: bool,
     /// The word `profile`: per-phase cycle counters on (`ROW phases`).
     pub profile: bool,
-    /// `sample=N`: the performance step sampled every N ns (see
+    /// `sample=N`: seed 002's loops and the performance step sampled
+    /// every N ns (see
     /// [`crate::sample`]); 0, off, when unset.
     pub sample: u64,
     /// The word `no-old`: the busy-list designs are left out (at Linux's

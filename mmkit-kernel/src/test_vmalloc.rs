@@ -133,7 +133,7 @@ pub fn performance(s: Scale) -> Result<(), String> {
             let t0 = arch::rdtsc();
             crate::sample::start(s.sample);
             let ok = (0..3).all(|_| w.run(t, &mut rng));
-            crate::sample::report(&format!("design={name} test={}", t.name()), s.sample);
+            crate::sample::stop(s.sample);
             let d = crate::profile::since(&p0);
             phases.iter_mut().zip(d).for_each(|(p, d)| *p += d);
             let ns = time::ns(arch::rdtsc() - t0);
@@ -148,6 +148,7 @@ pub fn performance(s: Scale) -> Result<(), String> {
                 c.ipis,
                 c.flushes,
             );
+            crate::sample::report(&format!("design={name} test={}", t.name()), s.sample);
         }
         println!("ROW test_vmalloc mode=performance design={name} test=total ns={total}");
         crate::profile::report_ticks(&format!("step=performance design={name} cpus=1"), &phases);
