@@ -247,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn it_grows_and_shrinks_with_every_entry_found() {
+    fn it_grows_and_keeps_its_size_with_every_entry_found() {
         let mut b = AreaBook::new();
         for p in 0..10_000u64 {
             assert_eq!(b.insert(p << 13, p), None);
