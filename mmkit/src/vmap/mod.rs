@@ -281,9 +281,8 @@ where
     ///
     /// With them, a lowest fit at any alignment is O(log n), and every
     /// change to the tree keeps them up to date from the first aligned
-    /// request on, unaligned ones included (about a fifth of the
-    /// instructions of `test_vmalloc`'s full-fit test at 16,000 live areas,
-    /// which asks for no alignment). Without them an aligned search enters
+    /// request on, for unaligned requests too (docs/bench-history.md has
+    /// their cost in a kernel's vmalloc). Without them an aligned search enters
     /// every subtree with a block long enough and checks the alignment in
     /// its leaves: the same exact lowest fit, O(log n) while the long
     /// enough blocks take the alignment, up to O(n) when many of them
