@@ -1,8 +1,8 @@
 //! Interrupt entry: one assembly stub per vector pushes a uniform
 //! [`TrapFrame`] and calls [`trap`] (the vectors and the frame are in
 //! [`crate::trap`]); the IDT (shared by every CPU) points
-//! at the stubs. Exceptions 0-31, the TLB-shootdown IPI, the wake-up IPI
-//! and the APIC's spurious vector.
+//! at the stubs. Exceptions 0-31, the TLB-shootdown IPI, the wake-up IPI,
+//! the sampling timer ([`crate::sample`]) and the APIC's spurious vector.
 
 use core::arch::{asm, global_asm};
 use core::sync::atomic::{AtomicU64, Ordering};
