@@ -255,11 +255,25 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         self.purger.lock().hook = hook;
     }
 
-    /// The pool index of a `size`-byte area, if that size is pooled.
+    /// The pool index of a `size`-byte area, if that size is pooled: a
+    /// shift and a mask (the granule is a power of two), as this runs on
+    /// every allocation and every pooled free.
     fn class_of(&self, size: u64) -> Option<usize> {
         let g = self.cfg.granule;
-        let k = size / g;
-        (size % g == 0 && k >= 1 && k <= self.cfg.classes as u64).then(|| k as usize - 1)
+        let k = size >> g.trailing_zeros();
+        (size & (g - 1) == 0 && k >= 1 && k <= self.cfg.classes as u64).then(|| k as usize - 1)
+    }
+
+    /// The index of node `cpu % nodes`, without a division when `cpu`
+    /// names a node already (the common case: one CPU, one node).
+    #[inline]
+    fn node_of(&self, cpu: usize) -> usize {
+        let k = self.nodes.len();
+        if cpu < k {
+            cpu
+        } else {
+            cpu % k
+        }
     }
 
     /// Allocates `size` bytes aligned to `align` on node `cpu % nodes`:
@@ -340,7 +354,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         poolable: bool,
         ask: impl Fn(&mut VmapAllocator) -> Result<u64, (bool, E)>,
     ) -> Result<u64, E> {
-        let at = &self.nodes[cpu % self.nodes.len()].0;
+        let at = &self.nodes[self.node_of(cpu)].0;
         let mut n = at.lock();
         if let Some(k) = self.class_of(size).filter(|_| poolable) {
             if let Some(&a) = n.pools[k].last() {
@@ -490,18 +504,23 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             return Err(FreeError::Invalid);
         }
         let k = self.nodes.len();
-        for i in (0..k).map(|j| (cpu % k + j) % k) {
+        let first = self.node_of(cpu);
+        let mut i = first;
+        loop {
             let mut n = self.nodes[i].0.lock();
             let probe = n.busy.probe(addr);
-            if let Some(end) = n.busy.get_probed(addr, probe) {
-                if size.is_some_and(|s| addr.checked_add(s) != Some(end)) {
-                    return Err(FreeError::SizeMismatch);
-                }
-                n.busy.remove_probed(addr, probe);
-                return Ok((n, end));
+            let fits = |end| size.map_or(true, |s| addr.checked_add(s) == Some(end));
+            match n.busy.remove_probed_if(addr, probe, fits) {
+                Some(Ok(end)) => return Ok((n, end)),
+                Some(Err(_)) => return Err(FreeError::SizeMismatch),
+                None => {}
+            }
+            drop(n);
+            i = if i + 1 == k { 0 } else { i + 1 };
+            if i == first {
+                return Err(FreeError::NotAllocated);
             }
         }
-        Err(FreeError::NotAllocated)
     }
 
     /// Puts the free area `[s, e)` in `n`'s pool of its size, or on `back`
