@@ -169,3 +169,43 @@ fn a_purge_gives_back_adjacent_areas_as_one_block_counting_each() {
     assert_eq!(v.alloc(0, 16 * 4096, 4096), Ok(kept + 4096));
     v.check().unwrap();
 }
+
+#[test]
+fn a_size_has_a_class_only_in_whole_granules_up_to_the_last_class() {
+    let cfg = NodesConfig {
+        granule: 4096,
+        classes: 3,
+        ..NodesConfig::default()
+    };
+    let v: VmapNodes<Spin> = VmapNodes::new(0, 1 << 30, cfg).unwrap();
+    let classes: Vec<Option<usize>> = [0, 1, 4095, 4096, 4097, 8192, 12288, 16384, u64::MAX]
+        .iter()
+        .map(|&s| v.class_of(s))
+        .collect();
+    let want = [
+        None,
+        None,
+        None,
+        Some(0),
+        None,
+        Some(1),
+        Some(2),
+        None,
+        None,
+    ];
+    assert_eq!(classes, want);
+}
+
+#[test]
+fn a_free_on_another_node_finds_the_owner_past_the_last_node() {
+    let v = nodes(3);
+    let a = v.alloc(2, 4096, 4096).unwrap(); // node 2's
+    let b = v.alloc(5, 8192, 4096).unwrap(); // node 5 % 3 = 2
+                                             // From node 1 the search goes 1, 2; from node 3 % 3 = 0 it goes 0, 1, 2.
+    assert_eq!(v.free_sized(1, a, 8192), Err(FreeError::SizeMismatch));
+    assert_eq!(v.free_sized(1, a, 4096), Ok(4096));
+    assert_eq!(v.free(3, b), Ok(8192));
+    assert_eq!(v.free(4, b), Err(FreeError::NotAllocated));
+    assert_eq!(v.node_stats(2).pooled, 2);
+    v.check().unwrap();
+}

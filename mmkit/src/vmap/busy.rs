@@ -409,6 +409,31 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_refused_removal_leaves_the_area_and_the_counts() {
+        let mut ix = BusyIndex::new();
+        // Eight keys on four buckets: some sit past their home bucket.
+        for k in 0..8u64 {
+            ix.insert(k << 12, (k << 12) + 4096);
+        }
+        for k in 0..8u64 {
+            let key = k << 12;
+            let refused = ix.remove_probed_if(key, ix.probe(key), |_| false);
+            assert_eq!(refused, Some(Err(key + 4096)));
+            assert_eq!((ix.len(), ix.get(key)), (8, Some(key + 4096)));
+            assert!(ix.consistent());
+        }
+        let absent = ix.remove_probed_if(9 << 12, ix.probe(9 << 12), |_| true);
+        assert_eq!(absent, None);
+        for k in 0..8u64 {
+            let key = k << 12;
+            let taken = ix.remove_probed_if(key, ix.probe(key), |e| e == key + 4096);
+            assert_eq!(taken, Some(Ok(key + 4096)));
+            assert_eq!((ix.len(), ix.get(key)), (7 - k as usize, None));
+            assert!(ix.consistent());
+        }
+    }
+
     proptest::proptest! {
         /// Few keys, many collisions: after every step the index holds
         /// exactly the model's areas and every count of keys passing a
