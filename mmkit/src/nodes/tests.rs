@@ -209,3 +209,37 @@ fn a_free_on_another_node_finds_the_owner_past_the_last_node() {
     assert_eq!(v.node_stats(2).pooled, 2);
     v.check().unwrap();
 }
+
+#[cfg(all(feature = "lock-stats", feature = "std"))]
+#[test]
+fn a_lock_counts_the_acquisitions_that_found_it_held_and_no_others() {
+    let v = nodes(2);
+    for cpu in 0..4 {
+        let a = v.alloc(cpu, 4096, 4096).unwrap();
+        v.free_lazy(cpu, a).unwrap();
+    }
+    v.purge();
+    let s = v.stats();
+    assert_eq!(
+        (s.node_lock_waits, s.tree_lock_waits, s.purge_lock_waits),
+        (0, 0, 0)
+    );
+    let held = v.nodes[1].0.lock();
+    std::thread::scope(|t| {
+        let other = t.spawn(|| v.alloc(1, 4096, 4096));
+        // The wait is counted before the waiter blocks: it shows while
+        // the lock is still held.
+        let t0 = std::time::Instant::now();
+        while v.nodes[1].0.waits() == 0 {
+            assert!(t0.elapsed().as_secs() < 60, "the waiter was never counted");
+            std::thread::yield_now();
+        }
+        drop(held);
+        other.join().unwrap().unwrap();
+    });
+    let s = v.stats();
+    assert_eq!(
+        (s.node_lock_waits, s.tree_lock_waits, s.purge_lock_waits),
+        (1, 0, 0)
+    );
+}
