@@ -165,8 +165,8 @@ struct Padded<T>(T);
 struct Purger {
     hook: Option<FlushHook>,
     purges: u64,
-    /// The areas a purge gives back to the free tree, kept empty between
-    /// purges so that a purge of thousands of areas allocates nothing.
+    /// The pools' decayed areas a purge gives back to the free tree, kept
+    /// (empty) between purges so that a purge allocates nothing.
     back: Vec<(u64, u64)>,
 }
 
