@@ -249,3 +249,126 @@ fn nr_lazy_falls_place_the_purge_start_and_each_node() {
         ]
     );
 }
+
+/// `nr_lazy` after a purge's last fall counts the pages freed since it
+/// took the lazy lists: here 6, the frees of L15, L16 and L17, so it took
+/// L13 and L14 and began between `lazy L14` and `lazy L15`, after the
+/// purging CPU's last event. The first fall subtracts 4 pages, node 1's
+/// (L13, on CPU 1), the second 3, node 0's (L14): node 1 finished first.
+#[test]
+fn nr_lazy_after_the_last_fall_places_the_take_and_names_each_node() {
+    let alloc = |cpu: u32, page: u64, pages: u64| {
+        format!(
+            "  t-1 [{cpu:03}] ..... 1.0: alloc_vmap_area: va_start: {} size={} align=4096 \
+             vstart=0xffffc90000000000 vend=0xffffe8ffffffffff failed=0\n",
+            0xffff_c900_0000_0000u64 + page * 0x1000,
+            pages * 0x1000
+        )
+    };
+    let free = |cpu: u32, page: u64, nr_lazy: u64| {
+        format!(
+            "  t-1 [{cpu:03}] ..... 1.0: free_vmap_area_noflush: va_start={:#x} \
+             nr_lazy={nr_lazy} nr_lazy_max=32768\n",
+            0xffff_c900_0000_0000u64 + page * 0x1000
+        )
+    };
+    let text = [
+        HEADER.to_string(),
+        alloc(1, 0, 4),
+        alloc(0, 10, 3),
+        alloc(0, 20, 2),
+        alloc(0, 30, 2),
+        free(1, 0, 4),
+        free(0, 10, 7),
+        alloc(0, 40, 2),
+        free(0, 20, 9),
+        free(0, 30, 7),
+        free(0, 40, 6),
+        "  kworker/1:1-27 [001] ..... 1.0: purge_vmap_area_lazy: start=0x0 end=0x0 \
+         num_purged=2\n"
+            .to_string(),
+    ]
+    .concat();
+    let t = imported(&text);
+    let cmds: Vec<String> = t
+        .trace()
+        .lines()
+        .skip(5)
+        .map(|l| l.split(" 0x").next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        cmds,
+        [
+            "alloc L13",
+            "alloc L14",
+            "alloc L15",
+            "alloc L16",
+            "lazy L13",
+            "lazy L14",
+            "purge begin",
+            "alloc L19",
+            "lazy L15",
+            "purge node 1",
+            "lazy L16",
+            "purge node 0",
+            "lazy L19",
+            "purge",
+        ]
+    );
+}
+
+/// The fall the free after a purge event shows is that purge's (its last
+/// node is subtracted just before the event): 4 pages left after it, the
+/// frees of L14 and L17, so the purge took L13 only, although it counted
+/// two areas and L14 came before its event.
+#[test]
+fn a_fall_after_the_event_belongs_to_that_purge() {
+    let alloc = |page: u64, pages: u64| {
+        format!(
+            "  t-1 [000] ..... 1.0: alloc_vmap_area: va_start: {} size={} align=4096 \
+             vstart=0xffffc90000000000 vend=0xffffe8ffffffffff failed=0\n",
+            0xffff_c900_0000_0000u64 + page * 0x1000,
+            pages * 0x1000
+        )
+    };
+    let free = |page: u64, nr_lazy: u64| {
+        format!(
+            "  t-1 [000] ..... 1.0: free_vmap_area_noflush: va_start={:#x} \
+             nr_lazy={nr_lazy} nr_lazy_max=32768\n",
+            0xffff_c900_0000_0000u64 + page * 0x1000
+        )
+    };
+    let text = [
+        HEADER.to_string(),
+        alloc(0, 4),
+        alloc(10, 2),
+        free(0, 4),
+        free(10, 6),
+        "  kworker/1:1-27 [001] ..... 1.0: purge_vmap_area_lazy: start=0x0 end=0x0 \
+         num_purged=2\n"
+            .to_string(),
+        alloc(20, 2),
+        free(20, 4),
+    ]
+    .concat();
+    let t = imported(&text);
+    let cmds: Vec<String> = t
+        .trace()
+        .lines()
+        .skip(5)
+        .map(|l| l.split(" 0x").next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        cmds,
+        [
+            "alloc L13",
+            "alloc L14",
+            "lazy L13",
+            "purge begin",
+            "lazy L14",
+            "purge",
+            "alloc L18",
+            "lazy L18",
+        ]
+    );
+}
