@@ -360,17 +360,22 @@ impl Imported {
         let earliest = cpu_at.max(after);
         let drops: Vec<Fall> = drops.into_iter().filter(|d| d.at >= after).collect();
         let cut = self.take_cut(&drops);
-        let at = match (drops.first(), cut) {
+        let (at, window) = match (drops.first(), cut) {
             (Some(first), Some(cut)) => {
-                // Between the last free it took and the first it did not.
+                // Between the last free it took and the first it did not;
+                // after the purging CPU's last event if that lies there.
                 let lo = cut.checked_sub(1).map_or(0, |i| self.frees[i].end);
-                let hi = self.frees[cut].start.min(event_at);
+                let hi = self.frees[cut].start.min(event_at).max(after);
+                let lo = lo.max(after).min(hi);
                 let on_cpu = first.cpu_at.get(&cpu).copied().unwrap_or(0).min(cpu_at);
-                on_cpu.max(lo).min(hi).max(after)
+                (on_cpu.max(lo).min(hi), (lo < hi).then_some(lo))
             }
             // The purge ran on `cpu` from its last event before the fall.
-            (Some(first), None) => first.cpu_at.get(&cpu).copied().unwrap_or(0).max(after),
-            (None, _) => earliest.max(after_frees),
+            (Some(first), None) => (
+                first.cpu_at.get(&cpu).copied().unwrap_or(0).max(after),
+                None,
+            ),
+            (None, _) => (earliest.max(after_frees), None),
         };
         let nodes = match cut.and_then(|c| self.fall_nodes(&drops, c)) {
             Some(nodes) => Some(nodes),
@@ -385,6 +390,9 @@ impl Imported {
             }
         }
         self.insert_line(at, &format!("purge{full} begin\n"));
+        if let Some(lo) = window {
+            self.insert_line(lo, &format!("purge{full} window\n"));
+        }
         self.taken = cut.unwrap_or(taken).min(self.frees.len());
     }
 

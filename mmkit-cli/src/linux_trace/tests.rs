@@ -252,8 +252,8 @@ fn nr_lazy_falls_place_the_purge_start_and_each_node() {
 
 /// `nr_lazy` after a purge's last fall counts the pages freed since it
 /// took the lazy lists: here 6, the frees of L15, L16 and L17, so it took
-/// L13 and L14 and began between `lazy L14` and `lazy L15`, after the
-/// purging CPU's last event. The first fall subtracts 4 pages, node 1's
+/// L13 and L14 and began between `lazy L14` and `lazy L15` (the window),
+/// after the purging CPU's last event (`purge begin`). The first fall subtracts 4 pages, node 1's
 /// (L13, on CPU 1), the second 3, node 0's (L14): node 1 finished first.
 #[test]
 fn nr_lazy_after_the_last_fall_places_the_take_and_names_each_node() {
@@ -305,6 +305,7 @@ fn nr_lazy_after_the_last_fall_places_the_take_and_names_each_node() {
             "alloc L16",
             "lazy L13",
             "lazy L14",
+            "purge window",
             "purge begin",
             "alloc L19",
             "lazy L15",
@@ -371,4 +372,29 @@ fn a_fall_after_the_event_belongs_to_that_purge() {
             "lazy L18",
         ]
     );
+}
+
+/// Inside a purge window the judge runs the begin at Linux's first
+/// answer that the state before the begin does not give: the area that
+/// the begin's decay frees (`a`, pooled on node 0, its pool of one area
+/// decays whole). When Linux's answer is the one before the decay, the
+/// begin waits for its line. A free-running replay begins at the line.
+#[test]
+fn a_purge_window_begins_at_the_first_answer_that_needs_it() {
+    let trace = "lazymax 0xffffffffffffffff\nspace 0x1 0xffffffffffffffff\ncpus 2\n\
+                 vmalloc 0x100000 0x1000000\n\
+                 alloc a 0x2000 align 0x1000 range 0x100000 0x1000000 cpu 0\n\
+                 lazy a\npurge\npurge window\n\
+                 alloc c 0x2000 align 0x1000 range 0x100000 0x1000000 cpu 1\n\
+                 purge begin\nlazy c\npurge\n";
+    let run = |c: &str, judged: bool| {
+        let linux = judge::answers(&format!("a 0x100000\nc {c}\n")).unwrap();
+        judge::replay(trace, &linux, judged).unwrap()
+    };
+    let decayed = run("0x100000", true);
+    assert_eq!((decayed.same, decayed.window_begins), (2, 1));
+    let before = run("0x102000", true);
+    assert_eq!((before.same, before.window_begins), (2, 0));
+    let free = run("0x100000", false);
+    assert_eq!((free.same, free.window_begins), (1, 0));
 }
