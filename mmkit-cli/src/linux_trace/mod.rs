@@ -426,7 +426,7 @@ impl Imported {
             } else {
                 (f.addr / (16 * 4096) % nodes as u64) as usize
             };
-            pages[node] += a.pages;
+            pages[node] = pages[node].saturating_add(a.pages);
         }
         let mut order = Vec::new();
         for d in drops {
