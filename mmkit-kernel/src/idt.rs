@@ -1,13 +1,13 @@
 //! Interrupt entry: one assembly stub per vector pushes a uniform
 //! [`TrapFrame`] and calls [`trap`] (the vectors and the frame are in
 //! [`crate::trap`]); the IDT (shared by every CPU) points
-//! at the stubs. Exceptions 0-31, the TLB-shootdown IPI, the wake-up IPI
-//! and the APIC's spurious vector.
+//! at the stubs. Exceptions 0-31, the TLB-shootdown IPI, the wake-up IPI,
+//! the sampling timer ([`crate::sample`]) and the APIC's spurious vector.
 
 use core::arch::{asm, global_asm};
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::trap::{TrapFrame, SPURIOUS_VECTOR, TLB_VECTOR, WAKE_VECTOR};
+use crate::trap::{TrapFrame, SAMPLE_VECTOR, SPURIOUS_VECTOR, TLB_VECTOR, WAKE_VECTOR};
 use crate::{apic, fault, tlb};
 
 global_asm!(
@@ -139,6 +139,10 @@ isr_241:
     push $0
     push $241
     jmp isr_common
+isr_242:
+    push $0
+    push $242
+    jmp isr_common
 isr_255:
     push $0
     push $255
@@ -218,6 +222,7 @@ isr_table:
     .quad isr_31
     .quad isr_240
     .quad isr_241
+    .quad isr_242
     .quad isr_255
     .text
 "#,
@@ -225,13 +230,13 @@ isr_table:
 );
 
 /// Vectors with a stub, in `isr_table` order.
-const VECTORS: [u8; 35] = [
+const VECTORS: [u8; 36] = [
     0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
-    26, 27, 28, 29, 30, 31, 240, 241, 255,
+    26, 27, 28, 29, 30, 31, 240, 241, 242, 255,
 ];
 
 extern "C" {
-    static isr_table: [u64; 35];
+    static isr_table: [u64; 36];
 }
 
 /// The IDT: 256 gates of two words each.
@@ -278,6 +283,10 @@ extern "C" fn trap(f: &mut TrapFrame) {
             apic::eoi();
         }
         WAKE_VECTOR => apic::eoi(),
+        SAMPLE_VECTOR => {
+            crate::sample::record(f.rip);
+            apic::eoi();
+        }
         SPURIOUS_VECTOR => {}
         14 => fault::page_fault(f),
         _ => fault::fatal(f),

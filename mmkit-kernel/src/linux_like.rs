@@ -4,16 +4,17 @@
 //! pointer per page) for each area and frees both in `vfree`; and the
 //! kernel's aligned tests ask for `__GFP_ZERO` pages. Here each call takes
 //! an area record and a zeroed page array from the kernel heap, filed by
-//! address on the CPU's own list (found again by `vfree`, as Linux finds
-//! its `vm_struct` through the area), and zeroes the frames when the test
+//! address in the CPU's own hash table (found again by `vfree` in one
+//! probe, as Linux finds its `vm_struct` through the area the free looked
+//! up anyway), and zeroes the frames when the test
 //! asks. The lean path (the designs alone) keeps the page array the
 //! driver needs and no more.
 
 use alloc::boxed::Box;
-use alloc::collections::BTreeMap;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use mmkit_vmalloc::book::AreaBook;
 use mmkit_vmalloc::test_vmalloc::TestVmalloc;
 use mmkit_vmalloc::PAGE;
 use spin::Once;
@@ -32,12 +33,12 @@ struct AreaRecord {
 }
 
 /// The records of the areas each CPU allocated, by address.
-type Records = Lock<BTreeMap<u64, Box<AreaRecord>>>;
+type Records = Lock<AreaBook<Box<AreaRecord>>>;
 
 static RECORDS: Once<Vec<Records>> = Once::new();
 
 fn records() -> &'static [Records] {
-    RECORDS.call_once(|| (0..MAX_CPUS).map(|_| Lock::new(BTreeMap::new())).collect())
+    RECORDS.call_once(|| (0..MAX_CPUS).map(|_| Lock::new(AreaBook::new())).collect())
 }
 
 /// `D` with Linux's per-call records and zeroing.
@@ -81,7 +82,7 @@ impl<D: TestVmalloc> TestVmalloc for LinuxLike<D> {
         let all = records();
         let order = (0..MAX_CPUS).map(|j| (me + j) % MAX_CPUS);
         for i in order {
-            if let Some(r) = all[i].lock().remove(&va) {
+            if let Some(r) = all[i].lock().remove(va) {
                 debug_assert_eq!(r.size, r.pages.len() as u64 * PAGE);
                 break;
             }

@@ -23,6 +23,7 @@ mod percpu;
 mod pervar;
 mod phys;
 mod profile;
+mod sample;
 mod scale;
 mod seed002;
 mod serial;

@@ -161,8 +161,13 @@ pub fn init(cpus: usize) {
     let lazy = Flush::Lazy {
         max_bytes: lazy_max(cpus),
     };
+    // The tree leaves its alignment summaries off: its aligned requests
+    // (the `vm_map_ram` blocks, a few tests) are rare, and keeping the
+    // summaries costs every vmalloc and vfree (Linux's tree keeps none).
     TREE.call_once(|| {
-        let r = VmapAllocator::new(TREE_RANGE.0, TREE_RANGE.1).expect("tree range");
+        let r = VmapAllocator::new(TREE_RANGE.0, TREE_RANGE.1)
+            .expect("tree range")
+            .without_align_summaries();
         Lock::new(Vmalloc::new(r, lazy))
     });
     LINEAR.call_once(|| {

@@ -181,7 +181,7 @@ fn vfree_owned(va: u64) -> Result<(), VmError> {
     let me = arch::cpu_id() % k;
     for i in (0..k).map(|j| (me + j) % k) {
         let mut layer = l[i].lock();
-        if matches!(layer.lookup(va), Where::Mapped { area, .. } if area == va) {
+        if layer.area(va).is_some() {
             return layer.vfree(&mut KernelMmu, &mut PhysFrames, va);
         }
     }
@@ -211,15 +211,23 @@ pub fn whereabouts(va: u64) -> Option<Where> {
 /// an unexplained PTE goes to layer 0, whose walk then refuses it).
 pub fn split_ptes(ptes: &[(u64, u64)]) -> Vec<Vec<(u64, u64)>> {
     let l = layers();
-    let mut out = alloc::vec![Vec::new(); l.len()];
-    for &(va, pfn) in ptes {
-        let owner = l.iter().position(|layer| {
-            matches!(
-                layer.lock().lookup(va),
+    let mut owner = alloc::vec![None; ptes.len()];
+    for (i, layer) in l.iter().enumerate() {
+        let layer = layer.lock();
+        let areas: Vec<_> = layer.areas().collect();
+        for (o, &(va, _)) in owner.iter_mut().zip(ptes) {
+            let known = matches!(
+                layer.lookup_in(&areas, va),
                 Where::Mapped { .. } | Where::Block { .. }
-            )
-        });
-        out[owner.unwrap_or(0)].push((va, pfn));
+            );
+            if o.is_none() && known {
+                *o = Some(i);
+            }
+        }
+    }
+    let mut out = alloc::vec![Vec::new(); l.len()];
+    for (&pte, o) in ptes.iter().zip(owner) {
+        out[o.unwrap_or(0)].push(pte);
     }
     out
 }

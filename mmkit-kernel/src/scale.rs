@@ -38,6 +38,10 @@ pub struct Scale {
     pub tests_only: bool,
     /// The word `profile`: per-phase cycle counters on (`ROW phases`).
     pub profile: bool,
+    /// `sample=N`: seed 002's loops and the performance step sampled
+    /// every N ns (see
+    /// [`crate::sample`]); 0, off, when unset.
+    pub sample: u64,
     /// The word `no-old`: the busy-list designs are left out (at Linux's
     /// stock sizes they would take hours under emulation).
     pub no_old: bool,
@@ -58,6 +62,7 @@ impl Scale {
         cycles: 100_000,
         stale_cycles: 0,
         tests_only: false,
+        sample: 0,
         profile: false,
         no_old: false,
     };
@@ -77,6 +82,7 @@ impl Scale {
         cycles: 100_000,
         stale_cycles: 0,
         tests_only: false,
+        sample: 0,
         profile: false,
         no_old: false,
     };
@@ -95,6 +101,7 @@ impl Scale {
         cycles: 100_000,
         stale_cycles: 0,
         tests_only: false,
+        sample: 0,
         profile: false,
         no_old: false,
     };
@@ -167,6 +174,7 @@ impl Scale {
                 "buddy_pairs" => s.buddy_pairs = v,
                 "cycles" => s.cycles = v,
                 "stale_cycles" => s.stale_cycles = v,
+                "sample" => s.sample = v,
                 _ => {}
             }
         }

@@ -99,8 +99,9 @@ fn through<R: mmkit::range::RangeAllocator>(
 
 /// `iters` timed iterations on this CPU after a tenth untimed (blocks,
 /// page tables and the emulator's translations exist before the clock
-/// starts); every iteration is counted in `ops`.
-fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>) -> Loop {
+/// starts); every iteration is counted in `ops`. The timed iterations are
+/// sampled every `sample` ns (0: not).
+fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>, sample: u64) -> Loop {
     let cpu = arch::cpu_id();
     let design = Design::of(design);
     let frames: Vec<DataFrame> = (0..2 * PAGES)
@@ -120,6 +121,7 @@ fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>) -> L
     for i in 0..total {
         if i == iters / 10 {
             t0 = arch::rdtsc();
+            crate::sample::start(sample);
         }
         let set = &frames[(i as usize % 2) * PAGES..][..PAGES];
         if !once(design, cpu, set, words + i * PAGES as u64) {
@@ -130,6 +132,7 @@ fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>) -> L
         }
     }
     out.ticks = arch::rdtsc() - t0;
+    crate::sample::stop(sample);
     frames.into_iter().for_each(|f| f.free(cpu));
     out
 }
@@ -154,7 +157,7 @@ pub fn run(s: Scale) -> Result<(), String> {
         let counted = (iters + iters / 10) * cpus as u64;
         // Operations counted in a real per-CPU variable (mmkit::percpu).
         let ops = crate::pervar::Counter::new();
-        let loops = smp::run_on(cpus, |_| run_loop(design, iters, ops.as_ref()));
+        let loops = smp::run_on(cpus, |_| run_loop(design, iters, ops.as_ref(), s.sample));
         let d = since(&c0);
         profile::report(&format!("step=seed002 design={design} cpus={cpus}"), &p0);
         let mut failed: u64 = loops.iter().map(|l| l.failed).sum();
@@ -172,6 +175,7 @@ pub fn run(s: Scale) -> Result<(), String> {
             d.ipis * 1_000_000 / counted,
             d.locks * 1000 / counted,
         );
+        crate::sample::report(&format!("step=seed002 design={design}"), s.sample);
         if failed != 0 {
             return Err(format!(
                 "seed002 {design}: {failed} operations failed (a touch that missed its frame, or a wrong per-CPU count)"

@@ -131,7 +131,9 @@ pub fn performance(s: Scale) -> Result<(), String> {
             let c0 = counts();
             let p0 = crate::profile::totals();
             let t0 = arch::rdtsc();
+            crate::sample::start(s.sample);
             let ok = (0..3).all(|_| w.run(t, &mut rng));
+            crate::sample::stop(s.sample);
             let d = crate::profile::since(&p0);
             phases.iter_mut().zip(d).for_each(|(p, d)| *p += d);
             let ns = time::ns(arch::rdtsc() - t0);
@@ -146,6 +148,7 @@ pub fn performance(s: Scale) -> Result<(), String> {
                 c.ipis,
                 c.flushes,
             );
+            crate::sample::report(&format!("design={name} test={}", t.name()), s.sample);
         }
         println!("ROW test_vmalloc mode=performance design={name} test=total ns={total}");
         crate::profile::report_ticks(&format!("step=performance design={name} cpus=1"), &phases);

@@ -6,6 +6,8 @@
 pub const TLB_VECTOR: u8 = 0xf0;
 /// The wake-up IPI (a CPU idling in `hlt` has work).
 pub const WAKE_VECTOR: u8 = 0xf1;
+/// The local APIC timer's sampling interrupt (the `sample=` word).
+pub const SAMPLE_VECTOR: u8 = 0xf2;
 /// The local APIC's spurious vector.
 pub const SPURIOUS_VECTOR: u8 = 0xff;
 

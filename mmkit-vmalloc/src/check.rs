@@ -26,7 +26,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             .map_err(|e| format!("range allocator: {e}"))?;
         let pieces = |a: &A| 1 + a.pieces().len() as u64;
         let mut ours = self.blocks.len() as u64 + self.reserved.len() as u64;
-        ours += self.areas.values().map(pieces).sum::<u64>();
+        ours += self.areas.iter().map(|(_, a)| pieces(a)).sum::<u64>();
         for (r, _) in self.retired() {
             ours += match &r.what {
                 Gone::Area(a) => pieces(a),
@@ -42,7 +42,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         self.retiring
             .check()
             .map_err(|e| format!("lazy list: {e}"))?;
-        for (&s, a) in &self.areas {
+        for (s, a) in self.areas.iter() {
             if a.mapped_pages() * PAGE >= a.span() {
                 return Err(format!("area {s:#x}: no guard page in its span"));
             }
@@ -57,7 +57,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// A description of the first disagreement.
     pub fn check(&self, mmu: &impl Mmu) -> Result<(), String> {
         self.check_books()?;
-        for (&s, a) in &self.areas {
+        for (s, a) in self.areas.iter() {
             let mut off = 0;
             while off < a.span() {
                 let (va, want) = (s + off, a.frame_at(off));
@@ -83,8 +83,9 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     pub fn check_walk(&self, present: impl Iterator<Item = (u64, u64)>) -> Result<u64, String> {
         let mut in_blocks = 0;
         let mut in_areas = 0;
+        let sorted = self.areas.sorted();
         for (va, pfn) in present {
-            match self.lookup(va) {
+            match self.lookup_in(&sorted, va) {
                 Where::Mapped { pfn: p, .. } if p == pfn => in_areas += 1,
                 Where::Block { .. } => in_blocks += 1,
                 w => {
@@ -94,7 +95,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
                 }
             }
         }
-        let want: u64 = self.areas.values().map(|a| a.mapped_pages()).sum();
+        let want: u64 = self.areas.iter().map(|(_, a)| a.mapped_pages()).sum();
         if in_areas != want {
             return Err(format!("{in_areas} area pages mapped, {want} expected"));
         }

@@ -14,7 +14,6 @@
 //! Which calls flush: every call here but `vfree_atomic` may flush (send
 //! IPIs and wait for them), with the layer's lock held by the caller.
 
-use alloc::collections::btree_map::Entry;
 use alloc::vec::Vec;
 
 use mmkit::range::RangeAllocator;
@@ -388,7 +387,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 
     fn check_vmalloc(&self, va: u64) -> Result<(), VmError> {
-        match self.areas.get(&va) {
+        match self.areas.get(va) {
             Some(a) if a.owned => Ok(()),
             Some(_) => Err(VmError::NotVmalloc { va }),
             None => Err(self.not_an_area(va)),
@@ -398,14 +397,12 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     /// Takes the live area at `va` out of the books when it is of the kind
     /// asked for (`owned`: a `vmalloc` area), or says why not.
     fn take_live(&mut self, va: u64, owned: bool) -> Result<Area, VmError> {
-        if let Entry::Occupied(e) = self.areas.entry(va) {
-            return match (e.get().owned, owned) {
-                (a, b) if a == b => Ok(e.remove()),
-                (_, true) => Err(VmError::NotVmalloc { va }),
-                (_, false) => Err(VmError::NotVmap { va }),
-            };
+        match self.areas.get(va).map(|a| a.owned) {
+            Some(a) if a == owned => self.areas.remove(va).ok_or(VmError::NotMapped { va }),
+            Some(_) if owned => Err(VmError::NotVmalloc { va }),
+            Some(_) => Err(VmError::NotVmap { va }),
+            None => Err(self.not_an_area(va)),
         }
-        Err(self.not_an_area(va))
     }
 
     /// Unmaps `area`, just taken out of the books at `va`; returns the
@@ -466,14 +463,14 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     ) -> Result<u64, VmError> {
         self.check_vmalloc(va)?;
         let (pages, _) = pages_for(size)?;
-        let have = self.areas.get(&va).map_or(0, |a| a.frames.len() as u64);
+        let have = self.areas.get(va).map_or(0, |a| a.frames.len() as u64);
         if pages <= have {
             return Ok(va);
         }
         if self.grow_in_place(mmu, src, va, pages - have)? {
             return Ok(va);
         }
-        let mut frames = self.areas.get(&va).map(|a| a.frames.clone());
+        let mut frames = self.areas.get(va).map(|a| a.frames.clone());
         let frames = frames.get_or_insert_with(Vec::new);
         self.take_frames(mmu, src, pages - have, frames)?;
         let to = match self.install(mmu, src, frames, PAGE, have as usize) {
@@ -484,7 +481,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             }
         };
         let frames = core::mem::take(frames);
-        if let Some(old) = self.areas.remove(&va) {
+        if let Some(old) = self.areas.remove(va) {
             let span = old.span_bytes();
             let shown = Area {
                 frames: Vec::new(),
@@ -531,7 +528,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         va: u64,
         more: u64,
     ) -> Result<bool, VmError> {
-        let Some(end) = self.areas.get(&va).map(|a| va + a.span_bytes()) else {
+        let Some(end) = self.areas.get(va).map(|a| va + a.span_bytes()) else {
             return Ok(false);
         };
         let Some((bytes, hi)) = more
@@ -562,7 +559,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             Err(f) => Some((f.err, (f.mapped as usize).min(past.len()))),
         };
         let Some((err, mapped)) = failed else {
-            if let Some(a) = self.areas.get_mut(&va) {
+            if let Some(a) = self.areas.get_mut(va) {
                 a.frames.extend_from_slice(&frames);
                 a.pieces.push(piece);
             }

@@ -95,6 +95,7 @@
 
 extern crate alloc;
 
+pub mod book;
 mod check;
 mod driver;
 mod error;

@@ -24,6 +24,7 @@ use mmkit::range::RangeAllocator;
 use mmkit::request::Policy;
 use mmkit::AllocError;
 
+use super::book::{sorted_at_or_before, AreaBook};
 use super::lazy::{lazy_max, Gone, Outcome, Retired, When};
 use super::{Flush, FramePolicy, Mmu, VmError, PAGE};
 
@@ -152,7 +153,7 @@ pub struct Vmalloc<R, A = Area> {
     /// Ranges handed out by `reserve` (or taken out of the books) that are
     /// neither live areas nor retired.
     pub(crate) reserved: BTreeSet<u64>,
-    pub(crate) areas: BTreeMap<u64, A>,
+    pub(crate) areas: AreaBook<A>,
     pub(crate) blocks: BTreeMap<u64, u64>,
     /// The blocks of [`MapRam`](crate::MapRam) front ends (a subset of
     /// `blocks`), which only their front end frees.
@@ -198,7 +199,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             flush,
             frames,
             reserved: BTreeSet::new(),
-            areas: BTreeMap::new(),
+            areas: AreaBook::new(),
             blocks: BTreeMap::new(),
             ram_blocks: BTreeMap::new(),
             ram_unflushed: BTreeSet::new(),
@@ -334,12 +335,12 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
 
     /// The live area at `va`.
     pub fn area(&self, va: u64) -> Option<&A> {
-        self.areas.get(&va)
+        self.areas.get(va)
     }
 
     /// The live area at `va`, to change (grow, shrink).
     pub fn area_mut(&mut self, va: u64) -> Option<&mut A> {
-        self.areas.get_mut(&va)
+        self.areas.get_mut(va)
     }
 
     /// Takes the live area at `va` out of the books; its range (and its
@@ -347,15 +348,19 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// [`retire`](Self::retire)d or [`insert`](Self::insert)ed again.
     /// Never clears or flushes.
     pub fn take(&mut self, va: u64) -> Option<A> {
-        let a = self.areas.remove(&va)?;
+        let a = self.areas.remove(va)?;
         self.reserved.insert(va);
         self.reserved.extend(a.pieces().iter().copied());
         Some(a)
     }
 
     /// Live areas, by address.
+    ///
+    /// # Complexity
+    /// O(n log n): the areas are sorted for the call (the books keep them
+    /// by hash).
     pub fn areas(&self) -> impl Iterator<Item = (u64, &A)> {
-        self.areas.iter().map(|(&va, a)| (va, a))
+        self.areas.sorted().into_iter()
     }
 
     /// Freed ranges not released yet: the lazy list, then the stuck list
@@ -453,8 +458,25 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     }
 
     /// What the layer knows of `va`.
+    ///
+    /// # Complexity
+    /// O(n) in the live areas (a scan of the books: fault reports and
+    /// errors ask it), plus the lazy and stuck lists. A check of many
+    /// addresses sorts the areas once: [`lookup_in`](Self::lookup_in).
     pub fn lookup(&self, va: u64) -> Where {
-        if let Some((&s, a)) = self.areas.range(..=va).next_back() {
+        self.lookup_from(self.areas.at_or_before(va), va)
+    }
+
+    /// [`lookup`](Self::lookup) in `sorted`, the live areas by address
+    /// (from [`areas`](Self::areas), collected): O(log n) in them.
+    pub fn lookup_in(&self, sorted: &[(u64, &A)], va: u64) -> Where {
+        self.lookup_from(sorted_at_or_before(sorted, va), va)
+    }
+
+    /// What the layer knows of `va`, given the live area with the highest
+    /// start at or below it.
+    fn lookup_from(&self, before: Option<(u64, &A)>, va: u64) -> Where {
+        if let Some((s, a)) = before {
             if va < s + a.span() {
                 return match a.frame_at(va - s) {
                     Some(pfn) => Where::Mapped { area: s, pfn },

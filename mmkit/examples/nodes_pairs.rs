@@ -2,7 +2,8 @@
 //! (`range::Locked` over `VmapAllocator`) and through `nodes::VmapNodes`,
 //! in a form whose instructions can be counted on a busy machine.
 //!
-//! `nodes_pairs locked|nodes page|churn N` runs `N` pairs of one loop:
+//! `nodes_pairs locked|alone|nodes page|churn N [THREADS]` runs `N` pairs
+//! of one loop:
 //! - `page`: allocate one page, free it lazily;
 //! - `churn`: `benches/nodes.rs`'s one-thread loop: 10^4 live areas, then
 //!   each pair frees the oldest of 64 own areas lazily and allocates one
@@ -16,9 +17,19 @@
 //!          | grep -o 'Collected : [0-9]*' | grep -o '[0-9]*'; }
 //! echo $(( ($(ir nodes churn 200000) - $(ir nodes churn 100000)) / 100000 ))   # per pair
 //! ```
+//!
+//! With `THREADS` (default 1), that many threads run the loop at once,
+//! thread `t` on node `t` (all of them on the one lock for `locked`), and
+//! each thread's nanoseconds per pair are printed, by the wall clock and
+//! in CPU time. `alone` gives each thread an allocator of its own: the
+//! control, what the machine gives threads that share nothing. `nodes`
+//! also prints the acquisitions of each kind of lock that found it held
+//! ([`mmkit::nodes::NodesStats`]): which lock the threads share.
 
 use std::collections::VecDeque;
 use std::hint::black_box;
+use std::sync::Barrier;
+use std::time::Instant;
 
 use mmkit::nodes::{NodesConfig, StdVmapNodes};
 use mmkit::range::Locked;
@@ -29,26 +40,38 @@ const START: u64 = 0xffff_c900_0000_0000;
 const END: u64 = 0xffff_e900_0000_0000;
 const LAZY_MAX: u64 = 32 << 20;
 
-trait Pairs {
-    fn alloc(&self, size: u64) -> u64;
-    fn free_lazy(&self, addr: u64);
+trait Pairs: Sync {
+    fn alloc(&self, t: usize, size: u64) -> u64;
+    fn free_lazy(&self, t: usize, addr: u64);
 }
 
 impl Pairs for Locked<VmapAllocator> {
-    fn alloc(&self, size: u64) -> u64 {
+    fn alloc(&self, _: usize, size: u64) -> u64 {
         Locked::alloc(self, size, PAGE).expect("space")
     }
-    fn free_lazy(&self, addr: u64) {
+    fn free_lazy(&self, _: usize, addr: u64) {
         Locked::free_lazy(self, addr).expect("live");
     }
 }
 
 impl Pairs for StdVmapNodes {
-    fn alloc(&self, size: u64) -> u64 {
-        StdVmapNodes::alloc(self, 0, size, PAGE).expect("space")
+    fn alloc(&self, t: usize, size: u64) -> u64 {
+        StdVmapNodes::alloc(self, t, size, PAGE).expect("space")
     }
-    fn free_lazy(&self, addr: u64) {
-        StdVmapNodes::free_lazy(self, 0, addr).expect("live");
+    fn free_lazy(&self, t: usize, addr: u64) {
+        StdVmapNodes::free_lazy(self, t, addr).expect("live");
+    }
+}
+
+/// One allocator per thread, sharing nothing.
+struct Alone(Vec<Locked<VmapAllocator>>);
+
+impl Pairs for Alone {
+    fn alloc(&self, t: usize, size: u64) -> u64 {
+        Pairs::alloc(&self.0[t], t, size)
+    }
+    fn free_lazy(&self, t: usize, addr: u64) {
+        Pairs::free_lazy(&self.0[t], t, addr);
     }
 }
 
@@ -63,31 +86,119 @@ fn size(x: &mut u64) -> u64 {
     (2 + next(x) % 100) * PAGE
 }
 
-/// The loop callgrind counts: `n` pairs of `churn` (or of one page).
+/// The loop callgrind counts: `n` pairs of `churn` (or of one page) from
+/// thread `t`.
 #[inline(never)]
-fn run(p: &dyn Pairs, churn: bool, n: u64) {
-    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+fn run(p: &dyn Pairs, t: usize, churn: bool, n: u64) {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ t as u64;
     if churn {
-        let mut own: VecDeque<u64> = (0..64).map(|_| p.alloc(size(&mut x))).collect();
+        let mut own: VecDeque<u64> = (0..64).map(|_| p.alloc(t, size(&mut x))).collect();
         for _ in 0..n {
-            p.free_lazy(own.pop_front().expect("64 areas"));
-            own.push_back(p.alloc(size(&mut x)));
+            p.free_lazy(t, own.pop_front().expect("64 areas"));
+            own.push_back(p.alloc(t, size(&mut x)));
         }
     } else {
         for _ in 0..n {
-            let a = p.alloc(black_box(PAGE));
-            p.free_lazy(a);
+            let a = p.alloc(t, black_box(PAGE));
+            p.free_lazy(t, a);
         }
     }
 }
 
+/// [`run`] on `threads` threads started together: each one's wall and
+/// CPU nanoseconds per pair (CPU time leaves out the time a thread waited
+/// for a core, which a loaded machine adds to the wall time).
+fn run_threads(p: &dyn Pairs, threads: usize, churn: bool, n: u64) -> Vec<(f64, f64)> {
+    let start = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    let (t0, c0) = (Instant::now(), cpu_ns());
+                    run(p, t, churn, n);
+                    let wall = t0.elapsed().as_nanos() as f64;
+                    let cpu = cpu_ns().zip(c0).map_or(f64::NAN, |(c, c0)| (c - c0) as f64);
+                    (wall / n as f64, cpu / n as f64)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a thread"))
+            .collect()
+    })
+}
+
+/// This thread's CPU time in ns, user and system, from
+/// `/proc/thread-self/stat` (clock ticks of 10 ms: a run of seconds reads
+/// it to a percent); `None` where there is no such file.
+fn cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // utime and stime: the 12th and 13th fields after the command name.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut f = rest.split_whitespace().skip(11);
+    let ticks = f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?;
+    Some(ticks * 10_000_000)
+}
+
+/// The exact allocator behind one lock, its lazy list as the nodes'.
+fn exact() -> Locked<VmapAllocator> {
+    let mut va = VmapAllocator::new(START, END).expect("valid space");
+    va.set_lazy_max(LAZY_MAX);
+    Locked::new(va)
+}
+
+/// Prints each thread's wall and CPU ns per pair and their means.
+fn report(ns: &[(f64, f64)]) {
+    let k = ns.len() as f64;
+    let (wall, cpu) = (ns.iter()).fold((0.0, 0.0), |a, x| (a.0 + x.0 / k, a.1 + x.1 / k));
+    let each: Vec<String> = (ns.iter())
+        .map(|x| format!("{:.0}/{:.0}", x.0, x.1))
+        .collect();
+    println!(
+        "ns per pair, wall/cpu: mean {wall:.0}/{cpu:.0} (threads: {})",
+        each.join(", ")
+    );
+}
+
+/// Runs the nodes and prints, with the times, what the threads shared:
+/// the pool misses (each takes the free tree's lock), the purges, and
+/// the acquisitions of each kind of lock that found it held.
+fn run_nodes(threads: usize, churn: bool, n: u64, fill: impl Fn(&dyn Pairs)) {
+    let cfg = NodesConfig {
+        nodes: threads.max(8),
+        lazy_max: LAZY_MAX,
+        ..NodesConfig::default()
+    };
+    let v = StdVmapNodes::new(START, END, cfg).expect("valid space");
+    fill(&v);
+    let b = v.stats();
+    report(&run_threads(&v, threads, churn, n));
+    let s = v.stats();
+    println!(
+        "pool misses {} of {} allocations, purges {}; acquisitions that found the lock held: \
+         nodes' {}, the free tree's {}, the purge lock's {}",
+        s.misses - b.misses,
+        (s.hits + s.misses) - (b.hits + b.misses),
+        s.purges - b.purges,
+        s.node_lock_waits - b.node_lock_waits,
+        s.tree_lock_waits - b.tree_lock_waits,
+        s.purge_lock_waits - b.purge_lock_waits,
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: nodes_pairs locked|nodes page|churn N";
-    let (kind, load, n) = match args.as_slice() {
-        [_, k, l, n] => (k.as_str(), l.as_str(), n.parse::<u64>().expect(usage)),
+    let usage = "usage: nodes_pairs locked|alone|nodes page|churn N [THREADS]";
+    let (kind, load, n, threads) = match args.as_slice() {
+        [_, k, l, n] => (k.as_str(), l.as_str(), n.as_str(), "1"),
+        [_, k, l, n, t] => (k.as_str(), l.as_str(), n.as_str(), t.as_str()),
         _ => panic!("{usage}"),
     };
+    let n = n.parse::<u64>().expect(usage);
+    let threads = threads.parse::<usize>().expect(usage).max(1);
     let churn = match load {
         "churn" => true,
         "page" => false,
@@ -96,27 +207,23 @@ fn main() {
     let fill = |p: &dyn Pairs| {
         let mut x = 0x2545_f491_4f6c_dd1d_u64;
         for _ in 0..if churn { 10_000 } else { 0 } {
-            p.alloc(size(&mut x));
+            p.alloc(0, size(&mut x));
         }
     };
     match kind {
         "locked" => {
-            let mut va = VmapAllocator::new(START, END).expect("valid space");
-            va.set_lazy_max(LAZY_MAX);
-            let l = Locked::new(va);
+            let l = exact();
             fill(&l);
-            run(&l, churn, n);
+            report(&run_threads(&l, threads, churn, n));
         }
-        "nodes" => {
-            let cfg = NodesConfig {
-                nodes: 8,
-                lazy_max: LAZY_MAX,
-                ..NodesConfig::default()
-            };
-            let v = StdVmapNodes::new(START, END, cfg).expect("valid space");
-            fill(&v);
-            run(&v, churn, n);
+        "alone" => {
+            let a = Alone((0..threads).map(|_| exact()).collect());
+            for l in &a.0 {
+                fill(l);
+            }
+            report(&run_threads(&a, threads, churn, n));
         }
+        "nodes" => run_nodes(threads, churn, n, fill),
         _ => panic!("{usage}"),
     }
 }

@@ -149,12 +149,13 @@ impl Space {
         let mut cleared = table.cleared.clone();
         cleared.sort_unstable();
         let mut in_areas = Vec::with_capacity(areas.len());
+        let live: Vec<_> = st.layer.areas().collect();
         for c in cleared {
             if areas.binary_search(&c).is_ok() {
                 in_areas.push(c);
                 continue;
             }
-            let in_block = matches!(st.layer.lookup(c.0), Where::Block { start }
+            let in_block = matches!(st.layer.lookup_in(&live, c.0), Where::Block { start }
                     if c.1 <= start + st.layer.block_size(start).unwrap_or(0))
                 || blocks.iter().any(|&(s, e)| s <= c.0 && c.1 <= e);
             if !in_block {

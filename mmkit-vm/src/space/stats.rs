@@ -68,8 +68,13 @@ impl Space {
     /// driver's stuck list).
     fn stuck_in_blocks(&self, layer: &mmkit_vmalloc::Vmalloc<mmkit::vmap::VmapAllocator>) -> u64 {
         let table = crate::sync::lock(&self.table);
-        let live =
-            |&&(s, _): &&(u64, u64)| matches!(layer.lookup(s), mmkit_vmalloc::Where::Block { .. });
+        let areas: Vec<_> = layer.areas().collect();
+        let live = |&&(s, _): &&(u64, u64)| {
+            matches!(
+                layer.lookup_in(&areas, s),
+                mmkit_vmalloc::Where::Block { .. }
+            )
+        };
         table.refused.iter().filter(live).count() as u64
     }
 

@@ -25,6 +25,15 @@ pub struct NodesStats {
     pub pooled: u64,
     /// The free tree's stats (pooled and lazy areas are live there).
     pub tree: RangeStats,
+    /// Acquisitions of the nodes' locks that found one held (another
+    /// thread on the same node, a purge, a free from another node);
+    /// counted with the `lock-stats` feature, else 0, as the two below.
+    pub node_lock_waits: u64,
+    /// Acquisitions of the free tree's lock that found it held: the lock
+    /// every pool miss, overflow and purge takes, shared by all nodes.
+    pub tree_lock_waits: u64,
+    /// Purges that found another purge running.
+    pub purge_lock_waits: u64,
 }
 
 impl<R: lock_api::RawMutex> VmapNodes<R> {
@@ -73,6 +82,9 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         }
         s.purges = self.purger.lock().purges;
         s.tree = self.global.0.lock().stats();
+        s.node_lock_waits = self.nodes.iter().map(|n| n.0.waits()).sum();
+        s.tree_lock_waits = self.global.0.waits();
+        s.purge_lock_waits = self.purger.waits();
         s
     }
 

@@ -1,16 +1,25 @@
 //! The nodes' lock: a [`lock_api::Mutex`] over the caller's raw lock, or
 //! loom's mutex under `--cfg loom` (so `tests/loom.rs` model-checks the same
-//! code, whatever raw lock the type names).
+//! code, whatever raw lock the type names). With the `lock-stats`
+//! feature each lock counts the acquisitions that found it held: which
+//! lock threads share shows in [`NodesStats`](super::NodesStats) without
+//! a profiler (a load and a branch per acquisition, so off by default).
 
 use core::ops::{Deref, DerefMut};
+use core::sync::atomic::{AtomicU64, Ordering};
 
-/// A value behind the raw lock `R`.
+/// A value behind the raw lock `R`, and the count of acquisitions that
+/// had to wait.
 #[cfg(not(loom))]
-pub(super) struct Lock<R: lock_api::RawMutex, T>(lock_api::Mutex<R, T>);
+pub(super) struct Lock<R: lock_api::RawMutex, T>(lock_api::Mutex<R, T>, AtomicU64);
 
 /// A value behind loom's mutex (`R` names the lock outside loom).
 #[cfg(loom)]
-pub(super) struct Lock<R, T>(loom::sync::Mutex<T>, core::marker::PhantomData<fn() -> R>);
+pub(super) struct Lock<R, T>(
+    loom::sync::Mutex<T>,
+    AtomicU64,
+    core::marker::PhantomData<fn() -> R>,
+);
 
 /// A held [`Lock`].
 #[cfg(not(loom))]
@@ -26,22 +35,45 @@ pub(super) struct Guard<'a, R, T>(
 impl<R: lock_api::RawMutex, T> Lock<R, T> {
     pub(super) fn new(value: T) -> Self {
         #[cfg(not(loom))]
-        return Lock(lock_api::Mutex::new(value));
+        return Lock(lock_api::Mutex::new(value), AtomicU64::new(0));
         #[cfg(loom)]
-        return Lock(loom::sync::Mutex::new(value), core::marker::PhantomData);
+        return Lock(
+            loom::sync::Mutex::new(value),
+            AtomicU64::new(0),
+            core::marker::PhantomData,
+        );
     }
 
+    /// The lock; with `lock-stats`, counted as a wait when it is held as
+    /// the caller comes to it.
     #[inline]
     pub(super) fn lock(&self) -> Guard<'_, R, T> {
         #[cfg(not(loom))]
-        return Guard(self.0.lock());
+        {
+            #[cfg(feature = "lock-stats")]
+            if self.0.is_locked() {
+                self.1.fetch_add(1, Ordering::Relaxed);
+            }
+            Guard(self.0.lock())
+        }
         #[cfg(loom)]
-        return Guard(
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-            core::marker::PhantomData,
-        );
+        {
+            #[cfg(feature = "lock-stats")]
+            if self.0.try_lock().is_err() {
+                self.1.fetch_add(1, Ordering::Relaxed);
+            }
+            Guard(
+                self.0
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                core::marker::PhantomData,
+            )
+        }
+    }
+
+    /// The acquisitions that found the lock held (0 without `lock-stats`).
+    pub(super) fn waits(&self) -> u64 {
+        self.1.load(Ordering::Relaxed)
     }
 }
 

@@ -165,6 +165,9 @@ struct Padded<T>(T);
 struct Purger {
     hook: Option<FlushHook>,
     purges: u64,
+    /// The pools' decayed areas a purge gives back to the free tree, kept
+    /// (empty) between purges so that a purge allocates nothing.
+    back: Vec<(u64, u64)>,
 }
 
 /// Linux 6.9's vmap nodes over the exact allocator, `Send + Sync`, behind
@@ -186,6 +189,8 @@ struct Purger {
 /// ```
 pub struct VmapNodes<R: lock_api::RawMutex> {
     cfg: NodesConfig,
+    /// `log2(granule)`: a size's class is a shift away.
+    granule_shift: u32,
     nodes: Box<[Padded<Lock<R, Node>>]>,
     purger: Lock<R, Purger>,
     global: Padded<Lock<R, VmapAllocator>>,
@@ -234,10 +239,12 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         };
         Ok(VmapNodes {
             cfg,
+            granule_shift: cfg.granule.trailing_zeros(),
             nodes: (0..cfg.nodes).map(|_| node()).collect(),
             purger: Lock::new(Purger {
                 hook: None,
                 purges: 0,
+                back: Vec::new(),
             }),
             global: Padded(Lock::new(va)),
         })
@@ -255,11 +262,27 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         self.purger.lock().hook = hook;
     }
 
-    /// The pool index of a `size`-byte area, if that size is pooled.
+    /// The pool index of a `size`-byte area, if that size is pooled: a
+    /// shift and a mask (the granule is a power of two), as this runs on
+    /// every allocation and every pooled free.
+    #[inline]
     fn class_of(&self, size: u64) -> Option<usize> {
-        let g = self.cfg.granule;
-        let k = size / g;
-        (size % g == 0 && k >= 1 && k <= self.cfg.classes as u64).then(|| k as usize - 1)
+        let k = (size >> self.granule_shift).wrapping_sub(1);
+        let whole = size & (self.cfg.granule - 1) == 0;
+        // `k` wraps to u64::MAX for sizes under a granule.
+        (whole && k < self.cfg.classes as u64).then_some(k as usize)
+    }
+
+    /// The index of node `cpu % nodes`, without a division when `cpu`
+    /// names a node already (the common case: one CPU, one node).
+    #[inline]
+    fn node_of(&self, cpu: usize) -> usize {
+        let k = self.nodes.len();
+        if cpu < k {
+            cpu
+        } else {
+            cpu % k
+        }
     }
 
     /// Allocates `size` bytes aligned to `align` on node `cpu % nodes`:
@@ -340,7 +363,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         poolable: bool,
         ask: impl Fn(&mut VmapAllocator) -> Result<u64, (bool, E)>,
     ) -> Result<u64, E> {
-        let at = &self.nodes[cpu % self.nodes.len()].0;
+        let at = &self.nodes[self.node_of(cpu)].0;
         let mut n = at.lock();
         if let Some(k) = self.class_of(size).filter(|_| poolable) {
             if let Some(&a) = n.pools[k].last() {
@@ -468,10 +491,8 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
 
     fn pool_on_owner(&self, cpu: usize, addr: u64, size: Option<u64>) -> Result<u64, FreeError> {
         let (mut n, end) = self.owner(cpu, addr, size)?;
-        let mut back = Vec::new();
-        self.pool(&mut n, addr, end, &mut back);
-        if !back.is_empty() {
-            self.give_back(&back);
+        if let Some(area) = self.pool(&mut n, addr, end) {
+            self.give_back(core::iter::once(&[area][..]));
         }
         Ok(end - addr)
     }
@@ -490,49 +511,62 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             return Err(FreeError::Invalid);
         }
         let k = self.nodes.len();
-        for i in (0..k).map(|j| (cpu % k + j) % k) {
+        let first = self.node_of(cpu);
+        let mut i = first;
+        loop {
             let mut n = self.nodes[i].0.lock();
             let probe = n.busy.probe(addr);
-            if let Some(end) = n.busy.get_probed(addr, probe) {
-                if size.is_some_and(|s| addr.checked_add(s) != Some(end)) {
-                    return Err(FreeError::SizeMismatch);
-                }
-                n.busy.remove_probed(addr, probe);
-                return Ok((n, end));
+            let fits = |end| size.map_or(true, |s| addr.checked_add(s) == Some(end));
+            match n.busy.remove_probed_if(addr, probe, fits) {
+                Some(Ok(end)) => return Ok((n, end)),
+                Some(Err(_)) => return Err(FreeError::SizeMismatch),
+                None => {}
+            }
+            drop(n);
+            i = if i + 1 == k { 0 } else { i + 1 };
+            if i == first {
+                return Err(FreeError::NotAllocated);
             }
         }
-        Err(FreeError::NotAllocated)
     }
 
-    /// Puts the free area `[s, e)` in `n`'s pool of its size, or on `back`
-    /// for the free tree.
-    fn pool(&self, n: &mut Node, s: u64, e: u64, back: &mut Vec<(u64, u64)>) {
+    /// Puts the free area `[s, e)` in `n`'s pool of its size, or returns
+    /// it for the free tree.
+    #[inline]
+    fn pool(&self, n: &mut Node, s: u64, e: u64) -> Option<(u64, u64)> {
         match self.class_of(e - s) {
-            Some(k) if n.pools[k].len() < self.cfg.pool_max => n.pools[k].push(s),
-            _ => back.push((s, e)),
+            Some(k) if n.pools[k].len() < self.cfg.pool_max => {
+                n.pools[k].push(s);
+                None
+            }
+            _ => Some((s, e)),
         }
     }
 
-    /// Frees `areas` in the free tree under one lock acquisition, each run
-    /// of neighbours in the list that are adjacent in space (a purge's lazy
-    /// areas mostly are, in either order) joined: one tree update per run.
-    fn give_back(&self, areas: &[(u64, u64)]) {
-        let mut g = self.global.0.lock();
-        let mut i = 0;
-        while let Some(&(mut lo, mut hi)) = areas.get(i) {
-            let mut j = i + 1;
-            while let Some(&(s, e)) = areas.get(j) {
-                match (s == hi, e == lo) {
-                    (true, _) => hi = e,
-                    (_, true) => lo = s,
-                    _ => break,
+    /// Frees each list of `lists` in the free tree, all under one lock
+    /// acquisition, each run of neighbours in a list that are adjacent in
+    /// space (a purge's lazy areas mostly are, in either order) joined: one
+    /// tree update per run.
+    fn give_back<'a>(&self, lists: impl Iterator<Item = &'a [(u64, u64)]>) {
+        let mut g = None;
+        for areas in lists.filter(|l| !l.is_empty()) {
+            let g = g.get_or_insert_with(|| self.global.0.lock());
+            let mut i = 0;
+            while let Some(&(mut lo, mut hi)) = areas.get(i) {
+                let mut j = i + 1;
+                while let Some(&(s, e)) = areas.get(j) {
+                    match (s == hi, e == lo) {
+                        (true, _) => hi = e,
+                        (_, true) => lo = s,
+                        _ => break,
+                    }
+                    j += 1;
                 }
-                j += 1;
+                // Cannot fail: pooled and lazy areas are live in the tree.
+                let freed = g.free_run(&areas[i..j], lo, hi);
+                debug_assert!(freed.is_ok(), "a pooled area is live");
+                i = j;
             }
-            // Cannot fail: pooled and lazy areas are live in the tree.
-            let freed = g.free_run(&areas[i..j], lo, hi);
-            debug_assert!(freed.is_ok(), "a pooled area is live");
-            i = j;
         }
     }
 

@@ -73,20 +73,27 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         if !any && !full {
             return false;
         }
-        let mut back = Vec::new();
-        for (n, batch) in self.nodes.iter().zip(batches) {
+        // Each batch keeps, in place, the areas its node does not pool; the
+        // decays go on `back`. All of them then go back under one global lock.
+        let mut back = core::mem::take(&mut p.back);
+        let mut batches = batches;
+        for (n, batch) in self.nodes.iter().zip(&mut batches) {
             let mut n = n.0.lock();
-            if let Some(mut batch) = batch {
-                for (s, e) in batch.items.drain(..) {
-                    self.pool(&mut n, s, e, &mut back);
-                }
-                n.lazy.recycle(batch.items);
+            if let Some(batch) = batch {
+                (batch.items).retain(|&(s, e)| self.pool(&mut n, s, e).is_some());
             }
             self.decay(&mut n, full, &mut back);
         }
-        if !back.is_empty() {
-            self.give_back(&back);
+        let items = batches.iter().flatten().map(|b| &b.items[..]);
+        self.give_back(items.chain(core::iter::once(&back[..])));
+        for (n, batch) in self.nodes.iter().zip(batches) {
+            if let Some(mut batch) = batch {
+                batch.items.clear();
+                n.0.lock().lazy.recycle(batch.items);
+            }
         }
+        back.clear();
+        p.back = back;
         any
     }
 

@@ -169,3 +169,77 @@ fn a_purge_gives_back_adjacent_areas_as_one_block_counting_each() {
     assert_eq!(v.alloc(0, 16 * 4096, 4096), Ok(kept + 4096));
     v.check().unwrap();
 }
+
+#[test]
+fn a_size_has_a_class_only_in_whole_granules_up_to_the_last_class() {
+    let cfg = NodesConfig {
+        granule: 4096,
+        classes: 3,
+        ..NodesConfig::default()
+    };
+    let v: VmapNodes<Spin> = VmapNodes::new(0, 1 << 30, cfg).unwrap();
+    let classes: Vec<Option<usize>> = [0, 1, 4095, 4096, 4097, 8192, 12288, 16384, u64::MAX]
+        .iter()
+        .map(|&s| v.class_of(s))
+        .collect();
+    let want = [
+        None,
+        None,
+        None,
+        Some(0),
+        None,
+        Some(1),
+        Some(2),
+        None,
+        None,
+    ];
+    assert_eq!(classes, want);
+}
+
+#[test]
+fn a_free_on_another_node_finds_the_owner_past_the_last_node() {
+    let v = nodes(3);
+    let a = v.alloc(2, 4096, 4096).unwrap(); // node 2's
+    let b = v.alloc(5, 8192, 4096).unwrap(); // node 5 % 3 = 2
+                                             // From node 1 the search goes 1, 2; from node 3 % 3 = 0 it goes 0, 1, 2.
+    assert_eq!(v.free_sized(1, a, 8192), Err(FreeError::SizeMismatch));
+    assert_eq!(v.free_sized(1, a, 4096), Ok(4096));
+    assert_eq!(v.free(3, b), Ok(8192));
+    assert_eq!(v.free(4, b), Err(FreeError::NotAllocated));
+    assert_eq!(v.node_stats(2).pooled, 2);
+    v.check().unwrap();
+}
+
+#[cfg(all(feature = "lock-stats", feature = "std"))]
+#[test]
+fn a_lock_counts_the_acquisitions_that_found_it_held_and_no_others() {
+    let v = nodes(2);
+    for cpu in 0..4 {
+        let a = v.alloc(cpu, 4096, 4096).unwrap();
+        v.free_lazy(cpu, a).unwrap();
+    }
+    v.purge();
+    let s = v.stats();
+    assert_eq!(
+        (s.node_lock_waits, s.tree_lock_waits, s.purge_lock_waits),
+        (0, 0, 0)
+    );
+    let held = v.nodes[1].0.lock();
+    std::thread::scope(|t| {
+        let other = t.spawn(|| v.alloc(1, 4096, 4096));
+        // The wait is counted before the waiter blocks: it shows while
+        // the lock is still held.
+        let t0 = std::time::Instant::now();
+        while v.nodes[1].0.waits() == 0 {
+            assert!(t0.elapsed().as_secs() < 60, "the waiter was never counted");
+            std::thread::yield_now();
+        }
+        drop(held);
+        other.join().unwrap().unwrap();
+    });
+    let s = v.stats();
+    assert_eq!(
+        (s.node_lock_waits, s.tree_lock_waits, s.purge_lock_waits),
+        (1, 0, 0)
+    );
+}

@@ -358,7 +358,7 @@ where
         }
         // The highest fit searches the tree alone.
         self.settle_isolated();
-        self.free.enable_summaries(align);
+        self.enable_summaries(align);
         let mut pos = Pos::new();
         let a = self.free.highest_fit(size, align, lo, hi, &mut pos)?;
         self.claim(&pos, a, size);

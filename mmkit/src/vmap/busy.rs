@@ -237,13 +237,6 @@ impl BusyIndex {
         Some(self.buckets[b].0[i].end)
     }
 
-    /// The end of the area starting at `key`, if present, from `p`,
-    /// [`probe`](Self::probe) of `key` taken with no change since.
-    pub(crate) fn get_probed(&self, key: u64, p: Probe) -> Option<u64> {
-        let (b, i) = self.position_from(key, p)?;
-        Some(self.buckets[b].0[i].end)
-    }
-
     /// Inserts the live area `[key, end)`; the key must not be present.
     ///
     /// A key removed last and inserted again while the slot it left in
@@ -296,6 +289,31 @@ impl BusyIndex {
     /// taken with no change to the index since.
     pub(crate) fn remove_probed(&mut self, key: u64, p: Probe) -> Option<u64> {
         let (at, i) = self.position_from(key, p)?;
+        Some(self.remove_at(key, p, at, i))
+    }
+
+    /// The area starting at `key`, from `p` as for
+    /// [`remove_probed`](Self::remove_probed): removed when `take(end)`
+    /// says so (`Ok(end)`), else left in place (`Err(end)`); `None` when
+    /// absent. One lookup where a check then a removal would take two.
+    pub(crate) fn remove_probed_if(
+        &mut self,
+        key: u64,
+        p: Probe,
+        take: impl FnOnce(u64) -> bool,
+    ) -> Option<Result<u64, u64>> {
+        let (at, i) = self.position_from(key, p)?;
+        let end = self.buckets[at].0[i].end;
+        if !take(end) {
+            return Some(Err(end));
+        }
+        Some(Ok(self.remove_at(key, p, at, i)))
+    }
+
+    /// Empties slot `i` of bucket `at`, which holds `key` (probed as `p`),
+    /// and returns the area's end.
+    #[inline]
+    fn remove_at(&mut self, key: u64, p: Probe, at: usize, i: usize) -> u64 {
         let end = self.buckets[at].0[i].end;
         self.buckets[at].0[i] = EMPTY;
         // Only a slot in the home bucket: a key put back there passes no
@@ -318,7 +336,7 @@ impl BusyIndex {
             b = self.next(b);
         }
         self.len -= 1;
-        Some(end)
+        end
     }
 
     fn grow(&mut self) {
@@ -388,6 +406,31 @@ mod tests {
         assert!(ix.consistent());
         for (k, end) in model {
             assert_eq!(ix.get(k), Some(end));
+        }
+    }
+
+    #[test]
+    fn a_refused_removal_leaves_the_area_and_the_counts() {
+        let mut ix = BusyIndex::new();
+        // Eight keys on four buckets: some sit past their home bucket.
+        for k in 0..8u64 {
+            ix.insert(k << 12, (k << 12) + 4096);
+        }
+        for k in 0..8u64 {
+            let key = k << 12;
+            let refused = ix.remove_probed_if(key, ix.probe(key), |_| false);
+            assert_eq!(refused, Some(Err(key + 4096)));
+            assert_eq!((ix.len(), ix.get(key)), (8, Some(key + 4096)));
+            assert!(ix.consistent());
+        }
+        let absent = ix.remove_probed_if(9 << 12, ix.probe(9 << 12), |_| true);
+        assert_eq!(absent, None);
+        for k in 0..8u64 {
+            let key = k << 12;
+            let taken = ix.remove_probed_if(key, ix.probe(key), |e| e == key + 4096);
+            assert_eq!(taken, Some(Ok(key + 4096)));
+            assert_eq!((ix.len(), ix.get(key)), (7 - k as usize, None));
+            assert!(ix.consistent());
         }
     }
 

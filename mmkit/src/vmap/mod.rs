@@ -195,6 +195,9 @@ pub struct VmapAllocator<S: Storage = Heap> {
     /// Whether `busy` holds the live areas: always, but in release builds
     /// of a `sized_only` allocator (see `sized`).
     indexed: bool,
+    /// Whether an aligned request turns the free tree's alignment
+    /// summaries on (see [`without_align_summaries`](Self::without_align_summaries)).
+    align_summaries: bool,
     purges: u64,
     flushes: u64,
 }
@@ -267,8 +270,42 @@ where
             live_count: 0,
             sized_only: false,
             indexed: true,
+            align_summaries: true,
             purges: 0,
             flushes: 0,
+        }
+    }
+
+    /// This allocator with the free tree's alignment summaries left off:
+    /// an aligned request no longer turns them on (once on, they stay).
+    ///
+    /// With them, a lowest fit at any alignment is O(log n), and every
+    /// change to the tree keeps them up to date from the first aligned
+    /// request on, for unaligned requests too (docs/bench-history.md has
+    /// their cost in a kernel's vmalloc). Without them an aligned search enters
+    /// every subtree with a block long enough and checks the alignment in
+    /// its leaves: the same exact lowest fit, O(log n) while the long
+    /// enough blocks take the alignment, up to O(n) when many of them
+    /// miss it. For a user whose aligned requests are few (a kernel's
+    /// vmalloc: `vm_map_ram` blocks, some stacks).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::vmap::VmapAllocator;
+    /// let mut va = VmapAllocator::new(0, 1 << 30).unwrap().without_align_summaries();
+    /// va.alloc(0x1000, 0x1000).unwrap();
+    /// assert_eq!(va.alloc(0x1000, 0x10_0000), Ok(0x10_0000)); // still the lowest fit
+    /// ```
+    pub fn without_align_summaries(mut self) -> Self {
+        self.align_summaries = false;
+        self
+    }
+
+    /// Turns the free tree's summaries on for a request aligned to
+    /// `align`, unless this allocator leaves them off.
+    fn enable_summaries(&mut self, align: u64) {
+        if self.align_summaries {
+            self.free.enable_summaries(align);
         }
     }
 
@@ -488,7 +525,7 @@ where
     /// The exact lowest fit in `[lo, hi)`, in the tree, an isolated block
     /// or the pending extent, made a live area.
     fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
-        self.free.enable_summaries(align);
+        self.enable_summaries(align);
         let mut pos = Pos::new();
         let (missed, at) = self.isolated.lowest_fit(size, align, lo, hi);
         let held = self.pending.lowest_fit(size, align, lo, hi);

@@ -225,12 +225,11 @@ where
                 self.settle_pending();
                 self.free.neighbours_near(addr, &mut self.nb);
             }
-            match self.busy.get_probed(addr, probe) {
+            match self.busy.remove_probed_if(addr, probe, |e| e == end) {
                 None => return Err(FreeError::NotAllocated),
-                Some(e) if e != end => return Err(FreeError::SizeMismatch),
-                Some(_) => {}
+                Some(Err(_)) => return Err(FreeError::SizeMismatch),
+                Some(Ok(_)) => {}
             }
-            self.busy.remove_probed(addr, probe);
         } else {
             self.settle_pending();
             self.free.neighbours_near(addr, &mut self.nb);
