@@ -29,6 +29,8 @@ fn line(cmd: &Cmd) -> String {
         Cmd::PurgeBegin(false) => "purge begin".into(),
         Cmd::PurgeBegin(true) => "purge full begin".into(),
         Cmd::PurgeNode(n) => format!("purge node {n}"),
+        Cmd::PurgeWindow(false) => "purge window".into(),
+        Cmd::PurgeWindow(true) => "purge full window".into(),
     }
 }
 

@@ -64,6 +64,13 @@ pub enum Cmd {
     /// `N`'s lazy areas (Linux walks the nodes one by one before its
     /// event). Only Linux's node pools act on it.
     PurgeNode(usize),
+    /// `purge window` (`false`) or `purge full window` (`true`): the
+    /// Linux purge whose `purge begin` follows began here at the
+    /// earliest, and before the next `lazy` or `purge` at the latest (the
+    /// `purge begin` itself is the importer's best single guess). A judge
+    /// on Linux's answers places the begin inside the window; a replay
+    /// ignores it.
+    PurgeWindow(bool),
 }
 
 impl Cmd {
@@ -78,7 +85,11 @@ impl Cmd {
             Cmd::Free(_) => "free",
             Cmd::Lazy(_) => "lazy",
             Cmd::FreeAt(_) => "freeat",
-            Cmd::Purge | Cmd::PurgeFull | Cmd::PurgeBegin(_) | Cmd::PurgeNode(_) => "purge",
+            Cmd::Purge
+            | Cmd::PurgeFull
+            | Cmd::PurgeBegin(_)
+            | Cmd::PurgeNode(_)
+            | Cmd::PurgeWindow(_) => "purge",
         }
     }
 }
@@ -195,12 +206,15 @@ fn parse_line(words: &[&str]) -> Result<Cmd, String> {
             [_, "full"] => Ok(Cmd::PurgeFull),
             [_, "begin"] => Ok(Cmd::PurgeBegin(false)),
             [_, "full", "begin"] => Ok(Cmd::PurgeBegin(true)),
+            [_, "window"] => Ok(Cmd::PurgeWindow(false)),
+            [_, "full", "window"] => Ok(Cmd::PurgeWindow(true)),
             [_, "node", n] => n
                 .parse()
                 .map(Cmd::PurgeNode)
                 .map_err(|_| format!("`purge node N`: {n:?} is not a node number")),
             _ => Err(
-                "expected `purge`, `purge full`, `purge begin`, `purge full begin` or `purge node N`"
+                "expected `purge`, `purge full`, `purge begin`, `purge full begin`, \
+                 `purge window`, `purge full window` or `purge node N`"
                     .into(),
             ),
         },
@@ -440,7 +454,7 @@ mod tests {
     fn parses_the_linux_commands() {
         let text = "cpus 2\nspace 1 0x10000\nvmalloc 0x100 0x200\n\
                     alloc a 0x1000 cpu 1 align 0x1000\npurge full\n\
-                    purge begin\npurge full begin\npurge node 1\n";
+                    purge begin\npurge full begin\npurge node 1\npurge window\npurge full window\n";
         let t = parse(text).unwrap();
         assert_eq!(
             t,
@@ -462,6 +476,8 @@ mod tests {
                 (6, Cmd::PurgeBegin(false)),
                 (7, Cmd::PurgeBegin(true)),
                 (8, Cmd::PurgeNode(1)),
+                (9, Cmd::PurgeWindow(false)),
+                (10, Cmd::PurgeWindow(true)),
             ]
         );
         let h = check_header(text.as_bytes()).unwrap();

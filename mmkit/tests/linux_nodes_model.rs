@@ -270,8 +270,16 @@ fn run(nodes: usize, ops: &[Op]) -> Result<(), String> {
                 let (lo, hi) = if vmalloc { VMALLOC } else { (PAGE, 7 << 20) };
                 n.set_cpu(cpu);
                 let retries = n.retries();
+                let peeked = n.peek(size, align, (lo, hi));
                 let got = n.alloc_in(size, align, lo, hi).ok();
                 let retried = n.retries() > retries;
+                // `peek` is the first try's answer.
+                if !retried && peeked != got {
+                    return Err(format!("{op:?}: peek {peeked:x?}, alloc {got:x?}"));
+                }
+                if retried && peeked.is_some() {
+                    return Err(format!("{op:?}: peek {peeked:x?}, but alloc retried"));
+                }
                 let want = m.alloc(cpu, size, align, (lo, hi), got, retried);
                 if got != want {
                     return Err(format!("{op:?}: got {got:x?}, model {want:x?}"));
@@ -361,6 +369,15 @@ fn pools_decay_by_a_quarter_or_wholly_below_four() {
     }
     ops.push(Op::Purge);
     ops.push(Op::Purge);
+    // Pool hits after the decay.
+    for pages in [2, 2, 1] {
+        ops.push(Op::Alloc {
+            cpu: 1,
+            pages,
+            align_shift: 0,
+            vmalloc: true,
+        });
+    }
     run(2, &ops).unwrap();
 }
 
@@ -378,11 +395,13 @@ fn a_pool_linux_passes_over_is_detached_until_linux_takes_from_it() {
     n.free_lazy(b).unwrap();
     n.purge(&mut |_, _| {}); // node 0's pool of 2 pages: b, a
     let low = VMALLOC.0 + 2 * size; // the free tree's lowest fit
+    assert_eq!(n.peek(size, align, VMALLOC), Some(b));
     assert_eq!(n.alloc_judged(size, align, VMALLOC, low), Ok(Some(b)));
     assert_eq!(n.inferred_detaches(), 1);
     assert_eq!(n.pooled(), 2);
     // Detached: the model's answer is the free tree's.
     let next = low + size;
+    assert_eq!(n.peek(size, align, VMALLOC), Some(next));
     assert_eq!(n.alloc_judged(size, align, VMALLOC, b), Ok(Some(next)));
     // Linux took b from the pool: attached again.
     assert_eq!(n.alloc_judged(size, align, VMALLOC, a), Ok(Some(a)));

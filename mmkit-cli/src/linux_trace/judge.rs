@@ -30,6 +30,10 @@ pub struct Verdict {
     /// Pools inferred detached by a purge's decay (judged only): see
     /// [`LinuxNodes::alloc_judged`].
     pub detaches: u64,
+    /// Purges begun inside their window (judged only) at Linux's first
+    /// answer that the state before the begin does not give: see
+    /// [`Cmd::PurgeWindow`].
+    pub window_begins: u64,
 }
 
 impl Verdict {
@@ -86,8 +90,27 @@ pub fn replay(
     let mut v = Verdict::default();
     // Purges run ahead of their event.
     let mut early = 0u64;
+    // Judged: a purge window open (its begin not run yet), and whether
+    // its `purge begin` line has been passed.
+    let mut pending: Option<(bool, bool)> = None;
+    // Judged: the window's begin ran before its `purge begin` line.
+    let mut skip_begin = false;
     for item in Commands::new(trace.as_bytes()) {
         let (line, cmd) = item.map_err(|e| e.to_string())?;
+        let ends_window = matches!(
+            cmd,
+            Cmd::Lazy(_)
+                | Cmd::Free(_)
+                | Cmd::FreeAt(_)
+                | Cmd::Purge
+                | Cmd::PurgeFull
+                | Cmd::PurgeNode(_)
+        );
+        if let (true, Some((full, seen))) = (ends_window, pending) {
+            // The latest point of the window: the begin runs here.
+            n.purge_begin(full);
+            (pending, skip_begin) = (None, !seen);
+        }
         match cmd {
             Cmd::LazyMax(b) => n.set_lazy_max(b),
             Cmd::Alloc {
@@ -100,18 +123,25 @@ pub fn replay(
                 n.set_cpu(cpu.unwrap_or(0) as usize);
                 let window = range.unwrap_or((s, e));
                 let want = linux.get(&id).copied();
+                if let (Some((full, seen)), Some(Some(addr))) = (pending, want) {
+                    // The begin is due when Linux's answer is not the one
+                    // the state before it gives.
+                    if n.peek(size, align, window) != Some(addr) {
+                        n.purge_begin(full);
+                        (pending, skip_begin) = (None, !seen);
+                        v.window_begins += 1;
+                    }
+                }
                 let ours = match want {
                     Some(Some(addr)) if judged => {
                         judge_one(&mut n, (size, align, window, addr), &mut early, &mut v)
                             .map_err(|e| format!("line {line}: Linux's {addr:#x} for {id}: {e}"))?
                     }
+                    // Linux failed: on Linux's state nothing is taken, and
+                    // a take undone would still reshape the tree.
+                    Some(None) if judged => n.peek(size, align, window),
                     _ => n.alloc_in(size, align, window.0, window.1).ok(),
                 };
-                // Linux failed where the model found space: on Linux's
-                // state the area is not taken.
-                if let (true, Some(None), Some(a)) = (judged, want, ours) {
-                    let _ = n.free(a);
-                }
                 if let Some(w) = want {
                     v.count(&id, w, ours);
                 }
@@ -138,6 +168,11 @@ pub fn replay(
             Cmd::PurgeFull => {
                 n.purge_nodes(true);
             }
+            Cmd::PurgeWindow(full) if judged => pending = Some((full, false)),
+            Cmd::PurgeWindow(_) => {}
+            // The window decides where its begin runs.
+            Cmd::PurgeBegin(_) if pending.is_some() => pending = pending.map(|(f, _)| (f, true)),
+            Cmd::PurgeBegin(_) if skip_begin => skip_begin = false,
             Cmd::PurgeBegin(full) => n.purge_begin(full),
             Cmd::PurgeNode(node) => {
                 n.purge_node(node);

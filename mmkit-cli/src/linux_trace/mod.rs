@@ -188,6 +188,64 @@ struct Failed {
     purged: bool,
 }
 
+/// A live area: the line of its `alloc`, its pages, the CPU that
+/// allocated it and the window it asked for.
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    id: usize,
+    pages: u64,
+    cpu: u32,
+    window: (u64, u64),
+}
+
+/// A lazy free: where its `lazy` line begins and ends in `body`, and the
+/// area it freed.
+#[derive(Debug, Clone, Copy)]
+struct Freed {
+    start: usize,
+    end: usize,
+    addr: u64,
+    area: Live,
+}
+
+/// A lazy free whose `nr_lazy` fell: a running purge had just finished
+/// one node (`purge_vmap_node` subtracts that node's pages).
+#[derive(Debug, Clone)]
+struct Fall {
+    /// Where in `body` that free's line begins.
+    at: usize,
+    /// Where each CPU's events ended then.
+    cpu_at: HashMap<u32, usize>,
+    /// The index of that free in `Imported::frees`.
+    free: usize,
+    /// The pages the finished node purged.
+    purged: u64,
+    /// `nr_lazy` after that free: the pages freed since the purge took
+    /// the lazy lists, this free's included.
+    left: u64,
+}
+
+/// A purge event whose `purge begin` is not written yet: the free after
+/// it can still show a fall of `nr_lazy` (the purge's last node is often
+/// subtracted just before its event).
+#[derive(Debug, Clone)]
+struct Open {
+    /// The CPU that recorded it.
+    cpu: u32,
+    /// `" full"` after a failed attempt on that CPU, else empty.
+    full: &'static str,
+    /// Its `num_purged`.
+    purged: u64,
+    /// Where in `body` its `purge` line begins.
+    event_at: usize,
+    /// Where in `body` the purge before it ended.
+    after: usize,
+    /// Where in `body` its CPU's previous event ended.
+    cpu_at: usize,
+    /// The falls of `nr_lazy` since the purge before it.
+    drops: Vec<Fall>,
+}
+
 /// The replay trace and Linux's answers, built event by event.
 #[derive(Debug, Default)]
 pub struct Imported {
@@ -201,23 +259,23 @@ pub struct Imported {
     pub events: u64,
     /// `alloc` commands written.
     pub allocs: u64,
-    live: HashMap<u64, usize>,
+    live: HashMap<u64, Live>,
     failed: HashMap<u32, Failed>,
     windows: HashMap<(u64, u64), u64>,
     /// Per CPU: where in `body` its last event ended.
     cpu_at: HashMap<u32, usize>,
     /// Where in `body` the last purge ended.
     purge_at: usize,
-    /// Where in `body` each `lazy` line ends, in order.
-    free_ends: Vec<usize>,
+    /// Every lazy free, in order.
+    frees: Vec<Freed>,
     /// The lazy frees that purges begun so far took.
     taken: usize,
     /// `nr_lazy` of the last lazy free that had it.
     nr_lazy: Option<u64>,
-    /// Where in `body` each lazy free whose `nr_lazy` fell begins, since
-    /// the last purge event (a running purge had just finished a node),
-    /// with where each CPU's events ended then.
-    drops: Vec<(usize, HashMap<u32, usize>)>,
+    /// The falls of `nr_lazy` since the last purge event.
+    drops: Vec<Fall>,
+    /// The last purge event, until the free after it (or the next purge).
+    open: Option<Open>,
 }
 
 impl Imported {
@@ -273,41 +331,119 @@ impl Imported {
     ///
     /// `nr_lazy` falls only when a purge finishes a node
     /// (`purge_vmap_node` subtracts that node's pages after pooling them),
-    /// so the first fall since the previous purge bounds the start from
-    /// above. When there are as many falls as nodes (every node had lazy
-    /// areas; Linux walks them in order), `purge node N` goes just before
-    /// the `N`-th fall: node `N`'s pools are filled there at the latest.
-    fn begin_purge(&mut self, cpu: u32, full: &str, purged: u64) {
+    /// so the falls since the previous purge say more. After the last one,
+    /// `nr_lazy` counts exactly the pages freed since the purge took the
+    /// lazy lists: the frees that add up to it, counted back from that
+    /// fall, are the ones it did not take ([`take_cut`](Self::take_cut)).
+    /// Then the purge began (its decay, then its take) between the last
+    /// free it took and the first it did not; without such a cut, after
+    /// the purging CPU's last event before the first fall. When there are
+    /// as many falls as nodes, `purge node N` goes just before the fall of
+    /// node `N`: its pools are filled there at the latest. A fall belongs
+    /// to the node whose taken pages it subtracts (a helper can finish
+    /// node 1 first); without a match, the `N`-th fall is node `N`.
+    fn begin_purge(&mut self, open: Open) {
+        let Open {
+            cpu,
+            full,
+            purged,
+            event_at,
+            after,
+            cpu_at,
+            drops,
+        } = open;
         let taken = self.taken.saturating_add(purged as usize);
-        let after_frees = match taken.min(self.free_ends.len()) {
+        let after_frees = match taken.min(self.frees.len()) {
             0 => 0,
-            n => self.free_ends[n - 1],
+            n => self.frees[n - 1].end,
         };
-        self.taken = taken.min(self.free_ends.len());
-        let at = self.cpu_at.get(&cpu).copied().unwrap_or(0);
-        let earliest = at.max(self.purge_at);
-        let drops: Vec<_> = core::mem::take(&mut self.drops)
-            .into_iter()
-            .filter(|(d, _)| *d >= self.purge_at)
-            .collect();
-        let at = match drops.first() {
+        let earliest = cpu_at.max(after);
+        let drops: Vec<Fall> = drops.into_iter().filter(|d| d.at >= after).collect();
+        let cut = self.take_cut(&drops);
+        let (at, window) = match (drops.first(), cut) {
+            (Some(first), Some(cut)) => {
+                // Between the last free it took and the first it did not;
+                // after the purging CPU's last event if that lies there.
+                let lo = cut.checked_sub(1).map_or(0, |i| self.frees[i].end);
+                let hi = self.frees[cut].start.min(event_at).max(after);
+                let lo = lo.max(after).min(hi);
+                let on_cpu = first.cpu_at.get(&cpu).copied().unwrap_or(0).min(cpu_at);
+                (on_cpu.max(lo).min(hi), (lo < hi).then_some(lo))
+            }
             // The purge ran on `cpu` from its last event before the fall.
-            Some((_, cpu_at)) => cpu_at.get(&cpu).copied().unwrap_or(0).max(self.purge_at),
-            None => earliest.max(after_frees),
+            (Some(first), None) => (
+                first.cpu_at.get(&cpu).copied().unwrap_or(0).max(after),
+                None,
+            ),
+            (None, _) => (earliest.max(after_frees), None),
         };
-        let drops: Vec<usize> = drops.into_iter().map(|(d, _)| d).collect();
-        if self.cpus > 1 && drops.len() == self.cpus as usize {
-            for (node, &d) in drops.iter().enumerate().rev() {
-                self.insert_line(d, &format!("purge node {node}\n"));
+        let nodes = match cut.and_then(|c| self.fall_nodes(&drops, c)) {
+            Some(nodes) => Some(nodes),
+            None if drops.iter().all(|d| d.at < event_at) => Some((0..drops.len()).collect()),
+            None => None,
+        };
+        if let (true, Some(nodes)) = (self.cpus > 1 && drops.len() == self.cpus as usize, nodes) {
+            // Falls after the event change nothing: the event ends the purge.
+            let before = drops.iter().zip(&nodes).filter(|(d, _)| d.at < event_at);
+            for (d, &node) in before.collect::<Vec<_>>().into_iter().rev() {
+                self.insert_line(d.at, &format!("purge node {node}\n"));
             }
         }
         self.insert_line(at, &format!("purge{full} begin\n"));
+        if let Some(lo) = window {
+            self.insert_line(lo, &format!("purge{full} window\n"));
+        }
+        self.taken = cut.unwrap_or(taken).min(self.frees.len());
+    }
+
+    /// The index of the first lazy free the purge with these falls did not
+    /// take: counted back from the last fall's free, the frees whose pages
+    /// add up to `nr_lazy` after it. `None` when they do not add up
+    /// exactly, or the cut lies before the previous purge's or after the
+    /// first fall (the take comes before any node is purged).
+    fn take_cut(&self, drops: &[Fall]) -> Option<usize> {
+        let (first, last) = (drops.first()?, drops.last()?);
+        let mut left = last.left;
+        let mut cut = last.free + 1;
+        while left > 0 {
+            cut = cut.checked_sub(1).filter(|&c| c >= self.taken)?;
+            left = left.checked_sub(self.frees[cut].area.pages)?;
+        }
+        (cut <= first.free).then_some(cut)
+    }
+
+    /// The node each fall finished: the one whose lazy pages taken (the
+    /// frees from the previous cut to `cut`) the fall subtracts. `None`
+    /// unless every fall matches a different node.
+    fn fall_nodes(&self, drops: &[Fall], cut: usize) -> Option<Vec<usize>> {
+        let nodes = self.cpus as usize;
+        let vmalloc = self.vmalloc();
+        let mut pages = vec![0u64; nodes];
+        for f in self.frees.get(self.taken..cut)? {
+            let a = f.area;
+            let node = if nodes > 1 && Some(a.window) == vmalloc {
+                a.cpu as usize % nodes
+            } else {
+                (f.addr / (16 * 4096) % nodes as u64) as usize
+            };
+            pages[node] = pages[node].saturating_add(a.pages);
+        }
+        let mut order = Vec::new();
+        for d in drops {
+            let node = (0..nodes).find(|&n| pages[n] == d.purged && !order.contains(&n))?;
+            order.push(node);
+        }
+        Some(order)
     }
 
     /// Inserts `line` into `body` at `at`, moving the ends noted after it.
     fn insert_line(&mut self, at: usize, line: &str) {
         self.body.insert_str(at, line);
-        let ends = self.cpu_at.values_mut().chain(self.free_ends.iter_mut());
+        let frees = self
+            .frees
+            .iter_mut()
+            .flat_map(|f| [&mut f.start, &mut f.end]);
+        let ends = (self.cpu_at.values_mut().chain(frees)).chain([&mut self.purge_at]);
         for end in ends.filter(|e| **e > at) {
             *end += line.len();
         }
@@ -351,32 +487,57 @@ impl Imported {
                     }
                     return Ok(());
                 }
-                if let Some(&old) = self.live.get(&addr) {
+                if let Some(old) = self.live.get(&addr) {
                     return Err(format!(
-                        "alloc_vmap_area returned {addr:#x}, still live since line {old}"
+                        "alloc_vmap_area returned {addr:#x}, still live since line {}",
+                        old.id
                     ));
                 }
                 let id = retry.map_or(line, |f| f.line);
                 self.alloc_line(id, request, r.cpu);
                 let _ = writeln!(self.expected, "L{id} {addr:#x}");
-                self.live.insert(addr, id);
+                let area = Live {
+                    id,
+                    pages: size / 4096,
+                    cpu: r.cpu,
+                    window,
+                };
+                self.live.insert(addr, area);
             }
             Event::FreeLazy(addr, nr_lazy) => {
-                if let (Some(now), Some(before)) = (nr_lazy, self.nr_lazy) {
-                    if now < before {
-                        self.drops.push((self.body.len(), self.cpu_at.clone()));
-                    }
-                }
-                self.nr_lazy = nr_lazy.or(self.nr_lazy);
-                let id = self.live.remove(&addr).ok_or_else(|| {
+                let area = self.live.remove(&addr).ok_or_else(|| {
                     format!(
                         "free_vmap_area_noflush of {addr:#x}, which no traced alloc_vmap_area \
                          returned (was tracing started after it was allocated? trace from \
                          boot with trace_event=vmalloc:*)"
                     )
                 })?;
-                let _ = writeln!(self.body, "lazy L{id}");
-                self.free_ends.push(self.body.len());
+                let start = self.body.len();
+                if let (Some(now), Some(before)) = (nr_lazy, self.nr_lazy) {
+                    if now < before {
+                        self.drops.push(Fall {
+                            at: start,
+                            cpu_at: self.cpu_at.clone(),
+                            free: self.frees.len(),
+                            purged: (before - now).saturating_add(area.pages),
+                            left: now,
+                        });
+                    }
+                }
+                self.nr_lazy = nr_lazy.or(self.nr_lazy);
+                let _ = writeln!(self.body, "lazy L{}", area.id);
+                let end = self.body.len();
+                self.frees.push(Freed {
+                    start,
+                    end,
+                    addr,
+                    area,
+                });
+                // A fall right after a purge event is that purge's.
+                if let Some(mut open) = self.open.take() {
+                    open.drops.append(&mut self.drops);
+                    self.begin_purge(open);
+                }
             }
             Event::Purge(purged) => {
                 let full = match self.failed.get_mut(&r.cpu) {
@@ -386,14 +547,29 @@ impl Imported {
                     }
                     None => "",
                 };
-                self.begin_purge(r.cpu, full, purged);
-                // The next fall of `nr_lazy` is the next purge's.
-                self.nr_lazy = None;
+                self.end_open();
+                let open = Open {
+                    cpu: r.cpu,
+                    full,
+                    purged,
+                    event_at: self.body.len(),
+                    after: self.purge_at,
+                    cpu_at: self.cpu_at.get(&r.cpu).copied().unwrap_or(0),
+                    drops: core::mem::take(&mut self.drops),
+                };
                 let _ = writeln!(self.body, "purge{full}");
                 self.purge_at = self.body.len();
+                self.open = Some(open);
             }
         }
         Ok(())
+    }
+
+    /// Writes the `purge begin` of the last purge event, if not yet.
+    fn end_open(&mut self) {
+        if let Some(open) = self.open.take() {
+            self.begin_purge(open);
+        }
     }
 
     /// A request Linux gave up on: an `alloc` expected to fail.
@@ -404,6 +580,7 @@ impl Imported {
 
     /// Requests still failing at the end of the trace: expected `nospace`.
     fn finish(&mut self) {
+        self.end_open();
         let mut left: Vec<(u32, Failed)> = self.failed.drain().collect();
         left.sort_by_key(|(_, f)| f.line);
         for (cpu, f) in left {

@@ -34,6 +34,43 @@ fn error(text: &str) -> ImportError {
     import(text.as_bytes()).expect_err("must not import")
 }
 
+/// An `alloc_vmap_area` line on `cpu` of `pages` pages at `page` pages
+/// into vmalloc's window, in vmalloc's window.
+fn alloc_at(cpu: u32, page: u64, pages: u64) -> String {
+    format!(
+        "  t-1 [{cpu:03}] ..... 1.0: alloc_vmap_area: va_start: {} size={} align=4096 \
+         vstart=0xffffc90000000000 vend=0xffffe8ffffffffff failed=0\n",
+        0xffff_c900_0000_0000u64 + page * 0x1000,
+        pages * 0x1000
+    )
+}
+
+/// A `free_vmap_area_noflush` line on `cpu` of the area at `page`.
+fn free_at(cpu: u32, page: u64, nr_lazy: u64) -> String {
+    format!(
+        "  t-1 [{cpu:03}] ..... 1.0: free_vmap_area_noflush: va_start={:#x} \
+         nr_lazy={nr_lazy} nr_lazy_max=32768\n",
+        0xffff_c900_0000_0000u64 + page * 0x1000
+    )
+}
+
+/// A `purge_vmap_area_lazy` line of the drain worker on CPU 1.
+fn purge_line(purged: u64) -> String {
+    format!(
+        "  kworker/1:1-27 [001] ..... 1.0: purge_vmap_area_lazy: start=0x0 end=0x0 \
+         num_purged={purged}\n"
+    )
+}
+
+/// The commands of an imported trace after its header, without operands.
+fn commands(t: &Imported) -> Vec<String> {
+    t.trace()
+        .lines()
+        .skip(5)
+        .map(|l| l.split(" 0x").next().unwrap().to_string())
+        .collect()
+}
+
 /// A purge begins after its CPU's previous event, after the previous
 /// purge, and after as many lazy frees as it purged; here the last bound
 /// decides: the purge on CPU 0 took one area, so it began after the free
@@ -195,20 +232,8 @@ fn cpus_without_a_header() {
 /// one fall per node, `purge node N` goes just before the `N`-th fall.
 #[test]
 fn nr_lazy_falls_place_the_purge_start_and_each_node() {
-    let alloc = |cpu: u32, page: u64| {
-        format!(
-            "  t-1 [{cpu:03}] ..... 1.0: alloc_vmap_area: va_start: {} size=8192 align=4096 \
-             vstart=0xffffc90000000000 vend=0xffffe8ffffffffff failed=0\n",
-            0xffff_c900_0000_0000u64 + page * 0x1000
-        )
-    };
-    let free = |page: u64, nr_lazy: u64| {
-        format!(
-            "  t-1 [000] ..... 1.0: free_vmap_area_noflush: va_start={:#x} nr_lazy={nr_lazy} \
-             nr_lazy_max=32768\n",
-            0xffff_c900_0000_0000u64 + page * 0x1000
-        )
-    };
+    let alloc = |cpu: u32, page: u64| alloc_at(cpu, page, 2);
+    let free = |page: u64, nr_lazy: u64| free_at(0, page, nr_lazy);
     let text = [
         HEADER.to_string(),
         alloc(1, 0),
@@ -219,20 +244,11 @@ fn nr_lazy_falls_place_the_purge_start_and_each_node() {
         free(2, 4),
         free(4, 3),
         free(6, 2),
-        "  kworker/1:1-27 [001] ..... 1.0: purge_vmap_area_lazy: start=0x0 end=0x0 \
-         num_purged=4\n"
-            .to_string(),
+        purge_line(4),
     ]
     .concat();
-    let t = imported(&text);
-    let cmds: Vec<String> = t
-        .trace()
-        .lines()
-        .skip(5)
-        .map(|l| l.split(" 0x").next().unwrap().to_string())
-        .collect();
     assert_eq!(
-        cmds,
+        commands(&imported(&text)),
         [
             "alloc L13",
             "purge begin",
@@ -248,4 +264,109 @@ fn nr_lazy_falls_place_the_purge_start_and_each_node() {
             "purge",
         ]
     );
+}
+
+/// `nr_lazy` after a purge's last fall counts the pages freed since it
+/// took the lazy lists: here 6, the frees of L15, L16 and L19, so it took
+/// L13 and L14 and began between `lazy L14` and `lazy L15` (the window),
+/// after the purging CPU's last event (`purge begin`). The first fall
+/// subtracts 4 pages, node 1's (L13, on CPU 1), the second 3, node 0's
+/// (L14): node 1 finished first.
+#[test]
+fn nr_lazy_after_the_last_fall_places_the_take_and_names_each_node() {
+    let (alloc, free) = (alloc_at, free_at);
+    let text = [
+        HEADER.to_string(),
+        alloc(1, 0, 4),
+        alloc(0, 10, 3),
+        alloc(0, 20, 2),
+        alloc(0, 30, 2),
+        free(1, 0, 4),
+        free(0, 10, 7),
+        alloc(0, 40, 2),
+        free(0, 20, 9),
+        free(0, 30, 7),
+        free(0, 40, 6),
+        purge_line(2),
+    ]
+    .concat();
+    assert_eq!(
+        commands(&imported(&text)),
+        [
+            "alloc L13",
+            "alloc L14",
+            "alloc L15",
+            "alloc L16",
+            "lazy L13",
+            "lazy L14",
+            "purge window",
+            "purge begin",
+            "alloc L19",
+            "lazy L15",
+            "purge node 1",
+            "lazy L16",
+            "purge node 0",
+            "lazy L19",
+            "purge",
+        ]
+    );
+}
+
+/// The fall the free after a purge event shows is that purge's (its last
+/// node is subtracted just before the event): 4 pages left after it, the
+/// frees of L14 and L17, so the purge took L13 only, although it counted
+/// two areas and L14 came before its event.
+#[test]
+fn a_fall_after_the_event_belongs_to_that_purge() {
+    let alloc = |page: u64, pages: u64| alloc_at(0, page, pages);
+    let free = |page: u64, nr_lazy: u64| free_at(0, page, nr_lazy);
+    let text = [
+        HEADER.to_string(),
+        alloc(0, 4),
+        alloc(10, 2),
+        free(0, 4),
+        free(10, 6),
+        purge_line(2),
+        alloc(20, 2),
+        free(20, 4),
+    ]
+    .concat();
+    assert_eq!(
+        commands(&imported(&text)),
+        [
+            "alloc L13",
+            "alloc L14",
+            "lazy L13",
+            "purge begin",
+            "lazy L14",
+            "purge",
+            "alloc L18",
+            "lazy L18",
+        ]
+    );
+}
+
+/// Inside a purge window the judge runs the begin at Linux's first
+/// answer that the state before the begin does not give: the area that
+/// the begin's decay frees (`a`, pooled on node 0, its pool of one area
+/// decays whole). When Linux's answer is the one before the decay, the
+/// begin waits for its line. A free-running replay begins at the line.
+#[test]
+fn a_purge_window_begins_at_the_first_answer_that_needs_it() {
+    let trace = "lazymax 0xffffffffffffffff\nspace 0x1 0xffffffffffffffff\ncpus 2\n\
+                 vmalloc 0x100000 0x1000000\n\
+                 alloc a 0x2000 align 0x1000 range 0x100000 0x1000000 cpu 0\n\
+                 lazy a\npurge\npurge window\n\
+                 alloc c 0x2000 align 0x1000 range 0x100000 0x1000000 cpu 1\n\
+                 purge begin\nlazy c\npurge\n";
+    let run = |c: &str, judged: bool| {
+        let linux = judge::answers(&format!("a 0x100000\nc {c}\n")).unwrap();
+        judge::replay(trace, &linux, judged).unwrap()
+    };
+    let decayed = run("0x100000", true);
+    assert_eq!((decayed.same, decayed.window_begins), (2, 1));
+    let before = run("0x102000", true);
+    assert_eq!((before.same, before.window_begins), (2, 0));
+    let free = run("0x100000", false);
+    assert_eq!((free.same, free.window_begins), (1, 0));
 }

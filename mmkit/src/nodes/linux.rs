@@ -263,6 +263,24 @@ impl LinuxNodes {
         }
     }
 
+    /// The address the next allocation of `size` bytes at `align` in
+    /// `[lo, hi)` would get, without taking it: the request's pool's
+    /// newest area when aligned, else the free tree's fit. `None` when
+    /// neither holds it (the allocation would purge and try again) or the
+    /// request is invalid.
+    pub fn peek(&self, size: u64, align: u64, (lo, hi): (u64, u64)) -> Option<u64> {
+        let req = Request::bytes(size)?;
+        let (vs, ve) = req
+            .align(align)
+            .within(lo..hi)
+            .clamp(self.tree.space())
+            .ok()?;
+        let pool = (self.node_of(lo, hi).zip(Self::class(size)))
+            .filter(|nc| !self.detached.contains(nc))
+            .and_then(|(n, c)| self.pools[n][c].front().copied());
+        (pool.filter(|a| a & (align - 1) == 0)).or_else(|| self.shape.find(size, align, vs, ve))
+    }
+
     /// Takes `[a, a + size)` out of the free tree.
     fn take_free(&mut self, a: u64, size: u64, align: u64) -> Result<(), RequestError> {
         let req = Request::bytes(size).ok_or(RequestError::ZeroSize)?;
