@@ -18,9 +18,8 @@
 //! - lazy frees need a list on the heap: refused (`StorageFull`) until the
 //!   heap is allowed;
 //! - [`Policy::BestFit`] keeps a size index whose nodes come from the
-//!   same arrays as the tree's, as many again (and again per alignment
-//!   indexed): a best fit the arrays have no room for is refused
-//!   (`StorageFull`).
+//!   same arrays as the tree's, as many again: a best fit the arrays have
+//!   no room for is refused (`StorageFull`).
 //!
 //! [`Policy::BestFit`]: crate::request::Policy::BestFit
 //!

@@ -41,10 +41,10 @@
 //! emptied, the live-area count, the two flags of
 //! [`without_busy_index`](VmapAllocator::without_busy_index) and the list
 //! of holes in a memory map (see `memmap`) and the tree's best-fit size
-//! indexes (empty until a best fit is asked for), the allocator itself is
-//! 960 bytes (`size_of::<VmapAllocator>()` on 64-bit targets). Released
+//! index (empty until a best fit is asked for), the allocator itself is
+//! 936 bytes (`size_of::<VmapAllocator>()` on 64-bit targets). Released
 //! nodes are reused and none of these shrink, so steady-state operation
-//! allocates no heap memory (the best-fit indexes' nodes come from the
+//! allocates no heap memory (the best-fit index's nodes come from the
 //! tree's pools too).
 
 use crate::ensure;

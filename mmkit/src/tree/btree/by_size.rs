@@ -15,31 +15,29 @@
 //! and touch no entry. A tree that is never asked for a best fit keeps no
 //! index and pays one branch per change.
 //!
-//! An aligned request (above the granule floor, no window) looks at a
-//! second index instead, one per alignment `2^k` asked for: the blocks
-//! that hold a start aligned to `2^k`, by `(length, start)` as the size
-//! index, each inner entry with an upper bound on the usable lengths
-//! `e - align_up(s, 2^k)` below it (`size_tree.rs`). The best fit is the
+//! An aligned request (above the granule floor, no window) searches the
+//! same index by its *lanes* (`size_tree.rs`), kept from the first such
+//! request on: each inner entry bounds, at ten alignments at once, the
+//! usable lengths `e - align_up(s, 2^k)` below it. The best fit is the
 //! first block from `(size, 0)` whose usable length is at least the size,
-//! and the bounds let the search skip every subtree of blocks long enough
-//! but wrongly aligned, where the size index would read each of them.
+//! and the lanes let the search skip every subtree of blocks long enough
+//! but wrongly aligned, where a plain walk would read each of them. A
+//! block change costs the one index its remove and insert, whatever the
+//! alignments in use.
 //!
-//! The indexes are [`SizeTree`]s (`size_tree.rs`) whose nodes come from
-//! the address tree's own pools, and the aligned ones are listed in the
-//! storage's store: a steady state of best fits allocates no heap memory,
-//! and on fixed storage each index takes its nodes from the same arrays
-//! as the tree (about as many as the tree's again). When the arrays have
-//! no room for a new aligned index, the search at that alignment walks
-//! the size index instead; when they have none for the size index, a
-//! best fit is refused (the allocator's `StorageFull`).
+//! The index is a [`SizeTree`] (`size_tree.rs`) whose nodes come from
+//! the address tree's own pools: a steady state of best fits allocates no
+//! heap memory, and on fixed storage the index takes its nodes from the
+//! same arrays as the tree (about as many as the tree's again). When they
+//! have no room for it, a best fit scans the blocks.
 
 use alloc::vec::Vec;
 
-use super::size_tree::{usable, SizeIter, SizeTree};
+use super::size_tree::{SizeIter, SizeTree};
 use super::{BTree, Pos, INNER_MIN, LEAF_MIN};
 use crate::error::CheckError;
 use crate::range::fit_in;
-use crate::storage::{Storage, Store};
+use crate::storage::Storage;
 
 impl<S: Storage> BTree<S> {
     /// Whether the size index is kept.
@@ -91,69 +89,31 @@ impl<S: Storage> BTree<S> {
         self.leaves.has_room(leaves + l) && self.inners.has_room(inners + i)
     }
 
-    /// Nodes the indexes kept (and `extra` more) may take for one more
+    /// Nodes the index kept (and `extra` more) may take for one more
     /// block: each block change removes an entry and inserts up to two,
     /// and an insert splits a leaf and an inner node per level (a new
     /// root included, so one level more for the second) at most.
     pub(super) fn index_room(&self, extra: usize) -> (usize, usize) {
-        let kept = self.aligned().count() + usize::from(self.by_size.is_some()) + extra;
-        let height = self.indexes().map(|t| t.height()).max().unwrap_or(0);
+        let kept = usize::from(self.by_size.is_some()) + extra;
+        let height = self.by_size.map_or(0, |t| t.height());
         (2 * kept, 2 * kept * (height + 2))
     }
 
-    /// The size index and the aligned ones kept.
-    fn indexes(&self) -> impl Iterator<Item = &SizeTree> {
-        self.by_size.iter().chain(self.aligned().map(|(_, t)| t))
-    }
-
-    /// The aligned indexes kept.
-    fn aligned(&self) -> impl Iterator<Item = &(u32, SizeTree)> {
-        self.by_usable.as_slice().iter()
-    }
-
-    /// Files `[s, e)` in the size index and the aligned ones, if kept.
+    /// Files `[s, e)` in the size index, if kept.
     #[inline]
     pub(super) fn index_block(&mut self, s: u64, e: u64) {
         if let Some(ix) = &mut self.by_size {
             ix.insert(&mut self.leaves, &mut self.inners, (e - s, s));
-            for (k, ax) in self.by_usable.as_mut_slice() {
-                if usable(s, e, *k).is_some() {
-                    ax.insert(&mut self.leaves, &mut self.inners, (e - s, s));
-                }
-            }
         }
     }
 
-    /// Drops `[s, e)` from the size index and the aligned ones, if kept.
+    /// Drops `[s, e)` from the size index, if kept.
     #[inline]
     pub(super) fn unindex_block(&mut self, s: u64, e: u64) {
         if let Some(ix) = &mut self.by_size {
             let held = ix.remove(&mut self.leaves, &mut self.inners, (e - s, s));
             debug_assert!(held, "[{s:#x}, {e:#x}) is not in the size index");
-            for (k, ax) in self.by_usable.as_mut_slice() {
-                if usable(s, e, *k).is_some() {
-                    ax.remove(&mut self.leaves, &mut self.inners, (e - s, s));
-                }
-            }
         }
-    }
-
-    /// The aligned index for `2^k`, built from the blocks on first use
-    /// while the store of aligned indexes and the pools have room.
-    ///
-    /// # Complexity
-    /// O(n log n) the first time, O(1) after.
-    fn aligned_index(&mut self, k: u32) -> Option<SizeTree> {
-        if let Some((_, t)) = self.aligned().find(|(j, _)| *j == k) {
-            return Some(*t);
-        }
-        if self.by_usable.as_slice().len() >= self.by_usable.room() || !self.has_room_for_index() {
-            return None;
-        }
-        let mut ax = SizeTree::aligned(&mut self.leaves, k);
-        self.index_all(&mut ax, |s, e| usable(s, e, k).map(|_| (e - s, s)));
-        self.by_usable.push((k, ax));
-        Some(ax)
     }
 
     /// The entries of `t` from `from` on.
@@ -183,15 +143,14 @@ impl<S: Storage> BTree<S> {
     /// answers.
     ///
     /// Without a window (one that holds every block), a request aligned
-    /// above the granule floor reads the aligned index of its alignment
-    /// instead (see the module docs).
+    /// above the granule floor searches the index by its lanes instead
+    /// (see the module docs).
     ///
     /// # Complexity
     /// Without a window: O(log n) nodes, and one node per level for each
-    /// subtree whose bound the blocks' changes left stale (the search
-    /// lowers it); the first request at an alignment builds its index,
-    /// O(n log n) once, and every change to the blocks then updates it,
-    /// O(log n) per index kept. With a window: O(log n + min(k, m)), `k` the blocks at least
+    /// subtree whose lane the blocks' changes left stale (the search
+    /// lowers it); the first aligned request computes the lanes,
+    /// O(n) once. With a window: O(log n + min(k, m)), `k` the blocks at least
     /// `size` long that come before the answer in size order but cannot
     /// hold the request (the alignment misses in them, or they lie outside
     /// the window), `m` the blocks that meet the window.
@@ -232,15 +191,13 @@ impl<S: Storage> BTree<S> {
         }
         let whole = lo <= self.lowest_start() && self.wild.map_or(true, |w| w.1 <= hi);
         let k = align.trailing_zeros();
-        let aligned = match whole && k > self.floor {
-            true => self.aligned_index(k),
-            false => None,
-        };
-        let found = match aligned {
-            Some(ax) => ax
-                .first_fit(&self.leaves, &mut self.inners, (size, 0), size, bound)
-                .map(|(_, s)| (s, fit_in(s, u64::MAX, size, align).expect("a fit"))),
-            None => self.best_fit_in_index(size, align, lo, hi, bound),
+        let found = match (whole && k > self.floor, &mut self.by_size) {
+            (true, Some(ix)) => {
+                ix.keep_lanes(&self.leaves, &mut self.inners, self.floor);
+                ix.first_fit(&self.leaves, &mut self.inners, (size, 0), (size, k), bound)
+                    .map(|(_, s)| (s, fit_in(s, u64::MAX, size, align).expect("a fit")))
+            }
+            _ => self.best_fit_in_index(size, align, lo, hi, bound),
         };
         let (s, a) = found?;
         *pos = self.find(s).expect("an indexed block is in the tree");
@@ -304,39 +261,24 @@ impl<S: Storage> BTree<S> {
     }
 
     /// Verifies that the size index, when kept, holds exactly the blocks,
-    /// and each aligned index exactly those with an aligned start, each a
-    /// well-formed size tree; returns the leaves and inner nodes they
-    /// hold.
+    /// a well-formed size tree with its lanes; returns the leaves and
+    /// inner nodes it holds.
     pub(super) fn check_size_index(&self) -> Result<(usize, usize), CheckError> {
         let Some(ix) = &self.by_size else {
             return Ok((0, 0));
         };
-        let mut nodes = (0, 0);
-        let mut check = |t: &SizeTree, want: Vec<(u64, u64)>, what: &str| {
-            let (l, i) = t.check(&self.leaves, &self.inners)?;
-            nodes = (nodes.0 + l, nodes.1 + i);
-            let got: Vec<(u64, u64)> = self.walk(t, (0, 0)).collect();
-            let first = got.iter().zip(&want).position(|(g, w)| g != w);
-            crate::ensure!(
-                got.len() == want.len() && first.is_none(),
-                Structure,
-                "{what} holds {} entries, {} blocks belong; first difference at entry {first:?}",
-                got.len(),
-                want.len()
-            );
-            Ok(())
-        };
-        for (k, ax) in self.aligned() {
-            let mut want: Vec<(u64, u64)> = self
-                .iter()
-                .filter_map(|(s, e)| usable(s, e, *k).map(|_| (e - s, s)))
-                .collect();
-            want.sort_unstable();
-            check(ax, want, "an aligned index")?;
-        }
+        let nodes = ix.check(&self.leaves, &self.inners)?;
+        let got: Vec<(u64, u64)> = self.walk(ix, (0, 0)).collect();
         let mut want: Vec<(u64, u64)> = self.iter().map(|(s, e)| (e - s, s)).collect();
         want.sort_unstable();
-        check(ix, want, "the size index")?;
+        let first = got.iter().zip(&want).position(|(g, w)| g != w);
+        crate::ensure!(
+            got.len() == want.len() && first.is_none(),
+            Structure,
+            "the size index holds {} entries, {} blocks belong; first difference at entry {first:?}",
+            got.len(),
+            want.len()
+        );
         Ok(nodes)
     }
 }

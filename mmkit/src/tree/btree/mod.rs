@@ -81,7 +81,7 @@
 //! released nodes are chained for reuse, so a steady state of inserts and
 //! removals allocates no heap memory.
 
-use crate::storage::{Fixed, Heap, Inline, Storage, Store};
+use crate::storage::{Fixed, Heap, Storage};
 use node::{Inner, Leaf, Pool, NONE};
 use search::{Cleared, Shape};
 use size_tree::SizeTree;
@@ -215,10 +215,6 @@ pub struct BTree<S: Storage = Heap> {
     /// Once a best fit is asked for: every block as `(length, start)`,
     /// in nodes from the same pools (see `by_size.rs`).
     by_size: Option<SizeTree>,
-    /// Per alignment `2^k` a best fit asked for above the granule floor
-    /// (while the store has room): `k` and the blocks that hold an
-    /// aligned start, as `(usable length, start)` (see `by_size.rs`).
-    by_usable: S::Store<(u32, SizeTree)>,
 }
 
 impl Default for BTree {
@@ -230,7 +226,7 @@ impl Default for BTree {
 impl BTree {
     /// An empty tree.
     pub fn new() -> Self {
-        Self::with_pools(Pool::with_root(), Pool::new(), alloc::vec::Vec::new())
+        Self::with_pools(Pool::with_root(), Pool::new())
     }
 }
 
@@ -238,19 +234,14 @@ impl<const K: usize> BTree<Fixed<K>> {
     /// An empty tree whose nodes live in arrays of `K` of each kind (see
     /// [`crate::storage`]).
     pub const fn new_fixed() -> Self {
-        let aligned = Inline::filled((0, SizeTree::NONE), 0);
-        Self::with_pools(Pool::fixed(1), Pool::fixed(0), aligned)
+        Self::with_pools(Pool::fixed(1), Pool::fixed(0))
     }
 }
 
 impl<S: Storage> BTree<S> {
-    /// An empty tree over `leaves`, which holds its root leaf (id 0),
-    /// `inners`, and an empty store for the aligned indexes.
-    const fn with_pools(
-        leaves: Pool<Leaf, S>,
-        inners: Pool<Inner, S>,
-        by_usable: S::Store<(u32, SizeTree)>,
-    ) -> Self {
+    /// An empty tree over `leaves`, which holds its root leaf (id 0), and
+    /// `inners`.
+    const fn with_pools(leaves: Pool<Leaf, S>, inners: Pool<Inner, S>) -> Self {
         BTree {
             leaves,
             inners,
@@ -266,7 +257,6 @@ impl<S: Storage> BTree<S> {
             shape: 0,
             nodes_max: (NO_VERSION, 0),
             by_size: None,
-            by_usable,
         }
     }
 
@@ -286,7 +276,6 @@ impl<S: Storage> BTree<S> {
     pub fn allow_heap(&mut self) {
         self.leaves.allow_heap();
         self.inners.allow_heap();
-        self.by_usable.allow_heap();
     }
 
     /// Number of blocks.
@@ -301,7 +290,7 @@ impl<S: Storage> BTree<S> {
 
     /// Heap bytes held (capacity, used or not).
     pub fn heap_bytes(&self) -> usize {
-        self.leaves.heap_bytes() + self.inners.heap_bytes() + self.by_usable.heap_bytes()
+        self.leaves.heap_bytes() + self.inners.heap_bytes()
     }
 
     /// Bytes of the nodes in the tree (released ones and `Vec` slack
@@ -317,7 +306,7 @@ impl<S: Storage> BTree<S> {
     /// so that bounds the nodes ever in use. Each best-fit index kept
     /// needs as many again.
     pub fn reserve(&mut self, n: usize) {
-        let trees = 1 + self.by_usable.as_slice().len() + usize::from(self.by_size.is_some());
+        let trees = 1 + usize::from(self.by_size.is_some());
         let leaves = (self.len + n) / LEAF_MIN + 1;
         let inners = leaves / (INNER_MIN - 1) + MAX_HEIGHT;
         self.leaves.reserve_total(trees * leaves);

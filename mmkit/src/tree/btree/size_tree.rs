@@ -14,19 +14,24 @@
 //! its child's first length, not its longest: a size tree needs no
 //! maxima).
 //!
-//! A tree *aligned* to `2^k` ([`SizeTree::aligned`]) also keeps, in each
-//! inner entry's summary slot, an upper bound on the usable length at
-//! `2^k` (`e - roundup(s, 2^k)`) of the blocks below that child, so
-//! [`SizeTree::first_fit`] skips every subtree that cannot hold an
-//! aligned request. A bound rises with every insert on its path and is
-//! left as it is by a removal; a search that finds nothing in a subtree
-//! lowers the subtree's bound to what it saw, so the next search of that
-//! size does not go in again.
+//! Once the tree keeps *lanes* ([`SizeTree::keep_lanes`], granules of
+//! `2^g`), each inner entry's summary slot holds, for every alignment
+//! `2^(g+j)` with `1 <= j <= LANES` at once, an upper bound on the usable
+//! lengths (`e - roundup(s, 2^(g+j))`) of the entries below that child:
+//! lane `j`, a 6-bit code, exact up to 31 granules and within a quarter
+//! above (`code`). [`SizeTree::first_fit`] skips each subtree that cannot
+//! hold an aligned request, at any alignment, with one index; an
+//! alignment above the last lane's is bounded by it. An insert raises the
+//! lanes along its path, a removal leaves them; a search that finds
+//! nothing in a subtree lowers the lane it read to what the subtree holds,
+//! so the next search does not go in again.
 //!
 //! ```text
-//!   aligned inner:  max[i], key[i]   child i's first entry
-//!                   sum[i]           >= the usable length of every entry below child i
-//! ``` As in the address tree, every leaf is at the same depth, a
+//!   inner with lanes:  max[i], key[i]   child i's first entry
+//!                      sum[i]           lane j >= code(usable length at 2^(g+j)) of every entry below child i
+//! ```
+//!
+//! As in the address tree, every leaf is at the same depth, a
 //! non-root leaf holds `LEAF_MIN..=LEAF_CAP` entries and a non-root inner
 //! node `INNER_MIN..=FANOUT` children, and slots past a node's length are
 //! empty (`u64::MAX` starts and keys, 0 lengths).
@@ -47,11 +52,11 @@ pub(super) type Key = (u64, u64);
 pub(super) struct SizeTree {
     /// The root: a leaf when `height == 0`.
     root: u32,
-    /// Inner levels above the leaves (with `align` and `root`, one word).
+    /// Inner levels above the leaves (with `lanes` and `root`, one word).
     levels: u16,
-    /// `k` of an aligned tree, whose inner entries bound the usable
-    /// lengths at `2^k` below them; 0 for a plain one.
-    align: u16,
+    /// `g + 1` once the inner entries keep lanes in granules of `2^g`
+    /// (see the module docs); 0 before.
+    lanes: u16,
     /// Entries held.
     len: usize,
 }
@@ -71,15 +76,109 @@ fn usable_of(k: u32, (len, s): Key) -> u64 {
     usable(s, s.saturating_add(len), k).unwrap_or(0)
 }
 
+/// Alignments a lane set covers: `2^(g+1)..=2^(g+LANES)`, each in its
+/// lane, and any above through the last lane, which bounds them too.
+const LANES: u32 = 10;
+
+/// Bits of one lane.
+const LANE_BITS: u32 = 6;
+
+/// The lane code of "any length": past the codes' range.
+const UNBOUNDED: u64 = (1 << LANE_BITS) - 1;
+
+/// Codes below this are the length itself, in granules.
+const EXACT: u64 = 32;
+
+/// The length a lane code stands for, in granules: itself below
+/// [`EXACT`], then four steps per doubling, (4..=7) << e. A search
+/// compares codes, never lengths: only the tests read it.
+#[cfg(test)]
+fn value(c: u64) -> u64 {
+    match c {
+        c if c < EXACT => c,
+        UNBOUNDED => u64::MAX,
+        c => (4 + (c & 3)) << ((c - EXACT) / 4 + 3),
+    }
+}
+
+/// The lowest lane code whose `value` is at least `u` granules.
+#[inline]
+fn code(u: u64) -> u64 {
+    if u < EXACT {
+        return u;
+    }
+    // u in [4 << e, 8 << e), rounded up to a step of 2^e (8 << e is
+    // the next doubling's first code).
+    let e = 61 - u.leading_zeros();
+    let m = ((u - 1) >> e) + 1;
+    (EXACT + u64::from(e - 3) * 4 + (m - 4)).min(UNBOUNDED)
+}
+
+/// `x` in granules of `2^g`, rounded up.
+#[inline]
+fn up(x: u64, g: u32) -> u64 {
+    (x >> g) + u64::from(x & ((1 << g) - 1) != 0)
+}
+
+/// Lane `j` of `m` (`1..=LANES`).
+#[inline]
+fn lane(m: u64, j: u32) -> u64 {
+    (m >> ((j - 1) * LANE_BITS)) & UNBOUNDED
+}
+
+/// `m` with lane `j` set to `c`.
+#[inline]
+fn with_lane(m: u64, j: u32, c: u64) -> u64 {
+    let at = (j - 1) * LANE_BITS;
+    (m & !(UNBOUNDED << at)) | c << at
+}
+
+/// The odd lanes (1, 3, ..., 9), each with six spare bits above it.
+const ODD_LANES: u64 = 0x03f_03f_03f_03f_03f;
+
+/// The lowest spare bit above each odd lane.
+const ODD_GUARDS: u64 = 0x040_040_040_040_040;
+
+/// The higher of each lane of `a` and `b`: every other lane at a time,
+/// so that each has a spare bit above it to show which is higher.
+#[inline]
+fn lane_max(a: u64, b: u64) -> u64 {
+    if a == b {
+        return a;
+    }
+    let half = |a: u64, b: u64| {
+        let (a, b) = (a & ODD_LANES, b & ODD_LANES);
+        // 64 + a - b per lane: bit 6 stays where a >= b.
+        let a_wins = (((a | ODD_GUARDS) - b) & ODD_GUARDS) >> 6;
+        let pick = a_wins * UNBOUNDED;
+        (a & pick) | (b & !pick)
+    };
+    half(a, b) | half(a >> LANE_BITS, b >> LANE_BITS) << LANE_BITS
+}
+
+/// A request of [`SizeTree::first_fit`]: `size` bytes at `2^k`, below
+/// `bound`; lane `j` bounds it in granules of `2^g` (0: no lane does),
+/// a subtree whose lane is below `need` cannot hold it, and `own` says
+/// whether the lane is its alignment's own.
+struct Ask {
+    size: u64,
+    k: u32,
+    j: u32,
+    g: u32,
+    need: u64,
+    own: bool,
+    bound: Key,
+}
+
 /// What [`SizeTree::first_fit`] found below a node.
 enum Search {
     /// The first entry that holds the request.
     Found(Key),
     /// An entry at or past the bound: nothing before it holds the request.
     Stopped,
-    /// None holds it: an upper bound on the usable lengths of the entries
-    /// looked at (the whole subtree unless the search started inside it).
-    Missed(u64),
+    /// None holds it: the code of the subtree's longest usable length at
+    /// the request's alignment, when the lane is its own.
+    Missed(Option<u64>),
 }
 
 /// The way from the root to a leaf: node and child slot per inner level.
@@ -194,7 +293,7 @@ impl Entries for Inner {
 }
 
 impl Inner {
-    /// Child `i`'s bound in an aligned size tree.
+    /// Child `i`'s lanes in a size tree that keeps them.
     #[inline]
     fn bound(&self, i: usize) -> u64 {
         self.sum[i].to_bits()
@@ -266,53 +365,100 @@ fn lower_bound(l: &Leaf, k: Key) -> usize {
 /// whose first entry is at most `k`, or the first.
 #[inline]
 fn child_for(n: &Inner, k: Key) -> usize {
-    (1..n.len as usize)
-        .take_while(|&i| (n.max[i], n.key[i]) <= k)
-        .count()
+    let last = n.len as usize - 1;
+    // The last child: a search for a length longer than most.
+    if (n.max[last], n.key[last]) <= k {
+        return last;
+    }
+    (1..last).take_while(|&i| (n.max[i], n.key[i]) <= k).count()
 }
 
 impl SizeTree {
-    /// No tree: a slot for one in a store.
-    pub(super) const NONE: SizeTree = SizeTree {
-        root: NONE,
-        levels: 0,
-        align: 0,
-        len: 0,
-    };
-
     /// An empty tree, its root leaf taken from `leaves`.
     pub(super) fn new<S: Storage>(leaves: &mut Pool<Leaf, S>) -> Self {
         SizeTree {
             root: leaves.alloc(),
             levels: 0,
-            align: 0,
+            lanes: 0,
             len: 0,
         }
     }
 
-    /// An empty tree aligned to `2^k` (`1 <= k < 64`: see the module
-    /// docs), its root leaf taken from `leaves`.
-    pub(super) fn aligned<S: Storage>(leaves: &mut Pool<Leaf, S>, k: u32) -> Self {
-        debug_assert!((1..64).contains(&k));
-        SizeTree {
-            align: k as u16,
-            ..SizeTree::new(leaves)
+    /// Keeps lanes in granules of `2^g` from now on (see the module
+    /// docs), computing them for the entries held; a tree that keeps lanes
+    /// already is left as it is.
+    ///
+    /// # Complexity
+    /// O(n) the first time.
+    pub(super) fn keep_lanes<S: Storage>(
+        &mut self,
+        leaves: &Pool<Leaf, S>,
+        inners: &mut Pool<Inner, S>,
+        g: u32,
+    ) {
+        if self.lanes == 0 {
+            self.lanes = g as u16 + 1;
+            self.relane(leaves, inners, self.root, 0);
         }
     }
 
-    /// The usable length at this tree's alignment of `k` (0 in a plain
-    /// tree, which keeps no bounds).
+    /// Whether the inner entries keep lanes.
+    pub(super) fn keeps_lanes(&self) -> bool {
+        self.lanes != 0
+    }
+
+    /// The granule shift of the lanes kept.
     #[inline]
-    fn bound_of(&self, k: Key) -> u64 {
-        match self.align {
-            0 => 0,
-            a => usable_of(u32::from(a), k),
-        }
+    fn granule(&self) -> u32 {
+        u32::from(self.lanes) - 1
     }
 
-    /// The exact bound of node `id` at depth `d`: the largest usable
-    /// length of its entries, or of its children's bounds.
-    fn node_bound<S: Storage>(
+    /// Sets the lanes of every inner entry below node `id` at depth `d`
+    /// exactly; returns the node's.
+    fn relane<S: Storage>(
+        &self,
+        leaves: &Pool<Leaf, S>,
+        inners: &mut Pool<Inner, S>,
+        id: u32,
+        d: usize,
+    ) -> u64 {
+        if d == self.height() {
+            return self.node_lanes(leaves, inners, id, d);
+        }
+        let mut all = 0;
+        for c in 0..inners[id as usize].count() {
+            let m = self.relane(leaves, inners, inners[id as usize].kid[c], d + 1);
+            inners[id as usize].set_bound(c, m);
+            all = lane_max(all, m);
+        }
+        all
+    }
+
+    /// The lanes of an entry: each usable length in granules, rounded up,
+    /// as its code. In granules, the end rounds up and the start to the
+    /// granule at or above it, and the aligned start is the same.
+    #[inline]
+    fn lanes_of_entry(&self, (len, s): Key) -> u64 {
+        let g = self.granule();
+        let (q, end) = (up(s, g), up(s.saturating_add(len), g));
+        let mut m = 0;
+        for j in 1..=LANES {
+            let mask = (1 << j) - 1;
+            // No aligned start at or above `q` at all: none usable.
+            let u = q
+                .checked_add(mask)
+                .map_or(0, |a| end.saturating_sub(a & !mask));
+            if u == 0 {
+                break; // coarser alignments hold no more
+            }
+            m |= code(u) << ((j - 1) * LANE_BITS);
+        }
+        m
+    }
+
+    /// The exact lanes of node `id` at depth `d`: of its entries, or the
+    /// highest of its children's.
+    fn node_lanes<S: Storage>(
         &self,
         leaves: &Pool<Leaf, S>,
         inners: &Pool<Inner, S>,
@@ -321,13 +467,10 @@ impl SizeTree {
     ) -> u64 {
         if d == self.height() {
             let l = &leaves[id as usize];
-            (0..l.count())
-                .map(|i| self.bound_of(l.get(i)))
-                .max()
-                .unwrap_or(0)
+            (0..l.count()).fold(0, |m, i| lane_max(m, self.lanes_of_entry(l.get(i))))
         } else {
             let n = &inners[id as usize];
-            (0..n.count()).map(|i| n.bound(i)).max().unwrap_or(0)
+            (0..n.count()).fold(0, |m, i| lane_max(m, n.bound(i)))
         }
     }
 
@@ -374,11 +517,16 @@ impl SizeTree {
     ) {
         let p = self.descend(inners, k);
         self.len += 1;
-        if self.align != 0 {
-            let b = self.bound_of(k);
-            for d in 0..self.height() {
+        if self.keeps_lanes() {
+            // Bottom up: an ancestor's lanes are at least its child's.
+            let m = self.lanes_of_entry(k);
+            for d in (0..self.height()).rev() {
                 let n = &mut inners[p.node[d] as usize];
-                n.set_bound(p.slot[d], n.bound(p.slot[d]).max(b));
+                let (old, new) = (n.bound(p.slot[d]), lane_max(n.bound(p.slot[d]), m));
+                if old == new {
+                    break;
+                }
+                n.set_bound(p.slot[d], new);
             }
         }
         let mut id = p.leaf;
@@ -411,7 +559,7 @@ impl SizeTree {
     /// Files the new right sibling `(first, id)` of the node at depth `d`
     /// on `p` in its parent, splitting upwards as needed; `left` is the
     /// first entry of that node, for a new root. Both halves keep the
-    /// bound of the node split (a new root's two are computed).
+    /// lanes of the node split (a new root's two are computed).
     fn add_child<S: Storage>(
         &mut self,
         leaves: &Pool<Leaf, S>,
@@ -422,8 +570,13 @@ impl SizeTree {
         (first, id): (Key, u32),
     ) {
         if d == 0 {
-            let lb = self.node_bound(leaves, inners, self.root, 0);
-            let rb = self.node_bound(leaves, inners, id, 0);
+            let (lb, rb) = match self.keeps_lanes() {
+                true => (
+                    self.node_lanes(leaves, inners, self.root, 0),
+                    self.node_lanes(leaves, inners, id, 0),
+                ),
+                false => (0, 0),
+            };
             let root = inners.alloc();
             let n = &mut inners[root as usize];
             n.insert_entry(0, (left, self.root, lb));
@@ -510,8 +663,11 @@ impl SizeTree {
             true => rebalance(leaves, l, r),
             false => rebalance(inners, l, r),
         };
-        // Entries moved between the two: each keeps a bound of both.
-        let b = parent.bound(lc).max(parent.bound(rc));
+        // Entries moved between the two: each keeps the lanes of both.
+        let b = match self.keeps_lanes() {
+            true => lane_max(parent.bound(lc), parent.bound(rc)),
+            false => 0,
+        };
         inners[pid as usize].set_bound(lc, b);
         if !merged {
             let f = match leaf_level {
@@ -534,34 +690,46 @@ impl SizeTree {
         }
     }
 
-    /// In a tree aligned to `2^k`, the first entry at least `from` and
+    /// In a tree that keeps lanes, the first entry at least `from` and
     /// below `bound` whose usable length at `2^k` is at least `size`: in a
     /// tree of the blocks by `(length, start)`, from `(size, 0)`, the best
-    /// fit at `2^k`. Subtrees whose bound is below `size` are skipped, and
-    /// the bound of each subtree searched in vain is lowered to what the
-    /// search saw (and below `from`'s length, which bounds the entries
-    /// before it).
+    /// fit at `2^k`. Subtrees whose lanes rule the request out are
+    /// skipped, and the lane of each subtree searched in vain is lowered
+    /// to what it holds.
     ///
     /// # Complexity
-    /// O(log n) nodes, and one node per level for each subtree whose bound
-    /// is stale (each such visit lowers it).
+    /// O(log n) nodes, and one node per level for each subtree whose lane
+    /// is stale (each such visit makes it exact).
     pub(super) fn first_fit<S: Storage>(
         &self,
         leaves: &Pool<Leaf, S>,
         inners: &mut Pool<Inner, S>,
         from: Key,
-        size: u64,
+        (size, k): (u64, u32),
         bound: Key,
     ) -> Option<Key> {
-        debug_assert!(self.align != 0, "a plain size tree keeps no bounds");
-        match self.search(leaves, inners, self.root, 0, Some(from), size, bound) {
-            Search::Found(k) => Some(k),
+        debug_assert!(self.keeps_lanes(), "a size tree without lanes");
+        let g = self.granule();
+        let j = k.saturating_sub(g).min(LANES);
+        let ask = Ask {
+            size,
+            k,
+            j,
+            g,
+            // The lowest code whose length in bytes is at least `size`.
+            need: if j == 0 { 0 } else { code(up(size, g)) },
+            own: k > g && k - g <= LANES,
+            bound,
+        };
+        match self.search(leaves, inners, self.root, 0, Some(from), u64::MAX, &ask) {
+            Search::Found(e) => Some(e),
             Search::Stopped | Search::Missed(_) => None,
         }
     }
 
-    /// [`first_fit`](Self::first_fit) below node `id` at depth `d`, from
-    /// `from` or (`None`) from its first entry.
+    /// [`first_fit`](Self::first_fit) below node `id` at depth `d`, whose
+    /// entries are at most `top` long, from `from` or (`None`) from its
+    /// first entry.
     #[allow(clippy::too_many_arguments)]
     fn search<S: Storage>(
         &self,
@@ -570,51 +738,59 @@ impl SizeTree {
         id: u32,
         d: usize,
         from: Option<Key>,
-        size: u64,
-        bound: Key,
+        top: u64,
+        ask: &Ask,
     ) -> Search {
         if d == self.height() {
             let l = &leaves[id as usize];
-            let mut seen = 0;
-            for i in from.map_or(0, |f| lower_bound(l, f))..l.count() {
-                let k = l.get(i);
-                if k >= bound {
+            let at = from.map_or(0, |f| lower_bound(l, f));
+            let mut most = 0;
+            for i in at..l.count() {
+                let e = l.get(i);
+                if e >= ask.bound {
                     return Search::Stopped;
                 }
-                let u = self.bound_of(k);
-                if u >= size {
-                    return Search::Found(k);
+                let u = usable_of(ask.k, e);
+                if u >= ask.size {
+                    return Search::Found(e);
                 }
-                seen = seen.max(u);
+                most = most.max(u);
             }
-            return Search::Missed(seen);
+            if !ask.own {
+                return Search::Missed(None);
+            }
+            let most = (0..at).fold(most, |m, i| m.max(usable_of(ask.k, l.get(i))));
+            return Search::Missed(Some(code(up(most, ask.g))));
         }
+        let n = inners[id as usize].count();
         let c0 = from.map_or(0, |f| child_for(&inners[id as usize], f));
-        let mut seen = 0;
-        for c in c0..inners[id as usize].count() {
-            let (first, kid, b) = inners[id as usize].get(c);
-            if c > c0 && first >= bound {
+        for c in c0..n {
+            let (first, kid, m) = inners[id as usize].get(c);
+            if c > c0 && first >= ask.bound {
                 return Search::Stopped;
             }
-            if b < size {
-                seen = seen.max(b);
+            // No entry below is longer than the next child's first.
+            let longest = match c + 1 < n {
+                true => inners[id as usize].max[c + 1],
+                false => top,
+            };
+            if longest < ask.size || (ask.j != 0 && lane(m, ask.j) < ask.need) {
                 continue;
             }
             let inside = if c == c0 { from } else { None };
-            match self.search(leaves, inners, kid, d + 1, inside, size, bound) {
-                Search::Missed(t) => {
-                    // Its bound falls to what was seen, and the entries
-                    // before `from` it was not looked at for are shorter
-                    // (or as long, past a start of 0), as their usable
-                    // lengths are.
-                    let t = inside.map_or(t, |f| t.max(f.0.saturating_sub(u64::from(f.1 == 0))));
-                    inners[id as usize].set_bound(c, t);
-                    seen = seen.max(t);
+            match self.search(leaves, inners, kid, d + 1, inside, longest, ask) {
+                Search::Missed(Some(t)) => {
+                    inners[id as usize].set_bound(c, with_lane(m, ask.j, t));
                 }
+                Search::Missed(None) => {}
                 found_or_stopped => return found_or_stopped,
             }
         }
-        Search::Missed(seen)
+        let nd = &inners[id as usize];
+        Search::Missed(
+            ask.own
+                .then(|| (0..n).map(|c| lane(nd.bound(c), ask.j)).max().unwrap_or(0)),
+        )
     }
 
     /// The entries from the first at least `from`, in order.
@@ -671,14 +847,14 @@ impl SizeTree {
         count: &mut usize,
     ) -> Result<Option<Key>, CheckError> {
         let root = d == 0;
-        if self.align != 0 && d < self.height() {
+        if self.keeps_lanes() && d < self.height() {
             let nd = &inners[id as usize];
             for c in 0..nd.count() {
-                let exact = self.exact_bound(leaves, inners, nd.kid[c], d + 1);
+                let exact = self.exact_lanes(leaves, inners, nd.kid[c], d + 1);
                 ensure!(
-                    exact <= nd.bound(c),
+                    lane_max(exact, nd.bound(c)) == nd.bound(c),
                     Structure,
-                    "size inner node {id}'s bound {:#x} for child {c} is below its usable length {exact:#x}",
+                    "size inner node {id}'s lanes {:#x} for child {c} are below its entries' {exact:#x}",
                     nd.bound(c)
                 );
             }
@@ -740,9 +916,9 @@ impl SizeTree {
 }
 
 impl SizeTree {
-    /// The largest usable length of the entries below node `id` at depth
-    /// `d`, by reading every one (for [`check`](Self::check)).
-    fn exact_bound<S: Storage>(
+    /// The exact lanes of the entries below node `id` at depth `d`, by
+    /// reading every one (for [`check`](Self::check)).
+    fn exact_lanes<S: Storage>(
         &self,
         leaves: &Pool<Leaf, S>,
         inners: &Pool<Inner, S>,
@@ -750,13 +926,12 @@ impl SizeTree {
         d: usize,
     ) -> u64 {
         if d == self.height() {
-            return self.node_bound(leaves, inners, id, d);
+            return self.node_lanes(leaves, inners, id, d);
         }
         let n = &inners[id as usize];
-        (0..n.count())
-            .map(|c| self.exact_bound(leaves, inners, n.kid[c], d + 1))
-            .max()
-            .unwrap_or(0)
+        (0..n.count()).fold(0, |m, c| {
+            lane_max(m, self.exact_lanes(leaves, inners, n.kid[c], d + 1))
+        })
     }
 }
 
@@ -858,22 +1033,28 @@ mod tests {
     }
 
     /// The aligned search against the set: blocks `(length, start)` with
-    /// starts spread so that alignments up to `2^8` miss in many; after
-    /// each batch of changes, `first_fit` from `(size, 0)` below a bound
-    /// must be the set's first such entry that holds `size` at `2^k`, and
-    /// `check` must find every bound at or above the usable lengths below
-    /// it (searches lower them, inserts raise them, removals leave them).
+    /// starts spread so that alignments up to `2^12` miss in many, one
+    /// tree searched at every alignment; the lanes are kept from the
+    /// `lanes_from`th change on (computed then for the entries held).
+    /// After each batch of changes, `first_fit` from `(size, 0)` below a
+    /// bound must be the set's first such entry that holds `size` at
+    /// `2^k`, and `check` must find every lane at or above its entries'
+    /// (inserts raise them, removals leave them, searches lower them).
     fn run_aligned(
-        k: u32,
+        lanes_from: usize,
         ops: &[(bool, Key)],
-        probes: &[(u64, Key)],
+        probes: &[(u64, u32, Key)],
     ) -> Result<(), TestCaseError> {
         let mut leaves = Pool::<Leaf, Heap>::new();
         let mut inners = Pool::<Inner, Heap>::new();
-        let mut t = SizeTree::aligned(&mut leaves, k);
+        let mut t = SizeTree::new(&mut leaves);
         let mut model = BTreeSet::new();
         let fail = |e: CheckError| TestCaseError::fail(alloc::format!("{e}"));
         for (i, &(add, key)) in ops.iter().enumerate() {
+            if i == lanes_from {
+                t.keep_lanes(&leaves, &mut inners, 4);
+                t.check(&leaves, &inners).map_err(fail)?;
+            }
             if add {
                 if model.insert(key) {
                     t.insert(&mut leaves, &mut inners, key);
@@ -881,15 +1062,15 @@ mod tests {
             } else {
                 prop_assert_eq!(t.remove(&mut leaves, &mut inners, key), model.remove(&key));
             }
-            if i % 97 == 0 || i + 1 == ops.len() {
-                for &(size, bound) in probes {
-                    let got = t.first_fit(&leaves, &mut inners, (size, 0), size, bound);
+            if t.keeps_lanes() && (i % 97 == 0 || i + 1 == ops.len()) {
+                for &(size, k, bound) in probes {
+                    let got = t.first_fit(&leaves, &mut inners, (size, 0), (size, k), bound);
                     let want = model
                         .range((size, 0)..)
                         .take_while(|&&e| e < bound)
                         .find(|&&e| usable_of(k, e) >= size)
                         .copied();
-                    prop_assert_eq!(got, want, "size {:#x} below {:?}", size, bound);
+                    prop_assert_eq!(got, want, "size {:#x} at 2^{} below {:?}", size, k, bound);
                 }
                 let nodes = t.check(&leaves, &inners).map_err(fail)?;
                 prop_assert_eq!(nodes, (leaves.used(), inners.used()));
@@ -898,9 +1079,31 @@ mod tests {
         Ok(())
     }
 
+    /// A code stands for the least value at or above its length, exactly
+    /// below 32 granules, within a quarter above, and unbounded past the
+    /// range; codes rise with the lengths.
+    #[test]
+    fn a_lane_code_is_the_least_value_at_or_above() {
+        let mut last = 0;
+        for u in (0..20_000u64).chain([1 << 40, u64::MAX]) {
+            let c = code(u);
+            assert!(value(c) >= u, "{u}: code {c} stands for {}", value(c));
+            assert!(c == 0 || value(c - 1) < u, "{u}: code {c} is not the least");
+            assert!(c >= last, "codes fall at {u}");
+            assert!(u >= EXACT || value(c) == u);
+            assert!(c == UNBOUNDED || value(c) - u <= u / 4, "{u}: {}", value(c));
+            last = c;
+        }
+        assert_eq!(code(u64::MAX), UNBOUNDED);
+        let m = with_lane(with_lane(0, 3, 9), LANES, UNBOUNDED);
+        assert_eq!((lane(m, 3), lane(m, LANES), lane(m, 1)), (9, UNBOUNDED, 0));
+        let both = lane_max(m, with_lane(0, 3, 11));
+        assert_eq!((lane(both, 3), lane(both, LANES)), (11, UNBOUNDED));
+    }
+
     /// A block holds an aligned start only strictly before its end: one
-    /// whose first aligned address is its end holds none, and is filed in
-    /// no aligned index.
+    /// whose first aligned address is its end holds none, and no usable
+    /// length at that alignment.
     #[test]
     fn usable_needs_an_aligned_start_inside_the_block() {
         assert_eq!(usable(0x1001, 0x2000, 12), None);
@@ -933,24 +1136,24 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]
 
-        /// Up to three levels of an aligned tree (2^5..2^9: up to 32
-        /// granules), inserts outnumbering removals two to one, then a
-        /// drain, searched as it changes.
+        /// Up to three levels, inserts outnumbering removals two to one,
+        /// then a drain, searched at alignments from the granule to past
+        /// the last lane (2^4..2^16 bytes, granules of 16) as it changes.
         #[test]
         fn aligned_first_fit_matches_a_scan_of_the_set(
-            k in 5..10u32,
+            lanes_from in 0..2000usize,
             ops in proptest::collection::vec((prop::bool::weighted(0.67), block()), 1..3000),
-            sizes in proptest::collection::vec(1..400u64, 1..8),
+            sizes in proptest::collection::vec((1..400u64, 4..17u32), 1..12),
             bounds in proptest::collection::vec(prop::option::of(block()), 1..8),
         ) {
             let mut all = ops.clone();
             all.extend(ops.iter().map(|&(_, b)| (false, b)));
-            let probes: Vec<(u64, Key)> = sizes
+            let probes: Vec<(u64, u32, Key)> = sizes
                 .iter()
                 .zip(bounds.iter().cycle())
-                .map(|(&g, b)| (g * 16, b.unwrap_or((u64::MAX, u64::MAX))))
+                .map(|(&(g, k), b)| (g * 16, k, b.unwrap_or((u64::MAX, u64::MAX))))
                 .collect();
-            run_aligned(k, &all, &probes)?;
+            run_aligned(lanes_from.min(all.len() - 1), &all, &probes)?;
         }
     }
 
