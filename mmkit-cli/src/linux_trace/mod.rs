@@ -29,6 +29,7 @@
 //! already includes the guard page. The expected output has one line per
 //! `alloc`: Linux's address, or `nospace`.
 
+use mmkit::nodes::LinuxNodes;
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::io::BufRead;
@@ -421,11 +422,8 @@ impl Imported {
         let mut pages = vec![0u64; nodes];
         for f in self.frees.get(self.taken..cut)? {
             let a = f.area;
-            let node = if nodes > 1 && Some(a.window) == vmalloc {
-                a.cpu as usize % nodes
-            } else {
-                (f.addr / (16 * 4096) % nodes as u64) as usize
-            };
+            let tag = (Some(a.window) == vmalloc).then_some(a.cpu as usize);
+            let node = LinuxNodes::lazy_node(nodes, tag, f.addr);
             pages[node] = pages[node].saturating_add(a.pages);
         }
         let mut order = Vec::new();

@@ -207,6 +207,26 @@ impl LinuxNodes {
         self.pools.iter().flatten().map(VecDeque::len).sum()
     }
 
+    /// The node whose lazy list an area joins when freed, as Linux 6.12
+    /// picks it among `nodes`: the node of the CPU it was tagged with at
+    /// allocation (`tag`, taken mod `nodes`; only requests in vmalloc's
+    /// own window are tagged), else the node of its address
+    /// (`addr_to_node`: 16-page zones in turn). With one node, node 0.
+    ///
+    /// ```
+    /// use mmkit::nodes::LinuxNodes;
+    /// assert_eq!(LinuxNodes::lazy_node(2, Some(3), 0), 1);
+    /// assert_eq!(LinuxNodes::lazy_node(2, None, 16 * 4096), 1);
+    /// assert_eq!(LinuxNodes::lazy_node(1, Some(3), 16 * 4096), 0);
+    /// ```
+    pub fn lazy_node(nodes: usize, tag: Option<usize>, addr: u64) -> usize {
+        match tag {
+            _ if nodes <= 1 => 0,
+            Some(cpu) => cpu % nodes,
+            None => ((addr / ZONE) % nodes as u64) as usize,
+        }
+    }
+
     /// The pool index of `size` bytes, if a pool holds that size.
     fn class(size: u64) -> Option<usize> {
         (size % PAGE == 0 && size / PAGE <= POOLED_PAGES).then(|| (size / PAGE - 1) as usize)
@@ -580,11 +600,7 @@ impl RangeAllocator for LinuxNodes {
 
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
         let area = self.live.remove(&addr).ok_or(FreeError::NotAllocated)?;
-        let n = match area.node {
-            Some(n) => n,
-            None if self.nodes > 1 => ((addr / ZONE) % self.nodes as u64) as usize,
-            None => 0,
-        };
+        let n = Self::lazy_node(self.nodes, area.node, addr);
         self.lazy[n].push(Lazy {
             start: addr,
             end: area.end,
