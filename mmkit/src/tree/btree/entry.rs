@@ -4,6 +4,7 @@
 //! the old entry and the one child that changed, stopping at the first
 //! that comes out unchanged.
 
+use super::classes::Classes;
 use super::node::{leaf_max, max_of};
 use super::{BTree, Pos};
 use crate::storage::Storage;
@@ -16,13 +17,15 @@ use crate::tree::summary::AlignSummary;
 /// padding on each side (alignment to two granules).
 pub(super) const CAPPED_DROP: u64 = 2;
 
-/// What a parent keeps about a child: its lowest start, its longest block
-/// and its alignment summary (the default while summaries are off).
+/// What a parent keeps about a child: its lowest start, its longest block,
+/// its alignment summary (the default while summaries are off) and its
+/// length classes (0 while classes are off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Agg {
     pub(super) key: u64,
     pub(super) max: u64,
     pub(super) sum: AlignSummary,
+    pub(super) cls: Classes,
 }
 
 /// How an update changed the blocks below a node, which decides how its
@@ -52,6 +55,7 @@ impl<S: Storage> BTree<S> {
             key: l.start[0],
             max,
             sum,
+            cls: self.classes_of_leaf(id),
         }
     }
 
@@ -72,6 +76,7 @@ impl<S: Storage> BTree<S> {
             key: self.inners[id as usize].key[0],
             max,
             sum,
+            cls: self.classes_of_inner(id),
         }
     }
 
@@ -122,6 +127,7 @@ impl<S: Storage> BTree<S> {
             } else {
                 AlignSummary::ZERO
             },
+            cls: n.cls[c],
         }
     }
 
@@ -131,6 +137,7 @@ impl<S: Storage> BTree<S> {
         n.key[c] = a.key;
         n.max[c] = a.max;
         n.sum[c] = a.sum;
+        n.cls[c] = a.cls;
     }
 
     /// The node at depth `d` of `pos` (the leaf at `d == height`).
@@ -156,18 +163,19 @@ impl<S: Storage> BTree<S> {
         let leafy = d == self.height;
         let a = if how == Change::Shrank && self.summaries {
             let o = self.entry(pos.node[d - 1], pos.slot[d - 1] as usize);
-            let (key, max) = if leafy {
+            let (key, max, cls) = if leafy {
                 let l = &self.leaves[id as usize];
-                (l.start[0], leaf_max(l))
+                (l.start[0], leaf_max(l), self.classes_of_leaf(id))
             } else {
-                (self.inners[id as usize].key[0], self.inner_max(id))
+                let key = self.inners[id as usize].key[0];
+                (key, self.inner_max(id), self.classes_of_inner(id))
             };
             let sum = if max == o.max {
                 o.sum
             } else {
                 self.node_sum(id, leafy, max)
             };
-            Agg { key, max, sum }
+            Agg { key, max, sum, cls }
         } else {
             self.agg(id, leafy)
         };
@@ -218,6 +226,13 @@ impl<S: Storage> BTree<S> {
             } else {
                 self.inner_max(p)
             };
+            // Exact classes: the old set and the child's new one, unless
+            // the child lost a class another child may still have.
+            let cls = if o.cls & !a.cls == 0 {
+                po.cls | a.cls
+            } else {
+                self.classes_of_inner(p)
+            };
             let unchanged = a.sum == o.sum && a.max == o.max && stop_early;
             let shrunk = if how == Change::Shrank && self.summaries {
                 Self::shrunk_sum(&po, max)
@@ -236,7 +251,7 @@ impl<S: Storage> BTree<S> {
             } else {
                 self.inner_sum(p, max)
             };
-            a = Agg { key, max, sum };
+            a = Agg { key, max, sum, cls };
             d -= 1;
         }
     }

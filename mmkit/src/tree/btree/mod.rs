@@ -88,6 +88,7 @@ use size_tree::SizeTree;
 
 mod by_size;
 mod check;
+mod classes;
 mod entry;
 mod finger;
 mod node;
@@ -215,6 +216,9 @@ pub struct BTree<S: Storage = Heap> {
     /// Once a best fit is asked for: every block as `(length, start)`,
     /// in nodes from the same pools (see `by_size.rs`).
     by_size: Option<SizeTree>,
+    /// While the size index is kept and files only the longer blocks:
+    /// the granule exponent of the length classes (see `classes.rs`).
+    classes: Option<u32>,
 }
 
 impl Default for BTree {
@@ -257,6 +261,7 @@ impl<S: Storage> BTree<S> {
             shape: 0,
             nodes_max: (NO_VERSION, 0),
             by_size: None,
+            classes: None,
         }
     }
 

@@ -67,7 +67,8 @@ impl<S: Storage> BTree<S> {
             self.leaf_sum(pos.leaf, max)
         };
         let key = if pos.at == 0 { start } else { o.key };
-        self.propagate(pos, h, Agg { key, max, sum }, how);
+        let cls = self.leaf_classes_after(pos.leaf, o.cls, old, len);
+        self.propagate(pos, h, Agg { key, max, sum, cls }, how);
     }
 
     /// Cuts the block at `pos` in two: it becomes `[start, end)`, and
@@ -296,7 +297,8 @@ impl<S: Storage> BTree<S> {
             AlignSummary::ZERO
         };
         let key = if i == 0 { s } else { o.key };
-        self.propagate(pos, d, Agg { key, max, sum }, Change::Grew);
+        let cls = o.cls | self.class_of(e - s);
+        self.propagate(pos, d, Agg { key, max, sum, cls }, Change::Grew);
     }
 
     /// The node at depth `d` of `pos` split; `right` is its new right
@@ -335,11 +337,13 @@ impl<S: Storage> BTree<S> {
         qn.max[..m].copy_from_slice(&from.max[half..]);
         qn.sum[..m].copy_from_slice(&from.sum[half..]);
         qn.kid[..m].copy_from_slice(&from.kid[half..]);
+        qn.cls[..m].copy_from_slice(&from.cls[half..]);
         qn.len = m as u32;
         let pn = &mut self.inners[p as usize];
         pn.len = half as u32;
         pn.key[half..].fill(u64::MAX);
         pn.max[half..].fill(0);
+        pn.cls[half..].fill(0);
         if c < half {
             self.inner_put(p, c + 1, right, ra);
         } else {
@@ -357,6 +361,7 @@ impl<S: Storage> BTree<S> {
         n.max.copy_within(i..len, i + 1);
         n.sum.copy_within(i..len, i + 1);
         n.kid.copy_within(i..len, i + 1);
+        n.cls.copy_within(i..len, i + 1);
         n.kid[i] = kid;
         n.len += 1;
         self.set_entry(p, i, a);
@@ -370,8 +375,10 @@ impl<S: Storage> BTree<S> {
         n.max.copy_within(i + 1..len, i);
         n.sum.copy_within(i + 1..len, i);
         n.kid.copy_within(i + 1..len, i);
+        n.cls.copy_within(i + 1..len, i);
         n.key[len - 1] = u64::MAX;
         n.max[len - 1] = 0;
+        n.cls[len - 1] = 0;
         n.len -= 1;
     }
 
@@ -476,11 +483,11 @@ impl<S: Storage> BTree<S> {
         let (na, nb) = (x.len as usize, y.len as usize);
         let total = na + nb;
         let keep = if total <= FANOUT { total } else { total / 2 };
-        let mut all = [(0u64, 0u64, AlignSummary::ZERO, 0u32); 2 * FANOUT];
+        let mut all = [(0u64, 0u64, AlignSummary::ZERO, 0u32, 0); 2 * FANOUT];
         let mut k = 0;
         for (n, len) in [(&x, na), (&y, nb)] {
             for i in 0..len {
-                all[k] = (n.key[i], n.max[i], n.sum[i], n.kid[i]);
+                all[k] = (n.key[i], n.max[i], n.sum[i], n.kid[i], n.cls[i]);
                 k += 1;
             }
         }
@@ -488,9 +495,10 @@ impl<S: Storage> BTree<S> {
             let n = &mut self.inners[node as usize];
             n.key = [u64::MAX; FANOUT];
             n.max = [0; FANOUT];
+            n.cls = [0; FANOUT];
             n.len = range.len() as u32;
             for (j, i) in range.enumerate() {
-                (n.key[j], n.max[j], n.sum[j], n.kid[j]) = all[i];
+                (n.key[j], n.max[j], n.sum[j], n.kid[j], n.cls[j]) = all[i];
             }
         }
         keep == total
