@@ -56,10 +56,18 @@ pub(super) fn beyond_classes(len: u64, g: u32) -> bool {
     len >> g > CLASSES
 }
 
-/// The classes of a leaf's blocks (its empty slots, 0 long, have none).
+/// The classes of a leaf's blocks: in two 64-bit halves, cheaper than a
+/// 128-bit shift per block.
 #[inline]
 pub(super) fn leaf_classes(l: &Leaf, g: u32) -> Classes {
-    l.size.iter().fold(0, |m, &len| m | class_bit(len, g))
+    let (mut low, mut high) = (0u64, 0u64);
+    let n = (l.len as usize).min(l.size.len());
+    for &len in &l.size[..n] {
+        let c = (len >> g).wrapping_sub(1);
+        low |= u64::from(c < 64) << (c & 63);
+        high |= u64::from(c.wrapping_sub(64) < 64) << (c & 63);
+    }
+    Classes::from(high) << 64 | Classes::from(low)
 }
 
 impl<S: Storage> BTree<S> {
@@ -100,14 +108,6 @@ impl<S: Storage> BTree<S> {
         self.inners[id as usize].cls.iter().fold(0, |m, &c| m | c)
     }
 
-    /// The classes of the blocks in the nodes (not the wilderness).
-    fn node_classes(&self) -> Classes {
-        if self.height == 0 {
-            self.classes_of_leaf(self.root)
-        } else {
-            self.classes_of_inner(self.root)
-        }
-    }
 
     /// Turns the classes on in granules of the floor, for a new size
     /// index (which then files only the blocks beyond them).
@@ -179,6 +179,9 @@ impl<S: Storage> BTree<S> {
     /// start, and `pos` set to it.
     pub(super) fn class_fit(&mut self, size: u64, bound: (u64, u64), pos: &mut Pos) -> Option<u64> {
         let g = self.classes?;
+        if self.height == 0 {
+            return self.leaf_fit(size, bound, pos);
+        }
         let need = ((size - 1) >> g) + 1;
         if need <= CLASSES {
             let from = Classes::MAX << (need - 1);
@@ -186,7 +189,7 @@ impl<S: Storage> BTree<S> {
                 .wild
                 .map(|(s, e)| (e - s, s))
                 .filter(|&(len, _)| len >= size && !beyond_classes(len, g));
-            let cls = self.node_classes() & from;
+            let cls = self.classes_of_inner(self.root) & from;
             let nodes = (cls != 0).then(|| {
                 let c = cls.trailing_zeros();
                 ((u64::from(c) + 1) << g, c)
@@ -205,6 +208,27 @@ impl<S: Storage> BTree<S> {
             return (best < bound).then_some(best.1);
         }
         self.index_fit(size, bound, pos)
+    }
+
+    /// [`class_fit`](Self::class_fit) when the root is a leaf: the
+    /// shortest block at least `size` long there or the wilderness, by a
+    /// scan (the size index holds the longer ones of the same blocks).
+    fn leaf_fit(&self, size: u64, bound: (u64, u64), pos: &mut Pos) -> Option<u64> {
+        let l = &self.leaves[self.root as usize];
+        let mut best = (bound, None);
+        for i in 0..l.len as usize {
+            let k = (l.size[i], l.start[i]);
+            if k.0 >= size && k < best.0 {
+                best = (k, Some(i));
+            }
+        }
+        let wild = self.wild.map(|(s, e)| (e - s, s));
+        match (best, wild) {
+            ((b, _), Some(w)) if w.0 >= size && w < b => *pos = Pos::wild(),
+            ((_, Some(i)), _) => pos.set_leaf(self.root, i),
+            _ => return None,
+        }
+        Some(self.get(pos).0)
     }
 
     /// The first block of the size index from `size` on, below `bound`

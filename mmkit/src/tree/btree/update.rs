@@ -164,8 +164,9 @@ impl<S: Storage> BTree<S> {
                     // blocks replaced by one holding both, so its aggregate
                     // is the old one merged with the joined block's, as
                     // for a block gained (the two dropped are dominated by
-                    // it at every alignment), and its blocks need no rescan.
-                    self.gained(&prev, prev.at, ps, ne);
+                    // it at every alignment), and its blocks need no rescan
+                    // but for their classes, which are exact.
+                    self.gained(&prev, prev.at, ps, ne, true);
                 } else {
                     self.underflow(&nb.pos, self.height, Change::Grew);
                 }
@@ -250,7 +251,7 @@ impl<S: Storage> BTree<S> {
             l.set(i, s, e);
             l.len += 1;
             if only_gained {
-                return self.gained(pos, i, s, e);
+                return self.gained(pos, i, s, e, false);
             }
             // A block split in two: both parts lie inside it.
             return self.refresh_from(pos, self.height, Change::Shrank);
@@ -283,8 +284,9 @@ impl<S: Storage> BTree<S> {
     /// set of blocks only gained one (a summary is a function of its set
     /// alone, so the union's is the merge: [`AlignSummary::merge`]). No
     /// rescan of the leaf's blocks or of any node's children: an aligned
-    /// workload's padding holes are all such inserts.
-    pub(super) fn gained(&mut self, pos: &Pos, i: usize, s: u64, e: u64) {
+    /// workload's padding holes are all such inserts. `joined`: the block
+    /// replaced two the leaf held, whose length classes may be gone.
+    pub(super) fn gained(&mut self, pos: &Pos, i: usize, s: u64, e: u64, joined: bool) {
         let d = self.height;
         if d == 0 {
             return; // the leaf is the root: no entry to refresh
@@ -297,7 +299,11 @@ impl<S: Storage> BTree<S> {
             AlignSummary::ZERO
         };
         let key = if i == 0 { s } else { o.key };
-        let cls = o.cls | self.class_of(e - s);
+        let cls = if joined {
+            self.classes_of_leaf(pos.leaf)
+        } else {
+            o.cls | self.class_of(e - s)
+        };
         self.propagate(pos, d, Agg { key, max, sum, cls }, Change::Grew);
     }
 
