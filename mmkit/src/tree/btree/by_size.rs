@@ -58,7 +58,9 @@ impl<S: Storage> BTree<S> {
             self.classes_on();
             let g = self.floor;
             let mut ix = SizeTree::new(&mut self.leaves);
-            self.index_all(&mut ix, |s, e| beyond_classes(e - s, g).then_some((e - s, s)));
+            self.index_all(&mut ix, |s, e| {
+                beyond_classes(e - s, g).then_some((e - s, s))
+            });
             self.by_size = Some(ix);
         }
         self.by_size.is_some()
@@ -67,7 +69,11 @@ impl<S: Storage> BTree<S> {
     /// Files every block in `t` as `key` says (`None`: not at all), one
     /// lookup per block: an index being built takes nodes from the pools
     /// a walk would read, and a list of the blocks would need the heap.
-    pub(super) fn index_all(&mut self, t: &mut SizeTree, key: impl Fn(u64, u64) -> Option<(u64, u64)>) {
+    pub(super) fn index_all(
+        &mut self,
+        t: &mut SizeTree,
+        key: impl Fn(u64, u64) -> Option<(u64, u64)>,
+    ) {
         let mut at = 0;
         while let Some((s, e)) = self.iter_from(at).find(|&(s, _)| s >= at) {
             if let Some(k) = key(s, e) {

@@ -108,7 +108,6 @@ impl<S: Storage> BTree<S> {
         self.inners[id as usize].cls.iter().fold(0, |m, &c| m | c)
     }
 
-
     /// Turns the classes on in granules of the floor, for a new size
     /// index (which then files only the blocks beyond them).
     pub(super) fn classes_on(&mut self) {
@@ -122,7 +121,9 @@ impl<S: Storage> BTree<S> {
             return;
         };
         if let Some(mut ix) = self.by_size.take() {
-            self.index_all(&mut ix, |s, e| (!beyond_classes(e - s, g)).then_some((e - s, s)));
+            self.index_all(&mut ix, |s, e| {
+                (!beyond_classes(e - s, g)).then_some((e - s, s))
+            });
             self.by_size = Some(ix);
         }
         self.rebuild_entries();

@@ -98,6 +98,8 @@ mod update;
 mod walk;
 
 #[cfg(test)]
+mod classes_tests;
+#[cfg(test)]
 mod tests;
 
 pub use finger::Neighbours;

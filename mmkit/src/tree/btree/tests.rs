@@ -40,7 +40,7 @@ fn highest(t: &BTree, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u
         .map(|a| (pos, a))
 }
 
-fn fail(e: CheckError) -> TestCaseError {
+pub(super) fn fail(e: CheckError) -> TestCaseError {
     TestCaseError::fail(format!("{e}"))
 }
 
