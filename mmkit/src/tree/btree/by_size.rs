@@ -53,8 +53,18 @@ impl<S: Storage> BTree<S> {
     ///
     /// # Complexity
     /// O(n log n) the first time, O(1) after.
+    #[inline]
     pub fn enable_size_index(&mut self) -> bool {
-        if self.by_size.is_none() && self.has_room_for_index() {
+        if self.by_size.is_none() {
+            self.build_size_index();
+        }
+        self.by_size.is_some()
+    }
+
+    /// [`enable_size_index`](Self::enable_size_index)'s first time.
+    #[inline(never)]
+    fn build_size_index(&mut self) {
+        if self.has_room_for_index() {
             self.classes_on();
             let g = self.floor;
             let mut ix = SizeTree::new(&mut self.leaves);
@@ -63,7 +73,6 @@ impl<S: Storage> BTree<S> {
             });
             self.by_size = Some(ix);
         }
-        self.by_size.is_some()
     }
 
     /// Files every block in `t` as `key` says (`None`: not at all), one

@@ -36,7 +36,7 @@ use super::{BTree, Pos};
 use crate::storage::Storage;
 
 /// A set of length classes, bit `c` for blocks of `c + 1` granules.
-pub(super) type Classes = u128;
+pub(super) type Classes = u64;
 
 /// Classes kept: blocks of 1 to `CLASSES` granules.
 pub(super) const CLASSES: u64 = Classes::BITS as u64;
@@ -56,18 +56,11 @@ pub(super) fn beyond_classes(len: u64, g: u32) -> bool {
     len >> g > CLASSES
 }
 
-/// The classes of a leaf's blocks: in two 64-bit halves, cheaper than a
-/// 128-bit shift per block.
+/// The classes of a leaf's blocks.
 #[inline]
 pub(super) fn leaf_classes(l: &Leaf, g: u32) -> Classes {
-    let (mut low, mut high) = (0u64, 0u64);
     let n = (l.len as usize).min(l.size.len());
-    for &len in &l.size[..n] {
-        let c = (len >> g).wrapping_sub(1);
-        low |= u64::from(c < 64) << (c & 63);
-        high |= u64::from(c.wrapping_sub(64) < 64) << (c & 63);
-    }
-    Classes::from(high) << 64 | Classes::from(low)
+    l.size[..n].iter().fold(0, |m, &len| m | class_bit(len, g))
 }
 
 impl<S: Storage> BTree<S> {
@@ -236,6 +229,10 @@ impl<S: Storage> BTree<S> {
     /// (while the classes are on, every indexed block is longer than any
     /// class, so the first is the best fit).
     fn index_fit(&self, size: u64, bound: (u64, u64), pos: &mut Pos) -> Option<u64> {
+        let g = self.classes?;
+        if !beyond_classes(bound.0, g) {
+            return None; // a bound in the classes is shorter than every entry
+        }
         let ix = self.by_size.as_ref()?;
         let (_, s) = ix
             .iter_from(&self.leaves, &self.inners, (size, 0))
