@@ -95,10 +95,14 @@ impl<S: Storage> BTree<S> {
         }
     }
 
-    /// The classes of inner node `id`: its children's together.
+    /// The classes of inner node `id`: its children's together (0 while
+    /// the classes are off).
     #[inline]
     pub(super) fn classes_of_inner(&self, id: u32) -> Classes {
-        self.inners[id as usize].cls.iter().fold(0, |m, &c| m | c)
+        match self.classes {
+            Some(_) => self.inners[id as usize].cls.iter().fold(0, |m, &c| m | c),
+            None => 0,
+        }
     }
 
     /// Turns the classes on in granules of the floor, for a new size

@@ -43,6 +43,7 @@ pub(super) enum Change {
 }
 
 impl<S: Storage> BTree<S> {
+    #[inline]
     pub(super) fn leaf_agg(&self, id: u32) -> Agg {
         let l = &self.leaves[id as usize];
         let max = leaf_max(l);
@@ -65,6 +66,7 @@ impl<S: Storage> BTree<S> {
         AlignSummary::of_ranges(max, &l.start[..n], &l.size[..n])
     }
 
+    #[inline]
     pub(super) fn inner_agg(&self, id: u32) -> Agg {
         let max = self.inner_max(id);
         let sum = if self.summaries {
@@ -117,6 +119,15 @@ impl<S: Storage> BTree<S> {
 
     #[inline]
     pub(super) fn entry(&self, p: u32, c: usize) -> Agg {
+        match self.classes {
+            Some(_) => self.entry_with::<true>(p, c),
+            None => self.entry_with::<false>(p, c),
+        }
+    }
+
+    /// [`entry`](Self::entry) where `CLS` says whether the classes are on.
+    #[inline]
+    fn entry_with<const CLS: bool>(&self, p: u32, c: usize) -> Agg {
         let n = &self.inners[p as usize];
         Agg {
             key: n.key[c],
@@ -127,17 +138,26 @@ impl<S: Storage> BTree<S> {
             } else {
                 AlignSummary::ZERO
             },
-            cls: n.cls[c],
+            cls: if CLS { n.cls[c] } else { 0 },
         }
     }
 
     #[inline]
     pub(super) fn set_entry(&mut self, p: u32, c: usize, a: Agg) {
+        self.set_entry_with::<true>(p, c, a);
+    }
+
+    /// [`set_entry`](Self::set_entry), the classes written only if `CLS`
+    /// (while they are off, every entry's stay 0).
+    #[inline]
+    fn set_entry_with<const CLS: bool>(&mut self, p: u32, c: usize, a: Agg) {
         let n = &mut self.inners[p as usize];
         n.key[c] = a.key;
         n.max[c] = a.max;
         n.sum[c] = a.sum;
-        n.cls[c] = a.cls;
+        if CLS {
+            n.cls[c] = a.cls;
+        }
     }
 
     /// The node at depth `d` of `pos` (the leaf at `d == height`).
@@ -199,7 +219,22 @@ impl<S: Storage> BTree<S> {
     ///   new one ([`BTree::shrunk_sum`]), and after a larger one
     ///   recomputed from the children;
     /// - [`Other`](Change::Other): recomputed from the children.
-    pub(super) fn propagate(&mut self, pos: &Pos, mut d: usize, mut a: Agg, how: Change) {
+    pub(super) fn propagate(&mut self, pos: &Pos, d: usize, a: Agg, how: Change) {
+        match self.classes {
+            Some(_) => self.propagate_with::<true>(pos, d, a, how),
+            None => self.propagate_with::<false>(pos, d, a, how),
+        }
+    }
+
+    /// [`propagate`](Self::propagate) where `CLS` says whether the classes
+    /// are on: off, no class word is read or written.
+    fn propagate_with<const CLS: bool>(
+        &mut self,
+        pos: &Pos,
+        mut d: usize,
+        mut a: Agg,
+        how: Change,
+    ) {
         // A stored summary bounds the blocks below it, not the summaries
         // below it: one kept after a shrink can say less than a child's
         // (recomputed at a finer granule, so looser at high alignments).
@@ -209,15 +244,15 @@ impl<S: Storage> BTree<S> {
         let stop_early = how == Change::Shrank || !self.summaries;
         while d > 0 {
             let (p, c) = (pos.node[d - 1], pos.slot[d - 1] as usize);
-            let o = self.entry(p, c);
+            let o = self.entry_with::<CLS>(p, c);
             if o == a && stop_early {
                 return;
             }
-            self.set_entry(p, c, a);
+            self.set_entry_with::<CLS>(p, c, a);
             if d == 1 {
                 return; // p is the root
             }
-            let po = self.entry(pos.node[d - 2], pos.slot[d - 2] as usize);
+            let po = self.entry_with::<CLS>(pos.node[d - 2], pos.slot[d - 2] as usize);
             let key = if c == 0 { a.key } else { po.key };
             let max = if a.max >= po.max {
                 a.max
@@ -228,7 +263,9 @@ impl<S: Storage> BTree<S> {
             };
             // Exact classes: the old set and the child's new one, unless
             // the child lost a class another child may still have.
-            let cls = if o.cls & !a.cls == 0 {
+            let cls = if !CLS {
+                0
+            } else if o.cls & !a.cls == 0 {
                 po.cls | a.cls
             } else {
                 self.classes_of_inner(p)
