@@ -7,6 +7,11 @@
 //!   size index:             (2,60) (4,0) (8,40) (16,10) ... (3896,200)
 //! ```
 //!
+//! While the length classes are on (`classes.rs`: from the index's first
+//! use until a best fit they cannot answer), the index files only the
+//! blocks longer than the classes reach, and the classes answer the
+//! rest.
+//!
 //! The index is built the first time a best-fit search asks for it
 //! ([`BTree::best_fit`]) and kept from then on: every public change to the
 //! blocks (`update.rs`) replaces the entries of the blocks it removed,
@@ -121,7 +126,7 @@ impl<S: Storage> BTree<S> {
     /// block, or while the length classes are on, those beyond them.
     #[inline]
     fn indexes(&self, len: u64) -> bool {
-        self.classes.map_or(true, |g| beyond_classes(len, g))
+        self.class_granule().map_or(true, |g| beyond_classes(len, g))
     }
 
     /// Files `[s, e)` in the size index, if kept and it files the block.

@@ -21,7 +21,8 @@
 //! costs the address tree's path, whose class words change with its
 //! maxima, and no index update. A class word is exact: a removal that
 //! clears a child's class bit recomputes its parent's word from its
-//! children (`Classes` of 16 entries, or 16 lengths in a leaf).
+//! children (16 words, or a leaf's lengths). While the classes are off,
+//! every class word is 0 and the updates read and write none.
 //!
 //! The classes are kept from the size index's first use (a best fit) until
 //! a best fit they cannot answer (aligned above the granule floor, or
@@ -64,10 +65,16 @@ pub(super) fn leaf_classes(l: &Leaf, g: u32) -> Classes {
 }
 
 impl<S: Storage> BTree<S> {
+    /// The classes' granule exponent, while they are on.
+    #[inline]
+    pub(super) fn class_granule(&self) -> Option<u32> {
+        self.classes.map(u32::from)
+    }
+
     /// The classes of leaf `id`, 0 while the classes are off.
     #[inline]
     pub(super) fn classes_of_leaf(&self, id: u32) -> Classes {
-        match self.classes {
+        match self.class_granule() {
             Some(g) => leaf_classes(&self.leaves[id as usize], g),
             None => 0,
         }
@@ -76,7 +83,7 @@ impl<S: Storage> BTree<S> {
     /// The class bit of a block `len` long, 0 while the classes are off.
     #[inline]
     pub(super) fn class_of(&self, len: u64) -> Classes {
-        self.classes.map_or(0, |g| class_bit(len, g))
+        self.class_granule().map_or(0, |g| class_bit(len, g))
     }
 
     /// The classes of leaf `id`, whose classes were `old` before one of
@@ -84,7 +91,7 @@ impl<S: Storage> BTree<S> {
     /// new block's, unless the old block's class may have gone.
     #[inline]
     pub(super) fn leaf_classes_after(&self, id: u32, old: Classes, was: u64, now: u64) -> Classes {
-        let Some(g) = self.classes else {
+        let Some(g) = self.class_granule() else {
             return 0;
         };
         let (gone, new) = (class_bit(was, g), class_bit(now, g));
@@ -99,7 +106,7 @@ impl<S: Storage> BTree<S> {
     /// the classes are off).
     #[inline]
     pub(super) fn classes_of_inner(&self, id: u32) -> Classes {
-        match self.classes {
+        match self.class_granule() {
             Some(_) => self.inners[id as usize].cls.iter().fold(0, |m, &c| m | c),
             None => 0,
         }
@@ -108,13 +115,13 @@ impl<S: Storage> BTree<S> {
     /// Turns the classes on in granules of the floor, for a new size
     /// index (which then files only the blocks beyond them).
     pub(super) fn classes_on(&mut self) {
-        self.classes = Some(self.floor);
+        self.classes = Some(self.floor as u8);
         self.rebuild_entries();
     }
 
     /// Turns the classes off for good: the size index files every block.
     pub(super) fn classes_off(&mut self) {
-        let Some(g) = self.classes.take() else {
+        let Some(g) = self.classes.take().map(u32::from) else {
             return;
         };
         if let Some(mut ix) = self.by_size.take() {
@@ -129,7 +136,7 @@ impl<S: Storage> BTree<S> {
     /// Moves the classes to the granule floor, if it fell below theirs:
     /// the blocks no longer in a class go into the size index.
     fn regranulate(&mut self) {
-        let Some(g) = self.classes else {
+        let Some(g) = self.class_granule() else {
             return;
         };
         if self.floor >= g {
@@ -144,7 +151,7 @@ impl<S: Storage> BTree<S> {
             self.index_all(&mut ix, moved);
             self.by_size = Some(ix);
         }
-        self.classes = Some(f);
+        self.classes = Some(f as u8);
         self.rebuild_entries();
     }
 
@@ -176,7 +183,7 @@ impl<S: Storage> BTree<S> {
     /// `bound`, while the classes are on and at the floor's granule: its
     /// start, and `pos` set to it.
     pub(super) fn class_fit(&mut self, size: u64, bound: (u64, u64), pos: &mut Pos) -> Option<u64> {
-        let g = self.classes?;
+        let g = self.class_granule()?;
         if self.height == 0 {
             return self.leaf_fit(size, bound, pos);
         }
@@ -233,7 +240,7 @@ impl<S: Storage> BTree<S> {
     /// (while the classes are on, every indexed block is longer than any
     /// class, so the first is the best fit).
     fn index_fit(&self, size: u64, bound: (u64, u64), pos: &mut Pos) -> Option<u64> {
-        let g = self.classes?;
+        let g = self.class_granule()?;
         if !beyond_classes(bound.0, g) {
             return None; // a bound in the classes is shorter than every entry
         }
