@@ -219,6 +219,7 @@ impl<S: Storage> BTree<S> {
     ///   new one ([`BTree::shrunk_sum`]), and after a larger one
     ///   recomputed from the children;
     /// - [`Other`](Change::Other): recomputed from the children.
+    #[inline]
     pub(super) fn propagate(&mut self, pos: &Pos, d: usize, a: Agg, how: Change) {
         match self.classes {
             Some(_) => self.propagate_with::<true>(pos, d, a, how),
