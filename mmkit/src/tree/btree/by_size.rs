@@ -126,7 +126,8 @@ impl<S: Storage> BTree<S> {
     /// block, or while the length classes are on, those beyond them.
     #[inline]
     fn indexes(&self, len: u64) -> bool {
-        self.class_granule().map_or(true, |g| beyond_classes(len, g))
+        self.class_granule()
+            .map_or(true, |g| beyond_classes(len, g))
     }
 
     /// Files `[s, e)` in the size index, if kept and it files the block.

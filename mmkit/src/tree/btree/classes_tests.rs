@@ -4,15 +4,14 @@
 //! floor; `check()` verifies every class word.
 
 use super::classes::CLASSES;
-use super::tests::fail;
+use super::tests::{fail, free_range};
 use super::*;
 use alloc::vec::Vec;
 use proptest::prelude::*;
 
 /// A range allocator over the tree taking plain best fits of 1 to
 /// `sizes` units, `2^shift` bytes each until half-way and `2^(shift -
-/// 3)` after (the granule floor falls then); frees merged through
-/// `neighbours`. Returns the greatest height seen.
+/// 3)` after (the granule floor falls then). Returns the greatest height seen.
 fn best_fit_churn(seed: u64, steps: usize, sizes: u64, shift: u32) -> Result<usize, TestCaseError> {
     let mut rnd = crate::testkit::xorshift(seed | 1);
     let (lo, hi) = (0, 1u64 << (shift + 24));
@@ -49,16 +48,7 @@ fn best_fit_churn(seed: u64, steps: usize, sizes: u64, shift: u32) -> Result<usi
             }
         } else {
             let (s, e) = live.swap_remove((rnd() % live.len() as u64) as usize);
-            let nb = t.neighbours(s);
-            let joins_prev = nb.prev.is_some_and(|p| p.1 == s);
-            let joins_next = nb.next.is_some_and(|n| n.0 == e);
-            match (joins_prev, joins_next) {
-                (true, true) => t.merge(&nb),
-                (true, false) => t.grow_prev(&nb, e),
-                (false, true) => t.grow_next(&nb, s),
-                (false, false) => t.insert_at(&nb, s, e),
-            }
-            crate::testkit::model_free(&mut model, s, e);
+            free_range(&mut t, &mut model, s, e);
         }
         if step % 97 == 0 || step + 1 == steps {
             t.check(lo, hi).map_err(fail)?;

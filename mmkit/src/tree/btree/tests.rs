@@ -155,6 +155,21 @@ proptest! {
     }
 }
 
+/// Frees `[s, e)` into the tree as `VmapAllocator` does (merged with the
+/// free blocks beside it through `neighbours`) and into the model.
+pub(super) fn free_range(t: &mut BTree, model: &mut Vec<(u64, u64)>, s: u64, e: u64) {
+    let nb = t.neighbours(s);
+    let joins_prev = nb.prev.is_some_and(|p| p.1 == s);
+    let joins_next = nb.next.is_some_and(|n| n.0 == e);
+    match (joins_prev, joins_next) {
+        (true, true) => t.merge(&nb),
+        (true, false) => t.grow_prev(&nb, e),
+        (false, true) => t.grow_next(&nb, s),
+        (false, false) => t.insert_at(&nb, s, e),
+    }
+    crate::testkit::model_free(model, s, e);
+}
+
 /// A range allocator over the tree, as `VmapAllocator` drives it (fits
 /// cut by position; frees merged through `neighbours`), against a
 /// sorted list of free ranges. Requests are 1 to `sizes` units long,
@@ -235,16 +250,7 @@ fn churn(
             }
         } else {
             let (s, e) = live.swap_remove((rnd() % live.len() as u64) as usize);
-            let nb = t.neighbours(s);
-            let joins_prev = nb.prev.is_some_and(|p| p.1 == s);
-            let joins_next = nb.next.is_some_and(|n| n.0 == e);
-            match (joins_prev, joins_next) {
-                (true, true) => t.merge(&nb),
-                (true, false) => t.grow_prev(&nb, e),
-                (false, true) => t.grow_next(&nb, s),
-                (false, false) => t.insert_at(&nb, s, e),
-            }
-            crate::testkit::model_free(&mut model, s, e);
+            free_range(&mut t, &mut model, s, e);
         }
         if step % check_every == 0 || step + 1 == steps {
             t.check(lo, hi).map_err(fail)?;
