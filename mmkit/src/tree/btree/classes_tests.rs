@@ -4,7 +4,7 @@
 //! floor; `check()` verifies every class word.
 
 use super::classes::CLASSES;
-use super::tests::{fail, free_range};
+use super::tests::{check_against, free_range};
 use super::*;
 use alloc::vec::Vec;
 use proptest::prelude::*;
@@ -51,10 +51,7 @@ fn best_fit_churn(seed: u64, steps: usize, sizes: u64, shift: u32) -> Result<usi
             free_range(&mut t, &mut model, s, e);
         }
         if step % 97 == 0 || step + 1 == steps {
-            t.check(lo, hi).map_err(fail)?;
-            let got: Vec<(u64, u64)> = t.iter().collect();
-            prop_assert_eq!(&got, &model);
-            max_height = max_height.max(t.height);
+            max_height = max_height.max(check_against(&t, (lo, hi), &model)?);
         }
     }
     Ok(max_height)

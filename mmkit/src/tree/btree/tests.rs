@@ -40,7 +40,7 @@ fn highest(t: &BTree, size: u64, align: u64, lo: u64, hi: u64) -> Option<(Pos, u
         .map(|a| (pos, a))
 }
 
-pub(super) fn fail(e: CheckError) -> TestCaseError {
+fn fail(e: CheckError) -> TestCaseError {
     TestCaseError::fail(format!("{e}"))
 }
 
@@ -155,6 +155,19 @@ proptest! {
     }
 }
 
+/// Checks the tree and that it holds the model's blocks; returns its
+/// height.
+pub(super) fn check_against(
+    t: &BTree,
+    (lo, hi): (u64, u64),
+    model: &[(u64, u64)],
+) -> Result<usize, TestCaseError> {
+    t.check(lo, hi).map_err(fail)?;
+    let got: Vec<(u64, u64)> = t.iter().collect();
+    prop_assert_eq!(&got[..], model);
+    Ok(t.height)
+}
+
 /// Frees `[s, e)` into the tree as `VmapAllocator` does (merged with the
 /// free blocks beside it through `neighbours`) and into the model.
 pub(super) fn free_range(t: &mut BTree, model: &mut Vec<(u64, u64)>, s: u64, e: u64) {
@@ -253,10 +266,7 @@ fn churn(
             free_range(&mut t, &mut model, s, e);
         }
         if step % check_every == 0 || step + 1 == steps {
-            t.check(lo, hi).map_err(fail)?;
-            let got: Vec<(u64, u64)> = t.iter().collect();
-            prop_assert_eq!(&got, &model);
-            max_height = max_height.max(t.height);
+            max_height = max_height.max(check_against(&t, (lo, hi), &model)?);
         }
     }
     Ok(max_height)
