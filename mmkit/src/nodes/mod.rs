@@ -491,7 +491,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
 
     fn pool_on_owner(&self, cpu: usize, addr: u64, size: Option<u64>) -> Result<u64, FreeError> {
         let (mut n, end) = self.owner(cpu, addr, size)?;
-        if let Some(area) = self.pool(&mut n, addr, end) {
+        if let Some(area) = self.pool(&mut n, addr, end, self.cfg.pool_max) {
             self.give_back(core::iter::once(&[area][..]));
         }
         Ok(end - addr)
@@ -530,12 +530,12 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         }
     }
 
-    /// Puts the free area `[s, e)` in `n`'s pool of its size, or returns
-    /// it for the free tree.
+    /// Puts the free area `[s, e)` in `n`'s pool of its size while that
+    /// pool holds fewer than `max` areas, or returns it for the free tree.
     #[inline]
-    fn pool(&self, n: &mut Node, s: u64, e: u64) -> Option<(u64, u64)> {
+    fn pool(&self, n: &mut Node, s: u64, e: u64, max: usize) -> Option<(u64, u64)> {
         match self.class_of(e - s) {
-            Some(k) if n.pools[k].len() < self.cfg.pool_max => {
+            Some(k) if n.pools[k].len() < max => {
                 n.pools[k].push(s);
                 None
             }

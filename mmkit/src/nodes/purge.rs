@@ -73,16 +73,20 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         if !any && !full {
             return false;
         }
-        // Each batch keeps, in place, the areas its node does not pool; the
-        // decays go on `back`. All of them then go back under one global lock.
+        // Each pool decays by a quarter of what it held before this purge,
+        // then takes every lazy area of its size: the decay alone bounds a
+        // pool, so a loop that frees what it allocates finds its areas
+        // pooled. Each batch keeps, in place, the areas its node does not
+        // pool (all of them on a drain); the decays go on `back`. All of
+        // them then go back under one global lock.
         let mut back = core::mem::take(&mut p.back);
         let mut batches = batches;
         for (n, batch) in self.nodes.iter().zip(&mut batches) {
             let mut n = n.0.lock();
-            if let Some(batch) = batch {
-                (batch.items).retain(|&(s, e)| self.pool(&mut n, s, e).is_some());
-            }
             self.decay(&mut n, full, &mut back);
+            if let Some(batch) = batch.as_mut().filter(|_| !full) {
+                (batch.items).retain(|&(s, e)| self.pool(&mut n, s, e, usize::MAX).is_some());
+            }
         }
         let items = batches.iter().flatten().map(|b| &b.items[..]);
         self.give_back(items.chain(core::iter::once(&back[..])));

@@ -120,8 +120,9 @@ impl NodesModel {
         Ok((i, end))
     }
 
-    fn pool(&mut self, i: usize, s: u64, e: u64) {
-        let max = self.cfg.pool_max;
+    /// Pools `[s, e)` on node `i` while its pool of that size holds fewer
+    /// than `max` areas, else frees it in the tree.
+    fn pool(&mut self, i: usize, s: u64, e: u64, max: usize) {
         match self.class(e - s) {
             Some(k) if self.nodes[i].pools.get(&k).map_or(0, Vec::len) < max => {
                 self.nodes[i].pools.entry(k).or_default().push(s)
@@ -132,7 +133,7 @@ impl NodesModel {
 
     fn free(&mut self, cpu: usize, addr: u64, size: Option<u64>) -> Result<u64, FreeError> {
         let (i, end) = self.owner(cpu, addr, size)?;
-        self.pool(i, addr, end);
+        self.pool(i, addr, end, self.cfg.pool_max);
         Ok(end - addr)
     }
 
@@ -159,10 +160,10 @@ impl NodesModel {
         if !any && !full {
             return false;
         }
+        // Each node: its pools lose their oldest quarter (all on a drain),
+        // then take every lazy area of a pooled size, however many (none on
+        // a drain).
         for (i, batch) in batches.into_iter().enumerate() {
-            for (s, e) in batch {
-                self.pool(i, s, e);
-            }
             let g = self.cfg.granule;
             let pools = std::mem::take(&mut self.nodes[i].pools);
             let mut kept = BTreeMap::new();
@@ -174,6 +175,12 @@ impl NodesModel {
                 kept.insert(k, p);
             }
             self.nodes[i].pools = kept;
+            for (s, e) in batch {
+                match full {
+                    true => self.tree_free(s, e),
+                    false => self.pool(i, s, e, usize::MAX),
+                }
+            }
         }
         any
     }
