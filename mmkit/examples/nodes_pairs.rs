@@ -39,7 +39,12 @@ const PAGE: u64 = 4096;
 const START: u64 = 0xffff_c900_0000_0000;
 const END: u64 = 0xffff_e900_0000_0000;
 const LAZY_MAX: u64 = 32 << 20;
-fn lazy_max() -> u64 { std::env::var("LAZY_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(LAZY_MAX) }
+fn lazy_max() -> u64 {
+    std::env::var("LAZY_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(LAZY_MAX)
+}
 
 trait Pairs: Sync {
     fn alloc(&self, t: usize, size: u64) -> u64;

@@ -19,7 +19,8 @@ pub struct NodesStats {
     pub purges: u64,
     /// Live areas, on every node.
     pub live: u64,
-    /// Lazily freed areas waiting for a purge.
+    /// Lazily freed areas waiting for a purge, or flushed and waiting for
+    /// their node to settle them.
     pub lazy: u64,
     /// Areas in the pools.
     pub pooled: u64,
@@ -52,8 +53,8 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             hits: n.hits,
             misses: n.misses,
             live: n.busy.len() as u64,
-            lazy: n.lazy.len() as u64,
-            pooled: n.pools.iter().map(|p| p.len() as u64).sum(),
+            lazy: (n.lazy.len() + n.flushed.as_ref().map_or(0, |b| b.items.len())) as u64,
+            pooled: n.pooled as u64,
         }
     }
 
@@ -123,6 +124,10 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
                 n.lazy.bytes()
             );
             held.extend(n.lazy.iter().copied());
+            ensure!(n.owed || n.flushed.is_none(), Structure @ i, "node {i}: flushed areas owed to no one");
+            held.extend(n.flushed.iter().flat_map(|b| b.items.iter().copied()));
+            let pooled: usize = n.pools.iter().map(Vec::len).sum();
+            ensure!(pooled == n.pooled, Accounting @ i, "node {i}: {pooled} areas pooled, counted {}", n.pooled);
             for (k, p) in n.pools.iter().enumerate() {
                 let size = (k as u64 + 1) * self.cfg.granule;
                 held.extend(p.iter().map(|&a| (a, a + size)));

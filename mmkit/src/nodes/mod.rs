@@ -66,7 +66,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::error::{AllocError, FreeError};
-use crate::lazy::LazyList;
+use crate::lazy::{Batch, LazyList};
 use crate::range::FlushHook;
 use crate::request::{Policy, Request, RequestError};
 use crate::vmap::busy::BusyIndex;
@@ -137,7 +137,8 @@ pub struct NodeStats {
     pub misses: u64,
     /// Live areas filed on this node.
     pub live: u64,
-    /// Areas on its lazy list.
+    /// Areas on its lazy list, and those a purge flushed that the node
+    /// has not settled yet (see [`VmapNodes::purge`]).
     pub lazy: u64,
     /// Areas in its pools.
     pub pooled: u64,
@@ -152,6 +153,23 @@ struct Node {
     lazy: LazyList<(u64, u64)>,
     /// `pools[k]`: starts of free areas of `k + 1` granules, oldest first.
     pools: Vec<Vec<u64>>,
+    /// The areas in `pools`: a purge skips the decay of a node that
+    /// pools nothing (most nodes, on a machine of many CPUs and few
+    /// threads) without reading its pools.
+    pooled: usize,
+    /// A threshold purge started on another node left this node its
+    /// share: decay the pools, then pool `flushed`. The node settles it
+    /// itself at its next allocation (or the next purge does), so the
+    /// purging thread does not write this node's pools.
+    owed: bool,
+    /// This node's areas that purge flushed, not yet pooled or freed.
+    flushed: Option<Batch<(u64, u64)>>,
+    /// An emptied lazy vector, for the lazy list's next batch: the lists
+    /// allocate nothing in steady state.
+    spare: Vec<(u64, u64)>,
+    /// The areas a settle gives back to the free tree, kept (empty)
+    /// between settles.
+    back: Vec<(u64, u64)>,
     hits: u64,
     misses: u64,
 }
@@ -233,6 +251,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
                 busy: BusyIndex::new(),
                 lazy: LazyList::new(cfg.lazy_max),
                 pools: vec![Vec::new(); cfg.classes],
+                pooled: 0,
+                owed: false,
+                flushed: None,
+                spare: Vec::new(),
+                back: Vec::new(),
                 hits: 0,
                 misses: 0,
             }))
@@ -365,10 +388,14 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     ) -> Result<u64, E> {
         let at = &self.nodes[self.node_of(cpu)].0;
         let mut n = at.lock();
+        if n.owed {
+            self.settle_owed(&mut n);
+        }
         if let Some(k) = self.class_of(size).filter(|_| poolable) {
             if let Some(&a) = n.pools[k].last() {
                 if a % align == 0 {
                     n.pools[k].pop();
+                    n.pooled -= 1;
                     n.hits += 1;
                     n.busy.insert(a, a + size);
                     return Ok(a);
@@ -484,7 +511,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         let over = n.lazy.push((addr, end));
         drop(n);
         if over {
-            self.purge();
+            self.purge_from(self.node_of(cpu));
         }
         Ok(end - addr)
     }
@@ -537,6 +564,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         match self.class_of(e - s) {
             Some(k) if n.pools[k].len() < max => {
                 n.pools[k].push(s);
+                n.pooled += 1;
                 None
             }
             _ => Some((s, e)),

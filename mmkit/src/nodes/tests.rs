@@ -97,9 +97,48 @@ fn a_lazy_list_past_its_limit_purges_every_node_with_one_flush() {
     let b = v.alloc(1, 4096, 4096).unwrap();
     v.free_lazy(1, b).unwrap(); // 3 pages on node 1: every node purges
     assert_eq!(*flushes.lock(), [(0, 0x5000)]);
-    assert_eq!(v.stats().lazy, 0);
     assert_eq!(v.stats().purges, 1);
+    // Node 1 started it and pooled its 3 areas; node 0's 2, flushed, wait
+    // for node 0 to pool them at its next allocation.
+    assert_eq!((v.node_stats(1).lazy, v.node_stats(1).pooled), (0, 3));
+    assert_eq!((v.node_stats(0).lazy, v.node_stats(0).pooled), (2, 0));
     v.check().unwrap();
+    assert_eq!(v.alloc(0, 4096, 4096), Ok(a[2])); // settled, then a hit
+    assert_eq!((v.node_stats(0).lazy, v.node_stats(0).pooled), (0, 1));
+    assert_eq!(flushes.lock().len(), 1);
+    v.check().unwrap();
+}
+
+#[test]
+fn a_node_that_does_not_settle_is_settled_by_the_next_purge() {
+    let cfg = NodesConfig {
+        nodes: 2,
+        lazy_max: 4096,
+        ..NodesConfig::default()
+    };
+    let v: VmapNodes<Spin> = VmapNodes::new(0, 1 << 20, cfg).unwrap();
+    let idle: Vec<u64> = (0..8).map(|_| v.alloc(0, 4096, 4096).unwrap()).collect();
+    for &a in &idle {
+        v.free(0, a).unwrap(); // 8 pooled on node 0
+    }
+    let lazy = v.alloc(0, 8192, 4096).unwrap();
+    v.free_lazy(0, lazy).unwrap(); // past lazy_max: node 0 settles at once
+    assert_eq!(v.node_stats(0).pooled, 8 - 2 + 1);
+    // Node 1 purges three times; node 0 never allocates. The first purge
+    // leaves node 0's decay owed; each next one settles it (6 one-page
+    // areas lose 1, then 5 lose 1) and owes another.
+    let mut pooled = Vec::new();
+    for _ in 0..3 {
+        let b = v.alloc(1, 8192, 4096).unwrap();
+        v.free_lazy(1, b).unwrap();
+        pooled.push(v.node_stats(0).pooled);
+    }
+    assert_eq!(pooled, [7, 6, 5]);
+    assert_eq!(v.stats().purges, 4);
+    v.check().unwrap();
+    v.drain();
+    assert_eq!(v.stats().pooled + v.stats().lazy, 0);
+    assert_eq!(v.with_allocator(|va| va.stats().free_blocks), 1);
 }
 
 #[cfg(feature = "std")]
