@@ -47,13 +47,13 @@ fn lazy_max() -> u64 {
 }
 
 trait Pairs: Sync {
-    fn alloc(&self, t: usize, size: u64) -> u64;
+    fn alloc(&self, t: usize, size: u64, align: u64) -> u64;
     fn free_lazy(&self, t: usize, addr: u64);
 }
 
 impl Pairs for Locked<VmapAllocator> {
-    fn alloc(&self, _: usize, size: u64) -> u64 {
-        Locked::alloc(self, size, PAGE).expect("space")
+    fn alloc(&self, _: usize, size: u64, align: u64) -> u64 {
+        Locked::alloc(self, size, align).expect("space")
     }
     fn free_lazy(&self, _: usize, addr: u64) {
         Locked::free_lazy(self, addr).expect("live");
@@ -61,8 +61,8 @@ impl Pairs for Locked<VmapAllocator> {
 }
 
 impl Pairs for StdVmapNodes {
-    fn alloc(&self, t: usize, size: u64) -> u64 {
-        StdVmapNodes::alloc(self, t, size, PAGE).expect("space")
+    fn alloc(&self, t: usize, size: u64, align: u64) -> u64 {
+        StdVmapNodes::alloc(self, t, size, align).expect("space")
     }
     fn free_lazy(&self, t: usize, addr: u64) {
         StdVmapNodes::free_lazy(self, t, addr).expect("live");
@@ -73,8 +73,8 @@ impl Pairs for StdVmapNodes {
 struct Alone(Vec<Locked<VmapAllocator>>);
 
 impl Pairs for Alone {
-    fn alloc(&self, t: usize, size: u64) -> u64 {
-        Pairs::alloc(&self.0[t], t, size)
+    fn alloc(&self, t: usize, size: u64, align: u64) -> u64 {
+        Pairs::alloc(&self.0[t], t, size, align)
     }
     fn free_lazy(&self, t: usize, addr: u64) {
         Pairs::free_lazy(&self.0[t], t, addr);
@@ -92,21 +92,48 @@ fn size(x: &mut u64) -> u64 {
     (2 + next(x) % 100) * PAGE
 }
 
-/// The loop callgrind counts: `n` pairs of `churn` (or of one page) from
-/// thread `t`.
+/// The loop a run repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// One page, freed lazily.
+    Page,
+    /// Free the oldest of 64 own areas lazily, allocate 2..101 pages.
+    Churn,
+    /// As `Churn`, the sizes of test_vmalloc's tests in turn: 1 page, 3
+    /// pages, 2..101 pages, 1..10 pages aligned to 1..1024 pages.
+    Mix,
+}
+
+impl Load {
+    /// One allocation of this load's sizes from thread `t`.
+    fn alloc(self, p: &dyn Pairs, t: usize, x: &mut u64) -> u64 {
+        let (size, align) = match self {
+            Load::Mix => match next(x) % 4 {
+                0 => (PAGE, PAGE),
+                1 => (3 * PAGE, PAGE),
+                2 => (size(x), PAGE),
+                _ => ((1 + next(x) % 10) * PAGE, PAGE << (next(x) % 11)),
+            },
+            _ => (size(x), PAGE),
+        };
+        p.alloc(t, size, align)
+    }
+}
+
+/// The loop callgrind counts: `n` pairs of `load` from thread `t`.
 #[inline(never)]
-fn run(p: &dyn Pairs, t: usize, churn: bool, n: u64) {
+fn run(p: &dyn Pairs, t: usize, load: Load, n: u64) {
     let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ t as u64;
-    if churn {
-        let mut own: VecDeque<u64> = (0..64).map(|_| p.alloc(t, size(&mut x))).collect();
+    if load == Load::Page {
         for _ in 0..n {
-            p.free_lazy(t, own.pop_front().expect("64 areas"));
-            own.push_back(p.alloc(t, size(&mut x)));
+            let a = p.alloc(t, black_box(PAGE), PAGE);
+            p.free_lazy(t, a);
         }
     } else {
+        let mut own: VecDeque<u64> = (0..64).map(|_| load.alloc(p, t, &mut x)).collect();
         for _ in 0..n {
-            let a = p.alloc(t, black_box(PAGE));
-            p.free_lazy(t, a);
+            p.free_lazy(t, own.pop_front().expect("64 areas"));
+            own.push_back(load.alloc(p, t, &mut x));
         }
     }
 }
@@ -114,7 +141,7 @@ fn run(p: &dyn Pairs, t: usize, churn: bool, n: u64) {
 /// [`run`] on `threads` threads started together: each one's wall and
 /// CPU nanoseconds per pair (CPU time leaves out the time a thread waited
 /// for a core, which a loaded machine adds to the wall time).
-fn run_threads(p: &dyn Pairs, threads: usize, churn: bool, n: u64) -> Vec<(f64, f64)> {
+fn run_threads(p: &dyn Pairs, threads: usize, load: Load, n: u64) -> Vec<(f64, f64)> {
     let start = Barrier::new(threads);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -123,7 +150,7 @@ fn run_threads(p: &dyn Pairs, threads: usize, churn: bool, n: u64) -> Vec<(f64, 
                 s.spawn(move || {
                     start.wait();
                     let (t0, c0) = (Instant::now(), cpu_ns());
-                    run(p, t, churn, n);
+                    run(p, t, load, n);
                     let wall = t0.elapsed().as_nanos() as f64;
                     let cpu = cpu_ns().zip(c0).map_or(f64::NAN, |(c, c0)| (c - c0) as f64);
                     (wall / n as f64, cpu / n as f64)
@@ -179,8 +206,8 @@ fn nodes(threads: usize) -> StdVmapNodes {
 const ROUNDS: usize = 5;
 
 /// The threads' mean wall and CPU ns per pair of one run on `p`.
-fn mean(p: &dyn Pairs, threads: usize, churn: bool, n: u64) -> (f64, f64) {
-    let ns = run_threads(p, threads, churn, n);
+fn mean(p: &dyn Pairs, threads: usize, load: Load, n: u64) -> (f64, f64) {
+    let ns = run_threads(p, threads, load, n);
     let k = ns.len() as f64;
     (ns.iter()).fold((0.0, 0.0), |a, x| (a.0 + x.0 / k, a.1 + x.1 / k))
 }
@@ -191,17 +218,17 @@ fn mean(p: &dyn Pairs, threads: usize, churn: bool, n: u64) -> (f64, f64) {
 /// the least at 2 threads (the control shares nothing, so what it loses
 /// is the machine's); its nodes' 2-thread / 1-thread time is the figure
 /// judged, beside the best of every round's.
-fn flat(churn: bool, n: u64, fill: impl Fn(&dyn Pairs)) {
+fn flat(load: Load, n: u64, fill: impl Fn(&dyn Pairs)) {
     println!("round  nodes ns 1 thr / 2 thr  ratio (cpu)  control ns 1 thr / 2 thr  ratio (cpu)");
     let mut rounds = Vec::new();
     for r in 0..ROUNDS {
         let one = |threads| {
             let v = nodes(threads);
             fill(&v);
-            let got = mean(&v, threads, churn, n);
+            let got = mean(&v, threads, load, n);
             let a = Alone((0..threads).map(|_| exact()).collect());
             a.0.iter().for_each(|l| fill(l));
-            (got, mean(&a, threads, churn, n))
+            (got, mean(&a, threads, load, n))
         };
         let ((n1, c1), (n2, c2)) = (one(1), one(2));
         println!(
@@ -242,11 +269,11 @@ fn flat(churn: bool, n: u64, fill: impl Fn(&dyn Pairs)) {
 /// Runs the nodes and prints, with the times, what the threads shared:
 /// the pool misses (each takes the free tree's lock), the purges, and
 /// the acquisitions of each kind of lock that found it held.
-fn run_nodes(threads: usize, churn: bool, n: u64, fill: impl Fn(&dyn Pairs)) {
+fn run_nodes(threads: usize, load: Load, n: u64, fill: impl Fn(&dyn Pairs)) {
     let v = nodes(threads);
     fill(&v);
     let b = v.stats();
-    report(&run_threads(&v, threads, churn, n));
+    report(&run_threads(&v, threads, load, n));
     let s = v.stats();
     println!(
         "pool misses {} of {} allocations, purges {}; acquisitions that found the lock held: \
@@ -262,7 +289,7 @@ fn run_nodes(threads: usize, churn: bool, n: u64, fill: impl Fn(&dyn Pairs)) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: nodes_pairs locked|alone|nodes|flat page|churn N [THREADS]";
+    let usage = "usage: nodes_pairs locked|alone|nodes|flat page|churn|mix N [THREADS]";
     let (kind, load, n, threads) = match args.as_slice() {
         [_, k, l, n] => (k.as_str(), l.as_str(), n.as_str(), "1"),
         [_, k, l, n, t] => (k.as_str(), l.as_str(), n.as_str(), t.as_str()),
@@ -270,32 +297,33 @@ fn main() {
     };
     let n = n.parse::<u64>().expect(usage);
     let threads = threads.parse::<usize>().expect(usage).max(1);
-    let churn = match load {
-        "churn" => true,
-        "page" => false,
+    let load = match load {
+        "page" => Load::Page,
+        "churn" => Load::Churn,
+        "mix" => Load::Mix,
         _ => panic!("{usage}"),
     };
     let fill = |p: &dyn Pairs| {
         let mut x = 0x2545_f491_4f6c_dd1d_u64;
-        for _ in 0..if churn { 10_000 } else { 0 } {
-            p.alloc(0, size(&mut x));
+        for _ in 0..if load == Load::Page { 0 } else { 10_000 } {
+            load.alloc(p, 0, &mut x);
         }
     };
     match kind {
         "locked" => {
             let l = exact();
             fill(&l);
-            report(&run_threads(&l, threads, churn, n));
+            report(&run_threads(&l, threads, load, n));
         }
         "alone" => {
             let a = Alone((0..threads).map(|_| exact()).collect());
             for l in &a.0 {
                 fill(l);
             }
-            report(&run_threads(&a, threads, churn, n));
+            report(&run_threads(&a, threads, load, n));
         }
-        "nodes" => run_nodes(threads, churn, n, fill),
-        "flat" => flat(churn, n, fill),
+        "nodes" => run_nodes(threads, load, n, fill),
+        "flat" => flat(load, n, fill),
         _ => panic!("{usage}"),
     }
 }

@@ -393,7 +393,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         }
         if let Some(k) = self.class_of(size).filter(|_| poolable) {
             if let Some(&a) = n.pools[k].last() {
-                if a % align == 0 {
+                if a & (align - 1) == 0 {
                     n.pools[k].pop();
                     n.pooled -= 1;
                     n.hits += 1;
