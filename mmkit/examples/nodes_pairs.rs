@@ -1,13 +1,16 @@
 //! One thread's alloc+free pairs through the one-lock allocator
 //! (`range::Locked` over `VmapAllocator`) and through `nodes::VmapNodes`,
-//! in a form whose instructions can be counted on a busy machine.
+//! in a form whose instructions can be counted on a busy machine, and the
+//! nodes' 2-thread time against their 1-thread time (`flat`).
 //!
-//! `nodes_pairs locked|alone|nodes page|churn N [THREADS]` runs `N` pairs
-//! of one loop:
+//! `nodes_pairs locked|alone|nodes|flat page|churn|mix N [THREADS]` runs
+//! `N` pairs of one loop:
 //! - `page`: allocate one page, free it lazily;
 //! - `churn`: `benches/nodes.rs`'s one-thread loop: 10^4 live areas, then
 //!   each pair frees the oldest of 64 own areas lazily and allocates one
-//!   of 2..101 pages.
+//!   of 2..101 pages;
+//! - `mix`: as `churn`, with test_vmalloc's sizes in turn: 1 page, 3
+//!   pages, 2..101 pages, 1..10 pages aligned to 1..1024 pages.
 //!
 //! The difference between two runs is the loop's own cost:
 //!
@@ -15,7 +18,7 @@
 //! ir() { valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!          --toggle-collect='nodes_pairs::run' target/release/examples/nodes_pairs $1 $2 $3 2>&1 \
 //!          | grep -o 'Collected : [0-9]*' | grep -o '[0-9]*'; }
-//! echo $(( ($(ir nodes churn 200000) - $(ir nodes churn 100000)) / 100000 ))   # per pair
+//! echo $(( ($(ir nodes churn 40000) - $(ir nodes churn 20000)) / 20000 ))   # per pair
 //! ```
 //!
 //! With `THREADS` (default 1), that many threads run the loop at once,
@@ -25,6 +28,11 @@
 //! control, what the machine gives threads that share nothing. `nodes`
 //! also prints the acquisitions of each kind of lock that found it held
 //! ([`mmkit::nodes::NodesStats`]): which lock the threads share.
+//!
+//! `flat` runs 5 rounds of the nodes and the share-nothing control at 1
+//! and then 2 threads and prints the nodes' 2-thread / 1-thread time in
+//! the quietest round (the one whose control lost least at 2 threads):
+//! `cargo run --release -p mmkit --example nodes_pairs -- flat churn 2000000`.
 
 use std::collections::VecDeque;
 use std::hint::black_box;
@@ -39,12 +47,6 @@ const PAGE: u64 = 4096;
 const START: u64 = 0xffff_c900_0000_0000;
 const END: u64 = 0xffff_e900_0000_0000;
 const LAZY_MAX: u64 = 32 << 20;
-fn lazy_max() -> u64 {
-    std::env::var("LAZY_MAX")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(LAZY_MAX)
-}
 
 trait Pairs: Sync {
     fn alloc(&self, t: usize, size: u64, align: u64) -> u64;
@@ -175,14 +177,13 @@ fn cpu_ns() -> Option<u64> {
 /// The exact allocator behind one lock, its lazy list as the nodes'.
 fn exact() -> Locked<VmapAllocator> {
     let mut va = VmapAllocator::new(START, END).expect("valid space");
-    va.set_lazy_max(lazy_max());
+    va.set_lazy_max(LAZY_MAX);
     Locked::new(va)
 }
 
 /// Prints each thread's wall and CPU ns per pair and their means.
 fn report(ns: &[(f64, f64)]) {
-    let k = ns.len() as f64;
-    let (wall, cpu) = (ns.iter()).fold((0.0, 0.0), |a, x| (a.0 + x.0 / k, a.1 + x.1 / k));
+    let (wall, cpu) = means(ns);
     let each: Vec<String> = (ns.iter())
         .map(|x| format!("{:.0}/{:.0}", x.0, x.1))
         .collect();
@@ -196,7 +197,7 @@ fn report(ns: &[(f64, f64)]) {
 fn nodes(threads: usize) -> StdVmapNodes {
     let cfg = NodesConfig {
         nodes: threads.max(8),
-        lazy_max: lazy_max(),
+        lazy_max: LAZY_MAX,
         ..NodesConfig::default()
     };
     StdVmapNodes::new(START, END, cfg).expect("valid space")
@@ -205,11 +206,15 @@ fn nodes(threads: usize) -> StdVmapNodes {
 /// Rounds of [`flat`].
 const ROUNDS: usize = 5;
 
-/// The threads' mean wall and CPU ns per pair of one run on `p`.
-fn mean(p: &dyn Pairs, threads: usize, load: Load, n: u64) -> (f64, f64) {
-    let ns = run_threads(p, threads, load, n);
+/// The threads' mean wall and CPU ns per pair.
+fn means(ns: &[(f64, f64)]) -> (f64, f64) {
     let k = ns.len() as f64;
     (ns.iter()).fold((0.0, 0.0), |a, x| (a.0 + x.0 / k, a.1 + x.1 / k))
+}
+
+/// The threads' mean wall and CPU ns per pair of one run on `p`.
+fn mean(p: &dyn Pairs, threads: usize, load: Load, n: u64) -> (f64, f64) {
+    means(&run_threads(p, threads, load, n))
 }
 
 /// Whether the nodes are flat at two threads: [`ROUNDS`] rounds, each the
