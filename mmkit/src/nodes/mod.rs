@@ -24,13 +24,22 @@
 //! - `free_lazy(cpu, addr)`: the area leaves its node's busy index for the
 //!   node's lazy list (node `cpu % nodes` is looked at first, then the
 //!   others, one lock at a time). When a node's lazy bytes pass `lazy_max`,
-//!   every node is purged.
-//! - `purge()`: takes every node's lazy list, calls the flush hook once
-//!   with the range covering them all, then, node by node, puts each area
-//!   in its node's pool of its size (while the pool holds fewer than
-//!   `pool_max`) and decays every pool by a quarter (its oldest `len / 4`
-//!   areas), as the kernel's `decay_va_pool_node`; what is not pooled
-//!   goes back to the free tree under one global lock acquisition.
+//!   every node is purged: node `cpu % nodes` settles its share at once,
+//!   every other node owes its share (below).
+//! - `purge()`: takes every node's lazy list and calls the flush hook once
+//!   with the range covering them all; then each node *settles* its share:
+//!   its pools lose their oldest quarter (`len / 4` areas of each, as the
+//!   kernel's `decay_va_pool_node`), then take every flushed area of a
+//!   pooled size, however many: the decay alone bounds a pool, as in the
+//!   kernel. What is not pooled goes back to the free tree under one
+//!   global lock acquisition.
+//! - A purge started by a lazy free leaves each other node's share *owed*:
+//!   the node settles it under its own lock at its next allocation, so
+//!   the thread that purges writes no other node's pools (the cache lines
+//!   two threads would pass back and forth at every purge). A node that
+//!   has not allocated by the next purge is settled by that purge, so an
+//!   idle node's pools still decay, one purge late. `purge()`, `drain()`
+//!   and a failing allocation settle every node at once.
 //! - `free(cpu, addr)`: as `free_lazy` then a purge of that area alone with
 //!   no flush (the caller vouches that no stale translation remains): it
 //!   goes to its node's pool, or back to the free tree.
@@ -50,10 +59,13 @@
 //! pages) % nodes`), so that a free on any CPU finds it under one lock;
 //! here it stays on the node that handed it out, so a thread that frees
 //! what it allocated touches only its own node's lock, and a free on
-//! another node looks at each node in turn. The kernel's pools have no
-//! length limit (a purge decays them); here `pool_max` bounds them, since
-//! `free` pools without a purge. A misaligned newest area is a miss here;
-//! the kernel rotates it to the pool's tail.
+//! another node looks at each node in turn. A purge pools without a
+//! limit, as the kernel's; `free` pools without a purge, so there
+//! `pool_max` bounds a pool. The kernel's purging CPU settles every node
+//! (or, for a large purge, a worker on each node's CPU does); here a
+//! threshold purge leaves the other nodes' shares to them. The kernel's
+//! decay gives back a pool's newest areas, here the oldest. A misaligned
+//! newest area is a miss here; the kernel rotates it to the pool's tail.
 //!
 //! # Locks
 //! Lock order: the purge lock, then one node, then the global lock. No
@@ -101,7 +113,9 @@ pub struct NodesConfig {
     /// Pooled sizes: 1 to `classes` granules (the kernel: 256 pages), 1 to
     /// 4096.
     pub classes: usize,
-    /// Areas one node pools per size; more go back to the free tree.
+    /// Areas one node's pool of a size takes from eager frees
+    /// ([`VmapNodes::free`]); more go back to the free tree. A purge pools
+    /// every lazy area of a pooled size, and its decay bounds the pools.
     pub pool_max: usize,
     /// Lazily freed bytes one node holds before it purges every node.
     pub lazy_max: u64,

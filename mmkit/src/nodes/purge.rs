@@ -1,6 +1,7 @@
-//! Purges: every node's lazy list flushed once and pooled, every pool
-//! decayed by a quarter ([`VmapNodes::purge`]) or emptied
-//! ([`VmapNodes::drain`]).
+//! Purges: every node's lazy list flushed once, every pool decayed by a
+//! quarter and then fed the node's flushed areas ([`VmapNodes::purge`]),
+//! or emptied ([`VmapNodes::drain`]); a threshold purge leaves the other
+//! nodes their share to settle themselves.
 
 use alloc::vec::Vec;
 
@@ -9,10 +10,12 @@ use crate::lazy::Batch;
 
 impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// Takes every node's lazy list, calls the flush hook once with the
-    /// range covering them all, then pools their areas on their nodes and
-    /// decays every pool by a quarter (its oldest `len / 4` areas back to
-    /// the free tree), as the kernel's purge does. Returns whether any
-    /// area was lazy (no flush and no decay otherwise).
+    /// range covering them all, then, node by node, decays every pool by a
+    /// quarter (its oldest `len / 4` areas back to the free tree) and
+    /// pools the node's flushed areas, all of those of a pooled size, as
+    /// the kernel's purge does. A node's share that an earlier threshold
+    /// purge left it is settled first. Returns whether any area was lazy
+    /// (no flush and no decay otherwise).
     ///
     /// # Examples
     /// ```
@@ -27,7 +30,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// v.free_lazy(1, b).unwrap();
     /// assert!(v.purge());
     /// assert_eq!(v.node_stats(0).pooled, 6); // 8 - 8 / 4
-    /// assert_eq!(v.node_stats(1).pooled, 1); // 1 - 1 / 4
+    /// assert_eq!(v.node_stats(1).pooled, 1); // decayed (none), then pooled
     /// ```
     pub fn purge(&self) -> bool {
         self.purge_with(None, false)
