@@ -217,6 +217,14 @@ fn mean(p: &dyn Pairs, threads: usize, load: Load, n: u64) -> (f64, f64) {
     means(&run_threads(p, threads, load, n))
 }
 
+/// One round of [`flat`]: the nodes' wall and CPU ns per pair at 1 and
+/// at 2 threads, and the control's 2-thread / 1-thread wall time.
+struct Round {
+    one: (f64, f64),
+    two: (f64, f64),
+    control: f64,
+}
+
 /// Whether the nodes are flat at two threads: [`ROUNDS`] rounds, each the
 /// nodes and the share-nothing control at 1 and then 2 threads, each on
 /// a fresh allocator. The quietest round is the one whose control lost
@@ -247,24 +255,26 @@ fn flat(load: Load, n: u64, fill: impl Fn(&dyn Pairs)) {
             c2.0 / c1.0,
             c2.1 / c1.1
         );
-        rounds.push((n1, n2, c2.0 / c1.0));
+        rounds.push(Round {
+            one: n1,
+            two: n2,
+            control: c2.0 / c1.0,
+        });
     }
     let q = (rounds.iter())
-        .min_by(|a, b| a.2.total_cmp(&b.2))
+        .min_by(|a, b| a.control.total_cmp(&b.control))
         .expect("rounds");
     println!(
         "quietest round (control {:.2}x): nodes 1 thread {:.0} ns, 2 threads {:.0} ns per pair: \
          {:.2}x by the wall clock, {:.2}x in CPU time (target <= 1.10x)",
-        q.2,
-        q.0 .0,
-        q.1 .0,
-        q.1 .0 / q.0 .0,
-        q.1 .1 / q.0 .1
+        q.control,
+        q.one.0,
+        q.two.0,
+        q.two.0 / q.one.0,
+        q.two.1 / q.one.1
     );
-    let best = |f: fn(&((f64, f64), (f64, f64), f64)) -> f64| {
-        rounds.iter().map(f).fold(f64::INFINITY, f64::min)
-    };
-    let (b1, b2) = (best(|r| r.0 .0), best(|r| r.1 .0));
+    let best = |f: fn(&Round) -> f64| rounds.iter().map(f).fold(f64::INFINITY, f64::min);
+    let (b1, b2) = (best(|r| r.one.0), best(|r| r.two.0));
     println!(
         "best of {ROUNDS}: nodes 1 thread {b1:.0} ns, 2 threads {b2:.0} ns per pair: {:.2}x",
         b2 / b1
