@@ -81,11 +81,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             s.lazy += n.lazy;
             s.pooled += n.pooled;
         }
-        s.purges = self.purger.lock().purges;
+        s.purges = self.purger.0.lock().purges;
         s.tree = self.global.0.lock().stats();
         s.node_lock_waits = self.nodes.iter().map(|n| n.0.waits()).sum();
         s.tree_lock_waits = self.global.0.waits();
-        s.purge_lock_waits = self.purger.waits();
+        s.purge_lock_waits = self.purger.0.waits();
         s
     }
 
@@ -106,7 +106,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// v.check().unwrap();
     /// ```
     pub fn check(&self) -> Result<(), CheckError> {
-        let _p = self.purger.lock();
+        let _p = self.purger.0.lock();
         let nodes: Vec<_> = self.nodes.iter().map(|n| n.0.lock()).collect();
         let g = self.global.0.lock();
         g.check()?;

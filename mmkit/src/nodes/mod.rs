@@ -224,7 +224,9 @@ pub struct VmapNodes<R: lock_api::RawMutex> {
     /// `log2(granule)`: a size's class is a shift away.
     granule_shift: u32,
     nodes: Box<[Padded<Lock<R, Node>>]>,
-    purger: Lock<R, Purger>,
+    /// Apart from the fields above, which every call reads: each purge
+    /// writes it.
+    purger: Padded<Lock<R, Purger>>,
     global: Padded<Lock<R, VmapAllocator>>,
 }
 
@@ -278,11 +280,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             cfg,
             granule_shift: cfg.granule.trailing_zeros(),
             nodes: (0..cfg.nodes).map(|_| node()).collect(),
-            purger: Lock::new(Purger {
+            purger: Padded(Lock::new(Purger {
                 hook: None,
                 purges: 0,
                 back: Vec::new(),
-            }),
+            })),
             global: Padded(Lock::new(va)),
         })
     }
@@ -296,7 +298,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// its areas. It runs under the purge lock: it must not call back into
     /// this allocator.
     pub fn set_flush_hook(&self, hook: Option<FlushHook>) {
-        self.purger.lock().hook = hook;
+        self.purger.0.lock().hook = hook;
     }
 
     /// The pool index of a `size`-byte area, if that size is pooled: a

@@ -69,7 +69,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// node; `full` decays every pool to empty and pools nothing, even
     /// with nothing lazy.
     fn purge_with(&self, caller: Option<usize>, full: bool) -> bool {
-        let mut p = self.purger.lock();
+        let mut p = self.purger.0.lock();
         let batches: Vec<Option<Batch<(u64, u64)>>> = (self.nodes.iter())
             .map(|n| {
                 let mut n = n.0.lock();
