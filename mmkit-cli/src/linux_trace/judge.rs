@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use mmkit::nodes::LinuxNodes;
+use mmkit::nodes::{LinuxNodes, PurgeStep};
 use mmkit::range::RangeAllocator;
 
 use crate::trace::{check_header, Cmd, Commands};
@@ -105,6 +105,7 @@ pub fn replay(
                 | Cmd::Purge
                 | Cmd::PurgeFull
                 | Cmd::PurgeNode(_)
+                | Cmd::PurgeStep(PurgeStep::Start { .. })
         );
         if let (true, Some((full, seen))) = (ends_window, pending) {
             // The latest point of the window: the begin runs here.
@@ -176,6 +177,9 @@ pub fn replay(
             Cmd::PurgeBegin(full) => n.purge_begin(full),
             Cmd::PurgeNode(node) => {
                 n.purge_node(node);
+            }
+            Cmd::PurgeStep(step) => {
+                n.purge_step(step);
             }
             Cmd::Space(..) | Cmd::Cpus(_) | Cmd::Vmalloc(..) => {}
         }

@@ -53,6 +53,9 @@ use crate::range::{FlushHook, RangeAllocator, RangeStats};
 use crate::request::{Request, RequestError};
 use crate::vmap::VmapAllocator;
 
+mod decay;
+pub use decay::PurgeStep;
+
 /// Linux's page size.
 const PAGE: u64 = crate::request::LINUX_PAGE_SIZE;
 /// Pooled sizes: 1 to 256 pages (`MAX_VA_SIZE_PAGES`).
@@ -131,9 +134,13 @@ pub struct LinuxNodes {
     pools: Vec<Vec<VecDeque<u64>>>,
     hits: u64,
     inferred_shrinks: u64,
-    /// (node, pool index) pools a purge's decay holds detached, inferred
-    /// by [`alloc_judged`](Self::alloc_judged); back at the next purge.
+    /// (node, pool index) pools a purge's decay holds detached: by a
+    /// [`PurgeStep::Detach`] until its `Attach` or its node's `Reclaim`, or
+    /// inferred by [`alloc_judged`](Self::alloc_judged) until the next
+    /// purge.
     detached: Vec<(usize, usize)>,
+    /// Per node: the areas its running decay set aside, not yet free.
+    decaying: Vec<Vec<(u64, u64)>>,
     inferred_detaches: u64,
     purges: u64,
     retries: u64,
@@ -174,6 +181,7 @@ impl LinuxNodes {
             hits: 0,
             inferred_shrinks: 0,
             detached: Vec::new(),
+            decaying: vec![Vec::new(); nodes],
             inferred_detaches: 0,
             purges: 0,
             retries: 0,
@@ -450,33 +458,10 @@ impl LinuxNodes {
 
     /// `decay_va_pool_node` on every node in turn: each pool gives its
     /// newest `len / 4` areas back, all of them when `full` or when it
-    /// holds fewer than 4. A node's areas are merged among themselves
-    /// first (Linux gathers them in a tree of their own), then each merged
-    /// run goes to the free tree, the lowest first.
+    /// holds fewer than 4 ([`PurgeStep`]).
     fn decay(&mut self, full: bool) {
-        for n in 0..self.nodes {
-            let mut back = Vec::new();
-            for (c, pool) in self.pools[n].iter_mut().enumerate() {
-                let take = match pool.len() >> 2 {
-                    k if k > 0 && !full => k,
-                    _ => pool.len(),
-                };
-                let size = (c as u64 + 1) * PAGE;
-                back.extend(pool.drain(..take).map(|a| (a, a + size)));
-            }
-            back.sort_unstable();
-            let mut run: Option<(u64, u64)> = None;
-            for (s, e) in back {
-                self.tree.free(s).expect("a pooled area is live");
-                run = match run {
-                    Some((rs, re)) if re == s => Some((rs, e)),
-                    done => {
-                        self.free_run(done);
-                        Some((s, e))
-                    }
-                };
-            }
-            self.free_run(run);
+        for node in 0..self.nodes {
+            self.decay_node(node, full);
         }
     }
 
@@ -512,16 +497,14 @@ impl LinuxNodes {
     /// pool decays to the free tree, all of it when `full`; each node's
     /// lazy areas are taken for [`purge_end`](Self::purge_end), and later
     /// lazy frees wait for the next purge.
+    /// Its steps run at once: [`PurgeStep::Start`], then for each node in
+    /// turn its decay and `Take`.
     pub fn purge_begin(&mut self, full: bool) {
-        self.purge_end();
-        self.detached.clear();
-        self.decay(full);
-        let nodes = self.lazy.iter_mut().map(core::mem::take).collect();
-        self.purging = Some(Purging {
-            full,
-            nodes,
-            done: 0,
-        });
+        self.purge_step(PurgeStep::Start { full });
+        for node in 0..self.nodes {
+            self.decay_node(node, full);
+            self.purge_step(PurgeStep::Take { node });
+        }
     }
 
     /// The second half of a purge: the lazy areas it took, node by node
@@ -666,6 +649,7 @@ impl RangeAllocator for LinuxNodes {
         };
         let mut held: Vec<(u64, u64)> = self.live.iter().map(|(&a, v)| (a, v.end)).collect();
         held.extend(self.lazy_areas().map(|l| (l.start, l.end)));
+        held.extend(self.decaying.iter().flatten());
         for pools in &self.pools {
             for (c, pool) in pools.iter().enumerate() {
                 for &a in pool {
