@@ -493,6 +493,29 @@ mod tests {
         assert_eq!(err_line(""), 1);
         assert_eq!(err_line("space 0 10\nlazymax 99999999999999999999\n"), 2);
         assert_eq!(err_line("space 0 10\npurge node -1\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge detach 1\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge attach x 2\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge take\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge reclaim 0 1\n"), 2);
+    }
+
+    /// Every purge step reads back from the line `purge_step_line` writes.
+    #[test]
+    fn purge_steps_round_trip() {
+        let steps = [
+            PurgeStep::Start { full: false },
+            PurgeStep::Start { full: true },
+            PurgeStep::Detach { node: 1, pages: 256 },
+            PurgeStep::Attach { node: 0, pages: 3 },
+            PurgeStep::Reclaim { node: 7 },
+            PurgeStep::Take { node: 2 },
+        ];
+        let text: String = steps.iter().map(|&s| purge_step_line(s) + "\n").collect();
+        let cmds: Vec<Cmd> = Commands::new(format!("space 0 10\n{text}").as_bytes())
+            .map(|r| r.unwrap().1)
+            .skip(1)
+            .collect();
+        assert_eq!(cmds, steps.map(Cmd::PurgeStep));
     }
 
     /// The commands of an imported Linux trace: `cpus`, `alloc ... cpu`,

@@ -395,7 +395,10 @@ impl LinuxNodes {
             self.detached.retain(|&d| d != nc);
         }
         let hit = matches!(ours, Some((a, true)) if a != linux);
-        if pooled.is_none() && hit && self.take_free(linux, size, align).is_ok() {
+        if pooled.is_none() && self.take_aside(linux, size) {
+            // Linux took it from its pool just before a decay's detach:
+            // the two CPUs' events are not in their lock order.
+        } else if pooled.is_none() && hit && self.take_free(linux, size, align).is_ok() {
             // Linux passed over a pool that held an area: a purge's
             // decay, which leaves no event until the purge ends, holds
             // that pool detached while it walks it.

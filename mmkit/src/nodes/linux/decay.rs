@@ -168,6 +168,18 @@ impl LinuxNodes {
         self.free_run(run);
     }
 
+    /// Takes the area `[a, a + size)` off the areas a decay set aside, if
+    /// it is one of them.
+    pub(super) fn take_aside(&mut self, a: u64, size: u64) -> bool {
+        for aside in &mut self.decaying {
+            if let Some(i) = aside.iter().position(|&r| r == (a, a + size)) {
+                aside.swap_remove(i);
+                return true;
+            }
+        }
+        false
+    }
+
     /// The begun purge takes `node`'s lazy list. Whether it could: a
     /// purge has begun and `node` is in range.
     fn take(&mut self, node: usize) -> bool {
