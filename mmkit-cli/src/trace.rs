@@ -505,7 +505,10 @@ mod tests {
         let steps = [
             PurgeStep::Start { full: false },
             PurgeStep::Start { full: true },
-            PurgeStep::Detach { node: 1, pages: 256 },
+            PurgeStep::Detach {
+                node: 1,
+                pages: 256,
+            },
             PurgeStep::Attach { node: 0, pages: 3 },
             PurgeStep::Reclaim { node: 7 },
             PurgeStep::Take { node: 2 },

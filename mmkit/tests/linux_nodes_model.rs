@@ -315,7 +315,8 @@ fn step() -> impl Strategy<Value = Op> {
     let at = (0usize..5, 1u64..4);
     prop_oneof![
         any::<bool>().prop_map(|full| PurgeStep::Start { full }),
-        at.clone().prop_map(|(node, pages)| PurgeStep::Detach { node, pages }),
+        at.clone()
+            .prop_map(|(node, pages)| PurgeStep::Detach { node, pages }),
         (0usize..5, 255u64..258).prop_map(|(node, pages)| PurgeStep::Detach { node, pages }),
         at.prop_map(|(node, pages)| PurgeStep::Attach { node, pages }),
         (0usize..5).prop_map(|node| PurgeStep::Reclaim { node }),
@@ -540,8 +541,14 @@ fn a_detached_pool_serves_again_once_attached() {
     assert_eq!(n.alloc_in(size, align, VMALLOC.0, VMALLOC.1), Ok(areas[5]));
     assert!(n.purge_step(PurgeStep::Reclaim { node: 1 }));
     // Outside the pools' window: the lowest free page is a reclaimed one.
-    assert_eq!(n.alloc_in(size, align, VMALLOC.0, VMALLOC.1 - PAGE), Ok(areas[6]));
+    assert_eq!(
+        n.alloc_in(size, align, VMALLOC.0, VMALLOC.1 - PAGE),
+        Ok(areas[6])
+    );
     assert!(!n.purge_step(PurgeStep::Take { node: 2 }));
-    assert!(!n.purge_step(PurgeStep::Detach { node: 1, pages: 257 }));
+    assert!(!n.purge_step(PurgeStep::Detach {
+        node: 1,
+        pages: 257
+    }));
     n.check().unwrap();
 }

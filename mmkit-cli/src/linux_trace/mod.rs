@@ -592,20 +592,18 @@ impl Imported {
                 self.purge_at = self.body.len();
                 self.open = Some(open);
             }
-            Event::Probe(p) => {
-                match self.steps.line(p, r.pid, self.cpus as usize)? {
-                    Some(probes::Line::Step(step)) => {
-                        if let PurgeStep::Take { .. } = step {
-                            self.taken_by_steps = self.frees.len();
-                        }
-                        let _ = writeln!(self.body, "{}", purge_step_line(step));
+            Event::Probe(p) => match self.steps.line(p, r.pid, self.cpus as usize)? {
+                Some(probes::Line::Step(step)) => {
+                    if let PurgeStep::Take { .. } = step {
+                        self.taken_by_steps = self.frees.len();
                     }
-                    Some(probes::Line::Node(node)) => {
-                        let _ = writeln!(self.body, "purge node {node}");
-                    }
-                    None => {}
+                    let _ = writeln!(self.body, "{}", purge_step_line(step));
                 }
-            }
+                Some(probes::Line::Node(node)) => {
+                    let _ = writeln!(self.body, "purge node {node}");
+                }
+                None => {}
+            },
         }
         Ok(())
     }

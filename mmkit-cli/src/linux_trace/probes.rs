@@ -137,7 +137,12 @@ impl Steps {
     /// # Errors
     /// A node's `vn` that changed, a node or pool out of range, or an
     /// attach with no detach before it.
-    pub(super) fn line(&mut self, p: Probe, pid: u32, nodes: usize) -> Result<Option<Line>, String> {
+    pub(super) fn line(
+        &mut self,
+        p: Probe,
+        pid: u32,
+        nodes: usize,
+    ) -> Result<Option<Line>, String> {
         let nodes = nodes.max(1);
         let node_index = |n: u64| {
             usize::try_from(n)
@@ -171,7 +176,10 @@ impl Steps {
             }
             Probe::Detach { index } => return Err(format!("pool {index} out of range (0-255)")),
             Probe::Attach => {
-                let pages = self.pages.take().ok_or("vmap_pool_attach with no detach before it")?;
+                let pages = self
+                    .pages
+                    .take()
+                    .ok_or("vmap_pool_attach with no detach before it")?;
                 Some(Line::Step(PurgeStep::Attach {
                     node: self.node,
                     pages,

@@ -385,11 +385,19 @@ fn probe_events_place_each_step_of_a_purge() {
         HEADER.to_string(),
         alloc_at(0, 0, 1),
         free_at(0, 0, 1),
-        probe_line(27, "vmap_decay_start", "vn=0xffff888003c00000 full_decay=0x0"),
+        probe_line(
+            27,
+            "vmap_decay_start",
+            "vn=0xffff888003c00000 full_decay=0x0",
+        ),
         probe_line(27, "vmap_decay_reclaim", ""),
         probe_line(27, "vmap_decay_end", "i=0"),
         probe_line(27, "vmap_lazy_take", "i=0"),
-        probe_line(27, "vmap_decay_start", "vn=0xffff888003c00800 full_decay=0x0"),
+        probe_line(
+            27,
+            "vmap_decay_start",
+            "vn=0xffff888003c00800 full_decay=0x0",
+        ),
         probe_line(27, "vmap_pool_detach", "i=1"),
         alloc_at(0, 4, 2),
         probe_line(27, "vmap_pool_attach", ""),
@@ -444,7 +452,11 @@ fn probe_events_out_of_order_name_their_line() {
     let e = error(&text);
     assert_eq!(e.line, 15);
     assert!(e.msg.contains("node 0"), "{}", e.msg);
-    let attach = format!("{HEADER}{}{}", start("0x1000"), probe_line(27, "vmap_pool_attach", ""));
+    let attach = format!(
+        "{HEADER}{}{}",
+        start("0x1000"),
+        probe_line(27, "vmap_pool_attach", "")
+    );
     assert_eq!(error(&attach).line, 14);
     let pool = format!("{HEADER}{}", probe_line(27, "vmap_pool_detach", "i=256"));
     assert_eq!(error(&pool).line, 13);

@@ -39,6 +39,10 @@
 //! between wait for the next purge. One purge runs at a time
 //! (`vmap_purge_lock`).
 //!
+//! A capture with kprobe events on the purge's steps places each of them
+//! ([`PurgeStep`]: a pool's detach and attach, a node's reclaim and take)
+//! where Linux ran it ([`purge_step`](LinuxNodes::purge_step)).
+//!
 //! Linux runs the threshold purge (lazy pages above `lazy_max`) in a
 //! worker, later; here it runs at once. A replay of a Linux trace sets the
 //! threshold out of reach and purges where the trace did.
@@ -354,7 +358,9 @@ impl LinuxNodes {
     /// purge's decay holds each pool off its list while it walks it, and a
     /// walk can outlast many requests on another CPU. A detached pool
     /// serves nothing until Linux takes from it again or the next purge
-    /// begins.
+    /// begins. A Linux address among the areas a decay step set aside
+    /// ([`PurgeStep::Detach`]) was taken from the pool just before the
+    /// detach: it leaves the set-aside areas.
     ///
     /// # Errors
     /// `NoSpace` if `[linux, linux + size)` is neither pooled on the

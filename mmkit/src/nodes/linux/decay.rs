@@ -78,7 +78,11 @@ impl LinuxNodes {
     /// n.check().unwrap();
     /// ```
     pub fn purge_step(&mut self, step: PurgeStep) -> bool {
-        let class = |pages: u64| (1..=POOLED_PAGES).contains(&pages).then(|| pages as usize - 1);
+        let class = |pages: u64| {
+            (1..=POOLED_PAGES)
+                .contains(&pages)
+                .then(|| pages as usize - 1)
+        };
         match step {
             PurgeStep::Start { full } => {
                 self.purge_end();
