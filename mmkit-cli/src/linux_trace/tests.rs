@@ -371,6 +371,31 @@ fn a_purge_window_begins_at_the_first_answer_that_needs_it() {
     assert_eq!((free.same, free.window_begins), (1, 0));
 }
 
+/// Judged, a request on another CPU whose event came late runs ahead
+/// when it took the block the current request would get, and only when
+/// its CPU allocated nothing in between; free-running, nothing moves.
+#[test]
+fn a_late_event_of_another_cpu_runs_ahead_when_it_took_the_block() {
+    let alloc = |id: &str, cpu: u32| {
+        format!("alloc {id} 0x2000 align 0x1000 range 0x100000 0x1000000 cpu {cpu}\n")
+    };
+    let head = "space 0x1 0xffffffffffffffff\ncpus 2\nvmalloc 0x100000 0x1000000\n";
+    let run = |trace: &str, linux: &str, judged: bool| {
+        let linux = judge::answers(linux).unwrap();
+        judge::replay(trace, &linux, judged).unwrap()
+    };
+    let late = format!("{head}{}{}", alloc("a", 0), alloc("b", 1));
+    let linux = "a 0x102000\nb 0x100000\n";
+    let judged = run(&late, linux, true);
+    assert_eq!((judged.same, judged.early_allocs), (2, 1));
+    let free = run(&late, linux, false);
+    assert_eq!((free.same, free.early_allocs), (0, 0));
+    // CPU 1 allocated in between: its later request did not come first.
+    let busy = format!("{head}{}{}{}", alloc("a", 0), alloc("c", 1), alloc("b", 1));
+    let judged = run(&busy, "a 0x102000\nc 0x104000\nb 0x100000\n", true);
+    assert_eq!((judged.same, judged.early_allocs), (1, 0));
+}
+
 /// A kprobe line of trace.sh's probe `name` with `args`, by task `pid`.
 fn probe_line(pid: u32, name: &str, args: &str) -> String {
     format!("  kworker/1:1-{pid} [001] ..... 1.0: {name}: (decay_va_pool_node+0x8f/0x420) {args}\n")
