@@ -248,8 +248,11 @@ fn delayed(
     None
 }
 
-/// An `alloc`'s ID, CPU and request (size, align, window).
-fn alloc_of(cmd: &Cmd) -> Option<(&String, u32, (u64, u64, (u64, u64)))> {
+/// A request: size, alignment, window.
+type Request = (u64, u64, (u64, u64));
+
+/// An `alloc`'s ID, CPU and request.
+fn alloc_of(cmd: &Cmd) -> Option<(&String, u32, Request)> {
     match cmd {
         Cmd::Alloc {
             id,
