@@ -14,7 +14,9 @@ use alloc::vec::Vec;
 
 use super::{LinuxNodes, Purging, PAGE, POOLED_PAGES};
 
-/// One step of a purge's decay and take (see the [module docs](self)).
+/// One step of a purge's decay and take. Linux 6.12 runs them node by
+/// node: each non-empty pool detached and attached in turn, then the
+/// node's reclaim, then its take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PurgeStep {
     /// A purge begins (one still pending ends first), nothing decayed or
