@@ -39,6 +39,9 @@ pub struct Verdict {
     /// later (an event is written after the tree's lock is released, and
     /// a vCPU can stall in between).
     pub early_allocs: u64,
+    /// Judged: each allocation run ahead of its event, as (its line,
+    /// the line of the allocation it ran ahead of) in the trace.
+    pub ahead: Vec<(usize, usize)>,
 }
 
 impl Verdict {
@@ -161,6 +164,7 @@ pub fn replay(
                         ids.insert(own_id.clone(), got);
                         ran_ahead.insert(j);
                         v.early_allocs += 1;
+                        v.ahead.push((cmds[j].0, line));
                         n.set_cpu(cpu.unwrap_or(0) as usize);
                     }
                 }

@@ -621,6 +621,45 @@ impl Imported {
         let _ = writeln!(self.expected, "L{} nospace", f.line);
     }
 
+    /// Moves each allocation whose event came late to where it took the
+    /// free tree's lock, as the judge proves it on Linux's state
+    /// ([`judge::Verdict::ahead`]): just before the request of another
+    /// CPU that would otherwise get its block (that CPU allocated nothing
+    /// in between). Unchanged when the trace cannot be judged.
+    fn lock_order(&mut self) {
+        let Ok(linux) = judge::answers(&self.expected) else {
+            return;
+        };
+        let trace = self.trace();
+        let Ok(v) = judge::replay(&trace, &linux, true) else {
+            return;
+        };
+        if v.ahead.is_empty() {
+            return;
+        }
+        let head = trace.lines().count() - self.body.lines().count();
+        let mut lines: Vec<Option<&str>> = trace.lines().map(Some).collect();
+        // Before each line (1-based), the lines moved there.
+        let mut before: HashMap<usize, Vec<&str>> = HashMap::new();
+        for &(late, early) in &v.ahead {
+            if let Some(l) = lines.get_mut(late - 1).and_then(Option::take) {
+                before.entry(early).or_default().push(l);
+            }
+        }
+        let mut body = String::with_capacity(self.body.len());
+        for (i, l) in lines.iter().enumerate().skip(head) {
+            for moved in before.get(&(i + 1)).into_iter().flatten() {
+                body.push_str(moved);
+                body.push('\n');
+            }
+            if let Some(l) = l {
+                body.push_str(l);
+                body.push('\n');
+            }
+        }
+        self.body = body;
+    }
+
     /// Requests still failing at the end of the trace: expected `nospace`.
     fn finish(&mut self) {
         self.end_open();
@@ -667,6 +706,7 @@ pub fn import(src: impl BufRead) -> Result<Imported, ImportError> {
     if let Some(p) = header {
         out.cpus = out.cpus.max(p);
     }
+    out.lock_order();
     Ok(out)
 }
 

@@ -396,6 +396,29 @@ fn a_late_event_of_another_cpu_runs_ahead_when_it_took_the_block() {
     assert_eq!((judged.same, judged.early_allocs), (1, 0));
 }
 
+/// The importer writes an allocation whose event came late where it took
+/// the tree's lock: before CPU 0's request, which Linux's answers show
+/// passed over its block.
+#[test]
+fn a_late_allocation_is_written_where_it_took_the_lock() {
+    let text = [HEADER.to_string(), alloc_at(0, 2, 2), alloc_at(1, 0, 2)].concat();
+    let t = imported(&text);
+    let cpus = |t: &Imported| -> Vec<String> {
+        let trace = t.trace();
+        trace
+            .lines()
+            .skip(5)
+            .map(|l| l[l.len() - 5..].to_string())
+            .collect()
+    };
+    assert_eq!(cpus(&t), ["cpu 1", "cpu 0"]);
+    let linux = judge::answers(&t.expected).unwrap();
+    assert_eq!(judge::replay(&t.trace(), &linux, false).unwrap().same, 2);
+    // In the order Linux wrote them, nothing moves.
+    let t = imported(&[HEADER.to_string(), alloc_at(1, 0, 2), alloc_at(0, 2, 2)].concat());
+    assert_eq!(cpus(&t), ["cpu 1", "cpu 0"]);
+}
+
 /// A kprobe line of trace.sh's probe `name` with `args`, by task `pid`.
 fn probe_line(pid: u32, name: &str, args: &str) -> String {
     format!("  kworker/1:1-{pid} [001] ..... 1.0: {name}: (decay_va_pool_node+0x8f/0x420) {args}\n")
