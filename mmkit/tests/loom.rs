@@ -25,7 +25,8 @@
 //! - `nodes::VmapNodes`: a lazy free found on another node than the
 //!   caller's while that node purges every node (one flush, pools fed and
 //!   decayed); an allocation that finds no space until it drains another
-//!   node's pool, racing that node's own free.
+//!   node's pool, racing that node's own free; a node settling the share
+//!   another node's purge left it, racing that purge.
 //!
 //! Not covered: the slot assignment (`NEXT_SLOT`, a relaxed counter whose
 //! every value is valid). `mmkit-vm`'s purge, over real mappings, has its
@@ -274,6 +275,46 @@ fn nodes_free_lazily_and_reuse_while_another_node_purges() {
         assert_eq!(s.tree.live_areas, s.live + s.lazy + s.pooled);
         assert_eq!(s.live, 1);
         assert_eq!(v.free(0, b), Ok(4096));
+        v.drain();
+        v.check().unwrap();
+        assert_eq!(v.with_allocator(|va| va.stats().free_blocks), 1);
+    });
+}
+
+#[test]
+fn a_node_settles_what_another_nodes_purge_left_it_while_that_node_purges() {
+    loom::model(|| {
+        // One lazy page stays lazy; two pages start a purge.
+        let cfg = NodesConfig {
+            nodes: 2,
+            granule: 4096,
+            classes: 4,
+            pool_max: 2,
+            lazy_max: 4096,
+        };
+        let v = Arc::new(VmapNodes::<parking_lot::RawMutex>::new(0, 8 * 4096, cfg).unwrap());
+        let a = v.alloc(0, 4096, 4096).unwrap();
+        v.free_lazy(0, a).unwrap();
+        let t = {
+            let v = v.clone();
+            thread::spawn(move || {
+                let b = v.alloc(1, 8192, 4096).unwrap();
+                v.free_lazy(1, b).unwrap(); // purges: node 0's page is owed
+                let c = v.alloc(1, 8192, 4096).unwrap();
+                assert_eq!(c, b, "node 1 settled its own share: a hit");
+                c
+            })
+        };
+        // Before the purge: a miss; after it: node 0 settles, then a hit.
+        let got = v.alloc(0, 4096, 4096).unwrap();
+        let c = t.join().unwrap();
+        v.check().unwrap();
+        let s = v.stats();
+        assert_eq!(s.tree.live_areas, s.live + s.lazy + s.pooled);
+        assert_eq!(s.live, 2);
+        assert!(got == a || s.lazy + s.pooled == 1, "{got:#x}: {s:?}");
+        assert_eq!(v.free(0, got), Ok(4096));
+        assert_eq!(v.free(1, c), Ok(8192));
         v.drain();
         v.check().unwrap();
         assert_eq!(v.with_allocator(|va| va.stats().free_blocks), 1);

@@ -19,7 +19,8 @@ pub struct NodesStats {
     pub purges: u64,
     /// Live areas, on every node.
     pub live: u64,
-    /// Lazily freed areas waiting for a purge.
+    /// Lazily freed areas waiting for a purge, or flushed and waiting for
+    /// their node to settle them.
     pub lazy: u64,
     /// Areas in the pools.
     pub pooled: u64,
@@ -52,8 +53,8 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             hits: n.hits,
             misses: n.misses,
             live: n.busy.len() as u64,
-            lazy: n.lazy.len() as u64,
-            pooled: n.pools.iter().map(|p| p.len() as u64).sum(),
+            lazy: (n.lazy.len() + n.flushed.as_ref().map_or(0, |b| b.items.len())) as u64,
+            pooled: n.pooled as u64,
         }
     }
 
@@ -80,11 +81,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             s.lazy += n.lazy;
             s.pooled += n.pooled;
         }
-        s.purges = self.purger.lock().purges;
+        s.purges = self.purger.0.lock().purges;
         s.tree = self.global.0.lock().stats();
         s.node_lock_waits = self.nodes.iter().map(|n| n.0.waits()).sum();
         s.tree_lock_waits = self.global.0.waits();
-        s.purge_lock_waits = self.purger.waits();
+        s.purge_lock_waits = self.purger.0.waits();
         s
     }
 
@@ -105,7 +106,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// v.check().unwrap();
     /// ```
     pub fn check(&self) -> Result<(), CheckError> {
-        let _p = self.purger.lock();
+        let _p = self.purger.0.lock();
         let nodes: Vec<_> = self.nodes.iter().map(|n| n.0.lock()).collect();
         let g = self.global.0.lock();
         g.check()?;
@@ -123,8 +124,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
                 n.lazy.bytes()
             );
             held.extend(n.lazy.iter().copied());
+            ensure!(n.owed || n.flushed.is_none(), Structure @ i, "node {i}: flushed areas owed to no one");
+            held.extend(n.flushed.iter().flat_map(|b| b.items.iter().copied()));
+            let pooled: usize = n.pools.iter().map(Vec::len).sum();
+            ensure!(pooled == n.pooled, Accounting @ i, "node {i}: {pooled} areas pooled, counted {}", n.pooled);
             for (k, p) in n.pools.iter().enumerate() {
-                ensure!(p.len() <= self.cfg.pool_max, Bounds @ i, "node {i}: pool {k} over pool_max");
                 let size = (k as u64 + 1) * self.cfg.granule;
                 held.extend(p.iter().map(|&a| (a, a + size)));
             }

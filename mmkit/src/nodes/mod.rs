@@ -24,13 +24,22 @@
 //! - `free_lazy(cpu, addr)`: the area leaves its node's busy index for the
 //!   node's lazy list (node `cpu % nodes` is looked at first, then the
 //!   others, one lock at a time). When a node's lazy bytes pass `lazy_max`,
-//!   every node is purged.
-//! - `purge()`: takes every node's lazy list, calls the flush hook once
-//!   with the range covering them all, then, node by node, puts each area
-//!   in its node's pool of its size (while the pool holds fewer than
-//!   `pool_max`) and decays every pool by a quarter (its oldest `len / 4`
-//!   areas), as the kernel's `decay_va_pool_node`; what is not pooled
-//!   goes back to the free tree under one global lock acquisition.
+//!   every node is purged: node `cpu % nodes` settles its share at once,
+//!   every other node owes its share (below).
+//! - `purge()`: takes every node's lazy list and calls the flush hook once
+//!   with the range covering them all; then each node *settles* its share:
+//!   its pools lose their oldest quarter (`len / 4` areas of each, as the
+//!   kernel's `decay_va_pool_node`), then take every flushed area of a
+//!   pooled size, however many: the decay alone bounds a pool, as in the
+//!   kernel. What is not pooled goes back to the free tree under one
+//!   global lock acquisition.
+//! - A purge started by a lazy free leaves each other node's share *owed*:
+//!   the node settles it under its own lock at its next allocation, so
+//!   the thread that purges writes no other node's pools (the cache lines
+//!   two threads would pass back and forth at every purge). A node that
+//!   has not allocated by the next purge is settled by that purge, so an
+//!   idle node's pools still decay, one purge late. `purge()`, `drain()`
+//!   and a failing allocation settle every node at once.
 //! - `free(cpu, addr)`: as `free_lazy` then a purge of that area alone with
 //!   no flush (the caller vouches that no stale translation remains): it
 //!   goes to its node's pool, or back to the free tree.
@@ -50,10 +59,13 @@
 //! pages) % nodes`), so that a free on any CPU finds it under one lock;
 //! here it stays on the node that handed it out, so a thread that frees
 //! what it allocated touches only its own node's lock, and a free on
-//! another node looks at each node in turn. The kernel's pools have no
-//! length limit (a purge decays them); here `pool_max` bounds them, since
-//! `free` pools without a purge. A misaligned newest area is a miss here;
-//! the kernel rotates it to the pool's tail.
+//! another node looks at each node in turn. A purge pools without a
+//! limit, as the kernel's; `free` pools without a purge, so there
+//! `pool_max` bounds a pool. The kernel's purging CPU settles every node
+//! (or, for a large purge, a worker on each node's CPU does); here a
+//! threshold purge leaves the other nodes' shares to them. The kernel's
+//! decay gives back a pool's newest areas, here the oldest. A misaligned
+//! newest area is a miss here; the kernel rotates it to the pool's tail.
 //!
 //! # Locks
 //! Lock order: the purge lock, then one node, then the global lock. No
@@ -66,7 +78,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::error::{AllocError, FreeError};
-use crate::lazy::LazyList;
+use crate::lazy::{Batch, LazyList};
 use crate::range::FlushHook;
 use crate::request::{Policy, Request, RequestError};
 use crate::vmap::busy::BusyIndex;
@@ -101,7 +113,9 @@ pub struct NodesConfig {
     /// Pooled sizes: 1 to `classes` granules (the kernel: 256 pages), 1 to
     /// 4096.
     pub classes: usize,
-    /// Areas one node pools per size; more go back to the free tree.
+    /// Areas one node's pool of a size takes from eager frees
+    /// ([`VmapNodes::free`]); more go back to the free tree. A purge pools
+    /// every lazy area of a pooled size, and its decay bounds the pools.
     pub pool_max: usize,
     /// Lazily freed bytes one node holds before it purges every node.
     pub lazy_max: u64,
@@ -137,7 +151,8 @@ pub struct NodeStats {
     pub misses: u64,
     /// Live areas filed on this node.
     pub live: u64,
-    /// Areas on its lazy list.
+    /// Areas on its lazy list, and those a purge flushed that the node
+    /// has not settled yet (see [`VmapNodes::purge`]).
     pub lazy: u64,
     /// Areas in its pools.
     pub pooled: u64,
@@ -152,6 +167,23 @@ struct Node {
     lazy: LazyList<(u64, u64)>,
     /// `pools[k]`: starts of free areas of `k + 1` granules, oldest first.
     pools: Vec<Vec<u64>>,
+    /// The areas in `pools`: a purge skips the decay of a node that
+    /// pools nothing (most nodes, on a machine of many CPUs and few
+    /// threads) without reading its pools.
+    pooled: usize,
+    /// A threshold purge started on another node left this node its
+    /// share: decay the pools, then pool `flushed`. The node settles it
+    /// itself at its next allocation (or the next purge does), so the
+    /// purging thread does not write this node's pools.
+    owed: bool,
+    /// This node's areas that purge flushed, not yet pooled or freed.
+    flushed: Option<Batch<(u64, u64)>>,
+    /// An emptied lazy vector, for the lazy list's next batch: the lists
+    /// allocate nothing in steady state.
+    spare: Vec<(u64, u64)>,
+    /// The areas a settle gives back to the free tree, kept (empty)
+    /// between settles.
+    back: Vec<(u64, u64)>,
     hits: u64,
     misses: u64,
 }
@@ -192,7 +224,9 @@ pub struct VmapNodes<R: lock_api::RawMutex> {
     /// `log2(granule)`: a size's class is a shift away.
     granule_shift: u32,
     nodes: Box<[Padded<Lock<R, Node>>]>,
-    purger: Lock<R, Purger>,
+    /// Apart from the fields above, which every call reads: each purge
+    /// writes it.
+    purger: Padded<Lock<R, Purger>>,
     global: Padded<Lock<R, VmapAllocator>>,
 }
 
@@ -233,6 +267,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
                 busy: BusyIndex::new(),
                 lazy: LazyList::new(cfg.lazy_max),
                 pools: vec![Vec::new(); cfg.classes],
+                pooled: 0,
+                owed: false,
+                flushed: None,
+                spare: Vec::new(),
+                back: Vec::new(),
                 hits: 0,
                 misses: 0,
             }))
@@ -241,11 +280,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             cfg,
             granule_shift: cfg.granule.trailing_zeros(),
             nodes: (0..cfg.nodes).map(|_| node()).collect(),
-            purger: Lock::new(Purger {
+            purger: Padded(Lock::new(Purger {
                 hook: None,
                 purges: 0,
                 back: Vec::new(),
-            }),
+            })),
             global: Padded(Lock::new(va)),
         })
     }
@@ -259,7 +298,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// its areas. It runs under the purge lock: it must not call back into
     /// this allocator.
     pub fn set_flush_hook(&self, hook: Option<FlushHook>) {
-        self.purger.lock().hook = hook;
+        self.purger.0.lock().hook = hook;
     }
 
     /// The pool index of a `size`-byte area, if that size is pooled: a
@@ -365,10 +404,14 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     ) -> Result<u64, E> {
         let at = &self.nodes[self.node_of(cpu)].0;
         let mut n = at.lock();
+        if n.owed {
+            self.settle_owed(&mut n);
+        }
         if let Some(k) = self.class_of(size).filter(|_| poolable) {
             if let Some(&a) = n.pools[k].last() {
-                if a % align == 0 {
+                if a & (align - 1) == 0 {
                     n.pools[k].pop();
+                    n.pooled -= 1;
                     n.hits += 1;
                     n.busy.insert(a, a + size);
                     return Ok(a);
@@ -484,14 +527,14 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         let over = n.lazy.push((addr, end));
         drop(n);
         if over {
-            self.purge();
+            self.purge_from(self.node_of(cpu));
         }
         Ok(end - addr)
     }
 
     fn pool_on_owner(&self, cpu: usize, addr: u64, size: Option<u64>) -> Result<u64, FreeError> {
         let (mut n, end) = self.owner(cpu, addr, size)?;
-        if let Some(area) = self.pool(&mut n, addr, end) {
+        if let Some(area) = self.pool(&mut n, addr, end, self.cfg.pool_max) {
             self.give_back(core::iter::once(&[area][..]));
         }
         Ok(end - addr)
@@ -530,13 +573,14 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         }
     }
 
-    /// Puts the free area `[s, e)` in `n`'s pool of its size, or returns
-    /// it for the free tree.
+    /// Puts the free area `[s, e)` in `n`'s pool of its size while that
+    /// pool holds fewer than `max` areas, or returns it for the free tree.
     #[inline]
-    fn pool(&self, n: &mut Node, s: u64, e: u64) -> Option<(u64, u64)> {
+    fn pool(&self, n: &mut Node, s: u64, e: u64, max: usize) -> Option<(u64, u64)> {
         match self.class_of(e - s) {
-            Some(k) if n.pools[k].len() < self.cfg.pool_max => {
+            Some(k) if n.pools[k].len() < max => {
                 n.pools[k].push(s);
+                n.pooled += 1;
                 None
             }
             _ => Some((s, e)),

@@ -1,6 +1,7 @@
-//! Purges: every node's lazy list flushed once and pooled, every pool
-//! decayed by a quarter ([`VmapNodes::purge`]) or emptied
-//! ([`VmapNodes::drain`]).
+//! Purges: every node's lazy list flushed once, every pool decayed by a
+//! quarter and then fed the node's flushed areas ([`VmapNodes::purge`]),
+//! or emptied ([`VmapNodes::drain`]); a threshold purge leaves the other
+//! nodes their share to settle themselves.
 
 use alloc::vec::Vec;
 
@@ -9,10 +10,12 @@ use crate::lazy::Batch;
 
 impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// Takes every node's lazy list, calls the flush hook once with the
-    /// range covering them all, then pools their areas on their nodes and
-    /// decays every pool by a quarter (its oldest `len / 4` areas back to
-    /// the free tree), as the kernel's purge does. Returns whether any
-    /// area was lazy (no flush and no decay otherwise).
+    /// range covering them all, then, node by node, decays every pool by a
+    /// quarter (its oldest `len / 4` areas back to the free tree) and
+    /// pools the node's flushed areas, all of those of a pooled size, as
+    /// the kernel's purge does. A node's share that an earlier threshold
+    /// purge left it is settled first. Returns whether any area was lazy
+    /// (no flush and no decay otherwise).
     ///
     /// # Examples
     /// ```
@@ -27,10 +30,10 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// v.free_lazy(1, b).unwrap();
     /// assert!(v.purge());
     /// assert_eq!(v.node_stats(0).pooled, 6); // 8 - 8 / 4
-    /// assert_eq!(v.node_stats(1).pooled, 1); // 1 - 1 / 4
+    /// assert_eq!(v.node_stats(1).pooled, 1); // decayed (none), then pooled
     /// ```
     pub fn purge(&self) -> bool {
-        self.purge_with(false)
+        self.purge_with(None, false)
     }
 
     /// Purges every lazy list and returns every pooled area to the free
@@ -50,14 +53,31 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// assert_eq!(v.with_allocator(|va| va.stats().free_blocks), 1);
     /// ```
     pub fn drain(&self) {
-        self.purge_with(true);
+        self.purge_with(None, true);
     }
 
-    /// A purge; `full` decays every pool to empty, even with nothing lazy.
-    fn purge_with(&self, full: bool) -> bool {
-        let mut p = self.purger.lock();
+    /// The purge a lazy free past `lazy_max` starts on node `caller`:
+    /// every node's lazy list taken and flushed at once, as
+    /// [`purge`](Self::purge); the caller's node settles its share now,
+    /// every other node at its next allocation (see [`Node::owed`]), or
+    /// at the next purge if it has not allocated by then.
+    pub(super) fn purge_from(&self, caller: usize) -> bool {
+        self.purge_with(Some(caller), false)
+    }
+
+    /// A purge settled by the caller's node only (`caller`), or by every
+    /// node; `full` decays every pool to empty and pools nothing, even
+    /// with nothing lazy.
+    fn purge_with(&self, caller: Option<usize>, full: bool) -> bool {
+        let mut p = self.purger.0.lock();
         let batches: Vec<Option<Batch<(u64, u64)>>> = (self.nodes.iter())
-            .map(|n| n.0.lock().lazy.take())
+            .map(|n| {
+                let mut n = n.0.lock();
+                let b = n.lazy.take();
+                let spare = core::mem::take(&mut n.spare);
+                n.lazy.recycle(spare);
+                b
+            })
             .collect();
         // One flush covers every node's batch.
         let span = (batches.iter().flatten())
@@ -73,33 +93,78 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         if !any && !full {
             return false;
         }
-        // Each batch keeps, in place, the areas its node does not pool; the
-        // decays go on `back`. All of them then go back under one global lock.
+        // A node first settles what an earlier purge left it, then this
+        // purge's share, or leaves that to its own thread. What the pools
+        // do not keep goes back under one global lock.
         let mut back = core::mem::take(&mut p.back);
-        let mut batches = batches;
-        for (n, batch) in self.nodes.iter().zip(&mut batches) {
+        for (i, (n, batch)) in self.nodes.iter().zip(batches).enumerate() {
             let mut n = n.0.lock();
-            if let Some(batch) = batch {
-                (batch.items).retain(|&(s, e)| self.pool(&mut n, s, e).is_some());
+            if n.owed {
+                n.owed = false;
+                let owed = n.flushed.take();
+                self.settle(&mut n, owed, full, &mut back);
             }
-            self.decay(&mut n, full, &mut back);
-        }
-        let items = batches.iter().flatten().map(|b| &b.items[..]);
-        self.give_back(items.chain(core::iter::once(&back[..])));
-        for (n, batch) in self.nodes.iter().zip(batches) {
-            if let Some(mut batch) = batch {
-                batch.items.clear();
-                n.0.lock().lazy.recycle(batch.items);
+            if caller.map_or(true, |c| c == i) {
+                self.settle(&mut n, batch, full, &mut back);
+            } else {
+                n.owed = true;
+                n.flushed = batch;
             }
         }
+        self.give_back(core::iter::once(&back[..]));
         back.clear();
         p.back = back;
         any
     }
 
+    /// Settles what a purge left node `n` ([`Node::owed`]), under its
+    /// lock: its decay and its pooling, the rest back to the free tree.
+    pub(super) fn settle_owed(&self, n: &mut Node) {
+        n.owed = false;
+        let owed = n.flushed.take();
+        let mut back = core::mem::take(&mut n.back);
+        self.settle(n, owed, false, &mut back);
+        self.give_back(core::iter::once(&back[..]));
+        back.clear();
+        n.back = back;
+    }
+
+    /// One node's share of a purge: its pools lose their oldest quarter
+    /// (all of them when `full`), then take every area of `batch` of a
+    /// pooled size, however many (none when `full`): the decay alone
+    /// bounds a pool, so a loop that frees what it allocates finds its
+    /// areas pooled. The decayed areas and the rest of `batch` go on
+    /// `back`; the batch's vector is kept for the lazy list.
+    fn settle(
+        &self,
+        n: &mut Node,
+        batch: Option<Batch<(u64, u64)>>,
+        full: bool,
+        back: &mut Vec<(u64, u64)>,
+    ) {
+        self.decay(n, full, back);
+        let Some(mut batch) = batch else { return };
+        for &(s, e) in &batch.items {
+            let rest = match full {
+                true => Some((s, e)),
+                false => self.pool(n, s, e, usize::MAX),
+            };
+            if let Some(area) = rest {
+                back.push(area);
+            }
+        }
+        batch.items.clear();
+        if batch.items.capacity() > n.spare.capacity() {
+            n.spare = batch.items;
+        }
+    }
+
     /// Moves the oldest quarter of each of `n`'s pools (all of it when
     /// `full`) onto `back`.
     fn decay(&self, n: &mut Node, full: bool, back: &mut Vec<(u64, u64)>) {
+        if n.pooled == 0 {
+            return;
+        }
         let g = self.cfg.granule;
         for (k, pool) in n.pools.iter_mut().enumerate() {
             let d = if full { pool.len() } else { pool.len() / 4 };
@@ -110,6 +175,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             }
             let size = (k as u64 + 1) * g;
             back.extend(pool.drain(..d).map(|a| (a, a + size)));
+            n.pooled -= d;
         }
     }
 }

@@ -97,9 +97,48 @@ fn a_lazy_list_past_its_limit_purges_every_node_with_one_flush() {
     let b = v.alloc(1, 4096, 4096).unwrap();
     v.free_lazy(1, b).unwrap(); // 3 pages on node 1: every node purges
     assert_eq!(*flushes.lock(), [(0, 0x5000)]);
-    assert_eq!(v.stats().lazy, 0);
     assert_eq!(v.stats().purges, 1);
+    // Node 1 started it and pooled its 3 areas; node 0's 2, flushed, wait
+    // for node 0 to pool them at its next allocation.
+    assert_eq!((v.node_stats(1).lazy, v.node_stats(1).pooled), (0, 3));
+    assert_eq!((v.node_stats(0).lazy, v.node_stats(0).pooled), (2, 0));
     v.check().unwrap();
+    assert_eq!(v.alloc(0, 4096, 4096), Ok(a[2])); // settled, then a hit
+    assert_eq!((v.node_stats(0).lazy, v.node_stats(0).pooled), (0, 1));
+    assert_eq!(flushes.lock().len(), 1);
+    v.check().unwrap();
+}
+
+#[test]
+fn a_node_that_does_not_settle_is_settled_by_the_next_purge() {
+    let cfg = NodesConfig {
+        nodes: 2,
+        lazy_max: 4096,
+        ..NodesConfig::default()
+    };
+    let v: VmapNodes<Spin> = VmapNodes::new(0, 1 << 20, cfg).unwrap();
+    let idle: Vec<u64> = (0..8).map(|_| v.alloc(0, 4096, 4096).unwrap()).collect();
+    for &a in &idle {
+        v.free(0, a).unwrap(); // 8 pooled on node 0
+    }
+    let lazy = v.alloc(0, 8192, 4096).unwrap();
+    v.free_lazy(0, lazy).unwrap(); // past lazy_max: node 0 settles at once
+    assert_eq!(v.node_stats(0).pooled, 8 - 2 + 1);
+    // Node 1 purges three times; node 0 never allocates. The first purge
+    // leaves node 0's decay owed; each next one settles it (6 one-page
+    // areas lose 1, then 5 lose 1) and owes another.
+    let mut pooled = Vec::new();
+    for _ in 0..3 {
+        let b = v.alloc(1, 8192, 4096).unwrap();
+        v.free_lazy(1, b).unwrap();
+        pooled.push(v.node_stats(0).pooled);
+    }
+    assert_eq!(pooled, [7, 6, 5]);
+    assert_eq!(v.stats().purges, 4);
+    v.check().unwrap();
+    v.drain();
+    assert_eq!(v.stats().pooled + v.stats().lazy, 0);
+    assert_eq!(v.with_allocator(|va| va.stats().free_blocks), 1);
 }
 
 #[cfg(feature = "std")]
@@ -146,15 +185,16 @@ fn threads_churning_their_own_nodes_keep_every_invariant() {
 
 #[test]
 fn a_purge_gives_back_adjacent_areas_as_one_block_counting_each() {
+    // One pooled size, one page: the areas of two and three pages go back.
     let cfg = NodesConfig {
         nodes: 1,
-        pool_max: 0,
+        classes: 1,
         ..NodesConfig::default()
     };
     let v = VmapNodes::<Spin>::new(0, 1 << 30, cfg).unwrap();
-    let up: Vec<u64> = (0..8).map(|_| v.alloc(0, 4096, 4096).unwrap()).collect();
+    let up: Vec<u64> = (0..8).map(|_| v.alloc(0, 8192, 4096).unwrap()).collect();
     let kept = v.alloc(0, 4096, 4096).unwrap();
-    let down: Vec<u64> = (0..8).map(|_| v.alloc(0, 8192, 4096).unwrap()).collect();
+    let down: Vec<u64> = (0..8).map(|_| v.alloc(0, 12288, 4096).unwrap()).collect();
     // Ascending, then descending: both orders join into one run each.
     for &a in up.iter().chain(down.iter().rev()) {
         v.free_lazy(0, a).unwrap();
@@ -165,8 +205,48 @@ fn a_purge_gives_back_adjacent_areas_as_one_block_counting_each() {
     assert_eq!((tree.live_areas, tree.live_bytes), (1, 4096));
     // The free space around `kept`: below it, above it to the end.
     assert_eq!(tree.free_blocks, 2);
-    assert_eq!(v.alloc(0, 8 * 4096, 4096), Ok(0));
-    assert_eq!(v.alloc(0, 16 * 4096, 4096), Ok(kept + 4096));
+    assert_eq!(v.alloc(0, 16 * 4096, 4096), Ok(0));
+    assert_eq!(v.alloc(0, 24 * 4096, 4096), Ok(kept + 4096));
+    v.check().unwrap();
+}
+
+#[test]
+fn a_purge_decays_the_pools_then_pools_every_lazy_area_past_pool_max() {
+    let cfg = NodesConfig {
+        nodes: 1,
+        pool_max: 4,
+        ..NodesConfig::default()
+    };
+    let v = VmapNodes::<Spin>::new(0, 1 << 30, cfg).unwrap();
+    let pages: Vec<u64> = (0..108).map(|_| v.alloc(0, 4096, 4096).unwrap()).collect();
+    // Eager frees stop at `pool_max`: 4 pooled, the fifth to the tree.
+    for &a in &pages[..5] {
+        v.free(0, a).unwrap();
+    }
+    assert_eq!(v.node_stats(0).pooled, 4);
+    for &a in &pages[5..105] {
+        v.free_lazy(0, a).unwrap();
+    }
+    // The 4 lose one (4 / 4), then all 100 lazy areas are pooled.
+    assert!(v.purge());
+    assert_eq!(v.node_stats(0).pooled, 103);
+    // The next: 103 / 4 = 25 decayed, 3 pooled.
+    for &a in &pages[105..] {
+        v.free_lazy(0, a).unwrap();
+    }
+    assert!(v.purge());
+    assert_eq!(v.node_stats(0).pooled, 81);
+    v.check().unwrap();
+    // A pool past `pool_max` takes no eager free; the newest pooled area
+    // is the next hit.
+    let hit = v.alloc(0, 4096, 4096).unwrap();
+    assert_eq!(hit, pages[107]);
+    v.free(0, hit).unwrap();
+    assert_eq!(v.node_stats(0).pooled, 80);
+    // In the tree: 108 areas less the 2 eager frees that found the pool
+    // full and the 1 + 25 decayed.
+    let s = v.stats();
+    assert_eq!((s.hits, s.tree.live_areas), (1, 108 - 2 - 26));
     v.check().unwrap();
 }
 

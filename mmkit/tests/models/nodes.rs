@@ -16,6 +16,9 @@ struct MNode {
     live: BTreeMap<u64, u64>,
     lazy: Vec<(u64, u64)>,
     pools: BTreeMap<u64, Vec<u64>>,
+    /// A threshold purge from another node left this node its share: a
+    /// decay, then these areas to pool, at its next allocation.
+    owed: Option<Vec<(u64, u64)>>,
     hits: u64,
     misses: u64,
 }
@@ -79,6 +82,9 @@ impl NodesModel {
             return Err(AllocError::Invalid);
         }
         let c = cpu % self.nodes.len();
+        if let Some(owed) = self.nodes[c].owed.take() {
+            self.settle(c, owed, false);
+        }
         if let Some(k) = self.class(size) {
             let n = &mut self.nodes[c];
             if let Some(&a) = n.pools.get(&k).and_then(|p| p.last()) {
@@ -94,7 +100,7 @@ impl NodesModel {
         let a = match self.tree_alloc(size, align, best) {
             Some(a) => a,
             None => {
-                self.purge(true);
+                self.purge(None, true);
                 self.tree_alloc(size, align, best).ok_or(AllocError::NoSpace)?
             }
         };
@@ -120,8 +126,9 @@ impl NodesModel {
         Ok((i, end))
     }
 
-    fn pool(&mut self, i: usize, s: u64, e: u64) {
-        let max = self.cfg.pool_max;
+    /// Pools `[s, e)` on node `i` while its pool of that size holds fewer
+    /// than `max` areas, else frees it in the tree.
+    fn pool(&mut self, i: usize, s: u64, e: u64, max: usize) {
         match self.class(e - s) {
             Some(k) if self.nodes[i].pools.get(&k).map_or(0, Vec::len) < max => {
                 self.nodes[i].pools.entry(k).or_default().push(s)
@@ -132,7 +139,7 @@ impl NodesModel {
 
     fn free(&mut self, cpu: usize, addr: u64, size: Option<u64>) -> Result<u64, FreeError> {
         let (i, end) = self.owner(cpu, addr, size)?;
-        self.pool(i, addr, end);
+        self.pool(i, addr, end, self.cfg.pool_max);
         Ok(end - addr)
     }
 
@@ -141,12 +148,15 @@ impl NodesModel {
         self.nodes[i].lazy.push((addr, end));
         let bytes: u64 = self.nodes[i].lazy.iter().map(|(s, e)| e - s).sum();
         if bytes > self.cfg.lazy_max {
-            self.purge(false);
+            self.purge(Some(cpu % self.nodes.len()), false);
         }
         Ok(end - addr)
     }
 
-    fn purge(&mut self, full: bool) -> bool {
+    /// Every lazy list flushed at once; each node then settles what an
+    /// earlier purge left it and this purge's share, but a threshold
+    /// purge from node `caller` leaves the other nodes' share owed.
+    fn purge(&mut self, caller: Option<usize>, full: bool) -> bool {
         let batches: Vec<Vec<(u64, u64)>> =
             self.nodes.iter_mut().map(|n| std::mem::take(&mut n.lazy)).collect();
         let all: Vec<(u64, u64)> = batches.iter().flatten().copied().collect();
@@ -160,22 +170,38 @@ impl NodesModel {
             return false;
         }
         for (i, batch) in batches.into_iter().enumerate() {
-            for (s, e) in batch {
-                self.pool(i, s, e);
+            if let Some(owed) = self.nodes[i].owed.take() {
+                self.settle(i, owed, full);
             }
-            let g = self.cfg.granule;
-            let pools = std::mem::take(&mut self.nodes[i].pools);
-            let mut kept = BTreeMap::new();
-            for (k, mut p) in pools {
-                let d = if full { p.len() } else { p.len() / 4 };
-                for a in p.drain(..d) {
-                    self.tree_free(a, a + k * g);
-                }
-                kept.insert(k, p);
+            match caller {
+                Some(c) if c != i => self.nodes[i].owed = Some(batch),
+                _ => self.settle(i, batch, full),
             }
-            self.nodes[i].pools = kept;
         }
         any
+    }
+
+    /// Node `i`'s share of a purge: its pools lose their oldest quarter
+    /// (all on a drain), then take every area of `batch` of a pooled
+    /// size, however many (none on a drain).
+    fn settle(&mut self, i: usize, batch: Vec<(u64, u64)>, full: bool) {
+        let g = self.cfg.granule;
+        let pools = std::mem::take(&mut self.nodes[i].pools);
+        let mut kept = BTreeMap::new();
+        for (k, mut p) in pools {
+            let d = if full { p.len() } else { p.len() / 4 };
+            for a in p.drain(..d) {
+                self.tree_free(a, a + k * g);
+            }
+            kept.insert(k, p);
+        }
+        self.nodes[i].pools = kept;
+        for (s, e) in batch {
+            match full {
+                true => self.tree_free(s, e),
+                false => self.pool(i, s, e, usize::MAX),
+            }
+        }
     }
 }
 
@@ -268,10 +294,10 @@ fn run_nodes(cfg: NodesConfig, ops: &[NodesOp]) -> Result<(), String> {
                     )
                 }
             }
-            NodesOp::Purge => (format!("{}", v.purge()), format!("{}", m.purge(false))),
+            NodesOp::Purge => (format!("{}", v.purge()), format!("{}", m.purge(None, false))),
             NodesOp::Drain => {
                 v.drain();
-                m.purge(true);
+                m.purge(None, true);
                 (String::new(), String::new())
             }
         };
@@ -287,7 +313,8 @@ fn run_nodes(cfg: NodesConfig, ops: &[NodesOp]) -> Result<(), String> {
         for (k, n) in m.nodes.iter().enumerate() {
             let s = v.node_stats(k);
             let pooled: u64 = n.pools.values().map(|p| p.len() as u64).sum();
-            let want = (n.hits, n.misses, n.live.len() as u64, n.lazy.len() as u64, pooled);
+            let lazy = n.lazy.len() + n.owed.as_ref().map_or(0, Vec::len);
+            let want = (n.hits, n.misses, n.live.len() as u64, lazy as u64, pooled);
             let got = (s.hits, s.misses, s.live, s.lazy, s.pooled);
             if got != want {
                 return Err(fail(format!("node {k} stats {got:?}, model {want:?}")));
