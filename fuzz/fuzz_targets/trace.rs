@@ -7,7 +7,7 @@
 //! to the same commands.
 #![no_main]
 
-use mmkit_cli::trace::{check_trace, Cmd, Commands};
+use mmkit_cli::trace::{check_trace, purge_step_line, Cmd, Commands};
 
 /// `cmd` as one canonical trace line.
 fn line(cmd: &Cmd) -> String {
@@ -31,6 +31,7 @@ fn line(cmd: &Cmd) -> String {
         Cmd::PurgeNode(n) => format!("purge node {n}"),
         Cmd::PurgeWindow(false) => "purge window".into(),
         Cmd::PurgeWindow(true) => "purge full window".into(),
+        Cmd::PurgeStep(step) => purge_step_line(*step),
     }
 }
 

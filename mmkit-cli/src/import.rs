@@ -110,8 +110,16 @@ fn judge(trace: &Path, expected: &Path, out: &mut dyn Write) -> io::Result<ExitC
             out,
             "{how}: {} of {} allocations at Linux's address ({pct:.2}%), {} pool hits, \
              {} shrinker runs inferred, {} pools inferred detached, {} purges run ahead \
-             of their event, {} begun inside their window",
-            v.same, v.allocs, v.pool_hits, v.shrinks, v.detaches, v.early_purges, v.window_begins
+             of their event, {} begun inside their window, {} allocations run ahead of \
+             their event",
+            v.same,
+            v.allocs,
+            v.pool_hits,
+            v.shrinks,
+            v.detaches,
+            v.early_purges,
+            v.window_begins,
+            v.early_allocs
         )?;
         for (id, l, o) in &v.differ {
             let show = |a: &Option<u64>| a.map_or("nospace".to_string(), |a| format!("{a:#x}"));

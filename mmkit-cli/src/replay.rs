@@ -31,7 +31,7 @@ use std::process::ExitCode;
 use std::rc::Rc;
 
 use mmkit::baseline::linear_vmap::LinearVmap;
-use mmkit::nodes::LinuxNodes;
+use mmkit::nodes::{LinuxNodes, PurgeStep};
 use mmkit::range::RangeAllocator;
 use mmkit::vmap::VmapAllocator;
 use mmkit::{AllocError, CheckError, FreeError};
@@ -64,6 +64,9 @@ pub trait Replayed: RangeAllocator {
     fn purge_begin(&mut self, _full: bool) {}
     /// `purge node N`: only Linux's node pools act on it.
     fn purge_node(&mut self, _node: usize) {}
+    /// A step of a Linux purge's decay and take: only Linux's node pools
+    /// act on it.
+    fn purge_step(&mut self, _step: PurgeStep) {}
 }
 
 impl Replayed for VmapAllocator {}
@@ -85,6 +88,9 @@ impl Replayed for LinuxNodes {
     }
     fn purge_node(&mut self, node: usize) {
         LinuxNodes::purge_node(self, node);
+    }
+    fn purge_step(&mut self, step: PurgeStep) {
+        LinuxNodes::purge_step(self, step);
     }
 }
 
@@ -161,6 +167,7 @@ pub fn run<R: Replayed>(
             Cmd::PurgeFull => a.purge_full(),
             Cmd::PurgeBegin(full) => a.purge_begin(full),
             Cmd::PurgeNode(node) => a.purge_node(node),
+            Cmd::PurgeStep(step) => a.purge_step(step),
             // Where a begin may lie: for a judge of Linux's answers.
             Cmd::PurgeWindow(_) => {}
             Cmd::Alloc {

@@ -14,6 +14,7 @@
 //! purge [full]
 //! ```
 
+use mmkit::nodes::PurgeStep;
 use std::fmt;
 use std::io::BufRead;
 
@@ -71,6 +72,11 @@ pub enum Cmd {
     /// on Linux's answers places the begin inside the window; a replay
     /// ignores it.
     PurgeWindow(bool),
+    /// One step of a Linux purge's decay and take, where a capture's
+    /// kprobe events put it: `purge start`, `purge full start`, `purge
+    /// detach N PAGES`, `purge attach N PAGES`, `purge reclaim N`, `purge
+    /// take N` ([`PurgeStep`]). Only Linux's node pools act on it.
+    PurgeStep(PurgeStep),
 }
 
 impl Cmd {
@@ -89,7 +95,8 @@ impl Cmd {
             | Cmd::PurgeFull
             | Cmd::PurgeBegin(_)
             | Cmd::PurgeNode(_)
-            | Cmd::PurgeWindow(_) => "purge",
+            | Cmd::PurgeWindow(_)
+            | Cmd::PurgeStep(_) => "purge",
         }
     }
 }
@@ -208,18 +215,58 @@ fn parse_line(words: &[&str]) -> Result<Cmd, String> {
             [_, "full", "begin"] => Ok(Cmd::PurgeBegin(true)),
             [_, "window"] => Ok(Cmd::PurgeWindow(false)),
             [_, "full", "window"] => Ok(Cmd::PurgeWindow(true)),
-            [_, "node", n] => n
-                .parse()
-                .map(Cmd::PurgeNode)
-                .map_err(|_| format!("`purge node N`: {n:?} is not a node number")),
+            [_, "node", n] => node_number(n, "node").map(Cmd::PurgeNode),
+            [_, "start"] => Ok(Cmd::PurgeStep(PurgeStep::Start { full: false })),
+            [_, "full", "start"] => Ok(Cmd::PurgeStep(PurgeStep::Start { full: true })),
+            [_, "reclaim", n] => {
+                node_number(n, "reclaim").map(|node| Cmd::PurgeStep(PurgeStep::Reclaim { node }))
+            }
+            [_, "take", n] => {
+                node_number(n, "take").map(|node| Cmd::PurgeStep(PurgeStep::Take { node }))
+            }
+            [_, step @ ("detach" | "attach"), n, p] => {
+                let node = node_number(n, step)?;
+                let pages = number(p)?;
+                Ok(Cmd::PurgeStep(match *step {
+                    "detach" => PurgeStep::Detach { node, pages },
+                    _ => PurgeStep::Attach { node, pages },
+                }))
+            }
             _ => Err(
                 "expected `purge`, `purge full`, `purge begin`, `purge full begin`, \
-                 `purge window`, `purge full window` or `purge node N`"
+                 `purge window`, `purge full window`, `purge node N`, `purge [full] start`, \
+                 `purge detach N PAGES`, `purge attach N PAGES`, `purge reclaim N` or \
+                 `purge take N`"
                     .into(),
             ),
         },
         other => Err(format!("unknown command {other:?}")),
     }
+}
+
+/// The trace line of a purge step, as [`Cmd::PurgeStep`] reads it back.
+///
+/// ```
+/// use mmkit::nodes::PurgeStep;
+/// use mmkit_cli::trace::purge_step_line;
+/// assert_eq!(purge_step_line(PurgeStep::Detach { node: 1, pages: 2 }), "purge detach 1 2");
+/// assert_eq!(purge_step_line(PurgeStep::Start { full: true }), "purge full start");
+/// ```
+pub fn purge_step_line(step: PurgeStep) -> String {
+    match step {
+        PurgeStep::Start { full: false } => "purge start".into(),
+        PurgeStep::Start { full: true } => "purge full start".into(),
+        PurgeStep::Detach { node, pages } => format!("purge detach {node} {pages}"),
+        PurgeStep::Attach { node, pages } => format!("purge attach {node} {pages}"),
+        PurgeStep::Reclaim { node } => format!("purge reclaim {node}"),
+        PurgeStep::Take { node } => format!("purge take {node}"),
+    }
+}
+
+/// The node operand of `purge WORD N`.
+fn node_number(n: &str, word: &str) -> Result<usize, String> {
+    n.parse()
+        .map_err(|_| format!("`purge {word} N`: {n:?} is not a node number"))
 }
 
 /// A trace read line by line: each item is a command with its 1-based line
@@ -446,6 +493,32 @@ mod tests {
         assert_eq!(err_line(""), 1);
         assert_eq!(err_line("space 0 10\nlazymax 99999999999999999999\n"), 2);
         assert_eq!(err_line("space 0 10\npurge node -1\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge detach 1\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge attach x 2\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge take\n"), 2);
+        assert_eq!(err_line("space 0 10\npurge reclaim 0 1\n"), 2);
+    }
+
+    /// Every purge step reads back from the line `purge_step_line` writes.
+    #[test]
+    fn purge_steps_round_trip() {
+        let steps = [
+            PurgeStep::Start { full: false },
+            PurgeStep::Start { full: true },
+            PurgeStep::Detach {
+                node: 1,
+                pages: 256,
+            },
+            PurgeStep::Attach { node: 0, pages: 3 },
+            PurgeStep::Reclaim { node: 7 },
+            PurgeStep::Take { node: 2 },
+        ];
+        let text: String = steps.iter().map(|&s| purge_step_line(s) + "\n").collect();
+        let cmds: Vec<Cmd> = Commands::new(format!("space 0 10\n{text}").as_bytes())
+            .map(|r| r.unwrap().1)
+            .skip(1)
+            .collect();
+        assert_eq!(cmds, steps.map(Cmd::PurgeStep));
     }
 
     /// The commands of an imported Linux trace: `cpus`, `alloc ... cpu`,

@@ -174,16 +174,28 @@ pub fn fresh_words(n: u64) -> u64 {
 /// the mapping was just made, so a fault is a bug, and the fault handler
 /// ends the run with it (as a kernel oopses).
 pub fn touch_frames(va: u64, frames: &[phys::DataFrame], word: u64) -> bool {
-    (0u64..).zip(frames).all(|(i, f)| {
-        let (at, v) = (va.wrapping_add(i * phys::PAGE), word + i);
-        if !in_vmalloc(at) {
+    // The run lies in the area when its first and last words do (checked
+    // once, not per page).
+    let Some(last_page) = (frames.len() as u64).checked_sub(1) else {
+        return true;
+    };
+    let last = last_page
+        .checked_mul(phys::PAGE)
+        .and_then(|o| va.checked_add(o));
+    if !last.is_some_and(|l| in_vmalloc(va) && in_vmalloc(l)) {
+        return false;
+    }
+    let mut at = va;
+    for (v, f) in (word..).zip(frames) {
+        // SAFETY: `at` is an aligned word in the vmalloc area (checked
+        // above for the run), which holds no Rust objects (only frames the
+        // layers map), so the write aliases nothing; unmapped, it faults
+        // into the page-fault handler, which reports it and ends the run.
+        unsafe { core::ptr::write_volatile(at as *mut u64, v) };
+        if f.read() != v {
             return false;
         }
-        // SAFETY: `at` is an aligned word in the vmalloc area, which holds
-        // no Rust objects (only frames the layers map), so the write
-        // aliases nothing; unmapped, it faults into the page-fault
-        // handler, which reports it and ends the run.
-        unsafe { core::ptr::write_volatile(at as *mut u64, v) };
-        f.read() == v
-    })
+        at += phys::PAGE;
+    }
+    true
 }

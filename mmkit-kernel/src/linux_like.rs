@@ -52,16 +52,16 @@ impl<D: TestVmalloc> LinuxLike<D> {
             pages: vec![0; pages as usize],
             cpu: arch::cpu_id() % MAX_CPUS,
         });
-        for (i, slot) in record.pages.iter_mut().enumerate() {
-            let Some(pfn) = paging::translate(va + i as u64 * PAGE) else {
-                // Not mapped as the design said: the call fails.
-                self.0.vfree(va);
-                return None;
-            };
-            if zero {
-                phys::zero_frames(pfn, 1);
-            }
-            *slot = pfn;
+        if !paging::translate_run(va, &mut record.pages) {
+            // Not mapped as the design said: the call fails.
+            self.0.vfree(va);
+            return None;
+        }
+        if zero {
+            record
+                .pages
+                .iter()
+                .for_each(|&pfn| phys::zero_frames(pfn, 1));
         }
         records()[record.cpu].lock().insert(va, record);
         Some(va)

@@ -40,15 +40,22 @@ fn table(pa: u64) -> &'static Table {
     unsafe { &*(pa as *const Table) }
 }
 
+#[inline(always)]
 fn idx(va: u64, level: u32) -> usize {
     ((va >> (12 + 9 * level)) & 511) as usize
 }
+
+/// The vmalloc area's PDPT (physical address; 0 before [`init`]): the
+/// whole area lies under one PML4 entry, so every walk starts here, one
+/// level below the top.
+static PDPT: AtomicU64 = AtomicU64::new(0);
 
 /// Creates the vmalloc area's PDPT (boot CPU, before any mapping).
 pub fn init() {
     let pml4 = table(boot::pml4_phys());
     let pdpt = new_table().expect("a page for the vmalloc area's PDPT at boot");
     pml4[idx(VMALLOC_START, 3)].store(pdpt | PRESENT | WRITABLE, Ordering::Release);
+    PDPT.store(pdpt, Ordering::Release);
 }
 
 fn new_table() -> Option<u64> {
@@ -57,13 +64,23 @@ fn new_table() -> Option<u64> {
     Some(pfn * phys::PAGE)
 }
 
-/// The next-level table under `e`, created if absent (`None` when no
-/// frame is left for it).
-fn next(e: &AtomicU64) -> Option<u64> {
+/// The next-level table under `e`; when absent, created if `create`
+/// (`None` when not, or when no frame is left for it).
+#[inline(always)]
+fn next(e: &AtomicU64, create: bool) -> Option<u64> {
     let v = e.load(Ordering::Acquire);
     if v & PRESENT != 0 {
-        return Some(v & ADDR);
+        Some(v & ADDR)
+    } else if create {
+        grow(e)
+    } else {
+        None
     }
+}
+
+/// Creates the table under `e` unless another CPU just did.
+#[cold]
+fn grow(e: &AtomicU64) -> Option<u64> {
     let _g = GROW.lock();
     let v = e.load(Ordering::Acquire);
     if v & PRESENT != 0 {
@@ -74,31 +91,22 @@ fn next(e: &AtomicU64) -> Option<u64> {
     Some(t)
 }
 
+#[inline(always)]
 fn in_area(va: u64) -> bool {
     (VMALLOC_START..VMALLOC_START + VMALLOC_SIZE).contains(&va)
 }
 
 /// The page table (last level) that holds the PTE of `va`, its upper
-/// tables created when `create`.
+/// tables created when `create`: two loads from the area's PDPT.
+#[inline(always)]
 fn pt(va: u64, create: bool) -> Option<&'static Table> {
-    if !in_area(va) {
+    let pdpt = PDPT.load(Ordering::Acquire);
+    if !in_area(va) || pdpt == 0 {
         return None;
     }
-    let mut t = table(boot::pml4_phys());
-    for level in (1..=3).rev() {
-        let e = &t[idx(va, level)];
-        let pa = if create {
-            next(e)?
-        } else {
-            let v = e.load(Ordering::Acquire);
-            if v & PRESENT == 0 {
-                return None;
-            }
-            v & ADDR
-        };
-        t = table(pa);
-    }
-    Some(t)
+    let pd = next(&table(pdpt)[idx(va, 2)], create)?;
+    let pt = next(&table(pd)[idx(va, 1)], create)?;
+    Some(table(pt))
 }
 
 fn pte(va: u64, create: bool) -> Option<&'static AtomicU64> {
@@ -107,6 +115,7 @@ fn pte(va: u64, create: bool) -> Option<&'static AtomicU64> {
 
 /// How many of `pages` pages from `at` have their PTEs in `at`'s page
 /// table.
+#[inline(always)]
 fn run_at(at: u64, pages: u64) -> u64 {
     ((512 - idx(at, 0)) as u64).min(pages)
 }
@@ -117,21 +126,20 @@ fn run_at(at: u64, pages: u64) -> u64 {
 /// from the first: fewer than all when the range leaves the area or no
 /// frame is left for a page-table page.
 pub fn map_run(va: u64, pfns: &[u64]) -> u64 {
-    let mut done = 0;
-    while let Some(rest) = pfns.get(done..).filter(|r| !r.is_empty()) {
-        let Some(at) = (done as u64)
-            .checked_mul(PAGE)
-            .and_then(|o| va.checked_add(o))
-        else {
-            break;
-        };
+    let (mut at, mut done) = (va, 0);
+    while done < pfns.len() {
         let Some(t) = pt(at, true) else { break };
         let first = idx(at, 0);
-        let n = run_at(at, rest.len() as u64) as usize;
-        for (e, &pfn) in t[first..first + n].iter().zip(rest) {
+        let n = run_at(at, (pfns.len() - done) as u64) as usize;
+        for (e, &pfn) in t[first..first + n].iter().zip(&pfns[done..]) {
             e.store((pfn << 12) | PRESENT | WRITABLE | NX, Ordering::Release);
         }
         done += n;
+        // n <= 512 pages: the product fits; the sum may leave the space.
+        match at.checked_add(n as u64 * PAGE) {
+            Some(next) => at = next,
+            None => break,
+        }
     }
     done as u64
 }
@@ -140,22 +148,20 @@ pub fn map_run(va: u64, pfns: &[u64]) -> u64 {
 /// walking the tables once per page table; a page without a table is
 /// clear already. Stops where the range leaves the area.
 pub fn clear_run(va: u64, pages: u64) {
-    let mut done = 0;
-    while done < pages {
-        let Some(at) = done.checked_mul(PAGE).and_then(|o| va.checked_add(o)) else {
-            return;
-        };
-        if !in_area(at) {
-            return;
-        }
-        let n = run_at(at, pages - done);
+    let (mut at, mut left) = (va, pages);
+    while left > 0 && in_area(at) {
+        let n = run_at(at, left);
         if let Some(t) = pt(at, false) {
             let first = idx(at, 0);
             t[first..first + n as usize]
                 .iter()
                 .for_each(|e| e.store(0, Ordering::Release));
         }
-        done += n;
+        left -= n;
+        match at.checked_add(n * PAGE) {
+            Some(next) => at = next,
+            None => return,
+        }
     }
 }
 
@@ -179,6 +185,32 @@ pub fn clear(va: u64) -> Option<u64> {
 pub fn translate(va: u64) -> Option<u64> {
     let v = pte(va, false)?.load(Ordering::Acquire);
     (v & PRESENT != 0).then_some((v & ADDR) >> 12)
+}
+
+/// Fills `out` with the frames of the consecutive pages from `va`,
+/// walking the tables once per page table (a page array read back from
+/// the mapping); false, with `out` partly written, when one of them is
+/// not mapped.
+pub fn translate_run(va: u64, out: &mut [u64]) -> bool {
+    let (mut at, mut done) = (va, 0);
+    while done < out.len() {
+        let Some(t) = pt(at, false) else { return false };
+        let first = idx(at, 0);
+        let n = run_at(at, (out.len() - done) as u64) as usize;
+        for (e, slot) in t[first..first + n].iter().zip(&mut out[done..]) {
+            let v = e.load(Ordering::Acquire);
+            if v & PRESENT == 0 {
+                return false;
+            }
+            *slot = (v & ADDR) >> 12;
+        }
+        done += n;
+        match at.checked_add(n as u64 * PAGE) {
+            Some(next) => at = next,
+            None => return done == out.len(),
+        }
+    }
+    true
 }
 
 /// Whether the PTE of `va` is writable and not executable, as mapped here.

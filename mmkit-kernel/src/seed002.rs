@@ -33,17 +33,17 @@ struct Loop {
     failed: u64,
 }
 
-/// One map+touch+unmap of `frames` in `design`, the touch writing the
-/// fresh words from `word`; whether it all worked.
-fn once(design: Design, cpu: usize, frames: &[DataFrame], word: u64) -> bool {
-    let pfns: [u64; PAGES] = core::array::from_fn(|i| frames[i].pfn());
+/// One map+touch+unmap of `frames` (numbers `pfns`, made once before
+/// the loop as Linux's module fills its page array once) in `design`, the
+/// touch writing the fresh words from `word`; whether it all worked.
+fn once(design: Design, cpu: usize, frames: &[DataFrame], pfns: &[u64; PAGES], word: u64) -> bool {
     let mut mmu = KernelMmu;
     match design {
         Design::Old => {
             // The guard drops before the unmap takes the lock again.
             let src = &mut PhysFrames;
             let r = timed(Phase::Calls, || {
-                mm::locked(mm::linear()).vmap(&mut mmu, src, &pfns, PAGE)
+                mm::locked(mm::linear()).vmap(&mut mmu, src, pfns, PAGE)
             });
             r.is_ok_and(|va| {
                 crate::fault::touch_frames(va, frames, word)
@@ -53,8 +53,8 @@ fn once(design: Design, cpu: usize, frames: &[DataFrame], word: u64) -> bool {
                     .is_ok()
             })
         }
-        Design::Nodes => through(mm::map_ram_nodes(), cpu, frames, &pfns, word),
-        Design::New => through(mm::map_ram(), cpu, frames, &pfns, word),
+        Design::Nodes => through(mm::map_ram_nodes(), cpu, frames, pfns, word),
+        Design::New => through(mm::map_ram(), cpu, frames, pfns, word),
     }
 }
 
@@ -113,6 +113,8 @@ fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>, samp
         out.failed = 1;
         return out;
     }
+    let pfns: [[u64; PAGES]; 2] =
+        core::array::from_fn(|s| core::array::from_fn(|i| frames[s * PAGES + i].pfn()));
     let total = iters + iters / 10;
     // Words of this loop alone: a write that missed its frame cannot find
     // its word there by chance.
@@ -123,8 +125,9 @@ fn run_loop(design: &str, iters: u64, ops: Option<&crate::pervar::Counter>, samp
             t0 = arch::rdtsc();
             crate::sample::start(sample);
         }
-        let set = &frames[(i as usize % 2) * PAGES..][..PAGES];
-        if !once(design, cpu, set, words + i * PAGES as u64) {
+        let s = i as usize % 2;
+        let set = &frames[s * PAGES..][..PAGES];
+        if !once(design, cpu, set, &pfns[s], words + i * PAGES as u64) {
             out.failed += 1;
         }
         if let Some(c) = ops {

@@ -7,7 +7,7 @@
 //! must be a free aligned fit in the window no higher than the model's
 //! (the first block `size + align - 1` long), and the model takes it.
 
-use mmkit::nodes::LinuxNodes;
+use mmkit::nodes::{LinuxNodes, PurgeStep};
 use mmkit::range::RangeAllocator;
 use proptest::prelude::*;
 
@@ -31,6 +31,9 @@ enum Op {
     /// One node's share of the purge begun (modulo nodes + 1, so that an
     /// absent node is asked too).
     PurgeNode(usize),
+    /// One step of a purge's decay and take (nodes modulo nodes + 1, pool
+    /// sizes up to 257 pages, so that bad ones are asked too).
+    Step(PurgeStep),
 }
 
 /// An area: start, end, the node it is tagged with.
@@ -48,6 +51,10 @@ struct Model {
     purging: Option<(bool, Vec<Area>)>,
     /// Whether a `PurgeNode` of the pending purge moved an area.
     moved: bool,
+    /// (node, pool index) pools a step detached.
+    detached: Vec<(usize, usize)>,
+    /// Per node: the areas its decay set aside, not yet free.
+    aside: Vec<Vec<(u64, u64)>>,
 }
 
 impl Model {
@@ -128,7 +135,9 @@ impl Model {
         shaped: Option<u64>,
     ) -> Option<u64> {
         let node = (self.nodes > 1 && (lo, hi) == VMALLOC).then_some(cpu % self.nodes);
-        if let Some(n) = node.filter(|_| size <= 256 * PAGE) {
+        let class = (size / PAGE - 1) as usize;
+        let attached = |n: &usize| size <= 256 * PAGE && !self.detached.contains(&(*n, class));
+        if let Some(n) = node.filter(attached) {
             let pool = &mut self.pools[n][(size / PAGE - 1) as usize];
             if let Some(&newest) = pool.first() {
                 pool.remove(0);
@@ -172,6 +181,10 @@ impl Model {
     /// Ends a pending purge; decays every pool and takes the lazy areas.
     fn begin(&mut self, full: bool) {
         self.end();
+        for n in 0..self.nodes {
+            self.reclaim(n);
+        }
+        self.detached.clear();
         for n in 0..self.nodes {
             for c in 0..self.pools[n].len() {
                 let pool = std::mem::take(&mut self.pools[n][c]);
@@ -218,6 +231,57 @@ impl Model {
         moved
     }
 
+    /// A purge step as mm/vmalloc.c runs it; whether it applied.
+    fn step(&mut self, step: PurgeStep) -> bool {
+        let ok = |node: usize, pages: u64| node < self.nodes && (1..=256).contains(&pages);
+        match step {
+            PurgeStep::Start { full } => {
+                self.end();
+                for n in 0..self.nodes {
+                    self.reclaim(n);
+                }
+                self.detached.clear();
+                self.purging = Some((full, Vec::new()));
+            }
+            PurgeStep::Detach { node, pages } if ok(node, pages) => {
+                let c = pages as usize - 1;
+                let full = self.purging.as_ref().is_some_and(|p| p.0);
+                let pool = &mut self.pools[node][c];
+                let k = if full || pool.len() < 4 {
+                    pool.len()
+                } else {
+                    pool.len() / 4
+                };
+                let aside: Vec<u64> = pool.drain(..k).collect();
+                (self.aside[node]).extend(aside.into_iter().map(|a| (a, a + pages * PAGE)));
+                if !self.detached.contains(&(node, c)) {
+                    self.detached.push((node, c));
+                }
+            }
+            PurgeStep::Attach { node, pages } if ok(node, pages) => {
+                self.detached.retain(|&d| d != (node, pages as usize - 1));
+            }
+            PurgeStep::Reclaim { node } if node < self.nodes => self.reclaim(node),
+            PurgeStep::Take { node } if node < self.nodes && self.purging.is_some() => {
+                let lazy = std::mem::take(&mut self.lazy);
+                let (mine, rest): (Vec<Area>, Vec<Area>) =
+                    lazy.into_iter().partition(|&a| self.list_of(a) == node);
+                self.lazy = rest;
+                self.purging.as_mut().unwrap().1.extend(mine);
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Node `n`'s set-aside areas are free; its pools attached.
+    fn reclaim(&mut self, n: usize) {
+        self.detached.retain(|&(node, _)| node != n);
+        for (s, e) in std::mem::take(&mut self.aside[n]) {
+            self.give_back(s, e);
+        }
+    }
+
     /// Pools or frees `taken`; whether it held any area.
     fn settle(&mut self, full: bool, mut taken: Vec<Area>) -> bool {
         taken.sort_unstable();
@@ -235,7 +299,7 @@ impl Model {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0usize..4, 1u64..300, 0u32..11, any::<bool>()).prop_map(|(cpu, pages, align_shift, vmalloc)| Op::Alloc {
+        6 => (0usize..4, prop_oneof![1u64..4, 1u64..300], 0u32..11, any::<bool>()).prop_map(|(cpu, pages, align_shift, vmalloc)| Op::Alloc {
             cpu, pages, align_shift, vmalloc
         }),
         4 => any::<usize>().prop_map(Op::FreeLazy),
@@ -243,7 +307,22 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::PurgeFull),
         1 => any::<bool>().prop_map(Op::PurgeBegin),
         1 => any::<usize>().prop_map(Op::PurgeNode),
+        3 => step(),
     ]
+}
+
+fn step() -> impl Strategy<Value = Op> {
+    let at = (0usize..5, 1u64..4);
+    prop_oneof![
+        any::<bool>().prop_map(|full| PurgeStep::Start { full }),
+        at.clone()
+            .prop_map(|(node, pages)| PurgeStep::Detach { node, pages }),
+        (0usize..5, 255u64..258).prop_map(|(node, pages)| PurgeStep::Detach { node, pages }),
+        at.prop_map(|(node, pages)| PurgeStep::Attach { node, pages }),
+        (0usize..5).prop_map(|node| PurgeStep::Reclaim { node }),
+        (0usize..5).prop_map(|node| PurgeStep::Take { node }),
+    ]
+    .prop_map(Op::Step)
 }
 
 fn run(nodes: usize, ops: &[Op]) -> Result<(), String> {
@@ -257,6 +336,8 @@ fn run(nodes: usize, ops: &[Op]) -> Result<(), String> {
         pools: vec![vec![Vec::new(); 256]; nodes],
         purging: None,
         moved: false,
+        detached: vec![],
+        aside: vec![vec![]; nodes],
     };
     for op in ops {
         match *op {
@@ -310,6 +391,12 @@ fn run(nodes: usize, ops: &[Op]) -> Result<(), String> {
                 let (got, want) = (n.purge_node(k), m.end_node(k));
                 if got != want {
                     return Err(format!("purge node {k}: got {got}, model {want}"));
+                }
+            }
+            Op::Step(step) => {
+                let (got, want) = (n.purge_step(step), m.step(step));
+                if got != want {
+                    return Err(format!("{step:?}: got {got}, model {want}"));
                 }
             }
             Op::PurgeFull => {
@@ -406,5 +493,62 @@ fn a_pool_linux_passes_over_is_detached_until_linux_takes_from_it() {
     // Linux took b from the pool: attached again.
     assert_eq!(n.alloc_judged(size, align, VMALLOC, a), Ok(Some(a)));
     assert_eq!(n.pooled(), 0);
+    n.check().unwrap();
+}
+
+/// Step by step: a detached pool serves nothing, its set-aside quarter
+/// is neither pooled nor free until the reclaim, and the rest serves
+/// again once attached.
+#[test]
+fn a_detached_pool_serves_again_once_attached() {
+    let (size, align) = (PAGE, PAGE);
+    let one_page = |cpu| Op::Alloc {
+        cpu,
+        pages: 1,
+        align_shift: 0,
+        vmalloc: true,
+    };
+    let mut ops: Vec<Op> = (0..8).map(|_| one_page(1)).collect();
+    ops.extend((0..8).map(Op::FreeLazy));
+    ops.push(Op::Purge); // 8 areas in node 1's pool of one page
+    let steps = [
+        PurgeStep::Start { full: false },
+        PurgeStep::Detach { node: 1, pages: 1 },
+    ];
+    ops.extend(steps.map(Op::Step));
+    ops.push(one_page(1)); // from the free tree
+    ops.push(Op::Step(PurgeStep::Attach { node: 1, pages: 1 }));
+    ops.push(one_page(1)); // from the pool
+    ops.push(Op::Step(PurgeStep::Reclaim { node: 1 }));
+    run(2, &ops).unwrap();
+
+    let mut n = LinuxNodes::new(SPACE.0, SPACE.1, 2, VMALLOC).unwrap();
+    n.set_cpu(1);
+    let areas: Vec<u64> = (0..8)
+        .map(|_| n.alloc_in(size, align, VMALLOC.0, VMALLOC.1).unwrap())
+        .collect();
+    for &a in &areas {
+        n.free_lazy(a).unwrap();
+    }
+    n.purge(&mut |_, _| {});
+    assert!(n.purge_step(PurgeStep::Start { full: false }));
+    assert!(n.purge_step(PurgeStep::Detach { node: 1, pages: 1 }));
+    assert_eq!(n.pooled(), 6); // the newest two set aside
+    let top = VMALLOC.0 + 8 * PAGE;
+    assert_eq!(n.alloc_in(size, align, VMALLOC.0, VMALLOC.1), Ok(top));
+    assert!(n.purge_step(PurgeStep::Attach { node: 1, pages: 1 }));
+    // Pooled in address order to the front: the newest is the highest.
+    assert_eq!(n.alloc_in(size, align, VMALLOC.0, VMALLOC.1), Ok(areas[5]));
+    assert!(n.purge_step(PurgeStep::Reclaim { node: 1 }));
+    // Outside the pools' window: the lowest free page is a reclaimed one.
+    assert_eq!(
+        n.alloc_in(size, align, VMALLOC.0, VMALLOC.1 - PAGE),
+        Ok(areas[6])
+    );
+    assert!(!n.purge_step(PurgeStep::Take { node: 2 }));
+    assert!(!n.purge_step(PurgeStep::Detach {
+        node: 1,
+        pages: 257
+    }));
     n.check().unwrap();
 }

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use mmkit::nodes::LinuxNodes;
+use mmkit::nodes::{LinuxNodes, PurgeStep};
 use mmkit::range::RangeAllocator;
 
 use crate::trace::{check_header, Cmd, Commands};
@@ -34,6 +34,14 @@ pub struct Verdict {
     /// answer that the state before the begin does not give: see
     /// [`Cmd::PurgeWindow`].
     pub window_begins: u64,
+    /// Allocations run ahead of their event (judged only): another CPU's
+    /// request took the block this model would give, and wrote its event
+    /// later (an event is written after the tree's lock is released, and
+    /// a vCPU can stall in between).
+    pub early_allocs: u64,
+    /// Judged: each allocation run ahead of its event, as (its line,
+    /// the line of the allocation it ran ahead of) in the trace.
+    pub ahead: Vec<(usize, usize)>,
 }
 
 impl Verdict {
@@ -95,8 +103,15 @@ pub fn replay(
     let mut pending: Option<(bool, bool)> = None;
     // Judged: the window's begin ran before its `purge begin` line.
     let mut skip_begin = false;
-    for item in Commands::new(trace.as_bytes()) {
-        let (line, cmd) = item.map_err(|e| e.to_string())?;
+    let cmds: Vec<(usize, Cmd)> = Commands::new(trace.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    // Judged: the allocations run ahead of their event, by index.
+    let mut ran_ahead = std::collections::HashSet::new();
+    for (i, (line, cmd)) in cmds.iter().cloned().enumerate() {
+        if ran_ahead.remove(&i) {
+            continue;
+        }
         let ends_window = matches!(
             cmd,
             Cmd::Lazy(_)
@@ -105,6 +120,7 @@ pub fn replay(
                 | Cmd::Purge
                 | Cmd::PurgeFull
                 | Cmd::PurgeNode(_)
+                | Cmd::PurgeStep(PurgeStep::Start { .. })
         );
         if let (true, Some((full, seen))) = (ends_window, pending) {
             // The latest point of the window: the begin runs here.
@@ -130,6 +146,26 @@ pub fn replay(
                         n.purge_begin(full);
                         (pending, skip_begin) = (None, !seen);
                         v.window_begins += 1;
+                    }
+                }
+                if let (true, Some(Some(addr))) = (judged, want) {
+                    let ours = n.peek(size, align, window);
+                    if let Some(j) = ours
+                        .filter(|&a| a != addr)
+                        .and_then(|a| delayed(&cmds, i, cpu.unwrap_or(0), a, linux))
+                    {
+                        let (own_id, own_cpu, req) = alloc_of(&cmds[j].1).expect("an alloc");
+                        let got = linux[own_id].expect("Linux's address");
+                        n.set_cpu(own_cpu as usize);
+                        let r = (req.0, req.1, req.2, got);
+                        let theirs = judge_one(&mut n, r, &mut early, &mut v)
+                            .map_err(|e| format!("line {}: {own_id}: {e}", cmds[j].0))?;
+                        v.count(own_id, Some(got), theirs);
+                        ids.insert(own_id.clone(), got);
+                        ran_ahead.insert(j);
+                        v.early_allocs += 1;
+                        v.ahead.push((cmds[j].0, line));
+                        n.set_cpu(cpu.unwrap_or(0) as usize);
                     }
                 }
                 let ours = match want {
@@ -177,6 +213,9 @@ pub fn replay(
             Cmd::PurgeNode(node) => {
                 n.purge_node(node);
             }
+            Cmd::PurgeStep(step) => {
+                n.purge_step(step);
+            }
             Cmd::Space(..) | Cmd::Cpus(_) | Cmd::Vmalloc(..) => {}
         }
     }
@@ -184,6 +223,50 @@ pub fn replay(
     v.shrinks = n.inferred_shrinks();
     v.detaches = n.inferred_detaches();
     Ok(v)
+}
+
+/// The longest look ahead for a request whose event came late.
+const LOOK_AHEAD: usize = 4096;
+
+/// The index of a later allocation on another CPU that Linux gave `addr`,
+/// with no allocation of that CPU between `at` and it: its event came
+/// late, and its request took `addr` before the one at `at` (which
+/// `addr` would otherwise serve).
+fn delayed(
+    cmds: &[(usize, Cmd)],
+    at: usize,
+    cpu: u32,
+    addr: u64,
+    linux: &HashMap<String, Option<u64>>,
+) -> Option<usize> {
+    let mut silent = std::collections::HashSet::new();
+    for (j, (_, cmd)) in cmds.iter().enumerate().skip(at + 1).take(LOOK_AHEAD) {
+        let Some((id, c, _)) = alloc_of(cmd) else {
+            continue;
+        };
+        if c != cpu && !silent.contains(&c) && linux.get(id) == Some(&Some(addr)) {
+            return Some(j);
+        }
+        silent.insert(c);
+    }
+    None
+}
+
+/// A request: size, alignment, window.
+type Request = (u64, u64, (u64, u64));
+
+/// An `alloc`'s ID, CPU and request.
+fn alloc_of(cmd: &Cmd) -> Option<(&String, u32, Request)> {
+    match cmd {
+        Cmd::Alloc {
+            id,
+            size,
+            align,
+            range: Some(range),
+            cpu,
+        } => Some((id, cpu.unwrap_or(0), (*size, *align, *range))),
+        _ => None,
+    }
 }
 
 /// One allocation judged: if Linux's address is still lazily freed here,

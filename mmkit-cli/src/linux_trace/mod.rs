@@ -29,7 +29,10 @@
 //! already includes the guard page. The expected output has one line per
 //! `alloc`: Linux's address, or `nospace`.
 
-use mmkit::nodes::LinuxNodes;
+use mmkit::nodes::{LinuxNodes, PurgeStep};
+pub use probes::Probe;
+
+use crate::trace::purge_step_line;
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::io::BufRead;
@@ -71,6 +74,8 @@ pub enum Event {
     FreeLazy(u64, Option<u64>),
     /// `purge_vmap_area_lazy`, with the number of areas purged.
     Purge(u64),
+    /// A kprobe event on a step of a purge (`scripts/linux/trace.sh`).
+    Probe(Probe),
 }
 
 /// An event with the CPU that recorded it.
@@ -78,6 +83,8 @@ pub enum Event {
 pub struct Record {
     /// The CPU column (`[001]`).
     pub cpu: u32,
+    /// The task's pid (`comm-PID` before the CPU column), 0 if absent.
+    pub pid: u32,
     /// The event.
     pub event: Event,
 }
@@ -115,6 +122,13 @@ fn cpu_of(prefix: &str) -> Option<u32> {
     })
 }
 
+/// The pid of `comm-PID`, the last word before the CPU column.
+fn pid_of(prefix: &str) -> u32 {
+    let task = prefix.split('[').next().unwrap_or("").trim_end();
+    let pid = task.rsplit('-').next().unwrap_or("");
+    pid.parse().unwrap_or(0)
+}
+
 /// Parses one line of the ftrace text: `None` for a comment or a blank
 /// line, else the event.
 ///
@@ -136,17 +150,23 @@ pub fn parse_line(text: &str) -> Result<Option<Record>, String> {
         " free_vmap_area_noflush: ",
         " purge_vmap_area_lazy: ",
     ];
-    let Some((which, at)) = EVENTS
-        .iter()
+    let names = EVENTS.iter().chain(&probes::NAMES);
+    let Some((which, at)) = names
         .enumerate()
         .find_map(|(i, e)| t.find(e).map(|at| (i, at)))
     else {
         return Err(format!(
             "not a vmalloc event (alloc_vmap_area, free_vmap_area_noflush, \
-             purge_vmap_area_lazy): {t:?}"
+             purge_vmap_area_lazy) or a purge step's kprobe event: {t:?}"
         ));
     };
     let cpu = cpu_of(&t[..at]).ok_or("no CPU column ([NNN]) before the event")?;
+    let pid = pid_of(&t[..at]);
+    if let Some(probe) = which.checked_sub(EVENTS.len()) {
+        let fields = &t[at + probes::NAMES[probe].len()..];
+        let event = Event::Probe(probes::parse(probe, fields)?);
+        return Ok(Some(Record { cpu, pid, event }));
+    }
     let fields = &t[at + EVENTS[which].len()..];
     let event = match which {
         0 => {
@@ -167,7 +187,7 @@ pub fn parse_line(text: &str) -> Result<Option<Record>, String> {
         1 => Event::FreeLazy(field(fields, "va_start")?, field(fields, "nr_lazy").ok()),
         _ => Event::Purge(field(fields, "num_purged")?),
     };
-    Ok(Some(Record { cpu, event }))
+    Ok(Some(Record { cpu, pid, event }))
 }
 
 /// The CPU count of the header line `entries-in-buffer/... #P:N`.
@@ -245,6 +265,8 @@ struct Open {
     cpu_at: usize,
     /// The falls of `nr_lazy` since the purge before it.
     drops: Vec<Fall>,
+    /// Whether kprobe events showed its steps (then they place it).
+    stepped: bool,
 }
 
 /// The replay trace and Linux's answers, built event by event.
@@ -277,6 +299,10 @@ pub struct Imported {
     drops: Vec<Fall>,
     /// The last purge event, until the free after it (or the next purge).
     open: Option<Open>,
+    /// The purge steps kprobe events show.
+    steps: probes::Steps,
+    /// The lazy frees before the last `purge take`.
+    taken_by_steps: usize,
 }
 
 impl Imported {
@@ -352,7 +378,13 @@ impl Imported {
             after,
             cpu_at,
             drops,
+            stepped,
         } = open;
+        if stepped {
+            // Its steps are in the trace where Linux ran them.
+            self.taken = self.taken_by_steps;
+            return;
+        }
         let taken = self.taken.saturating_add(purged as usize);
         let after_frees = match taken.min(self.frees.len()) {
             0 => 0,
@@ -554,11 +586,24 @@ impl Imported {
                     after: self.purge_at,
                     cpu_at: self.cpu_at.get(&r.cpu).copied().unwrap_or(0),
                     drops: core::mem::take(&mut self.drops),
+                    stepped: core::mem::take(&mut self.steps.seen),
                 };
                 let _ = writeln!(self.body, "purge{full}");
                 self.purge_at = self.body.len();
                 self.open = Some(open);
             }
+            Event::Probe(p) => match self.steps.line(p, r.pid, self.cpus as usize)? {
+                Some(probes::Line::Step(step)) => {
+                    if let PurgeStep::Take { .. } = step {
+                        self.taken_by_steps = self.frees.len();
+                    }
+                    let _ = writeln!(self.body, "{}", purge_step_line(step));
+                }
+                Some(probes::Line::Node(node)) => {
+                    let _ = writeln!(self.body, "purge node {node}");
+                }
+                None => {}
+            },
         }
         Ok(())
     }
@@ -574,6 +619,45 @@ impl Imported {
     fn gave_up(&mut self, cpu: u32, f: Failed) {
         self.alloc_line(f.line, f.request, cpu);
         let _ = writeln!(self.expected, "L{} nospace", f.line);
+    }
+
+    /// Moves each allocation whose event came late to where it took the
+    /// free tree's lock, as the judge proves it on Linux's state
+    /// ([`judge::Verdict::ahead`]): just before the request of another
+    /// CPU that would otherwise get its block (that CPU allocated nothing
+    /// in between). Unchanged when the trace cannot be judged.
+    fn lock_order(&mut self) {
+        let Ok(linux) = judge::answers(&self.expected) else {
+            return;
+        };
+        let trace = self.trace();
+        let Ok(v) = judge::replay(&trace, &linux, true) else {
+            return;
+        };
+        if v.ahead.is_empty() {
+            return;
+        }
+        let head = trace.lines().count() - self.body.lines().count();
+        let mut lines: Vec<Option<&str>> = trace.lines().map(Some).collect();
+        // Before each line (1-based), the lines moved there.
+        let mut before: HashMap<usize, Vec<&str>> = HashMap::new();
+        for &(late, early) in &v.ahead {
+            if let Some(l) = lines.get_mut(late - 1).and_then(Option::take) {
+                before.entry(early).or_default().push(l);
+            }
+        }
+        let mut body = String::with_capacity(self.body.len());
+        for (i, l) in lines.iter().enumerate().skip(head) {
+            for moved in before.get(&(i + 1)).into_iter().flatten() {
+                body.push_str(moved);
+                body.push('\n');
+            }
+            if let Some(l) = l {
+                body.push_str(l);
+                body.push('\n');
+            }
+        }
+        self.body = body;
     }
 
     /// Requests still failing at the end of the trace: expected `nospace`.
@@ -612,6 +696,8 @@ pub fn import(src: impl BufRead) -> Result<Imported, ImportError> {
         let fail = |msg: String| ImportError { line, msg };
         let text = std::str::from_utf8(&buf).map_err(|_| fail("not valid UTF-8".into()))?;
         header = header.or_else(|| header_cpus(text));
+        // The probes' node numbers need the node count from the start.
+        out.cpus = out.cpus.max(header.unwrap_or(0));
         if let Some(r) = parse_line(text).map_err(fail)? {
             out.add(line, r).map_err(fail)?;
         }
@@ -620,9 +706,11 @@ pub fn import(src: impl BufRead) -> Result<Imported, ImportError> {
     if let Some(p) = header {
         out.cpus = out.cpus.max(p);
     }
+    out.lock_order();
     Ok(out)
 }
 
 pub mod judge;
+mod probes;
 #[cfg(test)]
 mod tests;

@@ -370,3 +370,144 @@ fn a_purge_window_begins_at_the_first_answer_that_needs_it() {
     let free = run("0x100000", false);
     assert_eq!((free.same, free.window_begins), (1, 0));
 }
+
+/// Judged, a request on another CPU whose event came late runs ahead
+/// when it took the block the current request would get, and only when
+/// its CPU allocated nothing in between; free-running, nothing moves.
+#[test]
+fn a_late_event_of_another_cpu_runs_ahead_when_it_took_the_block() {
+    let alloc = |id: &str, cpu: u32| {
+        format!("alloc {id} 0x2000 align 0x1000 range 0x100000 0x1000000 cpu {cpu}\n")
+    };
+    let head = "space 0x1 0xffffffffffffffff\ncpus 2\nvmalloc 0x100000 0x1000000\n";
+    let run = |trace: &str, linux: &str, judged: bool| {
+        let linux = judge::answers(linux).unwrap();
+        judge::replay(trace, &linux, judged).unwrap()
+    };
+    let late = format!("{head}{}{}", alloc("a", 0), alloc("b", 1));
+    let linux = "a 0x102000\nb 0x100000\n";
+    let judged = run(&late, linux, true);
+    assert_eq!((judged.same, judged.early_allocs), (2, 1));
+    let free = run(&late, linux, false);
+    assert_eq!((free.same, free.early_allocs), (0, 0));
+    // CPU 1 allocated in between: its later request did not come first.
+    let busy = format!("{head}{}{}{}", alloc("a", 0), alloc("c", 1), alloc("b", 1));
+    let judged = run(&busy, "a 0x102000\nc 0x104000\nb 0x100000\n", true);
+    assert_eq!((judged.same, judged.early_allocs), (1, 0));
+}
+
+/// The importer writes an allocation whose event came late where it took
+/// the tree's lock: before CPU 0's request, which Linux's answers show
+/// passed over its block.
+#[test]
+fn a_late_allocation_is_written_where_it_took_the_lock() {
+    let text = [HEADER.to_string(), alloc_at(0, 2, 2), alloc_at(1, 0, 2)].concat();
+    let t = imported(&text);
+    let cpus = |t: &Imported| -> Vec<String> {
+        let trace = t.trace();
+        trace
+            .lines()
+            .skip(5)
+            .map(|l| l[l.len() - 5..].to_string())
+            .collect()
+    };
+    assert_eq!(cpus(&t), ["cpu 1", "cpu 0"]);
+    let linux = judge::answers(&t.expected).unwrap();
+    assert_eq!(judge::replay(&t.trace(), &linux, false).unwrap().same, 2);
+    // In the order Linux wrote them, nothing moves.
+    let t = imported(&[HEADER.to_string(), alloc_at(1, 0, 2), alloc_at(0, 2, 2)].concat());
+    assert_eq!(cpus(&t), ["cpu 1", "cpu 0"]);
+}
+
+/// A kprobe line of trace.sh's probe `name` with `args`, by task `pid`.
+fn probe_line(pid: u32, name: &str, args: &str) -> String {
+    format!("  kworker/1:1-{pid} [001] ..... 1.0: {name}: (decay_va_pool_node+0x8f/0x420) {args}\n")
+}
+
+/// With the purge's kprobe events, each step is written where Linux ran
+/// it (node 1's pool detached around an allocation on CPU 0), `purge
+/// node N` where that node's areas were pooled, and no `purge begin`.
+#[test]
+fn probe_events_place_each_step_of_a_purge() {
+    let text = [
+        HEADER.to_string(),
+        alloc_at(0, 0, 1),
+        free_at(0, 0, 1),
+        probe_line(
+            27,
+            "vmap_decay_start",
+            "vn=0xffff888003c00000 full_decay=0x0",
+        ),
+        probe_line(27, "vmap_decay_reclaim", ""),
+        probe_line(27, "vmap_decay_end", "i=0"),
+        probe_line(27, "vmap_lazy_take", "i=0"),
+        probe_line(
+            27,
+            "vmap_decay_start",
+            "vn=0xffff888003c00800 full_decay=0x0",
+        ),
+        probe_line(27, "vmap_pool_detach", "i=1"),
+        alloc_at(0, 4, 2),
+        probe_line(27, "vmap_pool_attach", ""),
+        probe_line(27, "vmap_decay_reclaim", ""),
+        probe_line(27, "vmap_decay_end", "i=1"),
+        probe_line(31, "vmap_purge_node", "work=0xffff888003c00440"),
+        probe_line(27, "vmap_purge_node_done", ""),
+        probe_line(31, "vmap_purge_node_done", ""),
+        purge_line(1),
+        free_at(0, 4, 2),
+    ]
+    .concat();
+    let t = imported(&text);
+    let body: Vec<String> = t.trace().lines().skip(5).map(String::from).collect();
+    let alloc = |id: u32, size: &str| {
+        format!("alloc L{id} {size} align 0x1000 range 0xffffc90000000000 0xffffe8ffffffffff cpu 0")
+    };
+    assert_eq!(
+        body,
+        [
+            alloc(13, "0x1000"),
+            "lazy L13".into(),
+            "purge start".into(),
+            "purge reclaim 0".into(),
+            "purge take 0".into(),
+            "purge detach 1 2".into(),
+            alloc(21, "0x2000"),
+            "purge attach 1 2".into(),
+            "purge reclaim 1".into(),
+            "purge node 0".into(),
+            "purge".into(),
+            "lazy L21".into(),
+        ]
+    );
+    // Every line is a replay command.
+    let cmds: Result<Vec<_>, _> = crate::trace::Commands::new(t.trace().as_bytes()).collect();
+    assert_eq!(cmds.unwrap().len(), 4 + body.len());
+}
+
+/// A probe event the purge's order cannot hold names its line: a node
+/// whose `vn` changed, an attach with no detach, a pool out of range.
+#[test]
+fn probe_events_out_of_order_name_their_line() {
+    let start = |vn: &str| probe_line(27, "vmap_decay_start", &format!("vn={vn} full_decay=0x1"));
+    let text = [
+        HEADER.to_string(),
+        start("0x1000"),
+        start("0x1800"),
+        start("0x2000"),
+    ]
+    .concat();
+    let e = error(&text);
+    assert_eq!(e.line, 15);
+    assert!(e.msg.contains("node 0"), "{}", e.msg);
+    let attach = format!(
+        "{HEADER}{}{}",
+        start("0x1000"),
+        probe_line(27, "vmap_pool_attach", "")
+    );
+    assert_eq!(error(&attach).line, 14);
+    let pool = format!("{HEADER}{}", probe_line(27, "vmap_pool_detach", "i=256"));
+    assert_eq!(error(&pool).line, 13);
+    let take = format!("{HEADER}{}", probe_line(27, "vmap_lazy_take", "i=2"));
+    assert!(error(&take).msg.contains("out of range"));
+}

@@ -39,6 +39,10 @@
 //! between wait for the next purge. One purge runs at a time
 //! (`vmap_purge_lock`).
 //!
+//! A capture with kprobe events on the purge's steps places each of them
+//! ([`PurgeStep`]: a pool's detach and attach, a node's reclaim and take)
+//! where Linux ran it ([`purge_step`](LinuxNodes::purge_step)).
+//!
 //! Linux runs the threshold purge (lazy pages above `lazy_max`) in a
 //! worker, later; here it runs at once. A replay of a Linux trace sets the
 //! threshold out of reach and purges where the trace did.
@@ -52,6 +56,9 @@ use crate::nodes::LinuxFreeTree;
 use crate::range::{FlushHook, RangeAllocator, RangeStats};
 use crate::request::{Request, RequestError};
 use crate::vmap::VmapAllocator;
+
+mod decay;
+pub use decay::PurgeStep;
 
 /// Linux's page size.
 const PAGE: u64 = crate::request::LINUX_PAGE_SIZE;
@@ -131,9 +138,13 @@ pub struct LinuxNodes {
     pools: Vec<Vec<VecDeque<u64>>>,
     hits: u64,
     inferred_shrinks: u64,
-    /// (node, pool index) pools a purge's decay holds detached, inferred
-    /// by [`alloc_judged`](Self::alloc_judged); back at the next purge.
+    /// (node, pool index) pools a purge's decay holds detached: by a
+    /// [`PurgeStep::Detach`] until its `Attach` or its node's `Reclaim`, or
+    /// inferred by [`alloc_judged`](Self::alloc_judged) until the next
+    /// purge.
     detached: Vec<(usize, usize)>,
+    /// Per node: the areas its running decay set aside, not yet free.
+    decaying: Vec<Vec<(u64, u64)>>,
     inferred_detaches: u64,
     purges: u64,
     retries: u64,
@@ -174,6 +185,7 @@ impl LinuxNodes {
             hits: 0,
             inferred_shrinks: 0,
             detached: Vec::new(),
+            decaying: vec![Vec::new(); nodes],
             inferred_detaches: 0,
             purges: 0,
             retries: 0,
@@ -346,7 +358,9 @@ impl LinuxNodes {
     /// purge's decay holds each pool off its list while it walks it, and a
     /// walk can outlast many requests on another CPU. A detached pool
     /// serves nothing until Linux takes from it again or the next purge
-    /// begins.
+    /// begins. A Linux address among the areas a decay step set aside
+    /// ([`PurgeStep::Detach`]) was taken from the pool just before the
+    /// detach: it leaves the set-aside areas.
     ///
     /// # Errors
     /// `NoSpace` if `[linux, linux + size)` is neither pooled on the
@@ -387,7 +401,10 @@ impl LinuxNodes {
             self.detached.retain(|&d| d != nc);
         }
         let hit = matches!(ours, Some((a, true)) if a != linux);
-        if pooled.is_none() && hit && self.take_free(linux, size, align).is_ok() {
+        if pooled.is_none() && self.take_aside(linux, size) {
+            // Linux took it from its pool just before a decay's detach:
+            // the two CPUs' events are not in their lock order.
+        } else if pooled.is_none() && hit && self.take_free(linux, size, align).is_ok() {
             // Linux passed over a pool that held an area: a purge's
             // decay, which leaves no event until the purge ends, holds
             // that pool detached while it walks it.
@@ -450,33 +467,10 @@ impl LinuxNodes {
 
     /// `decay_va_pool_node` on every node in turn: each pool gives its
     /// newest `len / 4` areas back, all of them when `full` or when it
-    /// holds fewer than 4. A node's areas are merged among themselves
-    /// first (Linux gathers them in a tree of their own), then each merged
-    /// run goes to the free tree, the lowest first.
+    /// holds fewer than 4 ([`PurgeStep`]).
     fn decay(&mut self, full: bool) {
-        for n in 0..self.nodes {
-            let mut back = Vec::new();
-            for (c, pool) in self.pools[n].iter_mut().enumerate() {
-                let take = match pool.len() >> 2 {
-                    k if k > 0 && !full => k,
-                    _ => pool.len(),
-                };
-                let size = (c as u64 + 1) * PAGE;
-                back.extend(pool.drain(..take).map(|a| (a, a + size)));
-            }
-            back.sort_unstable();
-            let mut run: Option<(u64, u64)> = None;
-            for (s, e) in back {
-                self.tree.free(s).expect("a pooled area is live");
-                run = match run {
-                    Some((rs, re)) if re == s => Some((rs, e)),
-                    done => {
-                        self.free_run(done);
-                        Some((s, e))
-                    }
-                };
-            }
-            self.free_run(run);
+        for node in 0..self.nodes {
+            self.decay_node(node, full);
         }
     }
 
@@ -512,16 +506,14 @@ impl LinuxNodes {
     /// pool decays to the free tree, all of it when `full`; each node's
     /// lazy areas are taken for [`purge_end`](Self::purge_end), and later
     /// lazy frees wait for the next purge.
+    /// Its steps run at once: [`PurgeStep::Start`], then for each node in
+    /// turn its decay and `Take`.
     pub fn purge_begin(&mut self, full: bool) {
-        self.purge_end();
-        self.detached.clear();
-        self.decay(full);
-        let nodes = self.lazy.iter_mut().map(core::mem::take).collect();
-        self.purging = Some(Purging {
-            full,
-            nodes,
-            done: 0,
-        });
+        self.purge_step(PurgeStep::Start { full });
+        for node in 0..self.nodes {
+            self.decay_node(node, full);
+            self.purge_step(PurgeStep::Take { node });
+        }
     }
 
     /// The second half of a purge: the lazy areas it took, node by node
@@ -666,6 +658,7 @@ impl RangeAllocator for LinuxNodes {
         };
         let mut held: Vec<(u64, u64)> = self.live.iter().map(|(&a, v)| (a, v.end)).collect();
         held.extend(self.lazy_areas().map(|l| (l.start, l.end)));
+        held.extend(self.decaying.iter().flatten());
         for pools in &self.pools {
             for (c, pool) in pools.iter().enumerate() {
                 for &a in pool {

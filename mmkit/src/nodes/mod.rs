@@ -88,7 +88,7 @@ mod check;
 pub use check::NodesStats;
 pub mod linux;
 pub mod linux_rbtree;
-pub use linux::LinuxNodes;
+pub use linux::{LinuxNodes, PurgeStep};
 pub use linux_rbtree::LinuxFreeTree;
 mod lock;
 mod purge;

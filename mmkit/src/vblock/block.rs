@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 
 use super::Policy;
 use crate::ensure;
-use crate::error::{CheckError, FreeError};
+use crate::error::CheckError;
 
 /// One block. Page offsets are `u32` (bits <= `MAX_BITS`).
 #[derive(Debug, Clone)]
@@ -83,6 +83,18 @@ fn for_each_word(off: u32, n: u32, mut f: impl FnMut(usize, u64)) {
 
 #[inline]
 fn set_run(map: &mut [u64], off: u32, n: u32) {
+    // A run of at most 64 bits (every mapping's) spans one or two words:
+    // one mask across both, no loop.
+    if (1..=64).contains(&n) {
+        let (w, bit) = ((off / 64) as usize, off % 64);
+        let mask = (u128::MAX >> (128 - n)) << bit;
+        map[w] |= mask as u64;
+        let high = (mask >> 64) as u64;
+        if high != 0 {
+            map[w + 1] |= high;
+        }
+        return;
+    }
     for_each_word(off, n, |w, m| map[w] |= m);
 }
 
@@ -193,11 +205,7 @@ impl Block {
         }
         let off = match policy {
             Policy::Current => self.bits - self.free,
-            Policy::Legacy => {
-                let off = find_aligned_clear(&self.alloc_map, n)?;
-                set_run(&mut self.alloc_map, off, n);
-                off
-            }
+            Policy::Legacy => self.take_aligned(n)?,
         };
         self.free -= n;
         self.live += n;
@@ -205,17 +213,20 @@ impl Block {
         Some(off)
     }
 
-    /// Unmaps the live mapping of `pages` pages at page `off`. Returns
-    /// whether the block is now entirely dirty (to be released).
-    ///
-    /// # Errors
-    /// [`FreeError::NotAllocated`] when no live mapping of exactly `pages`
-    /// pages starts at `off`; nothing changes.
+    /// Legacy: marks the lowest free aligned run of `n` pages handed out;
+    /// its offset. Out of line: the bump path stays small enough to inline.
+    fn take_aligned(&mut self, n: u32) -> Option<u32> {
+        let off = find_aligned_clear(&self.alloc_map, n)?;
+        set_run(&mut self.alloc_map, off, n);
+        Some(off)
+    }
+
+    /// Unmaps the mapping of `pages` pages at page `off`, which the caller
+    /// found live ([`is_live`](Self::is_live)). Returns whether the block
+    /// is now entirely dirty (to be released).
     #[inline]
-    pub fn free(&mut self, policy: Policy, off: u32, pages: u32) -> Result<bool, FreeError> {
-        if !self.is_live(off, pages) {
-            return Err(FreeError::NotAllocated);
-        }
+    pub fn free_live(&mut self, policy: Policy, off: u32, pages: u32) -> bool {
+        debug_assert!(self.is_live(off, pages));
         let n = pages.next_power_of_two();
         self.heads[off as usize] = 0;
         self.live -= n;
@@ -228,7 +239,7 @@ impl Block {
             }
             Policy::Legacy => set_run(&mut self.dirty_map, off, n),
         }
-        Ok(self.dirty == self.bits)
+        self.dirty == self.bits
     }
 
     /// Whether a live mapping of exactly `pages` pages starts at page
@@ -437,5 +448,20 @@ mod tests {
         assert!(run_is_set(&map, 60, 8));
         assert!(run_is_clear(&map, 68, 60));
         assert_eq!(span(&map), Some((60, 68)));
+    }
+
+    #[test]
+    fn every_short_run_sets_exactly_its_bits() {
+        // Against one bit at a time, every start in three words and every
+        // length of the one-mask path plus the first of the loop's.
+        for off in 0..192 {
+            for n in 1..=65u32.min(192 - off) {
+                let mut map = vec![0u64; 3];
+                set_run(&mut map, off, n);
+                let mut want = vec![0u64; 3];
+                (off..off + n).for_each(|b| want[(b / 64) as usize] |= 1 << (b % 64));
+                assert_eq!(map, want, "off {off} n {n}");
+            }
+        }
     }
 }

@@ -266,7 +266,10 @@ impl Env<'_> {
     /// when the call started.
     ///
     /// # Errors
-    /// [`FreeError::NotAllocated`] when no such live mapping is there.
+    /// [`FreeError::NotAllocated`] when no such live mapping is there;
+    /// nothing changes. (The locked front end's unmap; the single one
+    /// validates before it clears, then calls [`Self::unmap_live`].)
+    #[cfg(feature = "std")]
     pub(crate) fn unmap_in(
         &self,
         q: &mut Queue,
@@ -281,12 +284,31 @@ impl Env<'_> {
             .cfg
             .page_index(addr - va)
             .ok_or(FreeError::NotAllocated)?;
-        if let Some(va) = q.free(slot, va, off, n)? {
+        if !q.is_live(slot, va, off, n) {
+            return Err(FreeError::NotAllocated);
+        }
+        self.unmap_live(q, b, slot, off, n, t0);
+        Ok(())
+    }
+
+    /// Unmaps the mapping of `n` pages at page `off` of the block at `slot`
+    /// of `q`, which the caller found live (`Queue::is_live`); `t0` is
+    /// when the call started.
+    #[inline]
+    pub(crate) fn unmap_live(
+        &self,
+        q: &mut Queue,
+        b: &mut impl Blocks,
+        slot: u32,
+        off: u32,
+        n: u32,
+        t0: u64,
+    ) {
+        if let Some(va) = q.free_live(slot, off, n) {
             self.release_all(q, b, &mut alloc::vec![va]);
         }
         q.counters.unmap_calls += 1;
         q.counters.unmap_ns += since(self.clock, t0);
-        Ok(())
     }
 
     /// The forced fragmented purge of one queue (the allocation-failure

@@ -22,7 +22,7 @@ use alloc::vec::Vec;
 use super::block::Block;
 use super::{Config, Counters, Policy};
 use crate::ensure;
-use crate::error::{CheckError, FreeError};
+use crate::error::CheckError;
 
 /// One CPU's blocks (see the module docs).
 #[derive(Debug)]
@@ -138,37 +138,25 @@ impl Queue {
     }
 
     /// Unmaps the mapping of `pages` pages at page `off` of the block in
-    /// `slot`, which must start at `va_start`. Returns the block's start if it was released.
-    ///
-    /// # Errors
-    /// [`FreeError::NotAllocated`] when the slot holds no such block or no
-    /// live mapping of that many pages starts there; nothing changes.
+    /// `slot`, which the caller found live ([`is_live`](Self::is_live)).
+    /// Returns the block's start if it was released.
     #[inline]
-    pub fn free(
-        &mut self,
-        slot: u32,
-        va_start: u64,
-        off: u32,
-        pages: u32,
-    ) -> Result<Option<u64>, FreeError> {
-        let vb = self
-            .slab
-            .get_mut(slot as usize)
-            .ok_or(FreeError::NotAllocated)?;
-        if !vb.in_use || vb.va_start != va_start {
-            return Err(FreeError::NotAllocated);
-        }
-        let released = vb.free(self.policy, off, pages)?;
+    pub fn free_live(&mut self, slot: u32, off: u32, pages: u32) -> Option<u64> {
+        let vb = &mut self.slab[slot as usize];
+        debug_assert!(vb.in_use);
+        let released = vb.free_live(self.policy, off, pages);
         self.live_pages -= u64::from(pages);
         if !released {
-            return Ok(None);
+            return None;
         }
+        let va_start = vb.va_start;
         self.release(slot);
-        Ok(Some(va_start))
+        Some(va_start)
     }
 
     /// Whether the block in `slot`, starting at `va_start`, has a live
     /// mapping of exactly `pages` pages at page `off`.
+    #[inline]
     pub fn is_live(&self, slot: u32, va_start: u64, off: u32, pages: u32) -> bool {
         self.slab
             .get(slot as usize)

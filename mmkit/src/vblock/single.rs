@@ -293,7 +293,8 @@ impl<R: RangeAllocator> VblockAllocator<R> {
         }
         clear();
         let (env, q, mut b) = self.parts(cpu as usize);
-        env.unmap_in(q, &mut b, slot, addr, n, t0)
+        env.unmap_live(q, &mut b, slot, off, n, t0);
+        Ok(())
     }
 
     /// Whether a block mapping of exactly `pages` pages (1 to

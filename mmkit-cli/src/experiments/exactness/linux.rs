@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use mmkit::nodes::LinuxNodes;
+use mmkit::nodes::{LinuxNodes, PurgeStep};
 use mmkit::range::RangeAllocator;
 use mmkit::request::{Policy, Request};
 use mmkit::vmap::VmapAllocator;
@@ -78,6 +78,8 @@ trait Placer {
     fn purge_begin(&mut self, _full: bool) {}
     /// Where Linux's purge had pooled or freed one node's lazy areas.
     fn purge_node(&mut self, _node: usize) {}
+    /// A step of Linux's purge's decay and take.
+    fn purge_step(&mut self, _step: PurgeStep) {}
 }
 
 /// Linux's own answers, as recorded.
@@ -141,6 +143,9 @@ impl Placer for LinuxNodes {
     }
     fn purge_node(&mut self, node: usize) {
         LinuxNodes::purge_node(self, node);
+    }
+    fn purge_step(&mut self, step: PurgeStep) {
+        LinuxNodes::purge_step(self, step);
     }
 }
 
@@ -284,6 +289,7 @@ fn drive(trace: &str, p: &mut dyn Placer, snap_at: usize) -> Result<Run, String>
             Cmd::PurgeFull => p.purge(true),
             Cmd::PurgeBegin(full) => p.purge_begin(full),
             Cmd::PurgeNode(node) => p.purge_node(node),
+            Cmd::PurgeStep(step) => p.purge_step(step),
             _ => {}
         }
         if m.live_bytes > peak {

@@ -374,4 +374,7 @@ fn the_vcpu_counts_can_be_narrowed() {
     assert_eq!(only_vcpus(&all, Some("3,16")), all);
     assert_eq!(only_vcpus(&all, Some("")), all);
     assert_eq!(only_vcpus(&[1, 2], Some("18446744073709551615,2")), [2]);
+    // A quick plan (1 and 2) still runs the counts named outside it.
+    assert_eq!(only_vcpus(&[1, 2], Some("4")), [4]);
+    assert_eq!(only_vcpus(&[1, 2], Some("8,2")), [2, 8]);
 }
