@@ -11,7 +11,7 @@
 //! ```text
 //!   VmapAllocator<Fixed<N>>
 //!     leaves  [Leaf; N]   264 bytes each, 8 to 16 free blocks a leaf
-//!     inners  [Inner; N]  456 bytes each, 8 to 16 children a node
+//!     inners  [Inner; N]  584 bytes each, 8 to 16 children a node
 //!     holes   [(u64, u64); N]
 //!     each with a Vec beside it, empty until the heap is allowed
 //! ```

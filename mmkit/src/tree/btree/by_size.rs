@@ -7,6 +7,11 @@
 //!   size index:             (2,60) (4,0) (8,40) (16,10) ... (3896,200)
 //! ```
 //!
+//! While the length classes are on (`classes.rs`: from the index's first
+//! use until a best fit they cannot answer), the index files only the
+//! blocks longer than the classes reach, and the classes answer the
+//! rest.
+//!
 //! The index is built the first time a best-fit search asks for it
 //! ([`BTree::best_fit`]) and kept from then on: every public change to the
 //! blocks (`update.rs`) replaces the entries of the blocks it removed,
@@ -33,6 +38,7 @@
 
 use alloc::vec::Vec;
 
+use super::classes::beyond_classes;
 use super::size_tree::{SizeIter, SizeTree};
 use super::{BTree, Pos, INNER_MIN, LEAF_MIN};
 use crate::error::CheckError;
@@ -52,19 +58,36 @@ impl<S: Storage> BTree<S> {
     ///
     /// # Complexity
     /// O(n log n) the first time, O(1) after.
+    #[inline]
     pub fn enable_size_index(&mut self) -> bool {
-        if self.by_size.is_none() && self.has_room_for_index() {
-            let mut ix = SizeTree::new(&mut self.leaves);
-            self.index_all(&mut ix, |s, e| Some((e - s, s)));
-            self.by_size = Some(ix);
+        if self.by_size.is_none() {
+            self.build_size_index();
         }
         self.by_size.is_some()
+    }
+
+    /// [`enable_size_index`](Self::enable_size_index)'s first time.
+    #[inline(never)]
+    fn build_size_index(&mut self) {
+        if self.has_room_for_index() {
+            self.classes_on();
+            let g = self.floor;
+            let mut ix = SizeTree::new(&mut self.leaves);
+            self.index_all(&mut ix, |s, e| {
+                beyond_classes(e - s, g).then_some((e - s, s))
+            });
+            self.by_size = Some(ix);
+        }
     }
 
     /// Files every block in `t` as `key` says (`None`: not at all), one
     /// lookup per block: an index being built takes nodes from the pools
     /// a walk would read, and a list of the blocks would need the heap.
-    fn index_all(&mut self, t: &mut SizeTree, key: impl Fn(u64, u64) -> Option<(u64, u64)>) {
+    pub(super) fn index_all(
+        &mut self,
+        t: &mut SizeTree,
+        key: impl Fn(u64, u64) -> Option<(u64, u64)>,
+    ) {
         let mut at = 0;
         while let Some((s, e)) = self.iter_from(at).find(|&(s, _)| s >= at) {
             if let Some(k) = key(s, e) {
@@ -99,18 +122,28 @@ impl<S: Storage> BTree<S> {
         (2 * kept, 2 * kept * (height + 2))
     }
 
-    /// Files `[s, e)` in the size index, if kept.
+    /// Whether the size index, when kept, files a block `len` long: every
+    /// block, or while the length classes are on, those beyond them.
+    #[inline]
+    fn indexes(&self, len: u64) -> bool {
+        self.class_granule()
+            .map_or(true, |g| beyond_classes(len, g))
+    }
+
+    /// Files `[s, e)` in the size index, if kept and it files the block.
     #[inline]
     pub(super) fn index_block(&mut self, s: u64, e: u64) {
-        if let Some(ix) = &mut self.by_size {
+        let filed = self.indexes(e - s);
+        if let Some(ix) = self.by_size.as_mut().filter(|_| filed) {
             ix.insert(&mut self.leaves, &mut self.inners, (e - s, s));
         }
     }
 
-    /// Drops `[s, e)` from the size index, if kept.
+    /// Drops `[s, e)` from the size index, if kept and it files the block.
     #[inline]
     pub(super) fn unindex_block(&mut self, s: u64, e: u64) {
-        if let Some(ix) = &mut self.by_size {
+        let filed = self.indexes(e - s);
+        if let Some(ix) = self.by_size.as_mut().filter(|_| filed) {
             let held = ix.remove(&mut self.leaves, &mut self.inners, (e - s, s));
             debug_assert!(held, "[{s:#x}, {e:#x}) is not in the size index");
         }
@@ -191,6 +224,9 @@ impl<S: Storage> BTree<S> {
         }
         let whole = lo <= self.lowest_start() && self.wild.map_or(true, |w| w.1 <= hi);
         let k = align.trailing_zeros();
+        if self.classes_answer(k, whole) {
+            return self.class_fit(size, bound, pos);
+        }
         let found = match (whole && k > self.floor, &mut self.by_size) {
             (true, Some(ix)) => {
                 ix.keep_lanes(&self.leaves, &mut self.inners, self.floor);
@@ -269,7 +305,11 @@ impl<S: Storage> BTree<S> {
         };
         let nodes = ix.check(&self.leaves, &self.inners)?;
         let got: Vec<(u64, u64)> = self.walk(ix, (0, 0)).collect();
-        let mut want: Vec<(u64, u64)> = self.iter().map(|(s, e)| (e - s, s)).collect();
+        let mut want: Vec<(u64, u64)> = self
+            .iter()
+            .map(|(s, e)| (e - s, s))
+            .filter(|&(len, _)| self.indexes(len))
+            .collect();
         want.sort_unstable();
         let first = got.iter().zip(&want).position(|(g, w)| g != w);
         crate::ensure!(

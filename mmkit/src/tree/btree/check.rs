@@ -157,7 +157,7 @@ impl<S: Storage> BTree<S> {
             "inner node {id} holds {n} children"
         );
         ensure!(
-            (n..FANOUT).all(|i| nd.key[i] == u64::MAX && nd.max[i] == 0),
+            (n..FANOUT).all(|i| nd.key[i] == u64::MAX && nd.max[i] == 0 && nd.cls[i] == 0),
             Structure,
             "inner node {id} has a key or a maximum past its {n} children"
         );
@@ -173,6 +173,13 @@ impl<S: Storage> BTree<S> {
                 stored.max,
                 a.key,
                 a.max
+            );
+            ensure!(
+                stored.cls == a.cls,
+                Hint @ a.key,
+                "entry {c} of node {id}: length classes {:#x}, recomputed {:#x}",
+                stored.cls,
+                a.cls
             );
             if self.summaries {
                 // An upper bound is all pruning needs (see `propagate`).

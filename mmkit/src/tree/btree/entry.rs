@@ -4,6 +4,7 @@
 //! the old entry and the one child that changed, stopping at the first
 //! that comes out unchanged.
 
+use super::classes::Classes;
 use super::node::{leaf_max, max_of};
 use super::{BTree, Pos};
 use crate::storage::Storage;
@@ -16,13 +17,15 @@ use crate::tree::summary::AlignSummary;
 /// padding on each side (alignment to two granules).
 pub(super) const CAPPED_DROP: u64 = 2;
 
-/// What a parent keeps about a child: its lowest start, its longest block
-/// and its alignment summary (the default while summaries are off).
+/// What a parent keeps about a child: its lowest start, its longest block,
+/// its alignment summary (the default while summaries are off) and its
+/// length classes (0 while classes are off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Agg {
     pub(super) key: u64,
     pub(super) max: u64,
     pub(super) sum: AlignSummary,
+    pub(super) cls: Classes,
 }
 
 /// How an update changed the blocks below a node, which decides how its
@@ -40,6 +43,7 @@ pub(super) enum Change {
 }
 
 impl<S: Storage> BTree<S> {
+    #[inline]
     pub(super) fn leaf_agg(&self, id: u32) -> Agg {
         let l = &self.leaves[id as usize];
         let max = leaf_max(l);
@@ -52,6 +56,7 @@ impl<S: Storage> BTree<S> {
             key: l.start[0],
             max,
             sum,
+            cls: self.classes_of_leaf(id),
         }
     }
 
@@ -61,6 +66,7 @@ impl<S: Storage> BTree<S> {
         AlignSummary::of_ranges(max, &l.start[..n], &l.size[..n])
     }
 
+    #[inline]
     pub(super) fn inner_agg(&self, id: u32) -> Agg {
         let max = self.inner_max(id);
         let sum = if self.summaries {
@@ -72,6 +78,7 @@ impl<S: Storage> BTree<S> {
             key: self.inners[id as usize].key[0],
             max,
             sum,
+            cls: self.classes_of_inner(id),
         }
     }
 
@@ -112,6 +119,15 @@ impl<S: Storage> BTree<S> {
 
     #[inline]
     pub(super) fn entry(&self, p: u32, c: usize) -> Agg {
+        match self.classes {
+            Some(_) => self.entry_with::<true>(p, c),
+            None => self.entry_with::<false>(p, c),
+        }
+    }
+
+    /// [`entry`](Self::entry) where `CLS` says whether the classes are on.
+    #[inline]
+    fn entry_with<const CLS: bool>(&self, p: u32, c: usize) -> Agg {
         let n = &self.inners[p as usize];
         Agg {
             key: n.key[c],
@@ -122,15 +138,26 @@ impl<S: Storage> BTree<S> {
             } else {
                 AlignSummary::ZERO
             },
+            cls: if CLS { n.cls[c] } else { 0 },
         }
     }
 
     #[inline]
     pub(super) fn set_entry(&mut self, p: u32, c: usize, a: Agg) {
+        self.set_entry_with::<true>(p, c, a);
+    }
+
+    /// [`set_entry`](Self::set_entry), the classes written only if `CLS`
+    /// (while they are off, every entry's stay 0).
+    #[inline]
+    fn set_entry_with<const CLS: bool>(&mut self, p: u32, c: usize, a: Agg) {
         let n = &mut self.inners[p as usize];
         n.key[c] = a.key;
         n.max[c] = a.max;
         n.sum[c] = a.sum;
+        if CLS {
+            n.cls[c] = a.cls;
+        }
     }
 
     /// The node at depth `d` of `pos` (the leaf at `d == height`).
@@ -156,18 +183,19 @@ impl<S: Storage> BTree<S> {
         let leafy = d == self.height;
         let a = if how == Change::Shrank && self.summaries {
             let o = self.entry(pos.node[d - 1], pos.slot[d - 1] as usize);
-            let (key, max) = if leafy {
+            let (key, max, cls) = if leafy {
                 let l = &self.leaves[id as usize];
-                (l.start[0], leaf_max(l))
+                (l.start[0], leaf_max(l), self.classes_of_leaf(id))
             } else {
-                (self.inners[id as usize].key[0], self.inner_max(id))
+                let key = self.inners[id as usize].key[0];
+                (key, self.inner_max(id), self.classes_of_inner(id))
             };
             let sum = if max == o.max {
                 o.sum
             } else {
                 self.node_sum(id, leafy, max)
             };
-            Agg { key, max, sum }
+            Agg { key, max, sum, cls }
         } else {
             self.agg(id, leafy)
         };
@@ -191,7 +219,23 @@ impl<S: Storage> BTree<S> {
     ///   new one ([`BTree::shrunk_sum`]), and after a larger one
     ///   recomputed from the children;
     /// - [`Other`](Change::Other): recomputed from the children.
-    pub(super) fn propagate(&mut self, pos: &Pos, mut d: usize, mut a: Agg, how: Change) {
+    #[inline]
+    pub(super) fn propagate(&mut self, pos: &Pos, d: usize, a: Agg, how: Change) {
+        match self.classes {
+            Some(_) => self.propagate_with::<true>(pos, d, a, how),
+            None => self.propagate_with::<false>(pos, d, a, how),
+        }
+    }
+
+    /// [`propagate`](Self::propagate) where `CLS` says whether the classes
+    /// are on: off, no class word is read or written.
+    fn propagate_with<const CLS: bool>(
+        &mut self,
+        pos: &Pos,
+        mut d: usize,
+        mut a: Agg,
+        how: Change,
+    ) {
         // A stored summary bounds the blocks below it, not the summaries
         // below it: one kept after a shrink can say less than a child's
         // (recomputed at a finer granule, so looser at high alignments).
@@ -201,15 +245,15 @@ impl<S: Storage> BTree<S> {
         let stop_early = how == Change::Shrank || !self.summaries;
         while d > 0 {
             let (p, c) = (pos.node[d - 1], pos.slot[d - 1] as usize);
-            let o = self.entry(p, c);
+            let o = self.entry_with::<CLS>(p, c);
             if o == a && stop_early {
                 return;
             }
-            self.set_entry(p, c, a);
+            self.set_entry_with::<CLS>(p, c, a);
             if d == 1 {
                 return; // p is the root
             }
-            let po = self.entry(pos.node[d - 2], pos.slot[d - 2] as usize);
+            let po = self.entry_with::<CLS>(pos.node[d - 2], pos.slot[d - 2] as usize);
             let key = if c == 0 { a.key } else { po.key };
             let max = if a.max >= po.max {
                 a.max
@@ -217,6 +261,15 @@ impl<S: Storage> BTree<S> {
                 po.max
             } else {
                 self.inner_max(p)
+            };
+            // Exact classes: the old set and the child's new one, unless
+            // the child lost a class another child may still have.
+            let cls = if !CLS {
+                0
+            } else if o.cls & !a.cls == 0 {
+                po.cls | a.cls
+            } else {
+                self.classes_of_inner(p)
             };
             let unchanged = a.sum == o.sum && a.max == o.max && stop_early;
             let shrunk = if how == Change::Shrank && self.summaries {
@@ -236,7 +289,7 @@ impl<S: Storage> BTree<S> {
             } else {
                 self.inner_sum(p, max)
             };
-            a = Agg { key, max, sum };
+            a = Agg { key, max, sum, cls };
             d -= 1;
         }
     }

@@ -7,6 +7,7 @@
 //!           max[i]  longest block below child i
 //!           sum[i]  AlignSummary below child i (kept once aligned requests need it)
 //!           kid[i]  child index (an inner node or a leaf, by level)
+//!           cls[i]  length classes below child i (kept while best fit uses them)
 //!   leaf:   start[i], size[i]: up to LEAF_CAP free blocks sorted by start
 //!   (past a node's length: starts and keys u64::MAX, sizes and maxima 0)
 //! ```
@@ -15,7 +16,7 @@
 //! LEAF_CAP` blocks and a non-root inner node `FANOUT / 2 ..= FANOUT`
 //! children (a removal that underflows borrows from or merges with a
 //! sibling), so a free block costs at most 264 / 8 bytes of leaf plus
-//! 456 / 8 bytes of inner node per leaf: about 41 bytes, 24-28 at the
+//! 584 / 8 bytes of inner node per leaf: about 42 bytes, 25-29 at the
 //! usual three-quarters occupancy.
 //!
 //! The highest block (the *wilderness*) is kept out of the tree:
@@ -77,6 +78,10 @@
 //! no window test and no backing up (`BTree::plain_fit`); a block below
 //! the window sends it to the general search.
 //!
+//! Best fit keeps a size index beside the tree (`by_size.rs`) and, for
+//! blocks of up to 64 granules, exact length classes in the inner entries
+//! (`classes.rs`): a short best fit is one bit scan and one descent.
+//!
 //! Leaves and inner nodes live in two pools of one kind each (`node.rs`);
 //! released nodes are chained for reuse, so a steady state of inserts and
 //! removals allocates no heap memory.
@@ -88,6 +93,7 @@ use size_tree::SizeTree;
 
 mod by_size;
 mod check;
+mod classes;
 mod entry;
 mod finger;
 mod node;
@@ -96,6 +102,8 @@ mod size_tree;
 mod update;
 mod walk;
 
+#[cfg(test)]
+mod classes_tests;
 #[cfg(test)]
 mod tests;
 
@@ -215,6 +223,10 @@ pub struct BTree<S: Storage = Heap> {
     /// Once a best fit is asked for: every block as `(length, start)`,
     /// in nodes from the same pools (see `by_size.rs`).
     by_size: Option<SizeTree>,
+    /// While the size index is kept and files only the longer blocks:
+    /// the granule exponent of the length classes (see `classes.rs`); a
+    /// byte, so that the tree's size stays that of its other fields.
+    classes: Option<u8>,
 }
 
 impl Default for BTree {
@@ -257,6 +269,7 @@ impl<S: Storage> BTree<S> {
             shape: 0,
             nodes_max: (NO_VERSION, 0),
             by_size: None,
+            classes: None,
         }
     }
 

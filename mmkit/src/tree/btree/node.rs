@@ -8,6 +8,7 @@
 use alloc::vec::Vec;
 use core::ops::{Index, IndexMut};
 
+use super::classes::Classes;
 use super::{FANOUT, LEAF_CAP};
 use crate::storage::{Fixed, Heap, Inline, Storage, Store};
 use crate::tree::summary::AlignSummary;
@@ -63,8 +64,8 @@ impl Leaf {
 }
 
 /// An inner node: entry `i < len` is child `kid[i]`'s lowest start, longest
-/// block and summary; past `len`, `key` is `u64::MAX` and `max` 0 (see
-/// `Leaf`).
+/// block, summary and length classes; past `len`, `key` is `u64::MAX` and
+/// `max` and `cls` 0 (see `Leaf`).
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 pub(super) struct Inner {
@@ -75,6 +76,9 @@ pub(super) struct Inner {
     pub(super) max: [u64; FANOUT],
     pub(super) sum: [AlignSummary; FANOUT],
     pub(super) kid: [u32; FANOUT],
+    /// While the tree keeps length classes (`classes.rs`): the classes
+    /// of the blocks below each child; 0 otherwise.
+    pub(super) cls: [Classes; FANOUT],
 }
 
 pub(super) const EMPTY_INNER: Inner = Inner {
@@ -82,6 +86,7 @@ pub(super) const EMPTY_INNER: Inner = Inner {
     max: [0; FANOUT],
     sum: [AlignSummary::ZERO; FANOUT],
     kid: [NONE; FANOUT],
+    cls: [0; FANOUT],
     len: 0,
 };
 

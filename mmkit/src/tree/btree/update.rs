@@ -67,7 +67,8 @@ impl<S: Storage> BTree<S> {
             self.leaf_sum(pos.leaf, max)
         };
         let key = if pos.at == 0 { start } else { o.key };
-        self.propagate(pos, h, Agg { key, max, sum }, how);
+        let cls = self.leaf_classes_after(pos.leaf, o.cls, old, len);
+        self.propagate(pos, h, Agg { key, max, sum, cls }, how);
     }
 
     /// Cuts the block at `pos` in two: it becomes `[start, end)`, and
@@ -163,8 +164,9 @@ impl<S: Storage> BTree<S> {
                     // blocks replaced by one holding both, so its aggregate
                     // is the old one merged with the joined block's, as
                     // for a block gained (the two dropped are dominated by
-                    // it at every alignment), and its blocks need no rescan.
-                    self.gained(&prev, prev.at, ps, ne);
+                    // it at every alignment), and its blocks need no rescan
+                    // but for their classes, which are exact.
+                    self.gained(&prev, prev.at, ps, ne, true);
                 } else {
                     self.underflow(&nb.pos, self.height, Change::Grew);
                 }
@@ -249,7 +251,7 @@ impl<S: Storage> BTree<S> {
             l.set(i, s, e);
             l.len += 1;
             if only_gained {
-                return self.gained(pos, i, s, e);
+                return self.gained(pos, i, s, e, false);
             }
             // A block split in two: both parts lie inside it.
             return self.refresh_from(pos, self.height, Change::Shrank);
@@ -282,8 +284,9 @@ impl<S: Storage> BTree<S> {
     /// set of blocks only gained one (a summary is a function of its set
     /// alone, so the union's is the merge: [`AlignSummary::merge`]). No
     /// rescan of the leaf's blocks or of any node's children: an aligned
-    /// workload's padding holes are all such inserts.
-    pub(super) fn gained(&mut self, pos: &Pos, i: usize, s: u64, e: u64) {
+    /// workload's padding holes are all such inserts. `joined`: the block
+    /// replaced two the leaf held, whose length classes may be gone.
+    pub(super) fn gained(&mut self, pos: &Pos, i: usize, s: u64, e: u64, joined: bool) {
         let d = self.height;
         if d == 0 {
             return; // the leaf is the root: no entry to refresh
@@ -296,7 +299,12 @@ impl<S: Storage> BTree<S> {
             AlignSummary::ZERO
         };
         let key = if i == 0 { s } else { o.key };
-        self.propagate(pos, d, Agg { key, max, sum }, Change::Grew);
+        let cls = if joined {
+            self.classes_of_leaf(pos.leaf)
+        } else {
+            o.cls | self.class_of(e - s)
+        };
+        self.propagate(pos, d, Agg { key, max, sum, cls }, Change::Grew);
     }
 
     /// The node at depth `d` of `pos` split; `right` is its new right
@@ -335,11 +343,13 @@ impl<S: Storage> BTree<S> {
         qn.max[..m].copy_from_slice(&from.max[half..]);
         qn.sum[..m].copy_from_slice(&from.sum[half..]);
         qn.kid[..m].copy_from_slice(&from.kid[half..]);
+        qn.cls[..m].copy_from_slice(&from.cls[half..]);
         qn.len = m as u32;
         let pn = &mut self.inners[p as usize];
         pn.len = half as u32;
         pn.key[half..].fill(u64::MAX);
         pn.max[half..].fill(0);
+        pn.cls[half..].fill(0);
         if c < half {
             self.inner_put(p, c + 1, right, ra);
         } else {
@@ -357,6 +367,7 @@ impl<S: Storage> BTree<S> {
         n.max.copy_within(i..len, i + 1);
         n.sum.copy_within(i..len, i + 1);
         n.kid.copy_within(i..len, i + 1);
+        n.cls.copy_within(i..len, i + 1);
         n.kid[i] = kid;
         n.len += 1;
         self.set_entry(p, i, a);
@@ -370,8 +381,10 @@ impl<S: Storage> BTree<S> {
         n.max.copy_within(i + 1..len, i);
         n.sum.copy_within(i + 1..len, i);
         n.kid.copy_within(i + 1..len, i);
+        n.cls.copy_within(i + 1..len, i);
         n.key[len - 1] = u64::MAX;
         n.max[len - 1] = 0;
+        n.cls[len - 1] = 0;
         n.len -= 1;
     }
 
@@ -476,11 +489,11 @@ impl<S: Storage> BTree<S> {
         let (na, nb) = (x.len as usize, y.len as usize);
         let total = na + nb;
         let keep = if total <= FANOUT { total } else { total / 2 };
-        let mut all = [(0u64, 0u64, AlignSummary::ZERO, 0u32); 2 * FANOUT];
+        let mut all = [(0u64, 0u64, AlignSummary::ZERO, 0u32, 0); 2 * FANOUT];
         let mut k = 0;
         for (n, len) in [(&x, na), (&y, nb)] {
             for i in 0..len {
-                all[k] = (n.key[i], n.max[i], n.sum[i], n.kid[i]);
+                all[k] = (n.key[i], n.max[i], n.sum[i], n.kid[i], n.cls[i]);
                 k += 1;
             }
         }
@@ -488,9 +501,10 @@ impl<S: Storage> BTree<S> {
             let n = &mut self.inners[node as usize];
             n.key = [u64::MAX; FANOUT];
             n.max = [0; FANOUT];
+            n.cls = [0; FANOUT];
             n.len = range.len() as u32;
             for (j, i) in range.enumerate() {
-                (n.key[j], n.max[j], n.sum[j], n.kid[j]) = all[i];
+                (n.key[j], n.max[j], n.sum[j], n.kid[j], n.cls[j]) = all[i];
             }
         }
         keep == total
