@@ -163,6 +163,7 @@ where
     /// `[lo, hi)`: one tree update for the run instead of one per area.
     /// With a busy index (a debug build's checks) each area is freed and
     /// checked alone.
+    #[cfg(feature = "lock_api")]
     pub(crate) fn free_run(
         &mut self,
         areas: &[(u64, u64)],
