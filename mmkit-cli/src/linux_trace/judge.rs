@@ -176,7 +176,8 @@ pub fn replay(
                     // Linux failed: on Linux's state nothing is taken, and
                     // a take undone would still reshape the tree.
                     Some(None) if judged => n.peek(size, align, window),
-                    _ => n.alloc_in(size, align, window.0, window.1).ok(),
+                    // The trace carries the purge of a failed try: one try.
+                    _ => n.alloc_once(size, align, window.0, window.1).ok(),
                 };
                 if let Some(w) = want {
                     v.count(&id, w, ours);

@@ -511,3 +511,23 @@ fn probe_events_out_of_order_name_their_line() {
     let take = format!("{HEADER}{}", probe_line(27, "vmap_lazy_take", "i=2"));
     assert!(error(&take).msg.contains("out of range"));
 }
+
+/// Free-running, a request Linux failed after its purge is one try: the
+/// trace carries that purge, and an area freed after the purge's take
+/// stays lazy until the next purge, as in Linux.
+#[test]
+fn a_failed_try_after_its_purge_does_not_purge_again() {
+    let alloc = |id: &str, size: u32| {
+        format!("alloc {id} {size:#x} align 0x1000 range 0x100000 0x104000 cpu 0\n")
+    };
+    let trace = format!(
+        "lazymax 0xffffffffffffffff\nspace 0x1 0xffffffffffffffff\ncpus 2\n\
+         vmalloc 0x100000 0x104000\n{}purge full\nlazy a\n{}purge full\n{}",
+        alloc("a", 0x4000),
+        alloc("b", 0x2000),
+        alloc("c", 0x2000),
+    );
+    let linux = judge::answers("a 0x100000\nb nospace\nc 0x100000\n").unwrap();
+    let free = judge::replay(&trace, &linux, false).unwrap();
+    assert_eq!((free.same, free.differ), (3, vec![]));
+}

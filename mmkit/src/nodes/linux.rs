@@ -208,6 +208,38 @@ impl LinuxNodes {
         self.tree.free_blocks()
     }
 
+    /// One try, pool then free tree, without the purge and second try
+    /// that [`alloc_in`](RangeAllocator::alloc_in) runs on a failure: Linux's
+    /// retry after its purge, for a replay that carries that purge as
+    /// lines of its own (an imported Linux trace writes a failed try as the
+    /// retry, after the purge it ran).
+    ///
+    /// # Errors
+    /// As [`alloc_in`](RangeAllocator::alloc_in); nothing is purged.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::LinuxNodes;
+    /// use mmkit::prelude::RangeAllocator;
+    /// use mmkit::AllocError;
+    /// let mut n = LinuxNodes::new(0, 1 << 20, 1, (0, 1 << 20)).unwrap();
+    /// let a = n.alloc_once(1 << 20, 1, 0, 1 << 20).unwrap();
+    /// n.free_lazy(a).unwrap();
+    /// // The lazy area is not free yet, and a failing try does not purge it.
+    /// assert_eq!(n.alloc_once(4096, 1, 0, 1 << 20), Err(AllocError::NoSpace));
+    /// assert_eq!(n.alloc_in(4096, 1, 0, 1 << 20), Ok(0));
+    /// ```
+    pub fn alloc_once(
+        &mut self,
+        size: u64,
+        align: u64,
+        lo: u64,
+        hi: u64,
+    ) -> Result<u64, AllocError> {
+        self.try_alloc(size, align, lo, hi)
+            .map_err(AllocError::from)
+    }
+
     /// Allocations whose first try failed, so that they ran a full purge
     /// and tried once more (Linux traces the failed try).
     pub fn retries(&self) -> u64 {

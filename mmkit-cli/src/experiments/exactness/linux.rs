@@ -126,7 +126,8 @@ impl Placer for LinuxNodes {
         cpu: u32,
     ) -> Option<u64> {
         self.set_cpu(cpu as usize);
-        self.alloc_in(size, align, lo, hi).ok()
+        // The trace carries the purge of a failed try: one try.
+        self.alloc_once(size, align, lo, hi).ok()
     }
     fn free_lazy(&mut self, addr: u64) {
         let _ = RangeAllocator::free_lazy(self, addr);
