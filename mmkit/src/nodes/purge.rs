@@ -99,11 +99,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         let mut back = core::mem::take(&mut p.back);
         for (i, (n, batch)) in self.nodes.iter().zip(batches).enumerate() {
             let mut n = n.0.lock();
-            if n.owed {
-                n.owed = false;
-                let owed = n.flushed.take();
-                self.settle(&mut n, owed, full, &mut back);
-            }
+            self.settle_owed_onto(&mut n, full, &mut back);
             if caller.map_or(true, |c| c == i) {
                 self.settle(&mut n, batch, full, &mut back);
             } else {
@@ -120,13 +116,21 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// Settles what a purge left node `n` ([`Node::owed`]), under its
     /// lock: its decay and its pooling, the rest back to the free tree.
     pub(super) fn settle_owed(&self, n: &mut Node) {
-        n.owed = false;
-        let owed = n.flushed.take();
         let mut back = core::mem::take(&mut n.back);
-        self.settle(n, owed, false, &mut back);
+        self.settle_owed_onto(n, false, &mut back);
         self.give_back(core::iter::once(&back[..]));
         back.clear();
         n.back = back;
+    }
+
+    /// Settles node `n`'s owed share, if it has one, with what does not
+    /// stay pooled put on `back`.
+    fn settle_owed_onto(&self, n: &mut Node, full: bool, back: &mut Vec<(u64, u64)>) {
+        if n.owed {
+            n.owed = false;
+            let owed = n.flushed.take();
+            self.settle(n, owed, full, back);
+        }
     }
 
     /// One node's share of a purge: its pools lose their oldest quarter
