@@ -35,6 +35,9 @@ pub struct NodesStats {
     pub tree_lock_waits: u64,
     /// Purges that found another purge running.
     pub purge_lock_waits: u64,
+    /// Acquisitions of the free tree's lock (with `lock-stats`, else 0):
+    /// what the nodes share, per allocation.
+    pub tree_locks: u64,
 }
 
 impl<R: lock_api::RawMutex> VmapNodes<R> {
@@ -82,10 +85,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             s.pooled += n.pooled;
         }
         s.purges = self.purger.0.lock().purges;
-        s.tree = self.global.0.lock().stats();
+        s.tree = self.global.0.lock_uncounted().stats();
         s.node_lock_waits = self.nodes.iter().map(|n| n.0.waits()).sum();
         s.tree_lock_waits = self.global.0.waits();
         s.purge_lock_waits = self.purger.0.waits();
+        s.tree_locks = self.global.0.taken();
         s
     }
 

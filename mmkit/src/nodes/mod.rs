@@ -37,9 +37,18 @@
 //!   the node settles it under its own lock at its next allocation, so
 //!   the thread that purges writes no other node's pools (the cache lines
 //!   two threads would pass back and forth at every purge). A node that
-//!   has not allocated by the next purge is settled by that purge, so an
-//!   idle node's pools still decay, one purge late. `purge()`, `drain()`
-//!   and a failing allocation settle every node at once.
+//!   has not allocated by the next purge is settled by that purge.
+//!   `purge()`, `drain()` and a failing allocation settle every node at
+//!   once.
+//! - The decay of a purge a lazy free started is *earned*: a node's pools
+//!   lose their quarter only once the node's own lazy bytes flushed since
+//!   their last decay pass `lazy_max`. Each node's lazy list starts a
+//!   purge of every node, so with more threads freeing, purges come more
+//!   often; a decay at each would empty the pools of a thread that ran
+//!   less than the others (a preempted one, or one that waited for a
+//!   lock) and send its next allocations to the free tree. Earned, the
+//!   decay comes once per `lazy_max` of the node's own frees, as with one
+//!   thread. `purge()` decays every node.
 //! - `free(cpu, addr)`: as `free_lazy` then a purge of that area alone with
 //!   no flush (the caller vouches that no stale translation remains): it
 //!   goes to its node's pool, or back to the free tree.
@@ -63,8 +72,12 @@
 //! limit, as the kernel's; `free` pools without a purge, so there
 //! `pool_max` bounds a pool. The kernel's purging CPU settles every node
 //! (or, for a large purge, a worker on each node's CPU does); here a
-//! threshold purge leaves the other nodes' shares to them. The kernel's
-//! decay gives back a pool's newest areas, here the oldest. A misaligned
+//! threshold purge leaves the other nodes' shares to them. The kernel
+//! decays every node at every purge; here a threshold purge decays a
+//! node once per `lazy_max` of its own frees, so a node that stops
+//! freeing keeps its pools until `purge()`, `drain()` or a failing
+//! allocation. The kernel's decay gives back a pool's newest areas, here
+//! the oldest. A misaligned
 //! newest area is a miss here; the kernel rotates it to the pool's tail.
 //!
 //! # Locks
@@ -178,6 +191,13 @@ struct Node {
     owed: bool,
     /// This node's areas that purge flushed, not yet pooled or freed.
     flushed: Option<Batch<(u64, u64)>>,
+    /// The bytes of `flushed`.
+    flushed_bytes: u64,
+    /// Bytes of this node's lazy areas flushed since its pools last
+    /// decayed: a threshold purge decays them once this passes
+    /// `lazy_max`, so they decay once per `lazy_max` of the node's own
+    /// frees, however often other nodes purge.
+    undecayed: u64,
     /// An emptied lazy vector, for the lazy list's next batch: the lists
     /// allocate nothing in steady state.
     spare: Vec<(u64, u64)>,
@@ -270,6 +290,8 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
                 pooled: 0,
                 owed: false,
                 flushed: None,
+                flushed_bytes: 0,
+                undecayed: 0,
                 spare: Vec::new(),
                 back: Vec::new(),
                 hits: 0,

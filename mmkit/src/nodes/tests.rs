@@ -110,7 +110,7 @@ fn a_lazy_list_past_its_limit_purges_every_node_with_one_flush() {
 }
 
 #[test]
-fn a_node_that_does_not_settle_is_settled_by_the_next_purge() {
+fn a_node_decays_once_per_lazy_max_of_its_own_frees_whoever_purges() {
     let cfg = NodesConfig {
         nodes: 2,
         lazy_max: 4096,
@@ -122,19 +122,31 @@ fn a_node_that_does_not_settle_is_settled_by_the_next_purge() {
         v.free(0, a).unwrap(); // 8 pooled on node 0
     }
     let lazy = v.alloc(0, 8192, 4096).unwrap();
-    v.free_lazy(0, lazy).unwrap(); // past lazy_max: node 0 settles at once
+    v.free_lazy(0, lazy).unwrap(); // past lazy_max: node 0 decays at once
     assert_eq!(v.node_stats(0).pooled, 8 - 2 + 1);
-    // Node 1 purges three times; node 0 never allocates. The first purge
-    // leaves node 0's decay owed; each next one settles it (6 one-page
-    // areas lose 1, then 5 lose 1) and owes another.
-    let mut pooled = Vec::new();
-    for _ in 0..3 {
+    let purge_from_1 = || {
         let b = v.alloc(1, 8192, 4096).unwrap();
-        v.free_lazy(1, b).unwrap();
-        pooled.push(v.node_stats(0).pooled);
+        v.free_lazy(1, b).unwrap(); // past lazy_max on node 1
+        v.node_stats(0).pooled
+    };
+    // Node 1 purges; node 0, which frees nothing, keeps its pools.
+    let mut pooled: Vec<usize> = (0..3).map(|_| purge_from_1() as usize).collect();
+    // Node 0 takes a page from its pool and frees it lazily, twice; a
+    // purge of node 1's flushes it, the next settles it: the first 4096
+    // bytes (not past lazy_max) pool their page, the second 4096 decay
+    // the one-page pool first (5 areas lose 1).
+    for _ in 0..2 {
+        let a = v.alloc(0, 4096, 4096).unwrap(); // a hit: 6 pooled
+        v.free_lazy(0, a).unwrap();
+        pooled.extend((0..2).map(|_| purge_from_1() as usize));
     }
-    assert_eq!(pooled, [7, 6, 5]);
-    assert_eq!(v.stats().purges, 4);
+    assert_eq!(pooled, [7, 7, 7, 6, 7, 6, 6]);
+    assert_eq!(v.stats().purges, 8);
+    // `purge` decays every node, whoever freed.
+    let b = v.alloc(1, 4096, 4096).unwrap();
+    v.free_lazy(1, b).unwrap();
+    assert!(v.purge());
+    assert_eq!(v.node_stats(0).pooled, 5);
     v.check().unwrap();
     v.drain();
     assert_eq!(v.stats().pooled + v.stats().lazy, 0);
@@ -292,7 +304,7 @@ fn a_free_on_another_node_finds_the_owner_past_the_last_node() {
 
 #[cfg(all(feature = "lock-stats", feature = "std"))]
 #[test]
-fn a_lock_counts_the_acquisitions_that_found_it_held_and_no_others() {
+fn a_lock_counts_its_acquisitions_and_those_that_found_it_held() {
     let v = nodes(2);
     for cpu in 0..4 {
         let a = v.alloc(cpu, 4096, 4096).unwrap();
@@ -304,6 +316,9 @@ fn a_lock_counts_the_acquisitions_that_found_it_held_and_no_others() {
         (s.node_lock_waits, s.tree_lock_waits, s.purge_lock_waits),
         (0, 0, 0)
     );
+    // Four misses took the free tree's lock; the purge pooled all four
+    // areas and gave nothing back, and reading the counters counts none.
+    assert_eq!((s.tree_locks, v.stats().tree_locks), (4, 4));
     let held = v.nodes[1].0.lock();
     std::thread::scope(|t| {
         let other = t.spawn(|| v.alloc(1, 4096, 4096));
@@ -322,4 +337,5 @@ fn a_lock_counts_the_acquisitions_that_found_it_held_and_no_others() {
         (s.node_lock_waits, s.tree_lock_waits, s.purge_lock_waits),
         (1, 0, 0)
     );
+    assert_eq!(s.tree_locks, 4, "a pool hit takes no tree lock");
 }
