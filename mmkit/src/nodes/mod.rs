@@ -441,7 +441,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             }
         }
         n.misses += 1;
-        let got = ask(&mut self.global.0.lock());
+        let got = ask(&mut self.global.0.lock_spinning());
         let a = match got {
             Err((true, _)) => {
                 // Pooled and lazy areas may hold the space: every node gives
@@ -450,7 +450,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
                 drop(n);
                 self.drain();
                 n = at.lock();
-                ask(&mut self.global.0.lock()).map_err(|e| e.1)?
+                ask(&mut self.global.0.lock_spinning()).map_err(|e| e.1)?
             }
             r => r.map_err(|e| e.1)?,
         };
@@ -616,7 +616,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     fn give_back<'a>(&self, lists: impl Iterator<Item = &'a [(u64, u64)]>) {
         let mut g = None;
         for areas in lists.filter(|l| !l.is_empty()) {
-            let g = g.get_or_insert_with(|| self.global.0.lock());
+            let g = g.get_or_insert_with(|| self.global.0.lock_spinning());
             let mut i = 0;
             while let Some(&(mut lo, mut hi)) = areas.get(i) {
                 let mut j = i + 1;

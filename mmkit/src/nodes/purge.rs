@@ -90,7 +90,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         let mut p = self.purger.0.lock();
         let batches: Vec<Share> = (self.nodes.iter())
             .map(|n| {
-                let mut n = n.0.lock();
+                let mut n = n.0.lock_spinning();
                 let bytes = n.lazy.bytes();
                 let b = n.lazy.take();
                 let spare = core::mem::take(&mut n.spare);
@@ -122,7 +122,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         };
         let mut back = core::mem::take(&mut p.back);
         for (i, (n, (batch, bytes))) in self.nodes.iter().zip(batches).enumerate() {
-            let mut n = n.0.lock();
+            let mut n = n.0.lock_spinning();
             self.settle_owed_onto(&mut n, owed, &mut back);
             if caller.map_or(true, |c| c == i) {
                 self.settle(&mut n, batch, bytes, now, &mut back);

@@ -338,4 +338,25 @@ fn a_lock_counts_its_acquisitions_and_those_that_found_it_held() {
         (1, 0, 0)
     );
     assert_eq!(s.tree_locks, 4, "a pool hit takes no tree lock");
+    // A miss finds the free tree's lock held: counted, then it spins and
+    // (held past its spins) waits in the raw lock until it is let go.
+    let tree = v.global.0.lock_uncounted();
+    std::thread::scope(|t| {
+        let other = t.spawn(|| v.alloc(0, 8192, 4096));
+        let t0 = std::time::Instant::now();
+        while v.global.0.waits() == 0 {
+            assert!(t0.elapsed().as_secs() < 60, "the waiter was never counted");
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!other.is_finished(), "it took a held lock");
+        drop(tree);
+        assert_eq!(other.join().unwrap(), Ok(4 * 4096));
+    });
+    let s = v.stats();
+    assert_eq!(
+        (s.node_lock_waits, s.tree_lock_waits, s.tree_locks),
+        (1, 1, 5)
+    );
+    v.check().unwrap();
 }
