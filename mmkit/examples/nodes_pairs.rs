@@ -338,13 +338,15 @@ fn run_nodes(threads: usize, fill: impl Fn(&dyn Pairs), go: impl FnOnce(&StdVmap
     let allocs = (s.hits + s.misses) - (b.hits + b.misses);
     let per_m = |x: u64| x as f64 * 1e6 / allocs as f64;
     println!(
-        "pool misses {} of {allocs} allocations ({:.2}%), purges {}; the free tree's lock taken \
+        "pool misses {} of {allocs} allocations ({:.2}%), purges {}, pooled at the end {}; the \
+         free tree's lock taken \
          {} times ({:.0} per 10^6 allocations; with lock-stats); acquisitions that found the \
          lock held: nodes' {}, the free tree's {} ({:.0} per 10^6 allocations), the purge \
          lock's {}",
         s.misses - b.misses,
         per_m(s.misses - b.misses) / 1e4,
         s.purges - b.purges,
+        s.pooled,
         s.tree_locks - b.tree_locks,
         per_m(s.tree_locks - b.tree_locks),
         s.node_lock_waits - b.node_lock_waits,

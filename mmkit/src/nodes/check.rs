@@ -130,11 +130,12 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             held.extend(n.lazy.iter().copied());
             ensure!(n.owed || n.flushed.is_none(), Structure @ i, "node {i}: flushed areas owed to no one");
             held.extend(n.flushed.iter().flat_map(|b| b.items.iter().copied()));
-            let pooled: usize = n.pools.iter().map(Vec::len).sum();
+            let pooled: usize = n.pools.iter().map(|p| p.areas.len()).sum();
             ensure!(pooled == n.pooled, Accounting @ i, "node {i}: {pooled} areas pooled, counted {}", n.pooled);
             for (k, p) in n.pools.iter().enumerate() {
+                ensure!(p.low <= p.areas.len(), Accounting @ i, "node {i}: pool {k} low {} over its {} areas", p.low, p.areas.len());
                 let size = (k as u64 + 1) * self.cfg.granule;
-                held.extend(p.iter().map(|&a| (a, a + size)));
+                held.extend(p.areas.iter().map(|&a| (a, a + size)));
             }
         }
         held.sort_unstable();

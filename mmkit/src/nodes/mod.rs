@@ -28,11 +28,17 @@
 //!   every other node owes its share (below).
 //! - `purge()`: takes every node's lazy list and calls the flush hook once
 //!   with the range covering them all; then each node *settles* its share:
-//!   its pools lose their oldest quarter (`len / 4` areas of each, as the
-//!   kernel's `decay_va_pool_node`), then take every flushed area of a
-//!   pooled size, however many: the decay alone bounds a pool, as in the
-//!   kernel. What is not pooled goes back to the free tree under one
-//!   global lock acquisition.
+//!   each pool loses its oldest areas, a quarter of the fewest it held
+//!   since its last decay (`low / 4`: areas no allocation needed all
+//!   along; the kernel's `decay_va_pool_node` takes `len / 4`), then the
+//!   pools take every flushed area of a pooled size, however many: the
+//!   decay alone bounds a pool, as in the kernel. What is not pooled goes
+//!   back to the free tree under one global lock acquisition.
+//! - A pool in use keeps what its allocations take back out: with the
+//!   kernel's `len / 4`, a pool that a loop empties and refills between
+//!   purges loses a quarter of its areas at each, and the loop's next
+//!   allocations of that size miss (take the free tree's lock, shared by
+//!   every node). The low-water mark decays only the surplus.
 //! - A purge started by a lazy free leaves each other node's share *owed*:
 //!   the node settles it under its own lock at its next allocation, so
 //!   the thread that purges writes no other node's pools (the cache lines
@@ -76,8 +82,9 @@
 //! decays every node at every purge; here a threshold purge decays a
 //! node once per `lazy_max` of its own frees, so a node that stops
 //! freeing keeps its pools until `purge()`, `drain()` or a failing
-//! allocation. The kernel's decay gives back a pool's newest areas, here
-//! the oldest. A misaligned
+//! allocation. The kernel's decay gives back a quarter of a pool's
+//! areas, its newest; here a quarter of those it held unused since its
+//! last decay, its oldest. A misaligned
 //! newest area is a miss here; the kernel rotates it to the pool's tail.
 //!
 //! # Locks
@@ -178,8 +185,8 @@ struct Node {
     /// Lazily freed areas; past the configuration's `lazy_max`, every
     /// node is purged.
     lazy: LazyList<(u64, u64)>,
-    /// `pools[k]`: starts of free areas of `k + 1` granules, oldest first.
-    pools: Vec<Vec<u64>>,
+    /// `pools[k]`: free areas of `k + 1` granules.
+    pools: Vec<Pool>,
     /// The areas in `pools`: a purge skips the decay of a node that
     /// pools nothing (most nodes, on a machine of many CPUs and few
     /// threads) without reading its pools.
@@ -206,6 +213,16 @@ struct Node {
     back: Vec<(u64, u64)>,
     hits: u64,
     misses: u64,
+}
+
+/// The free areas of one size a node keeps.
+#[derive(Debug, Clone, Default)]
+struct Pool {
+    /// Their starts, oldest first.
+    areas: Vec<u64>,
+    /// The fewest areas the pool held since its last decay: that many sat
+    /// unused all along, and the next decay takes a quarter of them.
+    low: usize,
 }
 
 /// A lock on its own cache lines: nodes share none.
@@ -286,7 +303,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             Padded(Lock::new(Node {
                 busy: BusyIndex::new(),
                 lazy: LazyList::new(cfg.lazy_max),
-                pools: vec![Vec::new(); cfg.classes],
+                pools: vec![Pool::default(); cfg.classes],
                 pooled: 0,
                 owed: false,
                 flushed: None,
@@ -430,9 +447,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             self.settle_owed(&mut n);
         }
         if let Some(k) = self.class_of(size).filter(|_| poolable) {
-            if let Some(&a) = n.pools[k].last() {
+            let p = &mut n.pools[k];
+            if let Some(&a) = p.areas.last() {
                 if a & (align - 1) == 0 {
-                    n.pools[k].pop();
+                    p.areas.pop();
+                    p.low = p.low.min(p.areas.len());
                     n.pooled -= 1;
                     n.hits += 1;
                     n.busy.insert(a, a + size);
@@ -600,8 +619,8 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     #[inline]
     fn pool(&self, n: &mut Node, s: u64, e: u64, max: usize) -> Option<(u64, u64)> {
         match self.class_of(e - s) {
-            Some(k) if n.pools[k].len() < max => {
-                n.pools[k].push(s);
+            Some(k) if n.pools[k].areas.len() < max => {
+                n.pools[k].areas.push(s);
                 n.pooled += 1;
                 None
             }

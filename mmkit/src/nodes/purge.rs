@@ -1,5 +1,6 @@
 //! Purges: every node's lazy list flushed once, every pool decayed by a
-//! quarter and then fed the node's flushed areas ([`VmapNodes::purge`]),
+//! quarter of what it held unused and then fed the node's flushed areas
+//! ([`VmapNodes::purge`]),
 //! or emptied ([`VmapNodes::drain`]); a threshold purge leaves the other
 //! nodes their share to settle themselves.
 
@@ -16,10 +17,10 @@ type Share = (Option<Batch<(u64, u64)>>, u64);
 enum Decay {
     /// Every pool emptied, nothing pooled: a drain.
     Full,
-    /// The oldest quarter of every pool: [`VmapNodes::purge`], on every
-    /// node.
+    /// A quarter of what every pool held unused: [`VmapNodes::purge`], on
+    /// every node.
     Quarter,
-    /// The oldest quarter of every pool once the node's own flushed bytes
+    /// As `Quarter`, once the node's own flushed bytes
     /// since its last decay pass `lazy_max` ([`Node::undecayed`]): a purge
     /// a lazy free started, which other nodes' frees start as often as
     /// the node's own.
@@ -28,12 +29,12 @@ enum Decay {
 
 impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// Takes every node's lazy list, calls the flush hook once with the
-    /// range covering them all, then, node by node, decays every pool by a
-    /// quarter (its oldest `len / 4` areas back to the free tree) and
-    /// pools the node's flushed areas, all of those of a pooled size, as
-    /// the kernel's purge does. A node's share that an earlier threshold
-    /// purge left it is settled first. Returns whether any area was lazy
-    /// (no flush and no decay otherwise).
+    /// range covering them all, then, node by node, decays every pool (the
+    /// oldest quarter of the areas it held unused since its last decay
+    /// back to the free tree) and pools the node's flushed areas, all of
+    /// those of a pooled size, as the kernel's purge does. A node's share
+    /// that an earlier threshold purge left it is settled first. Returns
+    /// whether any area was lazy (no flush and no decay otherwise).
     ///
     /// # Examples
     /// ```
@@ -46,9 +47,13 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     /// assert!(!v.purge()); // nothing lazy: nothing to do
     /// let b = v.alloc(1, 4096, 4096).unwrap();
     /// v.free_lazy(1, b).unwrap();
-    /// assert!(v.purge());
-    /// assert_eq!(v.node_stats(0).pooled, 6); // 8 - 8 / 4
+    /// assert!(v.purge()); // no decay before held them
+    /// assert_eq!(v.node_stats(0).pooled, 8);
     /// assert_eq!(v.node_stats(1).pooled, 1); // decayed (none), then pooled
+    /// v.alloc(0, 4096, 4096).unwrap(); // a hit: 7 pooled, all unused since
+    /// v.free_lazy(1, v.alloc(1, 8192, 4096).unwrap()).unwrap();
+    /// assert!(v.purge());
+    /// assert_eq!(v.node_stats(0).pooled, 6); // 7 - 7 / 4
     /// ```
     pub fn purge(&self) -> bool {
         self.purge_with(None, false)
@@ -195,23 +200,26 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
         }
     }
 
-    /// Moves the oldest quarter of each of `n`'s pools (all of it when
-    /// `full`) onto `back`.
+    /// Moves the oldest quarter of the areas each of `n`'s pools held
+    /// unused since the last decay ([`Pool::low`](super::Pool::low); all of the pool when
+    /// `full`) onto `back`, and starts each pool's next count of unused
+    /// areas at what it keeps (the areas pooled after the decay are new:
+    /// they count from the next).
     fn decay(&self, n: &mut Node, full: bool, back: &mut Vec<(u64, u64)>) {
         if n.pooled == 0 {
             return;
         }
         let g = self.cfg.granule;
         for (k, pool) in n.pools.iter_mut().enumerate() {
-            let d = if full { pool.len() } else { pool.len() / 4 };
+            let d = if full { pool.areas.len() } else { pool.low / 4 };
             // Most of the pools lose nothing: a drain of none still costs
             // a purge tens of instructions per pool.
-            if d == 0 {
-                continue;
+            if d != 0 {
+                let size = (k as u64 + 1) * g;
+                back.extend(pool.areas.drain(..d).map(|a| (a, a + size)));
+                n.pooled -= d;
             }
-            let size = (k as u64 + 1) * g;
-            back.extend(pool.drain(..d).map(|a| (a, a + size)));
-            n.pooled -= d;
+            pool.low = pool.areas.len();
         }
     }
 }

@@ -122,8 +122,10 @@ fn a_node_decays_once_per_lazy_max_of_its_own_frees_whoever_purges() {
         v.free(0, a).unwrap(); // 8 pooled on node 0
     }
     let lazy = v.alloc(0, 8192, 4096).unwrap();
-    v.free_lazy(0, lazy).unwrap(); // past lazy_max: node 0 decays at once
-    assert_eq!(v.node_stats(0).pooled, 8 - 2 + 1);
+    // Past lazy_max: node 0 decays at once, nothing (its pools held their
+    // 8 since no decay), and pools the 2 pages.
+    v.free_lazy(0, lazy).unwrap();
+    assert_eq!(v.node_stats(0).pooled, 8 + 1);
     let purge_from_1 = || {
         let b = v.alloc(1, 8192, 4096).unwrap();
         v.free_lazy(1, b).unwrap(); // past lazy_max on node 1
@@ -134,19 +136,19 @@ fn a_node_decays_once_per_lazy_max_of_its_own_frees_whoever_purges() {
     // Node 0 takes a page from its pool and frees it lazily, twice; a
     // purge of node 1's flushes it, the next settles it: the first 4096
     // bytes (not past lazy_max) pool their page, the second 4096 decay
-    // the one-page pool first (5 areas lose 1).
+    // the one-page pool first (7 held unused lose 1).
     for _ in 0..2 {
-        let a = v.alloc(0, 4096, 4096).unwrap(); // a hit: 6 pooled
+        let a = v.alloc(0, 4096, 4096).unwrap(); // a hit: 8 pooled
         v.free_lazy(0, a).unwrap();
         pooled.extend((0..2).map(|_| purge_from_1() as usize));
     }
-    assert_eq!(pooled, [7, 7, 7, 6, 7, 6, 6]);
+    assert_eq!(pooled, [9, 9, 9, 8, 9, 8, 8]);
     assert_eq!(v.stats().purges, 8);
     // `purge` decays every node, whoever freed.
     let b = v.alloc(1, 4096, 4096).unwrap();
     v.free_lazy(1, b).unwrap();
     assert!(v.purge());
-    assert_eq!(v.node_stats(0).pooled, 5);
+    assert_eq!(v.node_stats(0).pooled, 7);
     v.check().unwrap();
     v.drain();
     assert_eq!(v.stats().pooled + v.stats().lazy, 0);
@@ -223,7 +225,7 @@ fn a_purge_gives_back_adjacent_areas_as_one_block_counting_each() {
 }
 
 #[test]
-fn a_purge_decays_the_pools_then_pools_every_lazy_area_past_pool_max() {
+fn a_purge_decays_a_quarter_of_what_each_pool_held_unused_then_pools_past_pool_max() {
     let cfg = NodesConfig {
         nodes: 1,
         pool_max: 4,
@@ -239,26 +241,35 @@ fn a_purge_decays_the_pools_then_pools_every_lazy_area_past_pool_max() {
     for &a in &pages[5..105] {
         v.free_lazy(0, a).unwrap();
     }
-    // The 4 lose one (4 / 4), then all 100 lazy areas are pooled.
+    // No decay yet (the pool has held its 4 since no decay), then all 100
+    // lazy areas are pooled.
     assert!(v.purge());
-    assert_eq!(v.node_stats(0).pooled, 103);
-    // The next: 103 / 4 = 25 decayed, 3 pooled.
+    assert_eq!(v.node_stats(0).pooled, 104);
+    // The next: the 4 held since the last decay lose 1 (the 100 pooled
+    // after it are spared), 3 pooled.
     for &a in &pages[105..] {
         v.free_lazy(0, a).unwrap();
     }
     assert!(v.purge());
-    assert_eq!(v.node_stats(0).pooled, 81);
+    assert_eq!(v.node_stats(0).pooled, 106);
     v.check().unwrap();
     // A pool past `pool_max` takes no eager free; the newest pooled area
     // is the next hit.
     let hit = v.alloc(0, 4096, 4096).unwrap();
     assert_eq!(hit, pages[107]);
     v.free(0, hit).unwrap();
-    assert_eq!(v.node_stats(0).pooled, 80);
+    assert_eq!(v.node_stats(0).pooled, 105);
     // In the tree: 108 areas less the 2 eager frees that found the pool
-    // full and the 1 + 25 decayed.
+    // full and the 1 decayed.
     let s = v.stats();
-    assert_eq!((s.hits, s.tree.live_areas), (1, 108 - 2 - 26));
+    assert_eq!((s.hits, s.tree.live_areas), (1, 108 - 2 - 1));
+    // Hits take the pool down to 4: the next decay takes 4 / 4 = 1, not a
+    // quarter of the 103 it held at the last.
+    let taken: Vec<u64> = (0..101).map(|_| v.alloc(0, 4096, 4096).unwrap()).collect();
+    assert_eq!(v.node_stats(0).pooled, 4);
+    v.free_lazy(0, taken[0]).unwrap();
+    assert!(v.purge());
+    assert_eq!(v.node_stats(0).pooled, 4 - 1 + 1);
     v.check().unwrap();
 }
 

@@ -16,6 +16,9 @@ struct MNode {
     live: BTreeMap<u64, u64>,
     lazy: Vec<(u64, u64)>,
     pools: BTreeMap<u64, Vec<u64>>,
+    /// By size: the fewest areas the pool held since its last decay (0
+    /// for a pool never decayed, or absent).
+    low: BTreeMap<u64, usize>,
     /// A threshold purge from another node left this node its share: a
     /// decay, then these areas to pool, at its next allocation.
     owed: Option<Vec<(u64, u64)>>,
@@ -104,7 +107,11 @@ impl NodesModel {
             let n = &mut self.nodes[c];
             if let Some(&a) = n.pools.get(&k).and_then(|p| p.last()) {
                 if a % align == 0 {
-                    n.pools.get_mut(&k).unwrap().pop();
+                    let p = n.pools.get_mut(&k).unwrap();
+                    p.pop();
+                    let len = p.len();
+                    let low = n.low.entry(k).or_default();
+                    *low = (*low).min(len);
                     n.hits += 1;
                     n.live.insert(a, a + size);
                     return Ok(a);
@@ -201,10 +208,11 @@ impl NodesModel {
         any
     }
 
-    /// Node `i`'s share of a purge: its pools lose their oldest quarter
-    /// (all on a drain; an earned decay only past `lazy_max` bytes
-    /// flushed since the last), then take every area of `batch` of a
-    /// pooled size, however many (none on a drain).
+    /// Node `i`'s share of a purge: each pool loses the oldest quarter of
+    /// the fewest areas it held since its last decay (all on a drain; an
+    /// earned decay only past `lazy_max` bytes flushed since the last),
+    /// then the pools take every area of `batch` of a pooled size,
+    /// however many (none on a drain).
     fn settle(&mut self, i: usize, batch: Vec<(u64, u64)>, decay: MDecay) {
         let g = self.cfg.granule;
         let full = decay == MDecay::Full;
@@ -217,13 +225,17 @@ impl NodesModel {
         let pools = std::mem::take(&mut n.pools);
         let mut kept = BTreeMap::new();
         for (k, mut p) in pools {
+            let low = self.nodes[i].low.get(&k).copied().unwrap_or(0);
             let d = match (decays, full) {
                 (false, _) => 0,
                 (true, true) => p.len(),
-                (true, false) => p.len() / 4,
+                (true, false) => low / 4,
             };
             for a in p.drain(..d) {
                 self.tree_free(a, a + k * g);
+            }
+            if decays {
+                self.nodes[i].low.insert(k, p.len());
             }
             kept.insert(k, p);
         }
