@@ -27,7 +27,15 @@
 //! in CPU time. `alone` gives each thread an allocator of its own: the
 //! control, what the machine gives threads that share nothing. `nodes`
 //! also prints the acquisitions of each kind of lock that found it held
-//! ([`mmkit::nodes::NodesStats`]): which lock the threads share.
+//! ([`mmkit::nodes::NodesStats`]): which lock the threads share, and the
+//! pool misses, the free tree's lock per 10^6 allocations and the areas
+//! pooled at the end.
+//!
+//! `turns LOAD N TURN` runs two threads' loops (nodes 0 and 1) on one OS
+//! thread, each taking TURN pairs in turn, `N` pairs each, and prints what
+//! `nodes` prints but the times: the interleavings of two threads without
+//! a scheduler, the same counts on every run (with `--features lock-stats`,
+//! the free tree's lock acquisitions too).
 //!
 //! `flat` runs 5 rounds of the nodes and the share-nothing control at 1
 //! and then 2 threads and prints the nodes' 2-thread / 1-thread time in
