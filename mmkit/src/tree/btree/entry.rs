@@ -5,7 +5,7 @@
 //! that comes out unchanged.
 
 use super::classes::Classes;
-use super::node::{leaf_max, max_of};
+use super::node::{code, leaf_max, max_of};
 use super::{BTree, Pos};
 use crate::storage::Storage;
 use crate::tree::summary::AlignSummary;
@@ -153,7 +153,11 @@ impl<S: Storage> BTree<S> {
     fn set_entry_with<const CLS: bool>(&mut self, p: u32, c: usize, a: Agg) {
         let n = &mut self.inners[p as usize];
         n.key[c] = a.key;
-        n.max[c] = a.max;
+        // Most updates leave the maximum: its code is then left too.
+        if n.max[c] != a.max {
+            n.max[c] = a.max;
+            n.code[c] = code(a.max);
+        }
         n.sum[c] = a.sum;
         if CLS {
             n.cls[c] = a.cls;

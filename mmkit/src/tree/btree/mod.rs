@@ -105,6 +105,8 @@ mod walk;
 #[cfg(test)]
 mod classes_tests;
 #[cfg(test)]
+mod codes_tests;
+#[cfg(test)]
 mod tests;
 
 pub use finger::Neighbours;
@@ -119,6 +121,8 @@ pub const LEAF_CAP: usize = 16;
 pub const FANOUT: usize = 16;
 const _: () = assert!(LEAF_CAP.is_power_of_two() && LEAF_CAP <= 32);
 const _: () = assert!(FANOUT.is_power_of_two() && FANOUT <= 32);
+// The length codes are compared eight bytes a word (`node::may_reach`).
+const _: () = assert!(LEAF_CAP >= 8 && FANOUT >= 8);
 const LEAF_MIN: usize = LEAF_CAP / 2;
 const INNER_MIN: usize = FANOUT / 2;
 /// Inner levels, at most: `FANOUT / 2` children per node (2 at the root)
