@@ -6,7 +6,7 @@ use crate::storage::Storage;
 use alloc::vec::Vec;
 
 use super::node::{child_end, last_below, may_reach};
-use super::{BTree, Pos, LEAF_CAP, MAX_HEIGHT};
+use super::{BTree, Pos, MAX_HEIGHT};
 use crate::tree::summary::{AlignSummary, Probe};
 
 /// A fit request: `size` bytes aligned to `2^k` in `[lo, hi)`.
