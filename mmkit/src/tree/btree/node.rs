@@ -404,37 +404,40 @@ pub(super) fn may_reach<const N: usize>(codes: &[u8; N], min: u64) -> u64 {
 }
 
 /// Moves `codes[i..]` up one slot (the last drops off; slot `i` keeps its
-/// code, as `copy_within` leaves it): for 16 slots one 128-bit shift
-/// rather than a byte copy.
+/// code, as `copy_within` leaves it).
 #[inline]
 pub(super) fn codes_opened<const N: usize>(codes: &mut [u8; N], i: usize) {
-    match <[u8; 16]>::try_from(&codes[..]) {
-        Ok(b) => {
-            let w = u128::from_le_bytes(b);
-            let low = (1u128 << (8 * i)) - 1;
-            let w = (w & low) | ((w & !low) << 8) | (w & (0xff << (8 * i)));
-            codes.copy_from_slice(&w.to_le_bytes());
-        }
-        Err(_) => codes.copy_within(i..N - 1, i + 1),
-    }
+    shift_codes(codes, i, true);
 }
 
 /// Moves `codes[i + 1..]` down one slot, over slot `i` (the last becomes
 /// 0).
 #[inline]
 pub(super) fn codes_closed<const N: usize>(codes: &mut [u8; N], i: usize) {
-    match <[u8; 16]>::try_from(&codes[..]) {
-        Ok(b) => {
-            let w = u128::from_le_bytes(b);
-            let low = (1u128 << (8 * i)) - 1;
-            let w = (w & low) | ((w >> 8) & !low);
-            codes.copy_from_slice(&w.to_le_bytes());
-        }
-        Err(_) => {
+    shift_codes(codes, i, false);
+}
+
+/// [`codes_opened`] (`up`) or [`codes_closed`]: for 16 slots one 128-bit
+/// shift rather than a byte copy.
+#[inline]
+fn shift_codes<const N: usize>(codes: &mut [u8; N], i: usize, up: bool) {
+    let Ok(b) = <[u8; 16]>::try_from(&codes[..]) else {
+        if up {
+            codes.copy_within(i..N - 1, i + 1);
+        } else {
             codes.copy_within(i + 1..N, i);
             codes[N - 1] = 0;
         }
-    }
+        return;
+    };
+    let w = u128::from_le_bytes(b);
+    let low = (1u128 << (8 * i)) - 1;
+    let w = if up {
+        (w & low) | ((w & !low) << 8) | (w & (0xff << (8 * i)))
+    } else {
+        (w & low) | ((w >> 8) & !low)
+    };
+    codes.copy_from_slice(&w.to_le_bytes());
 }
 
 /// Bit `i` set for each `x[i] >= min` (`min` raised to 1): the exact
