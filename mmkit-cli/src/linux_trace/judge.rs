@@ -39,8 +39,17 @@ pub struct Verdict {
     /// later (an event is written after the tree's lock is released, and
     /// a vCPU can stall in between).
     pub early_allocs: u64,
-    /// Judged: each allocation run ahead of its event, as (its line,
-    /// the line of the allocation it ran ahead of) in the trace.
+    /// Allocations run ahead of a purge step (judged only): the purge
+    /// steps just before a request's event, from one of them on, no
+    /// longer give Linux's answer, the state before it does. Another CPU
+    /// runs the purge, the request's pool check and the tree's lock came
+    /// before that step, and its event later (a reclaim's probe fires
+    /// before it takes the tree's lock, and a vCPU can stall before it
+    /// writes its event).
+    pub step_allocs: u64,
+    /// Judged: each allocation run ahead of its event or of a purge step,
+    /// as (its line, the line of the command it ran ahead of) in the
+    /// trace.
     pub ahead: Vec<(usize, usize)>,
 }
 
@@ -108,9 +117,22 @@ pub fn replay(
         .map_err(|e| e.to_string())?;
     // Judged: the allocations run ahead of their event, by index.
     let mut ran_ahead = std::collections::HashSet::new();
+    let after_steps = allocs_after_steps(&cmds);
+    // Judged: before each purge step of the run in progress, the answer
+    // the allocation after the run would have got there.
+    let mut step_answers: Vec<(usize, Option<u64>)> = Vec::new();
     for (i, (line, cmd)) in cmds.iter().cloned().enumerate() {
         if ran_ahead.remove(&i) {
             continue;
+        }
+        match after_steps[i] {
+            Some(j) if judged => {
+                let (_, c, (size, align, window)) = alloc_of(&cmds[j].1).expect("an alloc");
+                n.set_cpu(c as usize);
+                step_answers.push((i, n.peek(size, align, window)));
+            }
+            _ if !matches!(cmd, Cmd::Alloc { .. }) => step_answers.clear(),
+            _ => {}
         }
         let ends_window = matches!(
             cmd,
@@ -166,6 +188,24 @@ pub fn replay(
                         v.early_allocs += 1;
                         v.ahead.push((cmds[j].0, line));
                         n.set_cpu(cpu.unwrap_or(0) as usize);
+                    }
+                }
+                let steps = std::mem::take(&mut step_answers);
+                if let (true, Some(Some(addr))) = (judged, want) {
+                    // The latest purge step before which the model gives
+                    // Linux's answer: the request took its pool and the
+                    // tree's lock before that step, its event came later.
+                    let before = (n.peek(size, align, window) != Some(addr))
+                        .then(|| steps.iter().rev().find(|&&(_, a)| a == Some(addr)))
+                        .flatten();
+                    if let Some(&(k, _)) = before {
+                        n.alloc_at(size, align, window, addr)
+                            .map_err(|e| format!("line {line}: Linux's {addr:#x} for {id}: {e}"))?;
+                        v.count(&id, Some(addr), Some(addr));
+                        v.step_allocs += 1;
+                        v.ahead.push((line, cmds[k].0));
+                        ids.insert(id, addr);
+                        continue;
                     }
                 }
                 let ours = match want {
@@ -224,6 +264,21 @@ pub fn replay(
     v.shrinks = n.inferred_shrinks();
     v.detaches = n.inferred_detaches();
     Ok(v)
+}
+
+/// For each purge step (`purge node N` or a [`PurgeStep`]), the index
+/// of the allocation that ends the run of steps it is in, if one does.
+fn allocs_after_steps(cmds: &[(usize, Cmd)]) -> Vec<Option<usize>> {
+    let mut out = vec![None; cmds.len()];
+    let mut next = None;
+    for (i, (_, cmd)) in cmds.iter().enumerate().rev() {
+        match cmd {
+            Cmd::Alloc { .. } => next = Some(i),
+            Cmd::PurgeStep(_) | Cmd::PurgeNode(_) => out[i] = next,
+            _ => next = None,
+        }
+    }
+    out
 }
 
 /// The longest look ahead for a request whose event came late.

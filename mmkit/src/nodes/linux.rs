@@ -464,6 +464,68 @@ impl LinuxNodes {
         Ok(ours.map(|(a, _)| a))
     }
 
+    /// Gives a request Linux's address `linux` where this state holds it:
+    /// in the request's pool, among the areas a decay set aside, or in the
+    /// free tree; nothing is inferred (see [`alloc_judged`](Self::alloc_judged)).
+    /// For a request that ran at an earlier state than this one, where its
+    /// answer was `linux`: another CPU's purge steps, traced before the
+    /// request's event, ran after the request took its pool and the tree.
+    ///
+    /// # Errors
+    /// `Invalid` for a request Linux would refuse; `NoSpace` when
+    /// `[linux, linux + size)` is none of those. Nothing changes then.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::{LinuxNodes, PurgeStep};
+    /// use mmkit::range::RangeAllocator;
+    ///
+    /// let (vs, ve) = (0x10_0000, 0x100_0000);
+    /// let mut n = LinuxNodes::new(0x1000, 0x200_0000, 2, (vs, ve)).unwrap();
+    /// let a = n.alloc_in(0x1000, 0x1000, vs, ve).unwrap();
+    /// n.free_lazy(a).unwrap();
+    /// n.purge(&mut |_, _| {}); // into node 0's pool of 1 page
+    /// n.purge_step(PurgeStep::Start { full: true });
+    /// n.purge_step(PurgeStep::Detach { node: 0, pages: 1 });
+    /// // The pool's area is set aside: the request took it before the detach.
+    /// n.alloc_at(0x1000, 0x1000, (vs, ve), a).unwrap();
+    /// n.purge_step(PurgeStep::Reclaim { node: 0 });
+    /// assert_eq!(n.alloc_in(0x1000, 0x1000, vs, ve), Ok(vs + 0x1000));
+    /// n.check().unwrap();
+    /// ```
+    pub fn alloc_at(
+        &mut self,
+        size: u64,
+        align: u64,
+        (lo, hi): (u64, u64),
+        linux: u64,
+    ) -> Result<(), AllocError> {
+        let req = Request::bytes(size).ok_or(AllocError::Invalid)?;
+        req.align(align)
+            .within(lo..hi)
+            .clamp(self.tree.space())
+            .map_err(AllocError::from)?;
+        let node = self.node_of(lo, hi);
+        let pooled = node.zip(Self::class(size)).and_then(|(n, c)| {
+            let pool = &mut self.pools[n][c];
+            let i = pool.iter().position(|&p| p == linux)?;
+            pool.remove(i)
+        });
+        if pooled.is_some() || self.take_aside(linux, size) {
+            self.hits += 1;
+        } else {
+            self.take_free(linux, size, align)?;
+        }
+        self.live.insert(
+            linux,
+            Area {
+                end: linux + size,
+                node,
+            },
+        );
+        Ok(())
+    }
+
     /// Whether a lazily freed area overlaps `[lo, hi)`.
     pub fn lazy_overlap(&self, lo: u64, hi: u64) -> bool {
         self.lazy_areas().any(|l| l.start < hi && l.end > lo)
