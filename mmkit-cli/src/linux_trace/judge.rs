@@ -118,21 +118,20 @@ pub fn replay(
     // Judged: the allocations run ahead of their event, by index.
     let mut ran_ahead = std::collections::HashSet::new();
     let after_steps = allocs_after_steps(&cmds);
-    // Judged: before each purge step of the run in progress, the answer
-    // the allocation after the run would have got there.
+    // Judged: before each purge step of the run just replayed, the answer
+    // the allocation after the run (its index) would have got there.
     let mut step_answers: Vec<(usize, Option<u64>)> = Vec::new();
+    let mut answers_for = None;
     for (i, (line, cmd)) in cmds.iter().cloned().enumerate() {
         if ran_ahead.remove(&i) {
             continue;
         }
-        match after_steps[i] {
-            Some(j) if judged => {
-                let (_, c, (size, align, window)) = alloc_of(&cmds[j].1).expect("an alloc");
-                n.set_cpu(c as usize);
-                step_answers.push((i, n.peek(size, align, window)));
+        if let (Some((j, c, (size, align, window))), true) = (after_steps[i], judged) {
+            if answers_for != Some(j) {
+                (step_answers, answers_for) = (Vec::new(), Some(j));
             }
-            _ if !matches!(cmd, Cmd::Alloc { .. }) => step_answers.clear(),
-            _ => {}
+            n.set_cpu(c as usize);
+            step_answers.push((i, n.peek(size, align, window)));
         }
         let ends_window = matches!(
             cmd,
@@ -190,11 +189,15 @@ pub fn replay(
                         n.set_cpu(cpu.unwrap_or(0) as usize);
                     }
                 }
-                let steps = std::mem::take(&mut step_answers);
                 if let (true, Some(Some(addr))) = (judged, want) {
                     // The latest purge step before which the model gives
                     // Linux's answer: the request took its pool and the
                     // tree's lock before that step, its event came later.
+                    let steps = if answers_for == Some(i) {
+                        &step_answers[..]
+                    } else {
+                        &[]
+                    };
                     let before = (n.peek(size, align, window) != Some(addr))
                         .then(|| steps.iter().rev().find(|&&(_, a)| a == Some(addr)))
                         .flatten();
@@ -266,16 +269,16 @@ pub fn replay(
     Ok(v)
 }
 
-/// For each purge step (`purge node N` or a [`PurgeStep`]), the index
-/// of the allocation that ends the run of steps it is in, if one does.
-fn allocs_after_steps(cmds: &[(usize, Cmd)]) -> Vec<Option<usize>> {
+/// For each purge step (`purge node N` or a [`PurgeStep`]), the
+/// allocation that ends the run of steps it is in, if one does: its
+/// index, CPU and request.
+fn allocs_after_steps(cmds: &[(usize, Cmd)]) -> Vec<Option<(usize, u32, Request)>> {
     let mut out = vec![None; cmds.len()];
     let mut next = None;
     for (i, (_, cmd)) in cmds.iter().enumerate().rev() {
         match cmd {
-            Cmd::Alloc { .. } => next = Some(i),
             Cmd::PurgeStep(_) | Cmd::PurgeNode(_) => out[i] = next,
-            _ => next = None,
+            cmd => next = alloc_of(cmd).map(|(_, cpu, req)| (i, cpu, req)),
         }
     }
     out

@@ -472,7 +472,8 @@ impl LinuxNodes {
     /// request's event, ran after the request took its pool and the tree.
     ///
     /// # Errors
-    /// `Invalid` for a request Linux would refuse; `NoSpace` when
+    /// `Invalid` for a request Linux would refuse or an address it could
+    /// not answer (misaligned, outside the window); `NoSpace` when
     /// `[linux, linux + size)` is none of those. Nothing changes then.
     ///
     /// # Examples
@@ -501,10 +502,13 @@ impl LinuxNodes {
         linux: u64,
     ) -> Result<(), AllocError> {
         let req = Request::bytes(size).ok_or(AllocError::Invalid)?;
-        req.align(align)
-            .within(lo..hi)
+        let (vs, ve) = (req.align(align).within(lo..hi))
             .clamp(self.tree.space())
             .map_err(AllocError::from)?;
+        let fits = linux.checked_add(size).is_some_and(|end| end <= ve);
+        if linux < vs || !fits || linux & (align - 1) != 0 {
+            return Err(AllocError::Invalid);
+        }
         let node = self.node_of(lo, hi);
         let pooled = node.zip(Self::class(size)).and_then(|(n, c)| {
             let pool = &mut self.pools[n][c];
