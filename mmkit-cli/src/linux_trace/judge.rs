@@ -39,13 +39,13 @@ pub struct Verdict {
     /// later (an event is written after the tree's lock is released, and
     /// a vCPU can stall in between).
     pub early_allocs: u64,
-    /// Allocations run ahead of a purge step (judged only): the purge
-    /// steps just before a request's event, from one of them on, no
-    /// longer give Linux's answer, the state before it does. Another CPU
-    /// runs the purge, the request's pool check and the tree's lock came
-    /// before that step, and its event later (a reclaim's probe fires
-    /// before it takes the tree's lock, and a vCPU can stall before it
-    /// writes its event).
+    /// Allocations run ahead of a purge step (judged only): the state
+    /// after the purge steps traced just before a request's event does
+    /// not give Linux's answer, the state before one of them does. The
+    /// request checked its pool and took the tree's lock before that
+    /// step acted (a reclaim's probe fires before it takes the lock, a
+    /// decay's detach may come after a pool check) and wrote its event
+    /// later.
     pub step_allocs: u64,
     /// Judged: each allocation run ahead of its event or of a purge step,
     /// as (its line, the line of the command it ran ahead of) in the
