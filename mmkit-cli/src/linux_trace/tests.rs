@@ -424,6 +424,17 @@ fn probe_line(pid: u32, name: &str, args: &str) -> String {
     format!("  kworker/1:1-{pid} [001] ..... 1.0: {name}: (decay_va_pool_node+0x8f/0x420) {args}\n")
 }
 
+/// The kprobe line of node `node`'s decay start (nodes 0x800 bytes
+/// apart from 0xffff888003c00000), by task 27.
+fn decay_start(node: u64, full: bool) -> String {
+    let vn = 0xffff_8880_03c0_0000u64 + node * 0x800;
+    probe_line(
+        27,
+        "vmap_decay_start",
+        &format!("vn={vn:#x} full_decay={:#x}", u8::from(full)),
+    )
+}
+
 /// With the purge's kprobe events, each step is written where Linux ran
 /// it (node 1's pool detached around an allocation on CPU 0), `purge
 /// node N` where that node's areas were pooled, and no `purge begin`.
@@ -433,19 +444,11 @@ fn probe_events_place_each_step_of_a_purge() {
         HEADER.to_string(),
         alloc_at(0, 0, 1),
         free_at(0, 0, 1),
-        probe_line(
-            27,
-            "vmap_decay_start",
-            "vn=0xffff888003c00000 full_decay=0x0",
-        ),
+        decay_start(0, false),
         probe_line(27, "vmap_decay_reclaim", ""),
         probe_line(27, "vmap_decay_end", "i=0"),
         probe_line(27, "vmap_lazy_take", "i=0"),
-        probe_line(
-            27,
-            "vmap_decay_start",
-            "vn=0xffff888003c00800 full_decay=0x0",
-        ),
+        decay_start(1, false),
         probe_line(27, "vmap_pool_detach", "i=1"),
         alloc_at(0, 4, 2),
         probe_line(27, "vmap_pool_attach", ""),
@@ -586,19 +589,11 @@ fn an_allocation_after_a_purge_step_is_written_where_it_ran() {
         alloc_at(0, 2, 2),
         free_at(0, 0, 2),
         failed.to_string(),
-        probe_line(
-            27,
-            "vmap_decay_start",
-            "vn=0xffff888003c00000 full_decay=0x1",
-        ),
+        decay_start(0, true),
         probe_line(27, "vmap_decay_reclaim", ""),
         probe_line(27, "vmap_decay_end", "i=0"),
         probe_line(27, "vmap_lazy_take", "i=0"),
-        probe_line(
-            27,
-            "vmap_decay_start",
-            "vn=0xffff888003c00800 full_decay=0x1",
-        ),
+        decay_start(1, true),
         probe_line(27, "vmap_decay_reclaim", ""),
         probe_line(27, "vmap_decay_end", "i=1"),
         probe_line(27, "vmap_purge_node", "work=0xffff888003c00440"),

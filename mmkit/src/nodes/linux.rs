@@ -360,13 +360,8 @@ impl LinuxNodes {
             .expect("a live area is not free");
     }
 
-    /// One try: the pool, then the free tree.
-    fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, RequestError> {
-        let (a, pooled) = self.pick(size, align, lo, hi)?;
-        if !pooled {
-            self.take_free(a, size, align)?;
-        }
-        let node = self.node_of(lo, hi);
+    /// The area `[a, a + size)` is live, tagged with `node`.
+    fn hold(&mut self, a: u64, size: u64, node: Option<usize>) {
         self.live.insert(
             a,
             Area {
@@ -374,6 +369,22 @@ impl LinuxNodes {
                 node,
             },
         );
+    }
+
+    /// Takes the area at `a` out of pool `(node, class)`, if it is there.
+    fn pool_remove(&mut self, (n, c): (usize, usize), a: u64) -> Option<u64> {
+        let pool = &mut self.pools[n][c];
+        let i = pool.iter().position(|&p| p == a)?;
+        pool.remove(i)
+    }
+
+    /// One try: the pool, then the free tree.
+    fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, RequestError> {
+        let (a, pooled) = self.pick(size, align, lo, hi)?;
+        if !pooled {
+            self.take_free(a, size, align)?;
+        }
+        self.hold(a, size, self.node_of(lo, hi));
         Ok(a)
     }
 
@@ -421,11 +432,7 @@ impl LinuxNodes {
         }
         let pooled = match (ours, class) {
             (Some((a, true)), _) if a == linux => Some(a),
-            (_, Some((n, c))) => {
-                let pool = &mut self.pools[n][c];
-                let i = pool.iter().position(|&p| p == linux);
-                i.and_then(|i| pool.remove(i))
-            }
+            (_, Some(nc)) => self.pool_remove(nc, linux),
             _ => None,
         };
         if let (Some(_), Some(nc)) = (pooled, class) {
@@ -454,13 +461,7 @@ impl LinuxNodes {
             self.inferred_shrinks += 1;
             self.take_free(linux, size, align)?;
         }
-        self.live.insert(
-            linux,
-            Area {
-                end: linux + size,
-                node,
-            },
-        );
+        self.hold(linux, size, node);
         Ok(ours.map(|(a, _)| a))
     }
 
@@ -510,23 +511,13 @@ impl LinuxNodes {
             return Err(AllocError::Invalid);
         }
         let node = self.node_of(lo, hi);
-        let pooled = node.zip(Self::class(size)).and_then(|(n, c)| {
-            let pool = &mut self.pools[n][c];
-            let i = pool.iter().position(|&p| p == linux)?;
-            pool.remove(i)
-        });
+        let pooled = (node.zip(Self::class(size))).and_then(|nc| self.pool_remove(nc, linux));
         if pooled.is_some() || self.take_aside(linux, size) {
             self.hits += 1;
         } else {
             self.take_free(linux, size, align)?;
         }
-        self.live.insert(
-            linux,
-            Area {
-                end: linux + size,
-                node,
-            },
-        );
+        self.hold(linux, size, node);
         Ok(())
     }
 
