@@ -115,6 +115,13 @@ pub fn replay(
     let cmds: Vec<(usize, Cmd)> = Commands::new(trace.as_bytes())
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
+    // The CPUs the allocations name, for the look ahead's end.
+    let traced_cpus = cmds
+        .iter()
+        .filter_map(|(_, c)| alloc_of(c))
+        .map(|(_, c, _)| c as usize + 1)
+        .max()
+        .unwrap_or(0);
     // Judged: the allocations run ahead of their event, by index.
     let mut ran_ahead = std::collections::HashSet::new();
     let after_steps = allocs_after_steps(&cmds);
@@ -173,7 +180,7 @@ pub fn replay(
                     let ours = n.peek(size, align, window);
                     if let Some(j) = ours
                         .filter(|&a| a != addr)
-                        .and_then(|a| delayed(&cmds, i, cpu.unwrap_or(0), a, linux))
+                        .and_then(|a| delayed(&cmds, (i, cpu.unwrap_or(0)), traced_cpus, a, linux))
                     {
                         let (own_id, own_cpu, req) = alloc_of(&cmds[j].1).expect("an alloc");
                         let got = linux[own_id].expect("Linux's address");
@@ -293,20 +300,28 @@ const LOOK_AHEAD: usize = 4096;
 /// `addr` would otherwise serve).
 fn delayed(
     cmds: &[(usize, Cmd)],
-    at: usize,
-    cpu: u32,
+    (at, cpu): (usize, u32),
+    traced_cpus: usize,
     addr: u64,
     linux: &HashMap<String, Option<u64>>,
 ) -> Option<usize> {
-    let mut silent = std::collections::HashSet::new();
+    // The CPUs that allocated since `at`: none of their later requests
+    // can have come first. The search ends when every other CPU has.
+    let mut silent: Vec<u32> = Vec::new();
     for (j, (_, cmd)) in cmds.iter().enumerate().skip(at + 1).take(LOOK_AHEAD) {
+        if silent.len() + 1 >= traced_cpus {
+            break;
+        }
         let Some((id, c, _)) = alloc_of(cmd) else {
             continue;
         };
-        if c != cpu && !silent.contains(&c) && linux.get(id) == Some(&Some(addr)) {
+        if c == cpu || silent.contains(&c) {
+            continue;
+        }
+        if linux.get(id) == Some(&Some(addr)) {
             return Some(j);
         }
-        silent.insert(c);
+        silent.push(c);
     }
     None
 }
