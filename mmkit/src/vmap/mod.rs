@@ -27,9 +27,9 @@
 //! ```
 //!
 //! Metadata: a free block is 16 bytes in a leaf of the
-//! `tree::btree::BTree` (8 to 16 blocks per 264-byte leaf)
-//! plus its share of the inner nodes (8 to 16 children per 584-byte node):
-//! at most about 42 bytes, 24-32 measured in the bench's workloads; a
+//! `tree::btree::BTree` (8 to 16 blocks per 280-byte leaf)
+//! plus its share of the inner nodes (8 to 16 children per 600-byte node):
+//! at most about 44 bytes, 24-32 measured in the bench's workloads; a
 //! live area is one 16-byte slot of the busy
 //! index (17.9 to 35.9 bytes with the table's empty slots and counts); a
 //! lazy area is 16 bytes in the lazy list; the isolated blocks are a fixed
