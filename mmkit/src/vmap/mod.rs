@@ -361,6 +361,48 @@ where
         self.free_bytes -= size;
     }
 
+    /// Whether [`free_batch`](RangeAllocator::free_batch) joins runs: with
+    /// a busy index to take the areas from, and storage that may add more
+    /// than one block in an operation.
+    fn joins_batches(&self) -> bool {
+        !S::FIXED && self.indexed && !self.sized_only
+    }
+
+    /// The body of [`free_batch`](RangeAllocator::free_batch) when it
+    /// joins runs.
+    fn free_joined(&mut self, areas: &[(u64, u64)]) -> Result<(), (usize, FreeError)> {
+        let mut run: Option<(u64, u64)> = None;
+        for (i, &(s, e)) in areas.iter().enumerate() {
+            let taken = self
+                .busy
+                .remove_probed_if(s, self.busy.probe(s), |end| end == e);
+            if !matches!(taken, Some(Ok(_))) {
+                if let Some((rs, re)) = run {
+                    self.merge_or_add(rs, re);
+                }
+                let err = match taken {
+                    Some(_) => FreeError::SizeMismatch,
+                    None => FreeError::NotAllocated,
+                };
+                return Err((i, err));
+            }
+            self.live_bytes -= e - s;
+            self.live_count -= 1;
+            run = match run {
+                Some((rs, re)) if re == s => Some((rs, e)),
+                Some((rs, re)) => {
+                    self.merge_or_add(rs, re);
+                    Some((s, e))
+                }
+                None => Some((s, e)),
+            };
+        }
+        if let Some((rs, re)) = run {
+            self.merge_or_add(rs, re);
+        }
+        Ok(())
+    }
+
     /// Returns `[s, e)` to free space, merging with both neighbours at once:
     /// one descent finds both and the path to each, so a merge fixes the
     /// augmented values without a second descent. (Space returned by a
@@ -682,6 +724,27 @@ impl RangeAllocator {
         let (s, e) = self.take_busy(addr, probe)?;
         self.release(s, e, true);
         Ok(e - s)
+    }
+
+    /// In address order, each area leaves the busy index (its end
+    /// checked), and a run of adjacent areas joins the free space with one
+    /// merge.
+    ///
+    /// # Complexity
+    /// O(k log k) to sort, O(k) for lists of a few ascending runs (a lazy
+    /// list's frees in address order, interleaved); O(k) index removals
+    /// and O(r log n) for r runs of adjacent areas.
+    fn free_batch(&mut self, areas: &mut [(u64, u64)]) -> Result<(), (usize, FreeError)> {
+        crate::debug_check!(self);
+        if !self.joins_batches() {
+            for (i, &(s, _)) in areas.iter().enumerate() {
+                self.free(s).map_err(|e| (i, e))?;
+            }
+            return Ok(());
+        }
+        // Stable: it merges ascending runs in linear time.
+        areas.sort();
+        self.free_joined(areas)
     }
 
     /// # Complexity
