@@ -197,8 +197,9 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
 
     /// Counts the flush `p` reports and frees the ranges it released (and
     /// their pieces); returns them. The ranges go back to the range
-    /// allocator in one batch, in address order, so that adjacent ones
-    /// join before they reach its free space.
+    /// allocator in one batch, in the order they were freed, so that
+    /// ranges freed one after another, side by side, join before they
+    /// reach its free space.
     fn settle(&mut self, p: lazy::Purged<Retired<A>>) -> Vec<Released<A>> {
         let (lo, hi) = p.span;
         self.stats.flushes += 1;
@@ -220,7 +221,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
                 _ => whole.push((r.start, r.start + r.span)),
             }
         }
-        self.free_whole(&mut whole);
+        self.free_whole(&whole);
         // The history keeps the last HISTORY: older ones would be overwritten.
         let skip = p.released.len().saturating_sub(HISTORY);
         for r in &p.released[skip..] {
@@ -232,13 +233,13 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
 
     /// Frees `whole`, ranges of ours that the range allocator holds as
     /// areas of exactly those extents, as one batch.
-    fn free_whole(&mut self, whole: &mut [(u64, u64)]) {
+    fn free_whole(&mut self, whole: &[(u64, u64)]) {
         let mut rest = whole;
         while let Err((i, e)) = self.range.free_batch(rest) {
             debug_assert!(false, "freeing our own range {:#x}: {e:?}", rest[i].0);
             // Not of the extent the layer knows: freed by its start alone.
             let _ = self.range.free(rest[i].0);
-            rest = &mut rest[i + 1..];
+            rest = &rest[i + 1..];
         }
     }
 

@@ -133,18 +133,18 @@ pub trait RangeAllocator {
     /// [`FreeError::NotAllocated`] if no live area starts at `addr`.
     fn free(&mut self, addr: u64) -> Result<u64, FreeError>;
 
-    /// Frees the live areas `areas`, each `(start, end)`, as
+    /// Frees the live areas `areas`, each `(start, end)`, in order, as
     /// [`free`](RangeAllocator::free) of each start would. An allocator
-    /// that can join adjacent areas before they reach its free space
-    /// (one merge per run, where a free each would merge every area)
-    /// first puts `areas` in address order; by default they are freed
-    /// one [`free`](RangeAllocator::free) each, in the order given. The
-    /// purge of a lazy list frees thousands at once.
+    /// may join areas that follow each other in the list and touch before
+    /// they reach its free space (one merge per run, where a free each
+    /// would merge every area): the purge of a lazy list frees thousands
+    /// at once, most of them freed in address order. By default, one
+    /// [`free`](RangeAllocator::free) each.
     ///
     /// # Errors
-    /// `(i, error)` for the first area `i` (of `areas` as reordered) that
-    /// is not a live area ([`FreeError::NotAllocated`]) or, where the
-    /// allocator knows its areas' ends, one whose end is not `areas[i].1`
+    /// `(i, error)` for the first area `i` that is not a live area
+    /// ([`FreeError::NotAllocated`]) or, where the allocator knows its
+    /// areas' ends, one whose end is not `areas[i].1`
     /// ([`FreeError::SizeMismatch`]): the areas before `i` are freed, that
     /// one and those after it are unchanged.
     ///
@@ -156,11 +156,11 @@ pub trait RangeAllocator {
     /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
     /// let a = va.alloc(0x1000, 1).unwrap();
     /// let b = va.alloc(0x1000, 1).unwrap();
-    /// assert_eq!(va.free_batch(&mut [(b, b + 0x1000), (a, a + 0x1000)]), Ok(()));
+    /// assert_eq!(va.free_batch(&[(b, b + 0x1000), (a, a + 0x1000)]), Ok(()));
     /// assert_eq!(va.stats().free_blocks, 1); // joined again
-    /// assert_eq!(va.free_batch(&mut [(a, a + 0x1000)]), Err((0, FreeError::NotAllocated)));
+    /// assert_eq!(va.free_batch(&[(a, a + 0x1000)]), Err((0, FreeError::NotAllocated)));
     /// ```
-    fn free_batch(&mut self, areas: &mut [(u64, u64)]) -> Result<(), (usize, FreeError)> {
+    fn free_batch(&mut self, areas: &[(u64, u64)]) -> Result<(), (usize, FreeError)> {
         for (i, &(s, _)) in areas.iter().enumerate() {
             self.free(s).map_err(|e| (i, e))?;
         }

@@ -390,6 +390,7 @@ where
             self.live_count -= 1;
             run = match run {
                 Some((rs, re)) if re == s => Some((rs, e)),
+                Some((rs, re)) if e == rs => Some((s, re)),
                 Some((rs, re)) => {
                     self.merge_or_add(rs, re);
                     Some((s, e))
@@ -726,15 +727,13 @@ impl RangeAllocator {
         Ok(e - s)
     }
 
-    /// In address order, each area leaves the busy index (its end
-    /// checked), and a run of adjacent areas joins the free space with one
-    /// merge.
+    /// Each area leaves the busy index (its end checked), and a run of
+    /// areas that follow each other in the list, each adjacent to the run
+    /// so far (above or below it), joins the free space with one merge.
     ///
     /// # Complexity
-    /// O(k log k) to sort, O(k) for lists of a few ascending runs (a lazy
-    /// list's frees in address order, interleaved); O(k) index removals
-    /// and O(r log n) for r runs of adjacent areas.
-    fn free_batch(&mut self, areas: &mut [(u64, u64)]) -> Result<(), (usize, FreeError)> {
+    /// O(k) index removals and O(r log n) for r runs.
+    fn free_batch(&mut self, areas: &[(u64, u64)]) -> Result<(), (usize, FreeError)> {
         crate::debug_check!(self);
         if !self.joins_batches() {
             for (i, &(s, _)) in areas.iter().enumerate() {
@@ -742,8 +741,6 @@ impl RangeAllocator {
             }
             return Ok(());
         }
-        // Stable: it merges ascending runs in linear time.
-        areas.sort();
         self.free_joined(areas)
     }
 
