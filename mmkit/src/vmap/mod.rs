@@ -388,20 +388,27 @@ where
             }
             self.live_bytes -= e - s;
             self.live_count -= 1;
-            run = match run {
-                Some((rs, re)) if re == s => Some((rs, e)),
-                Some((rs, re)) if e == rs => Some((s, re)),
-                Some((rs, re)) => {
-                    self.merge_or_add(rs, re);
-                    Some((s, e))
-                }
-                None => Some((s, e)),
-            };
+            self.join_run(&mut run, s, e);
         }
         if let Some((rs, re)) = run {
             self.merge_or_add(rs, re);
         }
         Ok(())
+    }
+
+    /// Adds `[s, e)` to `run` when it touches it (above or below);
+    /// otherwise returns the run to free space and starts a new one.
+    #[inline]
+    fn join_run(&mut self, run: &mut Option<(u64, u64)>, s: u64, e: u64) {
+        *run = match *run {
+            Some((rs, re)) if re == s => Some((rs, e)),
+            Some((rs, re)) if e == rs => Some((s, re)),
+            Some((rs, re)) => {
+                self.merge_or_add(rs, re);
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
     }
 
     /// Returns `[s, e)` to free space, merging with both neighbours at once:
@@ -773,14 +780,7 @@ impl RangeAllocator {
         areas.sort_unstable();
         let mut run: Option<(u64, u64)> = None;
         for &(s, e) in areas.iter().rev() {
-            run = match run {
-                Some((rs, re)) if e == rs => Some((s, re)),
-                Some((rs, re)) => {
-                    self.merge_or_add(rs, re);
-                    Some((s, e))
-                }
-                None => Some((s, e)),
-            };
+            self.join_run(&mut run, s, e);
         }
         if let Some((rs, re)) = run {
             self.merge_or_add(rs, re);
