@@ -111,7 +111,7 @@ fn judge(trace: &Path, expected: &Path, out: &mut dyn Write) -> io::Result<ExitC
             "{how}: {} of {} allocations at Linux's address ({pct:.2}%), {} pool hits, \
              {} shrinker runs inferred, {} pools inferred detached, {} purges run ahead \
              of their event, {} begun inside their window, {} allocations run ahead of \
-             their event",
+             their event, {} ahead of a purge step",
             v.same,
             v.allocs,
             v.pool_hits,
@@ -119,7 +119,8 @@ fn judge(trace: &Path, expected: &Path, out: &mut dyn Write) -> io::Result<ExitC
             v.detaches,
             v.early_purges,
             v.window_begins,
-            v.early_allocs
+            v.early_allocs,
+            v.step_allocs
         )?;
         for (id, l, o) in &v.differ {
             let show = |a: &Option<u64>| a.map_or("nospace".to_string(), |a| format!("{a:#x}"));

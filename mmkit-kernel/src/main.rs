@@ -131,7 +131,10 @@ fn run(scale: scale::Scale) -> Result<usize, alloc::string::String> {
         ("test_vmalloc stress", test_vmalloc::stress),
         ("buddy_pcp", buddy_pcp::run),
     ];
-    for (name, step) in steps {
+    for (i, (name, step)) in steps.into_iter().enumerate() {
+        if !scale.runs_step(i) {
+            continue;
+        }
         // Each experiment starts with the lazy lists empty: what the tests
         // or the last experiment left lazily freed is not its debt.
         mm::locked(mm::tree()).purge(&mut mm::KernelMmu, &mut mm::PhysFrames);

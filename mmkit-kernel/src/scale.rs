@@ -45,6 +45,20 @@ pub struct Scale {
     /// The word `no-old`: the busy-list designs are left out (at Linux's
     /// stock sizes they would take hours under emulation).
     pub no_old: bool,
+    /// `steps=NAME,...`: the experiments run (a bit per name of
+    /// [`STEPS`]); every one when unset.
+    pub steps: u8,
+}
+
+/// The experiments' names for `steps=`, in the order they run.
+pub const STEPS: [&str; 5] = ["ipi", "seed002", "performance", "stress", "buddy"];
+
+/// `steps=`'s mask of the names in `list` (comma-separated; unknown
+/// names are ignored).
+fn steps_mask(list: &str) -> u8 {
+    list.split(',')
+        .filter_map(|n| STEPS.iter().position(|s| *s == n))
+        .fold(0, |m, i| m | 1 << i)
 }
 
 impl Scale {
@@ -65,6 +79,7 @@ impl Scale {
         sample: 0,
         profile: false,
         no_old: false,
+        steps: u8::MAX,
     };
 
     /// The main job's scale (`mmkit experiments`): its boots fit its
@@ -85,6 +100,7 @@ impl Scale {
         sample: 0,
         profile: false,
         no_old: false,
+        steps: u8::MAX,
     };
 
     /// The full scale (`mmkit experiments --full`).
@@ -104,6 +120,7 @@ impl Scale {
         sample: 0,
         profile: false,
         no_old: false,
+        steps: u8::MAX,
     };
 
     /// The stress mode's per-CPU sizes at `cpus` CPUs.
@@ -116,6 +133,11 @@ impl Scale {
             full_fit: f(self.stress_full_fit),
             ..self
         }
+    }
+
+    /// Whether the experiment `STEPS[i]` runs.
+    pub fn runs_step(self, i: usize) -> bool {
+        self.steps & 1 << i != 0
     }
 
     /// The detector's cycles at the CPUs online: `stale_cycles` when set,
@@ -156,6 +178,9 @@ impl Scale {
             }
             if w == "no-old" {
                 s.no_old = true;
+            }
+            if let Some(list) = w.strip_prefix("steps=") {
+                s.steps = steps_mask(list);
             }
             let Some((k, v)) = w.split_once('=') else {
                 continue;

@@ -642,15 +642,19 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     #[inline(never)]
     fn dispose_released(&mut self, src: &mut impl FrameSource, mut released: Vec<Released<Area>>) {
         let had_shadows = !self.shadows.is_empty();
-        for r in released.drain(..) {
+        // Read in place, then dropped in place: a purge hands back
+        // thousands, most of them holding no frames (given back at the
+        // free).
+        for r in &released {
             if had_shadows {
                 self.shadows.retain(|s| s.0 != r.start);
             }
-            match r.what {
+            match &r.what {
                 Gone::Area(a) if !a.frames.is_empty() => self.release_frames(src, &a.frames),
                 _ => {}
             }
         }
+        released.clear();
         if had_shadows && !self.deferred.is_empty() {
             let waiting = core::mem::take(&mut self.deferred);
             self.release_frames(src, &waiting);

@@ -196,25 +196,51 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     }
 
     /// Counts the flush `p` reports and frees the ranges it released (and
-    /// their pieces); returns them.
+    /// their pieces); returns them. The ranges go back to the range
+    /// allocator in one batch, in the order they were freed, so that
+    /// ranges freed one after another, side by side, join before they
+    /// reach its free space.
     fn settle(&mut self, p: lazy::Purged<Retired<A>>) -> Vec<Released<A>> {
         let (lo, hi) = p.span;
         self.stats.flushes += 1;
         self.stats.pages_flushed += (hi - lo) / PAGE;
         self.stats.refusals += p.refused;
+        let mut whole: Vec<(u64, u64)> = Vec::with_capacity(p.released.len());
         for r in &p.released {
-            let freed = self.range.free(r.start);
-            debug_assert!(freed.is_ok(), "freeing our own range {:#x}", r.start);
-            if let Gone::Area(a) = &r.what {
-                for &piece in a.pieces() {
-                    let freed = self.range.free(piece);
-                    debug_assert!(freed.is_ok(), "freeing our own piece {piece:#x}");
+            match &r.what {
+                Gone::Area(a) if !a.pieces().is_empty() => {
+                    // Grown in place: the range and each piece are areas of
+                    // their own in the range allocator.
+                    let freed = self.range.free(r.start);
+                    debug_assert!(freed.is_ok(), "freeing our own range {:#x}", r.start);
+                    for &piece in a.pieces() {
+                        let freed = self.range.free(piece);
+                        debug_assert!(freed.is_ok(), "freeing our own piece {piece:#x}");
+                    }
                 }
+                _ => whole.push((r.start, r.start + r.span)),
             }
+        }
+        self.free_whole(&whole);
+        // The history keeps the last HISTORY: older ones would be overwritten.
+        let skip = p.released.len().saturating_sub(HISTORY);
+        for r in &p.released[skip..] {
             self.remember(r.start, r.start + r.span);
         }
         self.stats.released += p.released.len() as u64;
         p.released
+    }
+
+    /// Frees `whole`, ranges of ours that the range allocator holds as
+    /// areas of exactly those extents, as one batch.
+    fn free_whole(&mut self, whole: &[(u64, u64)]) {
+        let mut rest = whole;
+        while let Err((i, e)) = self.range.free_batch(rest) {
+            debug_assert!(false, "freeing our own range {:#x}: {e:?}", rest[i].0);
+            // Not of the extent the layer knows: freed by its start alone.
+            let _ = self.range.free(rest[i].0);
+            rest = &rest[i + 1..];
+        }
     }
 
     /// Records `[start, end)` as released lately, for fault reports.

@@ -478,8 +478,11 @@ impl<T: Extent> Retiring<T> {
     where
         I: IntoIterator<Item = (u64, u64)>,
     {
-        let lo = list.iter().map(|r| r.extent().0).min().unwrap_or(0);
-        let hi = list.iter().map(|r| r.extent().1).max().unwrap_or(0);
+        // One pass (a purge's list holds thousands); `list` is not empty.
+        let (lo, hi) = list.iter().fold((u64::MAX, 0), |(lo, hi), r| {
+            let (s, e) = r.extent();
+            (lo.min(s), hi.max(e))
+        });
         let mut refused = 0;
         // Which items a refused range touches: no scratch memory unless
         // something was refused.

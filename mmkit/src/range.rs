@@ -133,6 +133,40 @@ pub trait RangeAllocator {
     /// [`FreeError::NotAllocated`] if no live area starts at `addr`.
     fn free(&mut self, addr: u64) -> Result<u64, FreeError>;
 
+    /// Frees the live areas `areas`, each `(start, end)`, in order, as
+    /// [`free`](RangeAllocator::free) of each start would. An allocator
+    /// may join areas that follow each other in the list and touch before
+    /// they reach its free space (one merge per run, where a free each
+    /// would merge every area): the purge of a lazy list frees thousands
+    /// at once, most of them freed in address order. By default, one
+    /// [`free`](RangeAllocator::free) each.
+    ///
+    /// # Errors
+    /// `(i, error)` for the first area `i` that is not a live area
+    /// ([`FreeError::NotAllocated`]) or, where the allocator knows its
+    /// areas' ends, one whose end is not `areas[i].1`
+    /// ([`FreeError::SizeMismatch`]): the areas before `i` are freed, that
+    /// one and those after it are unchanged.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::RangeAllocator;
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::FreeError;
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// let a = va.alloc(0x1000, 1).unwrap();
+    /// let b = va.alloc(0x1000, 1).unwrap();
+    /// assert_eq!(va.free_batch(&[(b, b + 0x1000), (a, a + 0x1000)]), Ok(()));
+    /// assert_eq!(va.stats().free_blocks, 1); // joined again
+    /// assert_eq!(va.free_batch(&[(a, a + 0x1000)]), Err((0, FreeError::NotAllocated)));
+    /// ```
+    fn free_batch(&mut self, areas: &[(u64, u64)]) -> Result<(), (usize, FreeError)> {
+        for (i, &(s, _)) in areas.iter().enumerate() {
+            self.free(s).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
+
     /// Releases the live area that starts at `addr` lazily and returns its
     /// size: the space becomes reusable at the next purge.
     ///

@@ -10,8 +10,8 @@
 //!
 //! ```text
 //!   VmapAllocator<Fixed<N>>
-//!     leaves  [Leaf; N]   264 bytes each, 8 to 16 free blocks a leaf
-//!     inners  [Inner; N]  584 bytes each, 8 to 16 children a node
+//!     leaves  [Leaf; N]   280 bytes each, 8 to 16 free blocks a leaf
+//!     inners  [Inner; N]  600 bytes each, 8 to 16 children a node
 //!     holes   [(u64, u64); N]
 //!     each with a Vec beside it, empty until the heap is allowed
 //! ```

@@ -34,6 +34,16 @@ enum Op {
     /// One step of a purge's decay and take (nodes modulo nodes + 1, pool
     /// sizes up to 257 pages, so that bad ones are asked too).
     Step(PurgeStep),
+    /// A request given an address (`LinuxNodes::alloc_at`): the `pick`-th
+    /// of the areas of its size in its pool, set aside by a decay, or
+    /// starting a free block in its window; or, one past those, the first
+    /// page that starts none of them (refused when it is not free).
+    AllocAt {
+        cpu: usize,
+        pages: u64,
+        vmalloc: bool,
+        pick: usize,
+    },
 }
 
 /// An area: start, end, the node it is tagged with.
@@ -178,6 +188,48 @@ impl Model {
         self.end()
     }
 
+    /// Where a request of `size` in `window` on `cpu` may be given an
+    /// address: its pool's areas, the set-aside areas of its size, the
+    /// starts of free blocks that hold it in the window.
+    fn holders(&self, cpu: usize, size: u64, (lo, hi): (u64, u64)) -> Vec<u64> {
+        let node = (self.nodes > 1 && (lo, hi) == VMALLOC).then_some(cpu % self.nodes);
+        let class = (size / PAGE - 1) as usize;
+        let pool = node.filter(|_| size <= 256 * PAGE);
+        let mut out: Vec<u64> = pool.map_or(vec![], |n| self.pools[n][class].clone());
+        let aside = self.aside.iter().flatten();
+        out.extend(aside.filter(|&&(s, e)| e - s == size).map(|&(s, _)| s));
+        let free = self.free.iter().map(|&(s, e)| (s.max(lo), e.min(hi)));
+        out.extend(
+            free.filter(|&(s, e)| s < e && e - s >= size)
+                .map(|(s, _)| s),
+        );
+        out
+    }
+
+    /// `alloc_at`: the area leaves its pool, the set-aside areas or the
+    /// free tree; `None` when it is in none of them.
+    fn alloc_at(&mut self, cpu: usize, size: u64, window: (u64, u64), a: u64) -> Option<()> {
+        let node = (self.nodes > 1 && window == VMALLOC).then_some(cpu % self.nodes);
+        let class = (size / PAGE - 1) as usize;
+        let pool = node
+            .filter(|_| size <= 256 * PAGE)
+            .map(|n| &mut self.pools[n][class]);
+        if let Some(i) = pool.as_ref().and_then(|p| p.iter().position(|&p| p == a)) {
+            pool.unwrap().remove(i);
+        } else if let Some((n, i)) = (0..self.nodes).find_map(|n| {
+            let i = self.aside[n].iter().position(|&r| r == (a, a + size))?;
+            Some((n, i))
+        }) {
+            self.aside[n].remove(i);
+        } else if self.free.iter().any(|&(s, e)| s <= a && a + size <= e) {
+            self.take(a, size);
+        } else {
+            return None;
+        }
+        self.live.push((a, a + size, node));
+        Some(())
+    }
+
     /// Ends a pending purge; decays every pool and takes the lazy areas.
     fn begin(&mut self, full: bool) {
         self.end();
@@ -308,6 +360,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(Op::PurgeBegin),
         1 => any::<usize>().prop_map(Op::PurgeNode),
         3 => step(),
+        2 => (0usize..4, prop_oneof![1u64..4, 1u64..300], any::<bool>(), any::<usize>())
+            .prop_map(|(cpu, pages, vmalloc, pick)| Op::AllocAt { cpu, pages, vmalloc, pick }),
     ]
 }
 
@@ -397,6 +451,32 @@ fn run(nodes: usize, ops: &[Op]) -> Result<(), String> {
                 let (got, want) = (n.purge_step(step), m.step(step));
                 if got != want {
                     return Err(format!("{step:?}: got {got}, model {want}"));
+                }
+            }
+            Op::AllocAt {
+                cpu,
+                pages,
+                vmalloc,
+                pick,
+            } => {
+                let size = pages * PAGE;
+                let window = if vmalloc { VMALLOC } else { (PAGE, 7 << 20) };
+                let holders = m.holders(cpu, size, window);
+                // One past the holders: a page that starts none of them.
+                let a = holders
+                    .get(pick % (holders.len() + 1))
+                    .copied()
+                    .unwrap_or_else(|| {
+                        (window.0..window.1 - size)
+                            .step_by(PAGE as usize)
+                            .find(|a| !holders.contains(a))
+                            .unwrap_or(window.0)
+                    });
+                n.set_cpu(cpu);
+                let got = n.alloc_at(size, PAGE, window, a).ok();
+                let want = m.alloc_at(cpu, size, window, a);
+                if got != want {
+                    return Err(format!("{op:?} at {a:#x}: got {got:?}, model {want:?}"));
                 }
             }
             Op::PurgeFull => {
@@ -550,5 +630,53 @@ fn a_detached_pool_serves_again_once_attached() {
         node: 1,
         pages: 257
     }));
+    n.check().unwrap();
+}
+
+/// A request given Linux's address takes it where it lies: from its
+/// pool, from the areas a decay set aside (then the reclaim does not free
+/// it), or from the free tree; an address that is live, misaligned or
+/// outside the window is refused and nothing changes.
+#[test]
+fn a_request_given_an_address_takes_it_where_it_lies() {
+    let (size, align) = (PAGE, PAGE);
+    let mut n = LinuxNodes::new(SPACE.0, SPACE.1, 2, VMALLOC).unwrap();
+    n.set_cpu(1);
+    let areas: Vec<u64> = (0..8)
+        .map(|_| n.alloc_in(size, align, VMALLOC.0, VMALLOC.1).unwrap())
+        .collect();
+    for &a in &areas[..7] {
+        n.free_lazy(a).unwrap();
+    }
+    n.purge(&mut |_, _| {}); // node 1's pool of one page, the newest first
+    assert!(n.purge_step(PurgeStep::Start { full: false }));
+    assert!(n.purge_step(PurgeStep::Detach { node: 1, pages: 1 }));
+    // areas[6] was set aside (the newest quarter of 7, one area).
+    n.alloc_at(size, align, VMALLOC, areas[6]).unwrap();
+    assert!(n.purge_step(PurgeStep::Attach { node: 1, pages: 1 }));
+    assert!(n.purge_step(PurgeStep::Reclaim { node: 1 }));
+    n.check().unwrap();
+    let free: Vec<_> = n.free_blocks().collect();
+    assert!(free.iter().all(|r| !r.contains(&areas[6])));
+    // From the pool (not its newest), then from the free tree.
+    n.alloc_at(size, align, VMALLOC, areas[2]).unwrap();
+    assert_eq!(n.pooled(), 5);
+    let top = VMALLOC.0 + 8 * PAGE;
+    n.alloc_at(size, align, VMALLOC, top + PAGE).unwrap();
+    n.check().unwrap();
+    // Refused: live, misaligned, outside the window, past u64::MAX.
+    let before: Vec<_> = n.free_blocks().collect();
+    let pooled = n.pooled();
+    for (a, window) in [
+        (areas[7], VMALLOC),
+        (top + 1, VMALLOC),
+        (VMALLOC.1, VMALLOC),
+        (u64::MAX - 1, (VMALLOC.0, u64::MAX)),
+    ] {
+        assert!(n.alloc_at(size, align, window, a).is_err(), "{a:#x}");
+    }
+    assert!(n.alloc_at(size, 3, VMALLOC, top).is_err());
+    assert_eq!(n.free_blocks().collect::<Vec<_>>(), before);
+    assert_eq!(n.pooled(), pooled);
     n.check().unwrap();
 }

@@ -39,8 +39,17 @@ pub struct Verdict {
     /// later (an event is written after the tree's lock is released, and
     /// a vCPU can stall in between).
     pub early_allocs: u64,
-    /// Judged: each allocation run ahead of its event, as (its line,
-    /// the line of the allocation it ran ahead of) in the trace.
+    /// Allocations run ahead of a purge step (judged only): the state
+    /// after the purge steps traced just before a request's event does
+    /// not give Linux's answer, the state before one of them does. The
+    /// request checked its pool and took the tree's lock before that
+    /// step acted (a reclaim's probe fires before it takes the lock, a
+    /// decay's detach may come after a pool check) and wrote its event
+    /// later.
+    pub step_allocs: u64,
+    /// Judged: each allocation run ahead of its event or of a purge step,
+    /// as (its line, the line of the command it ran ahead of) in the
+    /// trace.
     pub ahead: Vec<(usize, usize)>,
 }
 
@@ -106,11 +115,30 @@ pub fn replay(
     let cmds: Vec<(usize, Cmd)> = Commands::new(trace.as_bytes())
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
+    // The CPUs the allocations name, for the look ahead's end.
+    let traced_cpus = cmds
+        .iter()
+        .filter_map(|(_, c)| alloc_of(c))
+        .map(|(_, c, _)| c as usize + 1)
+        .max()
+        .unwrap_or(0);
     // Judged: the allocations run ahead of their event, by index.
     let mut ran_ahead = std::collections::HashSet::new();
+    let after_steps = allocs_after_steps(&cmds);
+    // Judged: before each purge step of the run just replayed, the answer
+    // the allocation after the run (its index) would have got there.
+    let mut step_answers: Vec<(usize, Option<u64>)> = Vec::new();
+    let mut answers_for = None;
     for (i, (line, cmd)) in cmds.iter().cloned().enumerate() {
         if ran_ahead.remove(&i) {
             continue;
+        }
+        if let (Some((j, c, (size, align, window))), true) = (after_steps[i], judged) {
+            if answers_for != Some(j) {
+                (step_answers, answers_for) = (Vec::new(), Some(j));
+            }
+            n.set_cpu(c as usize);
+            step_answers.push((i, n.peek(size, align, window)));
         }
         let ends_window = matches!(
             cmd,
@@ -152,7 +180,7 @@ pub fn replay(
                     let ours = n.peek(size, align, window);
                     if let Some(j) = ours
                         .filter(|&a| a != addr)
-                        .and_then(|a| delayed(&cmds, i, cpu.unwrap_or(0), a, linux))
+                        .and_then(|a| delayed(&cmds, (i, cpu.unwrap_or(0)), traced_cpus, a, linux))
                     {
                         let (own_id, own_cpu, req) = alloc_of(&cmds[j].1).expect("an alloc");
                         let got = linux[own_id].expect("Linux's address");
@@ -166,6 +194,28 @@ pub fn replay(
                         v.early_allocs += 1;
                         v.ahead.push((cmds[j].0, line));
                         n.set_cpu(cpu.unwrap_or(0) as usize);
+                    }
+                }
+                if let (true, Some(Some(addr))) = (judged, want) {
+                    // The latest purge step before which the model gives
+                    // Linux's answer: the request took its pool and the
+                    // tree's lock before that step, its event came later.
+                    let steps = if answers_for == Some(i) {
+                        &step_answers[..]
+                    } else {
+                        &[]
+                    };
+                    let before = (n.peek(size, align, window) != Some(addr))
+                        .then(|| steps.iter().rev().find(|&&(_, a)| a == Some(addr)))
+                        .flatten();
+                    if let Some(&(k, _)) = before {
+                        n.alloc_at(size, align, window, addr)
+                            .map_err(|e| format!("line {line}: Linux's {addr:#x} for {id}: {e}"))?;
+                        v.count(&id, Some(addr), Some(addr));
+                        v.step_allocs += 1;
+                        v.ahead.push((line, cmds[k].0));
+                        ids.insert(id, addr);
+                        continue;
                     }
                 }
                 let ours = match want {
@@ -226,6 +276,21 @@ pub fn replay(
     Ok(v)
 }
 
+/// For each purge step (`purge node N` or a [`PurgeStep`]), the
+/// allocation that ends the run of steps it is in, if one does: its
+/// index, CPU and request.
+fn allocs_after_steps(cmds: &[(usize, Cmd)]) -> Vec<Option<(usize, u32, Request)>> {
+    let mut out = vec![None; cmds.len()];
+    let mut next = None;
+    for (i, (_, cmd)) in cmds.iter().enumerate().rev() {
+        match cmd {
+            Cmd::PurgeStep(_) | Cmd::PurgeNode(_) => out[i] = next,
+            cmd => next = alloc_of(cmd).map(|(_, cpu, req)| (i, cpu, req)),
+        }
+    }
+    out
+}
+
 /// The longest look ahead for a request whose event came late.
 const LOOK_AHEAD: usize = 4096;
 
@@ -235,20 +300,28 @@ const LOOK_AHEAD: usize = 4096;
 /// `addr` would otherwise serve).
 fn delayed(
     cmds: &[(usize, Cmd)],
-    at: usize,
-    cpu: u32,
+    (at, cpu): (usize, u32),
+    traced_cpus: usize,
     addr: u64,
     linux: &HashMap<String, Option<u64>>,
 ) -> Option<usize> {
-    let mut silent = std::collections::HashSet::new();
+    // The CPUs that allocated since `at`: none of their later requests
+    // can have come first. The search ends when every other CPU has.
+    let mut silent: Vec<u32> = Vec::new();
     for (j, (_, cmd)) in cmds.iter().enumerate().skip(at + 1).take(LOOK_AHEAD) {
+        if silent.len() + 1 >= traced_cpus {
+            break;
+        }
         let Some((id, c, _)) = alloc_of(cmd) else {
             continue;
         };
-        if c != cpu && !silent.contains(&c) && linux.get(id) == Some(&Some(addr)) {
+        if c == cpu || silent.contains(&c) {
+            continue;
+        }
+        if linux.get(id) == Some(&Some(addr)) {
             return Some(j);
         }
-        silent.insert(c);
+        silent.push(c);
     }
     None
 }

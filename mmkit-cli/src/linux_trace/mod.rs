@@ -625,7 +625,9 @@ impl Imported {
     /// free tree's lock, as the judge proves it on Linux's state
     /// ([`judge::Verdict::ahead`]): just before the request of another
     /// CPU that would otherwise get its block (that CPU allocated nothing
-    /// in between). Unchanged when the trace cannot be judged.
+    /// in between), or just before the purge step it ran ahead of
+    /// ([`judge::Verdict::step_allocs`]). Unchanged when the trace cannot
+    /// be judged.
     fn lock_order(&mut self) {
         let Ok(linux) = judge::answers(&self.expected) else {
             return;

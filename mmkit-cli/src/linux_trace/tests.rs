@@ -424,6 +424,17 @@ fn probe_line(pid: u32, name: &str, args: &str) -> String {
     format!("  kworker/1:1-{pid} [001] ..... 1.0: {name}: (decay_va_pool_node+0x8f/0x420) {args}\n")
 }
 
+/// The kprobe line of node `node`'s decay start (nodes 0x800 bytes
+/// apart from 0xffff888003c00000), by task 27.
+fn decay_start(node: u64, full: bool) -> String {
+    let vn = 0xffff_8880_03c0_0000u64 + node * 0x800;
+    probe_line(
+        27,
+        "vmap_decay_start",
+        &format!("vn={vn:#x} full_decay={:#x}", u8::from(full)),
+    )
+}
+
 /// With the purge's kprobe events, each step is written where Linux ran
 /// it (node 1's pool detached around an allocation on CPU 0), `purge
 /// node N` where that node's areas were pooled, and no `purge begin`.
@@ -433,19 +444,11 @@ fn probe_events_place_each_step_of_a_purge() {
         HEADER.to_string(),
         alloc_at(0, 0, 1),
         free_at(0, 0, 1),
-        probe_line(
-            27,
-            "vmap_decay_start",
-            "vn=0xffff888003c00000 full_decay=0x0",
-        ),
+        decay_start(0, false),
         probe_line(27, "vmap_decay_reclaim", ""),
         probe_line(27, "vmap_decay_end", "i=0"),
         probe_line(27, "vmap_lazy_take", "i=0"),
-        probe_line(
-            27,
-            "vmap_decay_start",
-            "vn=0xffff888003c00800 full_decay=0x0",
-        ),
+        decay_start(1, false),
         probe_line(27, "vmap_pool_detach", "i=1"),
         alloc_at(0, 4, 2),
         probe_line(27, "vmap_pool_attach", ""),
@@ -530,4 +533,102 @@ fn a_failed_try_after_its_purge_does_not_purge_again() {
     let linux = judge::answers("a 0x100000\nb nospace\nc 0x100000\n").unwrap();
     let free = judge::replay(&trace, &linux, false).unwrap();
     assert_eq!((free.same, free.differ), (3, vec![]));
+}
+
+/// Judged, a request whose event follows purge steps of another task
+/// runs ahead of the latest step before which the state gives Linux's
+/// answer (here CPU 1 took the tree's lock before node 0's purge gave
+/// `a` back); not across the purge's event, and not when no step's state
+/// gives Linux's answer. Free-running, nothing moves.
+#[test]
+fn an_allocation_runs_ahead_of_the_purge_steps_before_its_event() {
+    let alloc = |id: &str, cpu: u32| {
+        format!("alloc {id} 0x2000 align 0x1000 range 0x100000 0x1000000 cpu {cpu}\n")
+    };
+    let trace = |between: &str| {
+        format!(
+            "space 0x1 0xffffffffffffffff\ncpus 2\nvmalloc 0x100000 0x1000000\n{}{}lazy a\n\
+             purge full start\npurge take 0\npurge node 0\n{between}{}purge full\n{}",
+            alloc("a", 0),
+            alloc("b", 0),
+            alloc("c", 1),
+            alloc("d", 1)
+        )
+    };
+    let run = |trace: &str, c: &str, judged: bool| {
+        let linux = format!("a 0x100000\nb 0x102000\nc {c}\nd 0x100000\n");
+        judge::replay(trace, &judge::answers(&linux).unwrap(), judged).unwrap()
+    };
+    let judged = run(&trace(""), "0x104000", true);
+    assert_eq!((judged.same, judged.step_allocs), (4, 1));
+    // `c` (line 10) ran before `purge node 0` (line 9).
+    assert_eq!(judged.ahead, [(10, 9)]);
+    let free = run(&trace(""), "0x104000", false);
+    assert_eq!((free.same, free.step_allocs), (2, 0));
+    // Across the purge's event: `c` could be its own task's retry.
+    let judged = run(&trace("purge full\n"), "0x104000", true);
+    assert_eq!((judged.same, judged.step_allocs), (3, 0));
+    // No step's state gives Linux's answer.
+    let judged = run(&trace(""), "0x106000", true);
+    assert_eq!((judged.same, judged.step_allocs), (3, 0));
+}
+
+/// The importer writes a request whose event came after another task's
+/// purge step where it ran: CPU 1's request took the tree before node
+/// 0's purge gave the area back (its probe fires before that), so it
+/// goes before `purge node 0`, and a free-running replay gives every
+/// address Linux gave.
+#[test]
+fn an_allocation_after_a_purge_step_is_written_where_it_ran() {
+    let failed = "  t-1 [000] ..... 1.0: alloc_vmap_area: va_start: 18446718784942112767 \
+                  size=70368744177664 align=4096 vstart=0xffffc90000000000 \
+                  vend=0xffffe8ffffffffff failed=1\n";
+    let text = [
+        HEADER.to_string(),
+        alloc_at(0, 0, 2),
+        alloc_at(0, 2, 2),
+        free_at(0, 0, 2),
+        failed.to_string(),
+        decay_start(0, true),
+        probe_line(27, "vmap_decay_reclaim", ""),
+        probe_line(27, "vmap_decay_end", "i=0"),
+        probe_line(27, "vmap_lazy_take", "i=0"),
+        decay_start(1, true),
+        probe_line(27, "vmap_decay_reclaim", ""),
+        probe_line(27, "vmap_decay_end", "i=1"),
+        probe_line(27, "vmap_purge_node", "work=0xffff888003c00440"),
+        probe_line(27, "vmap_purge_node_done", ""),
+        alloc_at(1, 4, 2),
+        "  t-1 [000] ..... 1.0: purge_vmap_area_lazy: start=0x0 end=0x0 num_purged=1\n".to_string(),
+        failed.to_string(),
+        alloc_at(1, 0, 2),
+    ]
+    .concat();
+    let t = imported(&text);
+    let body: Vec<String> = t.trace().lines().skip(5).map(String::from).collect();
+    let alloc = |id: u32, size: &str, cpu: u32| {
+        format!(
+            "alloc L{id} {size} align 0x1000 range 0xffffc90000000000 0xffffe8ffffffffff cpu {cpu}"
+        )
+    };
+    assert_eq!(
+        body,
+        [
+            alloc(13, "0x2000", 0),
+            alloc(14, "0x2000", 0),
+            "lazy L13".into(),
+            "purge full start".into(),
+            "purge reclaim 0".into(),
+            "purge take 0".into(),
+            "purge reclaim 1".into(),
+            alloc(26, "0x2000", 1),
+            "purge node 0".into(),
+            "purge full".into(),
+            alloc(16, "0x400000000000", 0),
+            alloc(29, "0x2000", 1),
+        ]
+    );
+    let linux = judge::answers(&t.expected).unwrap();
+    let free = judge::replay(&t.trace(), &linux, false).unwrap();
+    assert_eq!((free.same, free.allocs), (5, 5));
 }

@@ -360,13 +360,8 @@ impl LinuxNodes {
             .expect("a live area is not free");
     }
 
-    /// One try: the pool, then the free tree.
-    fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, RequestError> {
-        let (a, pooled) = self.pick(size, align, lo, hi)?;
-        if !pooled {
-            self.take_free(a, size, align)?;
-        }
-        let node = self.node_of(lo, hi);
+    /// The area `[a, a + size)` is live, tagged with `node`.
+    fn hold(&mut self, a: u64, size: u64, node: Option<usize>) {
         self.live.insert(
             a,
             Area {
@@ -374,6 +369,22 @@ impl LinuxNodes {
                 node,
             },
         );
+    }
+
+    /// Takes the area at `a` out of pool `(node, class)`, if it is there.
+    fn pool_remove(&mut self, (n, c): (usize, usize), a: u64) -> Option<u64> {
+        let pool = &mut self.pools[n][c];
+        let i = pool.iter().position(|&p| p == a)?;
+        pool.remove(i)
+    }
+
+    /// One try: the pool, then the free tree.
+    fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Result<u64, RequestError> {
+        let (a, pooled) = self.pick(size, align, lo, hi)?;
+        if !pooled {
+            self.take_free(a, size, align)?;
+        }
+        self.hold(a, size, self.node_of(lo, hi));
         Ok(a)
     }
 
@@ -421,11 +432,7 @@ impl LinuxNodes {
         }
         let pooled = match (ours, class) {
             (Some((a, true)), _) if a == linux => Some(a),
-            (_, Some((n, c))) => {
-                let pool = &mut self.pools[n][c];
-                let i = pool.iter().position(|&p| p == linux);
-                i.and_then(|i| pool.remove(i))
-            }
+            (_, Some(nc)) => self.pool_remove(nc, linux),
             _ => None,
         };
         if let (Some(_), Some(nc)) = (pooled, class) {
@@ -454,14 +461,64 @@ impl LinuxNodes {
             self.inferred_shrinks += 1;
             self.take_free(linux, size, align)?;
         }
-        self.live.insert(
-            linux,
-            Area {
-                end: linux + size,
-                node,
-            },
-        );
+        self.hold(linux, size, node);
         Ok(ours.map(|(a, _)| a))
+    }
+
+    /// Gives a request Linux's address `linux` where this state holds it:
+    /// in the request's pool, among the areas a decay set aside, or in the
+    /// free tree; nothing is inferred (see [`alloc_judged`](Self::alloc_judged)).
+    /// For a request that ran at an earlier state than this one, where its
+    /// answer was `linux`: another CPU's purge steps, traced before the
+    /// request's event, ran after the request took its pool and the tree.
+    ///
+    /// # Errors
+    /// `Invalid` for a request Linux would refuse or an address it could
+    /// not answer (misaligned, outside the window); `NoSpace` when
+    /// `[linux, linux + size)` is none of those. Nothing changes then.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::nodes::{LinuxNodes, PurgeStep};
+    /// use mmkit::range::RangeAllocator;
+    ///
+    /// let (vs, ve) = (0x10_0000, 0x100_0000);
+    /// let mut n = LinuxNodes::new(0x1000, 0x200_0000, 2, (vs, ve)).unwrap();
+    /// let a = n.alloc_in(0x1000, 0x1000, vs, ve).unwrap();
+    /// n.free_lazy(a).unwrap();
+    /// n.purge(&mut |_, _| {}); // into node 0's pool of 1 page
+    /// n.purge_step(PurgeStep::Start { full: true });
+    /// n.purge_step(PurgeStep::Detach { node: 0, pages: 1 });
+    /// // The pool's area is set aside: the request took it before the detach.
+    /// n.alloc_at(0x1000, 0x1000, (vs, ve), a).unwrap();
+    /// n.purge_step(PurgeStep::Reclaim { node: 0 });
+    /// assert_eq!(n.alloc_in(0x1000, 0x1000, vs, ve), Ok(vs + 0x1000));
+    /// n.check().unwrap();
+    /// ```
+    pub fn alloc_at(
+        &mut self,
+        size: u64,
+        align: u64,
+        (lo, hi): (u64, u64),
+        linux: u64,
+    ) -> Result<(), AllocError> {
+        let req = Request::bytes(size).ok_or(AllocError::Invalid)?;
+        let (vs, ve) = (req.align(align).within(lo..hi))
+            .clamp(self.tree.space())
+            .map_err(AllocError::from)?;
+        let fits = linux.checked_add(size).is_some_and(|end| end <= ve);
+        if linux < vs || !fits || linux & (align - 1) != 0 {
+            return Err(AllocError::Invalid);
+        }
+        let node = self.node_of(lo, hi);
+        let pooled = (node.zip(Self::class(size))).and_then(|nc| self.pool_remove(nc, linux));
+        if pooled.is_some() || self.take_aside(linux, size) {
+            self.hits += 1;
+        } else {
+            self.take_free(linux, size, align)?;
+        }
+        self.hold(linux, size, node);
+        Ok(())
     }
 
     /// Whether a lazily freed area overlaps `[lo, hi)`.

@@ -27,9 +27,9 @@
 //! ```
 //!
 //! Metadata: a free block is 16 bytes in a leaf of the
-//! `tree::btree::BTree` (8 to 16 blocks per 264-byte leaf)
-//! plus its share of the inner nodes (8 to 16 children per 584-byte node):
-//! at most about 42 bytes, 24-32 measured in the bench's workloads; a
+//! `tree::btree::BTree` (8 to 16 blocks per 280-byte leaf)
+//! plus its share of the inner nodes (8 to 16 children per 600-byte node):
+//! at most about 44 bytes, 24-32 measured in the bench's workloads; a
 //! live area is one 16-byte slot of the busy
 //! index (17.9 to 35.9 bytes with the table's empty slots and counts); a
 //! lazy area is 16 bytes in the lazy list; the isolated blocks are a fixed
@@ -361,6 +361,56 @@ where
         self.free_bytes -= size;
     }
 
+    /// Whether [`free_batch`](RangeAllocator::free_batch) joins runs: with
+    /// a busy index to take the areas from, and storage that may add more
+    /// than one block in an operation.
+    fn joins_batches(&self) -> bool {
+        !S::FIXED && self.indexed && !self.sized_only
+    }
+
+    /// The body of [`free_batch`](RangeAllocator::free_batch) when it
+    /// joins runs.
+    fn free_joined(&mut self, areas: &[(u64, u64)]) -> Result<(), (usize, FreeError)> {
+        let mut run: Option<(u64, u64)> = None;
+        for (i, &(s, e)) in areas.iter().enumerate() {
+            let taken = self
+                .busy
+                .remove_probed_if(s, self.busy.probe(s), |end| end == e);
+            if !matches!(taken, Some(Ok(_))) {
+                if let Some((rs, re)) = run {
+                    self.merge_or_add(rs, re);
+                }
+                let err = match taken {
+                    Some(_) => FreeError::SizeMismatch,
+                    None => FreeError::NotAllocated,
+                };
+                return Err((i, err));
+            }
+            self.live_bytes -= e - s;
+            self.live_count -= 1;
+            self.join_run(&mut run, s, e);
+        }
+        if let Some((rs, re)) = run {
+            self.merge_or_add(rs, re);
+        }
+        Ok(())
+    }
+
+    /// Adds `[s, e)` to `run` when it touches it (above or below);
+    /// otherwise returns the run to free space and starts a new one.
+    #[inline]
+    fn join_run(&mut self, run: &mut Option<(u64, u64)>, s: u64, e: u64) {
+        *run = match *run {
+            Some((rs, re)) if re == s => Some((rs, e)),
+            Some((rs, re)) if e == rs => Some((s, re)),
+            Some((rs, re)) => {
+                self.merge_or_add(rs, re);
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
+    }
+
     /// Returns `[s, e)` to free space, merging with both neighbours at once:
     /// one descent finds both and the path to each, so a merge fixes the
     /// augmented values without a second descent. (Space returned by a
@@ -684,6 +734,23 @@ impl RangeAllocator {
         Ok(e - s)
     }
 
+    /// Each area leaves the busy index (its end checked), and a run of
+    /// areas that follow each other in the list, each adjacent to the run
+    /// so far (above or below it), joins the free space with one merge.
+    ///
+    /// # Complexity
+    /// O(k) index removals and O(r log n) for r runs.
+    fn free_batch(&mut self, areas: &[(u64, u64)]) -> Result<(), (usize, FreeError)> {
+        crate::debug_check!(self);
+        if !self.joins_batches() {
+            for (i, &(s, _)) in areas.iter().enumerate() {
+                self.free(s).map_err(|e| (i, e))?;
+            }
+            return Ok(());
+        }
+        self.free_joined(areas)
+    }
+
     /// # Complexity
     /// O(log n), plus a purge when the lazy bytes pass `lazy_max`.
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
@@ -713,14 +780,7 @@ impl RangeAllocator {
         areas.sort_unstable();
         let mut run: Option<(u64, u64)> = None;
         for &(s, e) in areas.iter().rev() {
-            run = match run {
-                Some((rs, re)) if e == rs => Some((s, re)),
-                Some((rs, re)) => {
-                    self.merge_or_add(rs, re);
-                    Some((s, e))
-                }
-                None => Some((s, e)),
-            };
+            self.join_run(&mut run, s, e);
         }
         if let Some((rs, re)) = run {
             self.merge_or_add(rs, re);

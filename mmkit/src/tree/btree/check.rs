@@ -3,6 +3,7 @@
 //! alignments).
 
 use super::entry::Agg;
+use super::node::code;
 use super::{BTree, FANOUT, INNER_MIN, LEAF_CAP, LEAF_MIN};
 use crate::ensure;
 use crate::error::CheckError;
@@ -123,6 +124,11 @@ impl<S: Storage> BTree<S> {
                 Structure,
                 "leaf {id} has a slot past its {n} blocks that is not empty"
             );
+            ensure!(
+                (0..LEAF_CAP).all(|i| l.code[i] == code(l.size[i])),
+                Hint,
+                "leaf {id} has a length code that is not its length's"
+            );
             let mut truth = [0; 64];
             for i in 0..n {
                 let (s, size) = (l.start[i], l.size[i]);
@@ -160,6 +166,11 @@ impl<S: Storage> BTree<S> {
             (n..FANOUT).all(|i| nd.key[i] == u64::MAX && nd.max[i] == 0 && nd.cls[i] == 0),
             Structure,
             "inner node {id} has a key or a maximum past its {n} children"
+        );
+        ensure!(
+            (0..FANOUT).all(|c| nd.code[c] == code(nd.max[c])),
+            Hint,
+            "inner node {id} has a maximum's code that is not its maximum's"
         );
         let mut truth = [0; 64];
         for c in 0..n {

@@ -5,7 +5,7 @@
 //! that comes out unchanged.
 
 use super::classes::Classes;
-use super::node::{leaf_max, max_of};
+use super::node::{code, leaf_max, max_of};
 use super::{BTree, Pos};
 use crate::storage::Storage;
 use crate::tree::summary::AlignSummary;
@@ -153,7 +153,11 @@ impl<S: Storage> BTree<S> {
     fn set_entry_with<const CLS: bool>(&mut self, p: u32, c: usize, a: Agg) {
         let n = &mut self.inners[p as usize];
         n.key[c] = a.key;
-        n.max[c] = a.max;
+        // Most updates leave the maximum: its code is then left too.
+        if n.max[c] != a.max {
+            n.max[c] = a.max;
+            n.code[c] = code(a.max);
+        }
         n.sum[c] = a.sum;
         if CLS {
             n.cls[c] = a.cls;
@@ -221,9 +225,62 @@ impl<S: Storage> BTree<S> {
     /// - [`Other`](Change::Other): recomputed from the children.
     #[inline]
     pub(super) fn propagate(&mut self, pos: &Pos, d: usize, a: Agg, how: Change) {
-        match self.classes {
-            Some(_) => self.propagate_with::<true>(pos, d, a, how),
-            None => self.propagate_with::<false>(pos, d, a, how),
+        match (self.summaries, self.classes) {
+            (false, Some(_)) => self.propagate_plain::<true>(pos, d, a),
+            (false, None) => self.propagate_plain::<false>(pos, d, a),
+            (true, Some(_)) => self.propagate_with::<true>(pos, d, a, how),
+            (true, None) => self.propagate_with::<false>(pos, d, a, how),
+        }
+    }
+
+    /// [`propagate`](Self::propagate) while no summaries are kept: keys,
+    /// maxima and (if `CLS`) classes are exact, so every change stops at
+    /// the first entry it leaves unchanged, and no summary is read,
+    /// compared or written.
+    fn propagate_plain<const CLS: bool>(&mut self, pos: &Pos, mut d: usize, mut a: Agg) {
+        while d > 0 {
+            let (p, c) = (pos.node[d - 1], pos.slot[d - 1] as usize);
+            let n = &mut self.inners[p as usize];
+            let (key, max) = (n.key[c], n.max[c]);
+            let cls = if CLS { n.cls[c] } else { 0 };
+            if key == a.key && max == a.max && cls == a.cls {
+                return;
+            }
+            n.key[c] = a.key;
+            if max != a.max {
+                n.max[c] = a.max;
+                n.code[c] = code(a.max);
+            }
+            if CLS {
+                n.cls[c] = a.cls;
+            }
+            if d == 1 {
+                return; // p is the root
+            }
+            let g = &self.inners[pos.node[d - 2] as usize];
+            let gc = pos.slot[d - 2] as usize;
+            let (pkey, pmax) = (g.key[gc], g.max[gc]);
+            let pcls = if CLS { g.cls[gc] } else { 0 };
+            a = Agg {
+                key: if c == 0 { a.key } else { pkey },
+                max: if a.max >= pmax {
+                    a.max
+                } else if max < pmax {
+                    pmax
+                } else {
+                    self.inner_max(p)
+                },
+                // As in `propagate_with`.
+                cls: if !CLS {
+                    0
+                } else if cls & !a.cls == 0 {
+                    pcls | a.cls
+                } else {
+                    self.classes_of_inner(p)
+                },
+                sum: AlignSummary::ZERO,
+            };
+            d -= 1;
         }
     }
 

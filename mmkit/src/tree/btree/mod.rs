@@ -8,15 +8,17 @@
 //!           sum[i]  AlignSummary below child i (kept once aligned requests need it)
 //!           kid[i]  child index (an inner node or a leaf, by level)
 //!           cls[i]  length classes below child i (kept while best fit uses them)
+//!           code[i] a 7-bit code of max[i]
 //!   leaf:   start[i], size[i]: up to LEAF_CAP free blocks sorted by start
-//!   (past a node's length: starts and keys u64::MAX, sizes and maxima 0)
+//!           code[i] a 7-bit code of size[i]
+//!   (past a node's length: starts and keys u64::MAX, sizes, maxima and codes 0)
 //! ```
 //!
 //! Every leaf is at the same depth. A non-root leaf holds `LEAF_CAP / 2 ..=
 //! LEAF_CAP` blocks and a non-root inner node `FANOUT / 2 ..= FANOUT`
 //! children (a removal that underflows borrows from or merges with a
-//! sibling), so a free block costs at most 264 / 8 bytes of leaf plus
-//! 584 / 8 bytes of inner node per leaf: about 42 bytes, 25-29 at the
+//! sibling), so a free block costs at most 280 / 8 bytes of leaf plus
+//! 600 / 8 bytes of inner node per leaf: about 44 bytes, 26-30 at the
 //! usual three-quarters occupancy.
 //!
 //! The highest block (the *wilderness*) is kept out of the tree:
@@ -71,6 +73,13 @@
 //! - a search that found nothing is remembered until the blocks next
 //!   change.
 //!
+//! A node's codes (`node::code`: four per doubling of the length, in
+//! order with the lengths) are what the searches scan for a child or a
+//! block long enough: sixteen bytes compared with the request's code in
+//! two 64-bit words give every slot that may hold it, and the slot's own
+//! length decides (a code equal to the request's may stand for a shorter
+//! one). `check()` verifies every code.
+//!
 //! A request whose alignment every start already has (at most the granule
 //! floor) is answered by the start of the first block long enough, where
 //! that block lies in the window: the search then takes, at each level,
@@ -105,6 +114,8 @@ mod walk;
 #[cfg(test)]
 mod classes_tests;
 #[cfg(test)]
+mod codes_tests;
+#[cfg(test)]
 mod tests;
 
 pub use finger::Neighbours;
@@ -119,6 +130,8 @@ pub const LEAF_CAP: usize = 16;
 pub const FANOUT: usize = 16;
 const _: () = assert!(LEAF_CAP.is_power_of_two() && LEAF_CAP <= 32);
 const _: () = assert!(FANOUT.is_power_of_two() && FANOUT <= 32);
+// The length codes are compared eight bytes a word (`node::may_reach`).
+const _: () = assert!(LEAF_CAP >= 8 && FANOUT >= 8);
 const LEAF_MIN: usize = LEAF_CAP / 2;
 const INNER_MIN: usize = FANOUT / 2;
 /// Inner levels, at most: `FANOUT / 2` children per node (2 at the root)

@@ -33,11 +33,16 @@ pub(super) struct Leaf {
     pub(super) len: u32,
     pub(super) start: [u64; LEAF_CAP],
     pub(super) size: [u64; LEAF_CAP],
+    /// `code(size[i])` for each slot, in the address tree (a size tree
+    /// leaves them 0): the searches find their candidates in these 16
+    /// bytes with a few word operations ([`may_reach`]).
+    pub(super) code: [u8; LEAF_CAP],
 }
 
 pub(super) const EMPTY_LEAF: Leaf = Leaf {
     start: [u64::MAX; LEAF_CAP],
     size: [0; LEAF_CAP],
+    code: [0; LEAF_CAP],
     len: 0,
 };
 
@@ -53,6 +58,7 @@ impl Leaf {
     pub(super) fn set(&mut self, i: usize, s: u64, e: u64) {
         self.start[i] = s;
         self.size[i] = e - s;
+        self.code[i] = code(e - s);
     }
 
     /// Empties slot `i`.
@@ -60,6 +66,35 @@ impl Leaf {
     pub(super) fn clear(&mut self, i: usize) {
         self.start[i] = u64::MAX;
         self.size[i] = 0;
+        self.code[i] = 0;
+    }
+
+    /// Puts `[s, e)` at index `i` of the `n < LEAF_CAP` blocks, after
+    /// moving those from `i` up one slot.
+    #[inline]
+    pub(super) fn insert(&mut self, i: usize, n: usize, s: u64, e: u64) {
+        open_gap(&mut self.start, i, n);
+        open_gap(&mut self.size, i, n);
+        codes_opened(&mut self.code, i);
+        self.set(i, s, e);
+    }
+
+    /// Takes block `i` out of the `n` blocks, moving the later ones down.
+    #[inline]
+    pub(super) fn take(&mut self, i: usize, n: usize) {
+        close_gap(&mut self.start, i, n);
+        close_gap(&mut self.size, i, n);
+        codes_closed(&mut self.code, i);
+        self.clear(n - 1);
+    }
+
+    /// Recomputes every slot's code from its length (after the lengths
+    /// were copied in bulk).
+    #[inline]
+    pub(super) fn recode(&mut self) {
+        for (c, &len) in self.code.iter_mut().zip(&self.size) {
+            *c = code(len);
+        }
     }
 }
 
@@ -79,11 +114,14 @@ pub(super) struct Inner {
     /// While the tree keeps length classes (`classes.rs`): the classes
     /// of the blocks below each child; 0 otherwise.
     pub(super) cls: [Classes; FANOUT],
+    /// `code(max[i])` for each slot, in the address tree (see `Leaf`).
+    pub(super) code: [u8; FANOUT],
 }
 
 pub(super) const EMPTY_INNER: Inner = Inner {
     key: [u64::MAX; FANOUT],
     max: [0; FANOUT],
+    code: [0; FANOUT],
     sum: [AlignSummary::ZERO; FANOUT],
     kid: [NONE; FANOUT],
     cls: [0; FANOUT],
@@ -280,7 +318,7 @@ pub(super) fn last_below<const N: usize>(keys: &[u64; N], key: u64) -> usize {
 /// (an insert at the end of a leaf, the root leaf of a near-empty tree):
 /// tested first, it saves a `memmove` call.
 #[inline]
-pub(super) fn open_gap(a: &mut [u64; LEAF_CAP], i: usize, n: usize) {
+fn open_gap(a: &mut [u64; LEAF_CAP], i: usize, n: usize) {
     if i < n {
         a.copy_within(i..n, i + 1);
     }
@@ -288,7 +326,7 @@ pub(super) fn open_gap(a: &mut [u64; LEAF_CAP], i: usize, n: usize) {
 
 /// Moves `a[i + 1..n]` down one slot, over `a[i]`.
 #[inline]
-pub(super) fn close_gap(a: &mut [u64; LEAF_CAP], i: usize, n: usize) {
+fn close_gap(a: &mut [u64; LEAF_CAP], i: usize, n: usize) {
     if i + 1 < n {
         a.copy_within(i + 1..n, i);
     }
@@ -323,11 +361,88 @@ pub(super) fn max_of<const N: usize>(x: &[u64; N]) -> u64 {
     m[0].max(m[1]).max(m[2].max(m[3]))
 }
 
-/// Bit `i` set for each `x[i] >= min`, without branches: over whole
-/// arrays, whose slots past their node's `len` hold 0 (see `Leaf`), which
-/// no `min` of at least 1 counts. (Every block and every subtree is at
-/// least 1 long, so raising `min` to 1 changes no other bit.)
+/// A byte that orders lengths as they are ordered, coarsely: 0 for 0,
+/// else `4(e + 1) + m` for a length of `2^e` to `2^(e+1)` whose two bits
+/// below the top are `m`, at most 127 (every length from `2^31` on is
+/// 127). Monotone: `a <= b` gives `code(a) <= code(b)`, so a length whose
+/// code is below a request's is too short, and one whose code is at or
+/// above it may hold it (a length compare decides). Seven bits leave each
+/// byte's top bit free for [`may_reach`]'s compare.
 #[inline]
+pub(super) fn code(len: u64) -> u8 {
+    // `e + 1` is 64 - lz (0 for 0, with m 0: no branch for it).
+    let lz = len.leading_zeros();
+    // The two bits below the top, rotated to bits 0-1 (for e < 2 the
+    // rotation is to the left and brings in zeros below).
+    let m = len.rotate_right(61u32.wrapping_sub(lz) % 64) & 3;
+    (4 * u64::from(64 - lz) + m).min(127) as u8
+}
+
+/// Bit `i` set for each slot whose code (`codes[i]`, see [`code`]) is at
+/// least `min`'s: every slot whose length or maximum is at least `min`
+/// (`min` at least 1), and some a little shorter, which the caller
+/// rules out by the length itself. Sixteen byte compares in two words
+/// (each byte is below 128, so `(b | 0x80) - c` keeps its top bit exactly
+/// when `b >= c` and borrows from no other byte), the top bits then
+/// gathered by one multiply per word. Empty slots' code 0 is below every
+/// request's.
+#[inline]
+pub(super) fn may_reach<const N: usize>(codes: &[u8; N], min: u64) -> u64 {
+    const TOP: u64 = 0x8080_8080_8080_8080;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // Bit 8i moves to bit 56 + i; no two partial products share a bit.
+    const GATHER: u64 = 0x0102_0408_1020_4080;
+    let c = ONES * u64::from(code(min.max(1)));
+    let mut mask = 0;
+    for (h, word) in codes.chunks_exact(8).enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(word);
+        let top = ((u64::from_le_bytes(b) | TOP) - c) & TOP;
+        mask |= ((top >> 7).wrapping_mul(GATHER) >> 56) << (8 * h);
+    }
+    mask
+}
+
+/// Moves `codes[i..]` up one slot (the last drops off; slot `i` keeps its
+/// code, as `copy_within` leaves it).
+#[inline]
+pub(super) fn codes_opened<const N: usize>(codes: &mut [u8; N], i: usize) {
+    shift_codes(codes, i, true);
+}
+
+/// Moves `codes[i + 1..]` down one slot, over slot `i` (the last becomes
+/// 0).
+#[inline]
+pub(super) fn codes_closed<const N: usize>(codes: &mut [u8; N], i: usize) {
+    shift_codes(codes, i, false);
+}
+
+/// [`codes_opened`] (`up`) or [`codes_closed`]: for 16 slots one 128-bit
+/// shift rather than a byte copy.
+#[inline]
+fn shift_codes<const N: usize>(codes: &mut [u8; N], i: usize, up: bool) {
+    let Ok(b) = <[u8; 16]>::try_from(&codes[..]) else {
+        if up {
+            codes.copy_within(i..N - 1, i + 1);
+        } else {
+            codes.copy_within(i + 1..N, i);
+            codes[N - 1] = 0;
+        }
+        return;
+    };
+    let w = u128::from_le_bytes(b);
+    let low = (1u128 << (8 * i)) - 1;
+    let w = if up {
+        (w & low) | ((w & !low) << 8) | (w & (0xff << (8 * i)))
+    } else {
+        (w & low) | ((w >> 8) & !low)
+    };
+    codes.copy_from_slice(&w.to_le_bytes());
+}
+
+/// Bit `i` set for each `x[i] >= min` (`min` raised to 1): the exact
+/// answer [`may_reach`] must contain.
+#[cfg(test)]
 pub(super) fn at_least<const N: usize>(x: &[u64; N], min: u64) -> u64 {
     let min = min.max(1);
     let mut mask = 0;

@@ -5,8 +5,8 @@
 use crate::storage::Storage;
 use alloc::vec::Vec;
 
-use super::node::{at_least, child_end, last_below};
-use super::{BTree, Pos, LEAF_CAP, MAX_HEIGHT};
+use super::node::{child_end, last_below, may_reach};
+use super::{BTree, Pos, MAX_HEIGHT};
 use crate::tree::summary::{AlignSummary, Probe};
 
 /// A fit request: `size` bytes aligned to `2^k` in `[lo, hi)`.
@@ -108,6 +108,20 @@ pub(super) enum Scan {
     Miss,
     /// Nothing here or anywhere further in the search's direction.
     Stop,
+}
+
+/// The first slot among the candidates `cand` (from [`may_reach`]) whose
+/// length in `len` is at least `min`.
+#[inline]
+fn first_at_least<const N: usize>(mut cand: u64, len: &[u64; N], min: u64) -> Option<usize> {
+    while cand != 0 {
+        let i = cand.trailing_zeros() as usize;
+        if len[i] >= min {
+            return Some(i);
+        }
+        cand &= cand - 1;
+    }
+    None
 }
 
 /// The highest `a` with `a % align == 0`, `lo <= a` and `a + size <= hi`.
@@ -230,18 +244,17 @@ impl<S: Storage> BTree<S> {
         let mut id = self.root;
         for d in 0..self.height {
             let n = &self.inners[id as usize];
-            let m = at_least(&n.max, q.size);
-            if m == 0 {
+            let Some(c) = first_at_least(may_reach(&n.code, q.size), &n.max, q.size) else {
                 return Some(None);
-            }
-            let c = m.trailing_zeros() as usize;
+            };
             pos.node[d] = id;
             pos.slot[d] = c as u8;
             id = n.kid[c];
         }
         let l = &self.leaves[id as usize];
-        let i = at_least(&l.size, q.size).trailing_zeros() as usize;
-        debug_assert!(i < LEAF_CAP, "a child's maximum was long enough");
+        let i = first_at_least(may_reach(&l.code, q.size), &l.size, q.size);
+        debug_assert!(i.is_some(), "a child's maximum was long enough");
+        let i = i.unwrap_or(0);
         let s = l.start[i];
         debug_assert!(
             s & (q.align - 1) == 0,
@@ -309,7 +322,8 @@ impl<S: Storage> BTree<S> {
         // block too high to hold the request ends the whole search, but
         // is only noticed at a candidate (the next node's key catches it
         // otherwise).
-        let mut cand = at_least(&l.size, q.size);
+        // (A candidate too short fails `fit_in`.)
+        let mut cand = may_reach(&l.code, q.size);
         while cand != 0 {
             let i = cand.trailing_zeros() as usize;
             cand &= cand - 1;
@@ -376,7 +390,8 @@ impl<S: Storage> BTree<S> {
             // The maxima first, without a branch per child: they rule out
             // most children, and the keys (another cache line) are read
             // only for a candidate.
-            let mut cand = at_least(&n.max, q.size) >> c << c;
+            // (A candidate too short fails `may_hold`.)
+            let mut cand = may_reach(&n.code, q.size) >> c << c;
             while cand != 0 {
                 c = cand.trailing_zeros() as usize;
                 cand &= cand - 1;

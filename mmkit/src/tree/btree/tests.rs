@@ -794,7 +794,7 @@ fn reserve_makes_room_for_n_blocks_and_no_more_than_needed() {
         let mut t = BTree::new();
         t.reserve(n);
         let held = t.heap_bytes();
-        // About 42 bytes a block at the least occupancy (module docs):
+        // About 44 bytes a block at the least occupancy (module docs):
         // at most 48, plus a root leaf and a path of inner nodes.
         let bound = n * 48 + size_of_leaf() + MAX_HEIGHT * size_of_inner();
         assert!(held <= bound, "n {n}: {held} bytes held, bound {bound}");

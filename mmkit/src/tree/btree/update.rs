@@ -4,7 +4,7 @@
 
 use super::entry::{Agg, Change};
 use super::finger::{Neighbours, Next};
-use super::node::{close_gap, leaf_max, open_gap, EMPTY_LEAF};
+use super::node::{codes_closed, codes_opened, leaf_max, EMPTY_LEAF};
 use super::{BTree, Pos, FANOUT, INNER_MIN, LEAF_CAP, LEAF_MIN};
 use crate::storage::Storage;
 use crate::tree::summary::AlignSummary;
@@ -246,9 +246,7 @@ impl<S: Storage> BTree<S> {
         let l = &mut self.leaves[id as usize];
         let n = l.len as usize;
         if n < LEAF_CAP {
-            open_gap(&mut l.start, i, n);
-            open_gap(&mut l.size, i, n);
-            l.set(i, s, e);
+            l.insert(i, n, s, e);
             l.len += 1;
             if only_gained {
                 return self.gained(pos, i, s, e, false);
@@ -263,17 +261,17 @@ impl<S: Storage> BTree<S> {
         let rl = &mut self.leaves[r as usize];
         rl.start[..LEAF_CAP - half].copy_from_slice(&left.start[half..]);
         rl.size[..LEAF_CAP - half].copy_from_slice(&left.size[half..]);
+        rl.code[..LEAF_CAP - half].copy_from_slice(&left.code[half..]);
         rl.len = (LEAF_CAP - half) as u32;
         let ll = &mut self.leaves[id as usize];
         ll.len = half as u32;
         ll.start[half..].fill(u64::MAX);
         ll.size[half..].fill(0);
+        ll.code[half..].fill(0);
         let (target, j) = if i <= half { (id, i) } else { (r, i - half) };
         let t = &mut self.leaves[target as usize];
         let n = t.len as usize;
-        open_gap(&mut t.start, j, n);
-        open_gap(&mut t.size, j, n);
-        t.set(j, s, e);
+        t.insert(j, n, s, e);
         t.len += 1;
         self.insert_child(pos, self.height, r);
     }
@@ -344,12 +342,14 @@ impl<S: Storage> BTree<S> {
         qn.sum[..m].copy_from_slice(&from.sum[half..]);
         qn.kid[..m].copy_from_slice(&from.kid[half..]);
         qn.cls[..m].copy_from_slice(&from.cls[half..]);
+        qn.code[..m].copy_from_slice(&from.code[half..]);
         qn.len = m as u32;
         let pn = &mut self.inners[p as usize];
         pn.len = half as u32;
         pn.key[half..].fill(u64::MAX);
         pn.max[half..].fill(0);
         pn.cls[half..].fill(0);
+        pn.code[half..].fill(0);
         if c < half {
             self.inner_put(p, c + 1, right, ra);
         } else {
@@ -368,6 +368,7 @@ impl<S: Storage> BTree<S> {
         n.sum.copy_within(i..len, i + 1);
         n.kid.copy_within(i..len, i + 1);
         n.cls.copy_within(i..len, i + 1);
+        codes_opened(&mut n.code, i);
         n.kid[i] = kid;
         n.len += 1;
         self.set_entry(p, i, a);
@@ -382,6 +383,7 @@ impl<S: Storage> BTree<S> {
         n.sum.copy_within(i + 1..len, i);
         n.kid.copy_within(i + 1..len, i);
         n.cls.copy_within(i + 1..len, i);
+        codes_closed(&mut n.code, i);
         n.key[len - 1] = u64::MAX;
         n.max[len - 1] = 0;
         n.cls[len - 1] = 0;
@@ -406,9 +408,7 @@ impl<S: Storage> BTree<S> {
     pub(super) fn leaf_cut(&mut self, pos: &Pos) -> bool {
         let l = &mut self.leaves[pos.leaf as usize];
         let n = l.len as usize;
-        close_gap(&mut l.start, pos.at, n);
-        close_gap(&mut l.size, pos.at, n);
-        l.clear(n - 1);
+        l.take(pos.at, n);
         l.len -= 1;
         self.height == 0 || l.len as usize >= LEAF_MIN
     }
@@ -478,6 +478,7 @@ impl<S: Storage> BTree<S> {
             *l = EMPTY_LEAF;
             l.start[..to - from].copy_from_slice(&start[from..to]);
             l.size[..to - from].copy_from_slice(&size[from..to]);
+            l.recode();
             l.len = (to - from) as u32;
         }
         keep == total
@@ -489,11 +490,11 @@ impl<S: Storage> BTree<S> {
         let (na, nb) = (x.len as usize, y.len as usize);
         let total = na + nb;
         let keep = if total <= FANOUT { total } else { total / 2 };
-        let mut all = [(0u64, 0u64, AlignSummary::ZERO, 0u32, 0); 2 * FANOUT];
+        let mut all = [(0u64, 0u64, AlignSummary::ZERO, 0u32, 0, 0u8); 2 * FANOUT];
         let mut k = 0;
         for (n, len) in [(&x, na), (&y, nb)] {
             for i in 0..len {
-                all[k] = (n.key[i], n.max[i], n.sum[i], n.kid[i], n.cls[i]);
+                all[k] = (n.key[i], n.max[i], n.sum[i], n.kid[i], n.cls[i], n.code[i]);
                 k += 1;
             }
         }
@@ -502,9 +503,10 @@ impl<S: Storage> BTree<S> {
             n.key = [u64::MAX; FANOUT];
             n.max = [0; FANOUT];
             n.cls = [0; FANOUT];
+            n.code = [0; FANOUT];
             n.len = range.len() as u32;
             for (j, i) in range.enumerate() {
-                (n.key[j], n.max[j], n.sum[j], n.kid[j], n.cls[j]) = all[i];
+                (n.key[j], n.max[j], n.sum[j], n.kid[j], n.cls[j], n.code[j]) = all[i];
             }
         }
         keep == total
