@@ -27,7 +27,15 @@
 //! in CPU time. `alone` gives each thread an allocator of its own: the
 //! control, what the machine gives threads that share nothing. `nodes`
 //! also prints the acquisitions of each kind of lock that found it held
-//! ([`mmkit::nodes::NodesStats`]): which lock the threads share.
+//! ([`mmkit::nodes::NodesStats`]): which lock the threads share, and the
+//! pool misses, the free tree's lock per 10^6 allocations and the areas
+//! pooled at the end.
+//!
+//! `turns LOAD N TURN` runs two threads' loops (nodes 0 and 1) on one OS
+//! thread, each taking TURN pairs in turn, `N` pairs each, and prints what
+//! `nodes` prints but the times: the interleavings of two threads without
+//! a scheduler, the same counts on every run (with `--features lock-stats`,
+//! the free tree's lock acquisitions too).
 //!
 //! `flat` runs 5 rounds of the nodes and the share-nothing control at 1
 //! and then 2 threads and prints the nodes' 2-thread / 1-thread time in
@@ -122,21 +130,63 @@ impl Load {
     }
 }
 
+/// One thread's loop state: its random sizes and its own areas.
+struct Looper {
+    t: usize,
+    load: Load,
+    x: u64,
+    own: VecDeque<u64>,
+}
+
+impl Looper {
+    /// Thread `t`'s loop on `p`, its first 64 areas taken (none for `page`).
+    fn new(p: &dyn Pairs, t: usize, load: Load) -> Self {
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ t as u64;
+        let own = match load {
+            Load::Page => VecDeque::new(),
+            _ => (0..64).map(|_| load.alloc(p, t, &mut x)).collect(),
+        };
+        Looper { t, load, x, own }
+    }
+
+    /// One pair.
+    #[inline]
+    fn step(&mut self, p: &dyn Pairs) {
+        let t = self.t;
+        if self.load == Load::Page {
+            let a = p.alloc(t, black_box(PAGE), PAGE);
+            p.free_lazy(t, a);
+        } else {
+            p.free_lazy(t, self.own.pop_front().expect("64 areas"));
+            self.own.push_back(self.load.alloc(p, t, &mut self.x));
+        }
+    }
+}
+
 /// The loop callgrind counts: `n` pairs of `load` from thread `t`.
 #[inline(never)]
 fn run(p: &dyn Pairs, t: usize, load: Load, n: u64) {
-    let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ t as u64;
-    if load == Load::Page {
-        for _ in 0..n {
-            let a = p.alloc(t, black_box(PAGE), PAGE);
-            p.free_lazy(t, a);
+    let mut l = Looper::new(p, t, load);
+    for _ in 0..n {
+        l.step(p);
+    }
+}
+
+/// Two threads' loops on one OS thread, taking turns of `turn` pairs
+/// each (`n` pairs each in all): how two threads interleave, without a
+/// scheduler. Turns of one pair stand for two threads running at once
+/// at the same speed, long turns for a loaded machine's time slices.
+fn run_turns(p: &dyn Pairs, load: Load, n: u64, turn: u64) {
+    let mut ls = [Looper::new(p, 0, load), Looper::new(p, 1, load)];
+    let mut done = 0;
+    while done < n {
+        let k = turn.min(n - done);
+        for l in &mut ls {
+            for _ in 0..k {
+                l.step(p);
+            }
         }
-    } else {
-        let mut own: VecDeque<u64> = (0..64).map(|_| load.alloc(p, t, &mut x)).collect();
-        for _ in 0..n {
-            p.free_lazy(t, own.pop_front().expect("64 areas"));
-            own.push_back(load.alloc(p, t, &mut x));
-        }
+        done += k;
     }
 }
 
@@ -287,27 +337,37 @@ fn flat(load: Load, n: u64, fill: impl Fn(&dyn Pairs)) {
 /// Runs the nodes and prints, with the times, what the threads shared:
 /// the pool misses (each takes the free tree's lock), the purges, and
 /// the acquisitions of each kind of lock that found it held.
-fn run_nodes(threads: usize, load: Load, n: u64, fill: impl Fn(&dyn Pairs)) {
+fn run_nodes(threads: usize, fill: impl Fn(&dyn Pairs), go: impl FnOnce(&StdVmapNodes)) {
     let v = nodes(threads);
     fill(&v);
     let b = v.stats();
-    report(&run_threads(&v, threads, load, n));
+    go(&v);
     let s = v.stats();
+    let allocs = (s.hits + s.misses) - (b.hits + b.misses);
+    let per_m = |x: u64| x as f64 * 1e6 / allocs as f64;
     println!(
-        "pool misses {} of {} allocations, purges {}; acquisitions that found the lock held: \
-         nodes' {}, the free tree's {}, the purge lock's {}",
+        "pool misses {} of {allocs} allocations ({:.2}%), purges {}, pooled at the end {}; the \
+         free tree's lock taken \
+         {} times ({:.0} per 10^6 allocations; with lock-stats); acquisitions that found the \
+         lock held: nodes' {}, the free tree's {} ({:.0} per 10^6 allocations), the purge \
+         lock's {}",
         s.misses - b.misses,
-        (s.hits + s.misses) - (b.hits + b.misses),
+        per_m(s.misses - b.misses) / 1e4,
         s.purges - b.purges,
+        s.pooled,
+        s.tree_locks - b.tree_locks,
+        per_m(s.tree_locks - b.tree_locks),
         s.node_lock_waits - b.node_lock_waits,
         s.tree_lock_waits - b.tree_lock_waits,
+        per_m(s.tree_lock_waits - b.tree_lock_waits),
         s.purge_lock_waits - b.purge_lock_waits,
     );
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: nodes_pairs locked|alone|nodes|flat page|churn|mix N [THREADS]";
+    let usage = "usage: nodes_pairs locked|alone|nodes|flat page|churn|mix N [THREADS], \
+                 nodes_pairs turns page|churn|mix N TURN";
     let (kind, load, n, threads) = match args.as_slice() {
         [_, k, l, n] => (k.as_str(), l.as_str(), n.as_str(), "1"),
         [_, k, l, n, t] => (k.as_str(), l.as_str(), n.as_str(), t.as_str()),
@@ -340,7 +400,10 @@ fn main() {
             }
             report(&run_threads(&a, threads, load, n));
         }
-        "nodes" => run_nodes(threads, load, n, fill),
+        "nodes" => run_nodes(threads, fill, |v| {
+            report(&run_threads(v, threads, load, n));
+        }),
+        "turns" => run_nodes(2, fill, |v| run_turns(v, load, n, threads as u64)),
         "flat" => flat(load, n, fill),
         _ => panic!("{usage}"),
     }

@@ -35,6 +35,9 @@ pub struct NodesStats {
     pub tree_lock_waits: u64,
     /// Purges that found another purge running.
     pub purge_lock_waits: u64,
+    /// Acquisitions of the free tree's lock (with `lock-stats`, else 0):
+    /// what the nodes share, per allocation.
+    pub tree_locks: u64,
 }
 
 impl<R: lock_api::RawMutex> VmapNodes<R> {
@@ -82,10 +85,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             s.pooled += n.pooled;
         }
         s.purges = self.purger.0.lock().purges;
-        s.tree = self.global.0.lock().stats();
+        s.tree = self.global.0.lock_uncounted().stats();
         s.node_lock_waits = self.nodes.iter().map(|n| n.0.waits()).sum();
         s.tree_lock_waits = self.global.0.waits();
         s.purge_lock_waits = self.purger.0.waits();
+        s.tree_locks = self.global.0.taken();
         s
     }
 
@@ -126,11 +130,12 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             held.extend(n.lazy.iter().copied());
             ensure!(n.owed || n.flushed.is_none(), Structure @ i, "node {i}: flushed areas owed to no one");
             held.extend(n.flushed.iter().flat_map(|b| b.items.iter().copied()));
-            let pooled: usize = n.pools.iter().map(Vec::len).sum();
+            let pooled: usize = n.pools.iter().map(|p| p.areas.len()).sum();
             ensure!(pooled == n.pooled, Accounting @ i, "node {i}: {pooled} areas pooled, counted {}", n.pooled);
             for (k, p) in n.pools.iter().enumerate() {
+                ensure!(p.low <= p.areas.len(), Accounting @ i, "node {i}: pool {k} low {} over its {} areas", p.low, p.areas.len());
                 let size = (k as u64 + 1) * self.cfg.granule;
-                held.extend(p.iter().map(|&a| (a, a + size)));
+                held.extend(p.areas.iter().map(|&a| (a, a + size)));
             }
         }
         held.sort_unstable();

@@ -28,18 +28,33 @@
 //!   every other node owes its share (below).
 //! - `purge()`: takes every node's lazy list and calls the flush hook once
 //!   with the range covering them all; then each node *settles* its share:
-//!   its pools lose their oldest quarter (`len / 4` areas of each, as the
-//!   kernel's `decay_va_pool_node`), then take every flushed area of a
-//!   pooled size, however many: the decay alone bounds a pool, as in the
-//!   kernel. What is not pooled goes back to the free tree under one
-//!   global lock acquisition.
+//!   each pool loses its oldest areas, a quarter of the fewest it held
+//!   since its last decay (`low / 4`: areas no allocation needed all
+//!   along; the kernel's `decay_va_pool_node` takes `len / 4`), then the
+//!   pools take every flushed area of a pooled size, however many: the
+//!   decay alone bounds a pool, as in the kernel. What is not pooled goes
+//!   back to the free tree under one global lock acquisition.
+//! - A pool in use keeps what its allocations take back out: with the
+//!   kernel's `len / 4`, a pool that a loop empties and refills between
+//!   purges loses a quarter of its areas at each, and the loop's next
+//!   allocations of that size miss (take the free tree's lock, shared by
+//!   every node). The low-water mark decays only the surplus.
 //! - A purge started by a lazy free leaves each other node's share *owed*:
 //!   the node settles it under its own lock at its next allocation, so
 //!   the thread that purges writes no other node's pools (the cache lines
 //!   two threads would pass back and forth at every purge). A node that
-//!   has not allocated by the next purge is settled by that purge, so an
-//!   idle node's pools still decay, one purge late. `purge()`, `drain()`
-//!   and a failing allocation settle every node at once.
+//!   has not allocated by the next purge is settled by that purge.
+//!   `purge()`, `drain()` and a failing allocation settle every node at
+//!   once.
+//! - The decay of a purge a lazy free started is *earned*: a node's pools
+//!   lose their quarter only once the node's own lazy bytes flushed since
+//!   their last decay pass `lazy_max`. Each node's lazy list starts a
+//!   purge of every node, so with more threads freeing, purges come more
+//!   often; a decay at each would empty the pools of a thread that ran
+//!   less than the others (a preempted one, or one that waited for a
+//!   lock) and send its next allocations to the free tree. Earned, the
+//!   decay comes once per `lazy_max` of the node's own frees, as with one
+//!   thread. `purge()` decays every node.
 //! - `free(cpu, addr)`: as `free_lazy` then a purge of that area alone with
 //!   no flush (the caller vouches that no stale translation remains): it
 //!   goes to its node's pool, or back to the free tree.
@@ -63,8 +78,13 @@
 //! limit, as the kernel's; `free` pools without a purge, so there
 //! `pool_max` bounds a pool. The kernel's purging CPU settles every node
 //! (or, for a large purge, a worker on each node's CPU does); here a
-//! threshold purge leaves the other nodes' shares to them. The kernel's
-//! decay gives back a pool's newest areas, here the oldest. A misaligned
+//! threshold purge leaves the other nodes' shares to them. The kernel
+//! decays every node at every purge; here a threshold purge decays a
+//! node once per `lazy_max` of its own frees, so a node that stops
+//! freeing keeps its pools until `purge()`, `drain()` or a failing
+//! allocation. The kernel's decay gives back a quarter of a pool's
+//! areas, its newest; here a quarter of those it held unused since its
+//! last decay, its oldest. A misaligned
 //! newest area is a miss here; the kernel rotates it to the pool's tail.
 //!
 //! # Locks
@@ -165,8 +185,8 @@ struct Node {
     /// Lazily freed areas; past the configuration's `lazy_max`, every
     /// node is purged.
     lazy: LazyList<(u64, u64)>,
-    /// `pools[k]`: starts of free areas of `k + 1` granules, oldest first.
-    pools: Vec<Vec<u64>>,
+    /// `pools[k]`: free areas of `k + 1` granules.
+    pools: Vec<Pool>,
     /// The areas in `pools`: a purge skips the decay of a node that
     /// pools nothing (most nodes, on a machine of many CPUs and few
     /// threads) without reading its pools.
@@ -178,6 +198,13 @@ struct Node {
     owed: bool,
     /// This node's areas that purge flushed, not yet pooled or freed.
     flushed: Option<Batch<(u64, u64)>>,
+    /// The bytes of `flushed`.
+    flushed_bytes: u64,
+    /// Bytes of this node's lazy areas flushed since its pools last
+    /// decayed: a threshold purge decays them once this passes
+    /// `lazy_max`, so they decay once per `lazy_max` of the node's own
+    /// frees, however often other nodes purge.
+    undecayed: u64,
     /// An emptied lazy vector, for the lazy list's next batch: the lists
     /// allocate nothing in steady state.
     spare: Vec<(u64, u64)>,
@@ -186,6 +213,16 @@ struct Node {
     back: Vec<(u64, u64)>,
     hits: u64,
     misses: u64,
+}
+
+/// The free areas of one size a node keeps.
+#[derive(Debug, Clone, Default)]
+struct Pool {
+    /// Their starts, oldest first.
+    areas: Vec<u64>,
+    /// The fewest areas the pool held since its last decay: that many sat
+    /// unused all along, and the next decay takes a quarter of them.
+    low: usize,
 }
 
 /// A lock on its own cache lines: nodes share none.
@@ -266,10 +303,12 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             Padded(Lock::new(Node {
                 busy: BusyIndex::new(),
                 lazy: LazyList::new(cfg.lazy_max),
-                pools: vec![Vec::new(); cfg.classes],
+                pools: vec![Pool::default(); cfg.classes],
                 pooled: 0,
                 owed: false,
                 flushed: None,
+                flushed_bytes: 0,
+                undecayed: 0,
                 spare: Vec::new(),
                 back: Vec::new(),
                 hits: 0,
@@ -408,9 +447,11 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             self.settle_owed(&mut n);
         }
         if let Some(k) = self.class_of(size).filter(|_| poolable) {
-            if let Some(&a) = n.pools[k].last() {
+            let p = &mut n.pools[k];
+            if let Some(&a) = p.areas.last() {
                 if a & (align - 1) == 0 {
-                    n.pools[k].pop();
+                    p.areas.pop();
+                    p.low = p.low.min(p.areas.len());
                     n.pooled -= 1;
                     n.hits += 1;
                     n.busy.insert(a, a + size);
@@ -419,7 +460,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
             }
         }
         n.misses += 1;
-        let got = ask(&mut self.global.0.lock());
+        let got = ask(&mut self.global.0.lock_spinning());
         let a = match got {
             Err((true, _)) => {
                 // Pooled and lazy areas may hold the space: every node gives
@@ -428,7 +469,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
                 drop(n);
                 self.drain();
                 n = at.lock();
-                ask(&mut self.global.0.lock()).map_err(|e| e.1)?
+                ask(&mut self.global.0.lock_spinning()).map_err(|e| e.1)?
             }
             r => r.map_err(|e| e.1)?,
         };
@@ -578,8 +619,8 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     #[inline]
     fn pool(&self, n: &mut Node, s: u64, e: u64, max: usize) -> Option<(u64, u64)> {
         match self.class_of(e - s) {
-            Some(k) if n.pools[k].len() < max => {
-                n.pools[k].push(s);
+            Some(k) if n.pools[k].areas.len() < max => {
+                n.pools[k].areas.push(s);
                 n.pooled += 1;
                 None
             }
@@ -594,7 +635,7 @@ impl<R: lock_api::RawMutex> VmapNodes<R> {
     fn give_back<'a>(&self, lists: impl Iterator<Item = &'a [(u64, u64)]>) {
         let mut g = None;
         for areas in lists.filter(|l| !l.is_empty()) {
-            let g = g.get_or_insert_with(|| self.global.0.lock());
+            let g = g.get_or_insert_with(|| self.global.0.lock_spinning());
             let mut i = 0;
             while let Some(&(mut lo, mut hi)) = areas.get(i) {
                 let mut j = i + 1;

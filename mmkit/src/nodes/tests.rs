@@ -110,7 +110,7 @@ fn a_lazy_list_past_its_limit_purges_every_node_with_one_flush() {
 }
 
 #[test]
-fn a_node_that_does_not_settle_is_settled_by_the_next_purge() {
+fn a_node_decays_once_per_lazy_max_of_its_own_frees_whoever_purges() {
     let cfg = NodesConfig {
         nodes: 2,
         lazy_max: 4096,
@@ -122,19 +122,33 @@ fn a_node_that_does_not_settle_is_settled_by_the_next_purge() {
         v.free(0, a).unwrap(); // 8 pooled on node 0
     }
     let lazy = v.alloc(0, 8192, 4096).unwrap();
-    v.free_lazy(0, lazy).unwrap(); // past lazy_max: node 0 settles at once
-    assert_eq!(v.node_stats(0).pooled, 8 - 2 + 1);
-    // Node 1 purges three times; node 0 never allocates. The first purge
-    // leaves node 0's decay owed; each next one settles it (6 one-page
-    // areas lose 1, then 5 lose 1) and owes another.
-    let mut pooled = Vec::new();
-    for _ in 0..3 {
+    // Past lazy_max: node 0 decays at once, nothing (its pools held their
+    // 8 since no decay), and pools the 2 pages.
+    v.free_lazy(0, lazy).unwrap();
+    assert_eq!(v.node_stats(0).pooled, 8 + 1);
+    let purge_from_1 = || {
         let b = v.alloc(1, 8192, 4096).unwrap();
-        v.free_lazy(1, b).unwrap();
-        pooled.push(v.node_stats(0).pooled);
+        v.free_lazy(1, b).unwrap(); // past lazy_max on node 1
+        v.node_stats(0).pooled
+    };
+    // Node 1 purges; node 0, which frees nothing, keeps its pools.
+    let mut pooled: Vec<usize> = (0..3).map(|_| purge_from_1() as usize).collect();
+    // Node 0 takes a page from its pool and frees it lazily, twice; a
+    // purge of node 1's flushes it, the next settles it: the first 4096
+    // bytes (not past lazy_max) pool their page, the second 4096 decay
+    // the one-page pool first (7 held unused lose 1).
+    for _ in 0..2 {
+        let a = v.alloc(0, 4096, 4096).unwrap(); // a hit: 8 pooled
+        v.free_lazy(0, a).unwrap();
+        pooled.extend((0..2).map(|_| purge_from_1() as usize));
     }
-    assert_eq!(pooled, [7, 6, 5]);
-    assert_eq!(v.stats().purges, 4);
+    assert_eq!(pooled, [9, 9, 9, 8, 9, 8, 8]);
+    assert_eq!(v.stats().purges, 8);
+    // `purge` decays every node, whoever freed.
+    let b = v.alloc(1, 4096, 4096).unwrap();
+    v.free_lazy(1, b).unwrap();
+    assert!(v.purge());
+    assert_eq!(v.node_stats(0).pooled, 7);
     v.check().unwrap();
     v.drain();
     assert_eq!(v.stats().pooled + v.stats().lazy, 0);
@@ -211,7 +225,7 @@ fn a_purge_gives_back_adjacent_areas_as_one_block_counting_each() {
 }
 
 #[test]
-fn a_purge_decays_the_pools_then_pools_every_lazy_area_past_pool_max() {
+fn a_purge_decays_a_quarter_of_what_each_pool_held_unused_then_pools_past_pool_max() {
     let cfg = NodesConfig {
         nodes: 1,
         pool_max: 4,
@@ -227,26 +241,35 @@ fn a_purge_decays_the_pools_then_pools_every_lazy_area_past_pool_max() {
     for &a in &pages[5..105] {
         v.free_lazy(0, a).unwrap();
     }
-    // The 4 lose one (4 / 4), then all 100 lazy areas are pooled.
+    // No decay yet (the pool has held its 4 since no decay), then all 100
+    // lazy areas are pooled.
     assert!(v.purge());
-    assert_eq!(v.node_stats(0).pooled, 103);
-    // The next: 103 / 4 = 25 decayed, 3 pooled.
+    assert_eq!(v.node_stats(0).pooled, 104);
+    // The next: the 4 held since the last decay lose 1 (the 100 pooled
+    // after it are spared), 3 pooled.
     for &a in &pages[105..] {
         v.free_lazy(0, a).unwrap();
     }
     assert!(v.purge());
-    assert_eq!(v.node_stats(0).pooled, 81);
+    assert_eq!(v.node_stats(0).pooled, 106);
     v.check().unwrap();
     // A pool past `pool_max` takes no eager free; the newest pooled area
     // is the next hit.
     let hit = v.alloc(0, 4096, 4096).unwrap();
     assert_eq!(hit, pages[107]);
     v.free(0, hit).unwrap();
-    assert_eq!(v.node_stats(0).pooled, 80);
+    assert_eq!(v.node_stats(0).pooled, 105);
     // In the tree: 108 areas less the 2 eager frees that found the pool
-    // full and the 1 + 25 decayed.
+    // full and the 1 decayed.
     let s = v.stats();
-    assert_eq!((s.hits, s.tree.live_areas), (1, 108 - 2 - 26));
+    assert_eq!((s.hits, s.tree.live_areas), (1, 108 - 2 - 1));
+    // Hits take the pool down to 4: the next decay takes 4 / 4 = 1, not a
+    // quarter of the 103 it held at the last.
+    let taken: Vec<u64> = (0..101).map(|_| v.alloc(0, 4096, 4096).unwrap()).collect();
+    assert_eq!(v.node_stats(0).pooled, 4);
+    v.free_lazy(0, taken[0]).unwrap();
+    assert!(v.purge());
+    assert_eq!(v.node_stats(0).pooled, 4 - 1 + 1);
     v.check().unwrap();
 }
 
@@ -292,7 +315,7 @@ fn a_free_on_another_node_finds_the_owner_past_the_last_node() {
 
 #[cfg(all(feature = "lock-stats", feature = "std"))]
 #[test]
-fn a_lock_counts_the_acquisitions_that_found_it_held_and_no_others() {
+fn a_lock_counts_its_acquisitions_and_those_that_found_it_held() {
     let v = nodes(2);
     for cpu in 0..4 {
         let a = v.alloc(cpu, 4096, 4096).unwrap();
@@ -304,6 +327,9 @@ fn a_lock_counts_the_acquisitions_that_found_it_held_and_no_others() {
         (s.node_lock_waits, s.tree_lock_waits, s.purge_lock_waits),
         (0, 0, 0)
     );
+    // Four misses took the free tree's lock; the purge pooled all four
+    // areas and gave nothing back, and reading the counters counts none.
+    assert_eq!((s.tree_locks, v.stats().tree_locks), (4, 4));
     let held = v.nodes[1].0.lock();
     std::thread::scope(|t| {
         let other = t.spawn(|| v.alloc(1, 4096, 4096));
@@ -322,4 +348,26 @@ fn a_lock_counts_the_acquisitions_that_found_it_held_and_no_others() {
         (s.node_lock_waits, s.tree_lock_waits, s.purge_lock_waits),
         (1, 0, 0)
     );
+    assert_eq!(s.tree_locks, 4, "a pool hit takes no tree lock");
+    // A miss finds the free tree's lock held: counted, then it spins and
+    // (held past its spins) waits in the raw lock until it is let go.
+    let tree = v.global.0.lock_uncounted();
+    std::thread::scope(|t| {
+        let other = t.spawn(|| v.alloc(0, 8192, 4096));
+        let t0 = std::time::Instant::now();
+        while v.global.0.waits() == 0 {
+            assert!(t0.elapsed().as_secs() < 60, "the waiter was never counted");
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!other.is_finished(), "it took a held lock");
+        drop(tree);
+        assert_eq!(other.join().unwrap(), Ok(4 * 4096));
+    });
+    let s = v.stats();
+    assert_eq!(
+        (s.node_lock_waits, s.tree_lock_waits, s.tree_locks),
+        (1, 1, 5)
+    );
+    v.check().unwrap();
 }

@@ -16,11 +16,29 @@ struct MNode {
     live: BTreeMap<u64, u64>,
     lazy: Vec<(u64, u64)>,
     pools: BTreeMap<u64, Vec<u64>>,
+    /// By size: the fewest areas the pool held since its last decay (0
+    /// for a pool never decayed, or absent).
+    low: BTreeMap<u64, usize>,
     /// A threshold purge from another node left this node its share: a
     /// decay, then these areas to pool, at its next allocation.
     owed: Option<Vec<(u64, u64)>>,
+    /// Bytes of this node's lazy areas flushed since its pools last
+    /// decayed.
+    undecayed: u64,
     hits: u64,
     misses: u64,
+}
+
+/// How a node's share of a purge decays its pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MDecay {
+    /// All of every pool, and nothing pooled (a drain).
+    Full,
+    /// The oldest quarter of every pool (`purge()`).
+    Quarter,
+    /// The oldest quarter once the node's own flushed bytes since its last
+    /// decay pass `lazy_max` (a purge a lazy free started).
+    Earned,
 }
 
 #[derive(Debug, Clone)]
@@ -83,13 +101,17 @@ impl NodesModel {
         }
         let c = cpu % self.nodes.len();
         if let Some(owed) = self.nodes[c].owed.take() {
-            self.settle(c, owed, false);
+            self.settle(c, owed, MDecay::Earned);
         }
         if let Some(k) = self.class(size) {
             let n = &mut self.nodes[c];
             if let Some(&a) = n.pools.get(&k).and_then(|p| p.last()) {
                 if a % align == 0 {
-                    n.pools.get_mut(&k).unwrap().pop();
+                    let p = n.pools.get_mut(&k).unwrap();
+                    p.pop();
+                    let len = p.len();
+                    let low = n.low.entry(k).or_default();
+                    *low = (*low).min(len);
                     n.hits += 1;
                     n.live.insert(a, a + size);
                     return Ok(a);
@@ -169,29 +191,51 @@ impl NodesModel {
         if !any && !full {
             return false;
         }
+        let (owed_decay, decay) = match (full, caller) {
+            (true, _) => (MDecay::Full, MDecay::Full),
+            (false, None) => (MDecay::Earned, MDecay::Quarter),
+            (false, Some(_)) => (MDecay::Earned, MDecay::Earned),
+        };
         for (i, batch) in batches.into_iter().enumerate() {
             if let Some(owed) = self.nodes[i].owed.take() {
-                self.settle(i, owed, full);
+                self.settle(i, owed, owed_decay);
             }
             match caller {
                 Some(c) if c != i => self.nodes[i].owed = Some(batch),
-                _ => self.settle(i, batch, full),
+                _ => self.settle(i, batch, decay),
             }
         }
         any
     }
 
-    /// Node `i`'s share of a purge: its pools lose their oldest quarter
-    /// (all on a drain), then take every area of `batch` of a pooled
-    /// size, however many (none on a drain).
-    fn settle(&mut self, i: usize, batch: Vec<(u64, u64)>, full: bool) {
+    /// Node `i`'s share of a purge: each pool loses the oldest quarter of
+    /// the fewest areas it held since its last decay (all on a drain; an
+    /// earned decay only past `lazy_max` bytes flushed since the last),
+    /// then the pools take every area of `batch` of a pooled size,
+    /// however many (none on a drain).
+    fn settle(&mut self, i: usize, batch: Vec<(u64, u64)>, decay: MDecay) {
         let g = self.cfg.granule;
-        let pools = std::mem::take(&mut self.nodes[i].pools);
+        let full = decay == MDecay::Full;
+        let n = &mut self.nodes[i];
+        n.undecayed += batch.iter().map(|(s, e)| e - s).sum::<u64>();
+        let decays = decay != MDecay::Earned || n.undecayed > self.cfg.lazy_max;
+        if decays {
+            n.undecayed = 0;
+        }
+        let pools = std::mem::take(&mut n.pools);
         let mut kept = BTreeMap::new();
         for (k, mut p) in pools {
-            let d = if full { p.len() } else { p.len() / 4 };
+            let low = self.nodes[i].low.get(&k).copied().unwrap_or(0);
+            let d = match (decays, full) {
+                (false, _) => 0,
+                (true, true) => p.len(),
+                (true, false) => low / 4,
+            };
             for a in p.drain(..d) {
                 self.tree_free(a, a + k * g);
+            }
+            if decays {
+                self.nodes[i].low.insert(k, p.len());
             }
             kept.insert(k, p);
         }
