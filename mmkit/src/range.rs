@@ -161,10 +161,7 @@ pub trait RangeAllocator {
     /// assert_eq!(va.free_batch(&[(a, a + 0x1000)]), Err((0, FreeError::NotAllocated)));
     /// ```
     fn free_batch(&mut self, areas: &[(u64, u64)]) -> Result<(), (usize, FreeError)> {
-        for (i, &(s, _)) in areas.iter().enumerate() {
-            self.free(s).map_err(|e| (i, e))?;
-        }
-        Ok(())
+        free_each(self, areas)
     }
 
     /// Releases the live area that starts at `addr` lazily and returns its
@@ -278,6 +275,19 @@ pub(crate) fn alloc_with_purge_retry<A: RangeAllocator>(
         }
     }
     Err(AllocError::NoSpace)
+}
+
+/// [`RangeAllocator::free_batch`] as one [`free`](RangeAllocator::free)
+/// of each area's start: the default, and an allocator's own where it
+/// cannot join runs.
+pub(crate) fn free_each<A: RangeAllocator + ?Sized>(
+    a: &mut A,
+    areas: &[(u64, u64)],
+) -> Result<(), (usize, FreeError)> {
+    for (i, &(s, _)) in areas.iter().enumerate() {
+        a.free(s).map_err(|e| (i, e))?;
+    }
+    Ok(())
 }
 
 /// Purges through the allocator's installed flush hook (`hook` names the

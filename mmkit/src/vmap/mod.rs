@@ -377,9 +377,7 @@ where
                 .busy
                 .remove_probed_if(s, self.busy.probe(s), |end| end == e);
             if !matches!(taken, Some(Ok(_))) {
-                if let Some((rs, re)) = run {
-                    self.merge_or_add(rs, re);
-                }
+                self.end_run(run);
                 let err = match taken {
                     Some(_) => FreeError::SizeMismatch,
                     None => FreeError::NotAllocated,
@@ -390,10 +388,17 @@ where
             self.live_count -= 1;
             self.join_run(&mut run, s, e);
         }
+        self.end_run(run);
+        Ok(())
+    }
+
+    /// Returns the run [`join_run`](Self::join_run) built, if any, to
+    /// free space.
+    #[inline]
+    fn end_run(&mut self, run: Option<(u64, u64)>) {
         if let Some((rs, re)) = run {
             self.merge_or_add(rs, re);
         }
-        Ok(())
     }
 
     /// Adds `[s, e)` to `run` when it touches it (above or below);
@@ -743,10 +748,7 @@ impl RangeAllocator {
     fn free_batch(&mut self, areas: &[(u64, u64)]) -> Result<(), (usize, FreeError)> {
         crate::debug_check!(self);
         if !self.joins_batches() {
-            for (i, &(s, _)) in areas.iter().enumerate() {
-                self.free(s).map_err(|e| (i, e))?;
-            }
-            return Ok(());
+            return crate::range::free_each(self, areas);
         }
         self.free_joined(areas)
     }
@@ -782,9 +784,7 @@ impl RangeAllocator {
         for &(s, e) in areas.iter().rev() {
             self.join_run(&mut run, s, e);
         }
-        if let Some((rs, re)) = run {
-            self.merge_or_add(rs, re);
-        }
+        self.end_run(run);
         areas.clear();
         self.lazy.recycle(areas); // keep the capacity: no allocation next time
                                   // One flush covers the whole batch. It runs last: nothing can reuse
