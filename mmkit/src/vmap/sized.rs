@@ -219,6 +219,7 @@ where
     /// free blocks around it. `descend` finds the neighbours for an eager
     /// release (the home bucket read first, as `free` reads it); without a
     /// busy index the check needs them anyway.
+    #[inline(always)]
     fn take_sized(&mut self, addr: u64, end: u64, descend: bool) -> Result<(), FreeError> {
         if self.indexed {
             let probe = self.busy.probe(addr);
