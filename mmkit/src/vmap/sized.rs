@@ -256,6 +256,7 @@ where
     /// must not overlap a free block (the tree's beside it, `self.nb`,
     /// found for `addr` with nothing pending, or an isolated one) nor
     /// exceed the live bytes.
+    #[inline(always)]
     fn trusted(&self, addr: u64, end: u64) -> Result<(), FreeError> {
         let nb = &self.nb;
         let overlaps = nb.prev.is_some_and(|p| p.1 > addr)
