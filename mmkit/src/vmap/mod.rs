@@ -350,6 +350,7 @@ where
 
     /// Cuts `[a, a + size)` out of the free block at `pos`, per its
     /// [`FitType`], as the search found it (no second descent).
+    #[inline(always)]
     fn clip(&mut self, pos: &Pos, a: u64, size: u64) {
         let (s, e) = self.free.get(pos);
         match FitType::classify(s, e, a, size) {
