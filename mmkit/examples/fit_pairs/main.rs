@@ -4,7 +4,9 @@
 //!
 //! `fit_pairs lowest|best|sized|best-sized WORKLOAD N PAIRS`: `sized` and
 //! `best-sized` keep no busy index and free with `free_sized`, as the
-//! bench's `mmkit-sized` row. The set-up (N live areas, or N holes for the
+//! bench's `mmkit-sized` row. Each allocates through the call its bench
+//! row makes: `alloc(size, align)` for lowest fit, `allocate` with a
+//! best-fit request for best fit. The set-up (N live areas, or N holes for the
 //! holes workloads) is not counted; `run` is:
 //!
 //! ```text
