@@ -85,7 +85,9 @@
 //! `of_subtree` read straight from the node's arrays, bit for bit (proptests
 //! again), in `i16` lanes that SSE2 takes the minimum of in one instruction:
 //! independent lanes, where folding the children with the SWAR combine is
-//! one long dependency chain.
+//! one long dependency chain. A child's ten fields reach their lanes by
+//! three multiplications, each placing several fields at once
+//! (`class_lanes`).
 
 /// Alignment classes stored above the granule.
 pub const CLASSES: u32 = 10;
