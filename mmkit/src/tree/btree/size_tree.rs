@@ -181,6 +181,52 @@ enum Search {
     Missed(Option<u64>),
 }
 
+/// The lowest `n` bits.
+#[inline]
+fn low_bits(n: usize) -> u32 {
+    ((1u64 << n) - 1) as u32
+}
+
+/// One bit per slot of `nd` whose lane admits `ask` (every slot when no
+/// lane bounds it), read in one pass with no branch per slot.
+#[inline]
+fn lanes_at_least(nd: &Inner, ask: &Ask) -> u32 {
+    if ask.j == 0 {
+        return !0;
+    }
+    let at = (ask.j - 1) * LANE_BITS;
+    nd.sum.iter().enumerate().fold(0, |m, (c, b)| {
+        let ok = (b.to_bits() >> at) & UNBOUNDED >= ask.need;
+        m | u32::from(ok) << c
+    })
+}
+
+/// [`SizeTree::first_fit`] in leaf `l`, from `from` or (`None`) its first
+/// entry: only the first entry that holds the request is compared with
+/// the bound.
+#[inline]
+fn leaf_search(l: &Leaf, from: Option<Key>, ask: &Ask) -> Search {
+    let at = from.map_or(0, |f| lower_bound(l, f));
+    let mask = (1u64 << ask.k) - 1;
+    for i in at..l.count() {
+        let (s, len) = (l.start[i], l.size[i]);
+        let a = s.wrapping_add(mask) & !mask;
+        let e = s.saturating_add(len);
+        // `a >= s`: no wrap past the top; `e >= a`: a start inside.
+        if (a >= s) & (e >= a) & (e.wrapping_sub(a) >= ask.size) {
+            return match (len, s) < ask.bound {
+                true => Search::Found((len, s)),
+                false => Search::Stopped,
+            };
+        }
+    }
+    if !ask.own {
+        return Search::Missed(None);
+    }
+    let most = (0..l.count()).fold(0, |m, i| m.max(usable_of(ask.k, l.get(i))));
+    Search::Missed(Some(code(up(most, ask.g))))
+}
+
 /// The way from the root to a leaf: node and child slot per inner level.
 struct Path {
     node: [u32; MAX_HEIGHT],
@@ -742,29 +788,16 @@ impl SizeTree {
         ask: &Ask,
     ) -> Search {
         if d == self.height() {
-            let l = &leaves[id as usize];
-            let at = from.map_or(0, |f| lower_bound(l, f));
-            let mut most = 0;
-            for i in at..l.count() {
-                let e = l.get(i);
-                if e >= ask.bound {
-                    return Search::Stopped;
-                }
-                let u = usable_of(ask.k, e);
-                if u >= ask.size {
-                    return Search::Found(e);
-                }
-                most = most.max(u);
-            }
-            if !ask.own {
-                return Search::Missed(None);
-            }
-            let most = (0..at).fold(most, |m, i| m.max(usable_of(ask.k, l.get(i))));
-            return Search::Missed(Some(code(up(most, ask.g))));
+            return leaf_search(&leaves[id as usize], from, ask);
         }
         let n = inners[id as usize].count();
         let c0 = from.map_or(0, |f| child_for(&inners[id as usize], f));
-        for c in c0..n {
+        // Every child from `c0` whose lane admits the request, one bit
+        // each: the loop below visits only these.
+        let mut cand = lanes_at_least(&inners[id as usize], ask) & (!0u32 << c0) & low_bits(n);
+        while cand != 0 {
+            let c = cand.trailing_zeros() as usize;
+            cand &= cand - 1;
             let (first, kid, m) = inners[id as usize].get(c);
             if c > c0 && first >= ask.bound {
                 return Search::Stopped;
@@ -774,7 +807,7 @@ impl SizeTree {
                 true => inners[id as usize].max[c + 1],
                 false => top,
             };
-            if longest < ask.size || (ask.j != 0 && lane(m, ask.j) < ask.need) {
+            if longest < ask.size {
                 continue;
             }
             let inside = if c == c0 { from } else { None };
