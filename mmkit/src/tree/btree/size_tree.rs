@@ -432,17 +432,21 @@ impl SizeTree {
 
     /// Keeps lanes in granules of `2^g` from now on (see the module
     /// docs), computing them for the entries held; a tree that keeps lanes
-    /// already is left as it is.
+    /// in granules of `2^g` or finer is left as it is. Lanes kept in
+    /// coarser granules are computed again at `2^g`: a coarse granule
+    /// rounds each usable length up to a whole granule, and the bounds
+    /// would admit subtrees that cannot hold a request at the finer
+    /// alignments.
     ///
     /// # Complexity
-    /// O(n) the first time.
+    /// O(n) the first time and each time `g` falls (at most once a bit).
     pub(super) fn keep_lanes<S: Storage>(
         &mut self,
         leaves: &Pool<Leaf, S>,
         inners: &mut Pool<Inner, S>,
         g: u32,
     ) {
-        if self.lanes == 0 {
+        if self.lanes == 0 || self.granule() > g {
             self.lanes = g as u16 + 1;
             self.relane(leaves, inners, self.root, 0);
         }
@@ -1188,6 +1192,47 @@ mod tests {
                 .collect();
             run_aligned(lanes_from.min(all.len() - 1), &all, &probes)?;
         }
+    }
+
+    /// Lanes kept at a coarse granule are computed again at a finer one,
+    /// and come out exact there: in granules of 2^14, `[0x1000, 0x9000)`
+    /// ends in the granule after the one at 0x8000 and seems to hold a
+    /// whole one aligned to 2^15; in granules of 2^12 it holds 0x1000
+    /// there. A granule the tree keeps already, or a coarser one, changes
+    /// nothing.
+    #[test]
+    fn lanes_follow_a_falling_granule() {
+        let mut leaves = Pool::<Leaf, Heap>::new();
+        let mut inners = Pool::<Inner, Heap>::new();
+        let mut t = SizeTree::new(&mut leaves);
+        for i in 0..400u64 {
+            t.insert(&mut leaves, &mut inners, (0x8000, 0x1000 + (i << 16)));
+        }
+        assert!(t.height() >= 1);
+        t.keep_lanes(&leaves, &mut inners, 14);
+        let root_lanes = |t: &SizeTree, inners: &Pool<Inner, Heap>| {
+            let n = &inners[t.root as usize];
+            (0..n.count()).fold(0, |m, c| lane_max(m, n.bound(c)))
+        };
+        assert_eq!(lane(root_lanes(&t, &inners), 1), 1, "rounded up at 2^14");
+        t.keep_lanes(&leaves, &mut inners, 12);
+        assert_eq!(t.granule(), 12);
+        // In granules of 2^12: 7 of them from 0x2000 and 1 from 0x8000.
+        let m = root_lanes(&t, &inners);
+        assert_eq!((lane(m, 1), lane(m, 3)), (7, 1));
+        t.keep_lanes(&leaves, &mut inners, 13);
+        assert_eq!(t.granule(), 12);
+        t.check(&leaves, &inners).unwrap();
+        assert_eq!(
+            t.first_fit(
+                &leaves,
+                &mut inners,
+                (0x2000, 0),
+                (0x2000, 15),
+                (u64::MAX, u64::MAX)
+            ),
+            None
+        );
     }
 
     /// Removing every entry in ascending order collapses the tree to its
