@@ -24,7 +24,16 @@
 //! alignment above the last lane's is bounded by it. An insert raises the
 //! lanes along its path, a removal leaves them; a search that finds
 //! nothing in a subtree lowers the lane it read to what the subtree holds,
-//! so the next search does not go in again.
+//! so the next search does not go in again. In a node, the search reads
+//! its lane of every child in one pass into a mask of the children that
+//! may hold the request and goes into those in order; in a leaf it stops
+//! at the first entry that holds it.
+//!
+//! The granule follows the address tree's floor: when the floor falls
+//! below it, the next aligned search computes the lanes again at the
+//! floor. A coarser granule rounds each usable length up to whole
+//! granules, and its bounds would send searches into subtrees that hold
+//! nothing at the finer alignments.
 //!
 //! ```text
 //!   inner with lanes:  max[i], key[i]   child i's first entry
