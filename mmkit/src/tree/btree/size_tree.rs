@@ -1244,6 +1244,36 @@ mod tests {
         );
     }
 
+    /// The bound is exclusive: an entry that holds the request but equals
+    /// the bound is not found, the one below it is, in a leaf and through
+    /// inner nodes.
+    #[test]
+    fn an_entry_at_the_bound_is_not_below_it() {
+        let mut leaves = Pool::<Leaf, Heap>::new();
+        let mut inners = Pool::<Inner, Heap>::new();
+        let mut t = SizeTree::new(&mut leaves);
+        for i in 0..300u64 {
+            t.insert(&mut leaves, &mut inners, (0x4000, i << 16));
+        }
+        assert!(t.height() >= 1);
+        t.keep_lanes(&leaves, &mut inners, 12);
+        let fit = |t: &SizeTree, leaves: &Pool<Leaf, Heap>, inners: &mut Pool<Inner, Heap>, b| {
+            t.first_fit(leaves, inners, (0x4000, 0), (0x4000, 16), b)
+        };
+        assert_eq!(fit(&t, &leaves, &mut inners, (0x4000, 0)), None);
+        assert_eq!(
+            fit(&t, &leaves, &mut inners, (0x4000, 1)),
+            Some((0x4000, 0))
+        );
+        t.remove(&mut leaves, &mut inners, (0x4000, 0));
+        let next = (0x4000, 1 << 16);
+        assert_eq!(fit(&t, &leaves, &mut inners, next), None);
+        assert_eq!(
+            fit(&t, &leaves, &mut inners, (0x4000, next.1 + 1)),
+            Some(next)
+        );
+    }
+
     /// Removing every entry in ascending order collapses the tree to its
     /// root leaf, its nodes back in the pools.
     #[test]
