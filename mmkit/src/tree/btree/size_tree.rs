@@ -1203,6 +1203,18 @@ mod tests {
         }
     }
 
+    /// A size tree of `keys` (distinct), with inner nodes, and its pools.
+    fn tree_of(keys: impl Iterator<Item = Key>) -> (SizeTree, Pool<Leaf, Heap>, Pool<Inner, Heap>) {
+        let mut leaves = Pool::<Leaf, Heap>::new();
+        let mut inners = Pool::<Inner, Heap>::new();
+        let mut t = SizeTree::new(&mut leaves);
+        for k in keys {
+            t.insert(&mut leaves, &mut inners, k);
+        }
+        assert!(t.height() >= 1);
+        (t, leaves, inners)
+    }
+
     /// Lanes kept at a coarse granule are computed again at a finer one,
     /// and come out exact there: in granules of 2^14, `[0x1000, 0x9000)`
     /// ends in the granule after the one at 0x8000 and seems to hold a
@@ -1211,13 +1223,8 @@ mod tests {
     /// nothing.
     #[test]
     fn lanes_follow_a_falling_granule() {
-        let mut leaves = Pool::<Leaf, Heap>::new();
-        let mut inners = Pool::<Inner, Heap>::new();
-        let mut t = SizeTree::new(&mut leaves);
-        for i in 0..400u64 {
-            t.insert(&mut leaves, &mut inners, (0x8000, 0x1000 + (i << 16)));
-        }
-        assert!(t.height() >= 1);
+        let (mut t, leaves, mut inners) =
+            tree_of((0..400u64).map(|i| (0x8000, 0x1000 + (i << 16))));
         t.keep_lanes(&leaves, &mut inners, 14);
         let root_lanes = |t: &SizeTree, inners: &Pool<Inner, Heap>| {
             let n = &inners[t.root as usize];
@@ -1249,13 +1256,7 @@ mod tests {
     /// inner nodes.
     #[test]
     fn an_entry_at_the_bound_is_not_below_it() {
-        let mut leaves = Pool::<Leaf, Heap>::new();
-        let mut inners = Pool::<Inner, Heap>::new();
-        let mut t = SizeTree::new(&mut leaves);
-        for i in 0..300u64 {
-            t.insert(&mut leaves, &mut inners, (0x4000, i << 16));
-        }
-        assert!(t.height() >= 1);
+        let (mut t, mut leaves, mut inners) = tree_of((0..300u64).map(|i| (0x4000, i << 16)));
         t.keep_lanes(&leaves, &mut inners, 12);
         let fit = |t: &SizeTree, leaves: &Pool<Leaf, Heap>, inners: &mut Pool<Inner, Heap>, b| {
             t.first_fit(leaves, inners, (0x4000, 0), (0x4000, 16), b)
