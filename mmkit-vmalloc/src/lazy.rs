@@ -13,7 +13,7 @@
 use alloc::vec::Vec;
 
 use mmkit::lazy::{self, Extent};
-use mmkit::range::RangeAllocator;
+use mmkit::range::{Detached, RangeAllocator};
 
 use super::maps::{AreaData, Vmalloc, HISTORY};
 use super::{Flush, Mmu, Refused, VmError, PAGE};
@@ -37,12 +37,10 @@ pub struct Retired<A> {
     pub span: u64,
     /// What it held.
     pub what: Gone<A>,
-}
-
-impl<A> Retired<A> {
-    pub(crate) fn new(start: u64, span: u64, what: Gone<A>) -> Self {
-        Retired { start, span, what }
-    }
+    /// The range, detached from the range allocator's live areas at the
+    /// free (a range whole, not grown in place by pieces); released to it
+    /// by the purge that flushes it.
+    pub(crate) detached: Option<Detached>,
 }
 
 impl<A> Extent for Retired<A> {
@@ -99,6 +97,27 @@ pub(crate) fn lazy_max(flush: Flush) -> u64 {
 }
 
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
+    /// The freed range `[start, start + span)` that held `what`, a range
+    /// of ours out of the books: detached from the range allocator when
+    /// it holds it whole, so that its purge only merges it (and the range
+    /// allocator itself refuses a second free of it from now on).
+    pub(crate) fn detach_retired(&mut self, start: u64, span: u64, what: Gone<A>) -> Retired<A> {
+        let whole = !matches!(&what, Gone::Area(a) if !a.pieces().is_empty());
+        let detached = if whole {
+            let d = self.range.detach(start, start + span);
+            debug_assert!(d.is_ok(), "detaching our own range {start:#x}: {d:?}");
+            d.ok()
+        } else {
+            None
+        };
+        Retired {
+            start,
+            span,
+            what,
+            detached,
+        }
+    }
+
     /// Frees the reserved range `[start, start + span)` that held `what`
     /// (an area [`take`](Self::take)n out of the books, or one a failed map
     /// reached): clears it, then flushes it now (eager policy, or `now`)
@@ -145,7 +164,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         if matches!(what, Gone::Area(_)) {
             mmu.clear(start, span / PAGE);
         }
-        let r = Retired::new(start, span, what);
+        let r = self.detach_retired(start, span, what);
         let eager = self.flush == Flush::Eager;
         if when == When::Deferred || (when == When::Policy && !eager) {
             let due = self.retiring.push(r);
@@ -196,17 +215,22 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     }
 
     /// Counts the flush `p` reports and frees the ranges it released (and
-    /// their pieces); returns them. The ranges go back to the range
-    /// allocator in one batch, in the order they were freed, so that
+    /// their pieces); returns them. The detached ranges go back to the
+    /// range allocator in one batch, in the order they were freed, so that
     /// ranges freed one after another, side by side, join before they
     /// reach its free space.
-    fn settle(&mut self, p: lazy::Purged<Retired<A>>) -> Vec<Released<A>> {
+    fn settle(&mut self, mut p: lazy::Purged<Retired<A>>) -> Vec<Released<A>> {
         let (lo, hi) = p.span;
         self.stats.flushes += 1;
         self.stats.pages_flushed += (hi - lo) / PAGE;
         self.stats.refusals += p.refused;
-        let mut whole: Vec<(u64, u64)> = Vec::with_capacity(p.released.len());
-        for r in &p.released {
+        let mut detached: Vec<Detached> = Vec::with_capacity(p.released.len());
+        let mut whole: Vec<(u64, u64)> = Vec::new();
+        for r in &mut p.released {
+            if let Some(d) = r.detached.take() {
+                detached.push(d);
+                continue;
+            }
             match &r.what {
                 Gone::Area(a) if !a.pieces().is_empty() => {
                     // Grown in place: the range and each piece are areas of
@@ -221,6 +245,8 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
                 _ => whole.push((r.start, r.start + r.span)),
             }
         }
+        let released = self.range.release_detached(&mut detached);
+        debug_assert!(released.is_ok(), "releasing our own ranges: {released:?}");
         self.free_whole(&whole);
         // The history keeps the last HISTORY: older ones would be overwritten.
         let skip = p.released.len().saturating_sub(HISTORY);
