@@ -216,7 +216,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
 
     /// Counts the flush `p` reports and frees the ranges it released (and
     /// their pieces); returns them. The detached ranges go back to the
-    /// range allocator in one batch, in the order they were freed, so that
+    /// range allocator in one pass, in the order they were freed, so that
     /// ranges freed one after another, side by side, join before they
     /// reach its free space.
     fn settle(&mut self, mut p: lazy::Purged<Retired<A>>) -> Vec<Released<A>> {
@@ -224,30 +224,31 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         self.stats.flushes += 1;
         self.stats.pages_flushed += (hi - lo) / PAGE;
         self.stats.refusals += p.refused;
-        let mut detached: Vec<Detached> = Vec::with_capacity(p.released.len());
-        let mut whole: Vec<(u64, u64)> = Vec::new();
-        for r in &mut p.released {
-            if let Some(d) = r.detached.take() {
-                detached.push(d);
-                continue;
+        // Ranges still live in the range allocator (grown in place, each
+        // piece an area of its own), by their place in the list.
+        let mut live: Vec<usize> = Vec::new();
+        let mut handles = p.released.iter_mut().enumerate().filter_map(|(i, r)| {
+            let d = r.detached.take();
+            if d.is_none() {
+                live.push(i);
             }
-            match &r.what {
-                Gone::Area(a) if !a.pieces().is_empty() => {
-                    // Grown in place: the range and each piece are areas of
-                    // their own in the range allocator.
-                    let freed = self.range.free(r.start);
-                    debug_assert!(freed.is_ok(), "freeing our own range {:#x}", r.start);
-                    for &piece in a.pieces() {
-                        let freed = self.range.free(piece);
-                        debug_assert!(freed.is_ok(), "freeing our own piece {piece:#x}");
-                    }
+            d
+        });
+        while let Err((d, e)) = self.range.release_detached(&mut handles) {
+            debug_assert!(false, "releasing our own range {:#x}: {e:?}", d.start());
+            let _ = self.range.free(d.start());
+        }
+        for &i in &live {
+            let r = &p.released[i];
+            let freed = self.range.free(r.start);
+            debug_assert!(freed.is_ok(), "freeing our own range {:#x}", r.start);
+            if let Gone::Area(a) = &r.what {
+                for &piece in a.pieces() {
+                    let freed = self.range.free(piece);
+                    debug_assert!(freed.is_ok(), "freeing our own piece {piece:#x}");
                 }
-                _ => whole.push((r.start, r.start + r.span)),
             }
         }
-        let released = self.range.release_detached(&mut detached);
-        debug_assert!(released.is_ok(), "releasing our own ranges: {released:?}");
-        self.free_whole(&whole);
         // The history keeps the last HISTORY: older ones would be overwritten.
         let skip = p.released.len().saturating_sub(HISTORY);
         for r in &p.released[skip..] {
@@ -255,18 +256,6 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         }
         self.stats.released += p.released.len() as u64;
         p.released
-    }
-
-    /// Frees `whole`, ranges of ours that the range allocator holds as
-    /// areas of exactly those extents, as one batch.
-    fn free_whole(&mut self, whole: &[(u64, u64)]) {
-        let mut rest = whole;
-        while let Err((i, e)) = self.range.free_batch(rest) {
-            debug_assert!(false, "freeing our own range {:#x}: {e:?}", rest[i].0);
-            // Not of the extent the layer knows: freed by its start alone.
-            let _ = self.range.free(rest[i].0);
-            rest = &rest[i + 1..];
-        }
     }
 
     /// Records `[start, end)` as released lately, for fault reports.

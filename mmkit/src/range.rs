@@ -20,8 +20,6 @@
 //!   lazily freed bytes exceed `lazy_max`, and once before an allocation
 //!   would fail with [`AllocError::NoSpace`] (the allocation is then retried).
 
-use alloc::vec::Vec;
-
 use crate::error::{AllocError, CheckError, FreeError};
 
 /// The kernel's default lazy purge threshold for one CPU:
@@ -247,9 +245,7 @@ pub trait RangeAllocator {
     /// let d = va.detach(a, a + 0x1000).unwrap();
     /// assert_eq!(va.free(a), Err(FreeError::NotAllocated)); // not live
     /// assert_eq!(va.alloc(0x1000, 1), Ok(0x1000)); // nor free
-    /// let mut batch = vec![d];
-    /// assert_eq!(va.release_detached(&mut batch), Ok(()));
-    /// assert!(batch.is_empty());
+    /// assert_eq!(va.release_detached([d]), Ok(()));
     /// assert_eq!(va.alloc(0x1000, 1), Ok(0));
     /// ```
     fn detach(&mut self, start: u64, end: u64) -> Result<Detached, FreeError> {
@@ -259,20 +255,39 @@ pub trait RangeAllocator {
         Ok(Detached::new(start, end))
     }
 
-    /// Returns the detached `areas` to free space, emptying the vector
-    /// (its capacity stays). An allocator may join areas that follow each
-    /// other in the list and touch, as
+    /// Returns the detached `areas` to free space, in order. An allocator
+    /// may join areas that follow each other and touch, as
     /// [`free_batch`](RangeAllocator::free_batch) does; it looks none up
     /// (the handles say they are detached).
     ///
     /// # Errors
-    /// [`FreeError::NotAllocated`] for the first area this allocator did
-    /// not detach, as far as it can tell without a lookup: outside its
-    /// space, or past the areas or bytes it holds detached (by default,
-    /// the error of the first area whose free is refused). The areas
-    /// before it are released and leave `areas`; it and those after it
-    /// stay there, unchanged.
-    fn release_detached(&mut self, areas: &mut Vec<Detached>) -> Result<(), FreeError> {
+    /// The first handle this allocator did not detach, as far as it can
+    /// tell without a lookup (outside its space, or past the areas or
+    /// bytes it holds detached), comes back with
+    /// [`FreeError::NotAllocated`]; by default, the first whose free is
+    /// refused, with that error. The areas before it are released, and
+    /// those after it are not taken from `areas` (pass `&mut iter` to
+    /// keep them).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::RangeAllocator;
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::FreeError;
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// let mut other = VmapAllocator::new(0x10000, 0x20000).unwrap();
+    /// let a = va.alloc(0x2000, 1).unwrap();
+    /// let b = other.alloc(0x1000, 1).unwrap();
+    /// let mut batch = vec![va.detach(a, a + 0x2000).unwrap(), other.detach(b, b + 0x1000).unwrap()];
+    /// let (refused, why) = va.release_detached(batch.drain(..)).unwrap_err();
+    /// assert_eq!((refused.start(), why), (b, FreeError::NotAllocated));
+    /// assert_eq!(va.stats().free_bytes, 0x10000); // the first was released
+    /// assert_eq!(other.release_detached([refused]), Ok(()));
+    /// ```
+    fn release_detached(
+        &mut self,
+        areas: impl IntoIterator<Item = Detached>,
+    ) -> Result<(), (Detached, FreeError)> {
         release_each(self, areas, |a, d| a.free(d.start))
     }
 
@@ -403,24 +418,18 @@ pub(crate) fn free_each<A: RangeAllocator + ?Sized>(
 }
 
 /// [`RangeAllocator::release_detached`] for areas that stayed live in
-/// their allocator: `free` frees each in turn; the first refusal stops it,
-/// and the areas freed leave `areas`.
+/// their allocator: `free` frees each in turn, up to the first refusal.
 pub(crate) fn release_each<A: RangeAllocator + ?Sized>(
     a: &mut A,
-    areas: &mut Vec<Detached>,
+    areas: impl IntoIterator<Item = Detached>,
     mut free: impl FnMut(&mut A, &Detached) -> Result<u64, FreeError>,
-) -> Result<(), FreeError> {
-    let mut done = 0;
-    let mut result = Ok(());
-    for d in areas.iter() {
-        if let Err(e) = free(a, d) {
-            result = Err(e);
-            break;
+) -> Result<(), (Detached, FreeError)> {
+    for d in areas {
+        if let Err(e) = free(a, &d) {
+            return Err((d, e));
         }
-        done += 1;
     }
-    areas.drain(..done);
-    result
+    Ok(())
 }
 
 /// Purges through the allocator's installed flush hook (`hook` names the

@@ -804,10 +804,12 @@ fn run_detach<A: RangeAllocator>(mut a: A, ops: &[DetachOp], keeps: bool) -> Res
                 let ends: Vec<(u64, u64)> = held.iter().map(|d| (d.start(), d.end())).collect();
                 let done = bad.unwrap_or(ends.len());
                 let want = if bad.is_some() { Err(FreeError::NotAllocated) } else { Ok(()) };
-                let got = a.release_detached(&mut held);
-                if got != want {
+                let mut it = std::mem::take(&mut held).into_iter();
+                let got = a.release_detached(&mut it);
+                if got.as_ref().map(|_| ()).map_err(|e| e.1) != want {
                     return Err(format!("release {ends:x?}: {got:?}, model {want:?}"));
                 }
+                held = got.err().map(|e| e.0).into_iter().chain(it).collect();
                 let left: Vec<(u64, u64)> = held.iter().map(|d| (d.start(), d.end())).collect();
                 if left != ends[done..] {
                     return Err(format!("release {ends:x?} left {left:x?}"));
@@ -822,8 +824,7 @@ fn run_detach<A: RangeAllocator>(mut a: A, ops: &[DetachOp], keeps: bool) -> Res
                 }
                 if bad.is_some() {
                     let d = held.remove(0);
-                    let mut back = vec![d];
-                    other.release_detached(&mut back).unwrap();
+                    other.release_detached([d]).unwrap();
                 }
             }
             DetachOp::Purge => {
@@ -874,12 +875,13 @@ fn release_joins_runs_and_stops_at_a_foreign_handle() {
     let s = a.stats();
     assert_eq!((s.live_areas, s.detached_areas, s.detached_bytes), (0, 8, 0x8000));
     held.insert(4, b.detach(y, y + 0x1000).unwrap());
-    assert_eq!(a.release_detached(&mut held), Err(FreeError::NotAllocated));
-    assert_eq!(held.len(), 5);
+    let mut it = held.into_iter();
+    let (foreign, why) = a.release_detached(&mut it).unwrap_err();
+    assert_eq!((foreign.start(), why), (y, FreeError::NotAllocated));
+    assert_eq!(it.len(), 4);
     assert_eq!((a.stats().detached_areas, a.stats().free_blocks), (4, 1));
-    let foreign = held.remove(0);
-    b.release_detached(&mut vec![foreign]).unwrap();
-    assert_eq!(a.release_detached(&mut held), Ok(()));
+    b.release_detached([foreign]).unwrap();
+    assert_eq!(a.release_detached(it), Ok(()));
     let s = a.stats();
     assert_eq!((s.detached_areas, s.free_blocks, s.free_bytes), (0, 1, 1 << 20));
     a.check().unwrap();

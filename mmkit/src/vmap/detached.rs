@@ -15,8 +15,6 @@
 //! in the index, as the trait's default keeps it, and its release frees
 //! it with its size.
 
-use alloc::vec::Vec;
-
 use super::VmapAllocator;
 use crate::error::FreeError;
 use crate::range::{Detached, RangeAllocator, SizedFree};
@@ -48,37 +46,34 @@ where
     }
 
     /// The body of [`release_detached`](RangeAllocator::release_detached):
-    /// the handles are checked against the space and the detached counts
-    /// first, then the good ones join in runs as `free_batch`'s do.
-    pub(super) fn release_body(&mut self, areas: &mut Vec<Detached>) -> Result<(), FreeError> {
+    /// each handle is checked against the space and the detached counts
+    /// as it comes, then joins the run as `free_batch`'s areas do.
+    pub(super) fn release_body(
+        &mut self,
+        areas: impl IntoIterator<Item = Detached>,
+    ) -> Result<(), (Detached, FreeError)> {
         crate::debug_check!(self);
         if !self.joins_batches() {
-            return crate::range::release_each(self, areas, |a, d| a.free_sized(d.start(), d.size()));
+            return crate::range::release_each(self, areas, |a, d| {
+                a.free_sized(d.start(), d.size())
+            });
         }
-        let (mut count, mut bytes) = (0u64, 0u64);
-        let good = areas
-            .iter()
-            .take_while(|d| {
-                count += 1;
-                bytes = bytes.saturating_add(d.size());
-                self.start <= d.start()
-                    && d.end() <= self.end
-                    && count <= self.detached_count
-                    && bytes <= self.detached_bytes
-            })
-            .count();
         let mut run = None;
-        for d in &areas[..good] {
+        for d in areas {
+            let (s, e) = (d.start(), d.end());
+            let ours = self.start <= s
+                && e <= self.end
+                && self.detached_count > 0
+                && e - s <= self.detached_bytes;
+            if !ours {
+                self.end_run(run);
+                return Err((d, FreeError::NotAllocated));
+            }
             self.detached_count -= 1;
-            self.detached_bytes -= d.size();
-            self.join_run(&mut run, d.start(), d.end());
+            self.detached_bytes -= e - s;
+            self.join_run(&mut run, s, e);
         }
         self.end_run(run);
-        areas.drain(..good);
-        if areas.is_empty() {
-            Ok(())
-        } else {
-            Err(FreeError::NotAllocated)
-        }
+        Ok(())
     }
 }

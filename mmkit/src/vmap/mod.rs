@@ -771,13 +771,16 @@ impl RangeAllocator {
         self.detach_body(start, end)
     }
 
-    /// Checks every handle against the space and the detached counts,
-    /// then joins runs as [`free_batch`](RangeAllocator::free_batch)
-    /// does, with no busy-index lookup.
+    /// Checks each handle against the space and the detached counts and
+    /// joins runs as [`free_batch`](RangeAllocator::free_batch) does,
+    /// with no busy-index lookup.
     ///
     /// # Complexity
     /// O(k) for k areas, and O(r log n) for r runs.
-    fn release_detached(&mut self, areas: &mut Vec<crate::range::Detached>) -> Result<(), FreeError> {
+    fn release_detached(
+        &mut self,
+        areas: impl IntoIterator<Item = crate::range::Detached>,
+    ) -> Result<(), (crate::range::Detached, FreeError)> {
         self.release_body(areas)
     }
 
