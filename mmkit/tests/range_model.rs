@@ -785,7 +785,9 @@ fn run_detach<A: RangeAllocator>(mut a: A, ops: &[DetachOp], keeps: bool) -> Res
                     (a.free(s), m.free(s))
                 };
                 if got != want {
-                    return Err(format!("free {s:#x} (lazy {lazy}): {got:?}, model {want:?}"));
+                    return Err(format!(
+                        "free {s:#x} (lazy {lazy}): {got:?}, model {want:?}"
+                    ));
                 }
             }
             DetachOp::Release(turn, rev, foreign) => {
@@ -803,7 +805,11 @@ fn run_detach<A: RangeAllocator>(mut a: A, ops: &[DetachOp], keeps: bool) -> Res
                 }
                 let ends: Vec<(u64, u64)> = held.iter().map(|d| (d.start(), d.end())).collect();
                 let done = bad.unwrap_or(ends.len());
-                let want = if bad.is_some() { Err(FreeError::NotAllocated) } else { Ok(()) };
+                let want = if bad.is_some() {
+                    Err(FreeError::NotAllocated)
+                } else {
+                    Ok(())
+                };
                 let mut it = std::mem::take(&mut held).into_iter();
                 let got = a.release_detached(&mut it);
                 if got.as_ref().map(|_| ()).map_err(|e| e.1) != want {
@@ -841,7 +847,10 @@ fn run_detach<A: RangeAllocator>(mut a: A, ops: &[DetachOp], keeps: bool) -> Res
             want.detached_bytes = detached.iter().map(|(s, e)| e - s).sum();
         }
         if comparable(a.stats()) != want {
-            return Err(format!("after {op:?}: stats {:?}, model {want:?}", a.stats()));
+            return Err(format!(
+                "after {op:?}: stats {:?}, model {want:?}",
+                a.stats()
+            ));
         }
     }
     Ok(())
@@ -869,11 +878,18 @@ fn release_joins_runs_and_stops_at_a_foreign_handle() {
     let mut b = tree(1 << 20, 1 << 21);
     let x: Vec<u64> = (0..8).map(|_| a.alloc(0x1000, 0x1000).unwrap()).collect();
     let y = b.alloc(0x1000, 0x1000).unwrap();
-    let mut held: Vec<_> = x.iter().rev().map(|&s| a.detach(s, s + 0x1000).unwrap()).collect();
+    let mut held: Vec<_> = x
+        .iter()
+        .rev()
+        .map(|&s| a.detach(s, s + 0x1000).unwrap())
+        .collect();
     assert_eq!(a.detach(x[0], x[0] + 0x1000), Err(FreeError::NotAllocated));
     assert_eq!(a.free(x[0]), Err(FreeError::NotAllocated));
     let s = a.stats();
-    assert_eq!((s.live_areas, s.detached_areas, s.detached_bytes), (0, 8, 0x8000));
+    assert_eq!(
+        (s.live_areas, s.detached_areas, s.detached_bytes),
+        (0, 8, 0x8000)
+    );
     held.insert(4, b.detach(y, y + 0x1000).unwrap());
     let mut it = held.into_iter();
     let (foreign, why) = a.release_detached(&mut it).unwrap_err();
@@ -883,7 +899,10 @@ fn release_joins_runs_and_stops_at_a_foreign_handle() {
     b.release_detached([foreign]).unwrap();
     assert_eq!(a.release_detached(it), Ok(()));
     let s = a.stats();
-    assert_eq!((s.detached_areas, s.free_blocks, s.free_bytes), (0, 1, 1 << 20));
+    assert_eq!(
+        (s.detached_areas, s.free_blocks, s.free_bytes),
+        (0, 1, 1 << 20)
+    );
     a.check().unwrap();
     b.check().unwrap();
 }
