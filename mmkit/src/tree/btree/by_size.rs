@@ -22,7 +22,8 @@
 //!
 //! An aligned request (above the granule floor, no window) searches the
 //! same index by its *lanes* (`size_tree.rs`), kept from the first such
-//! request on: each inner entry bounds, at ten alignments at once, the
+//! request on, in granules of the tree's floor (computed again when the
+//! floor falls): each inner entry bounds, at ten alignments at once, the
 //! usable lengths `e - align_up(s, 2^k)` below it. The best fit is the
 //! first block from `(size, 0)` whose usable length is at least the size,
 //! and the lanes let the search skip every subtree of blocks long enough
@@ -182,8 +183,9 @@ impl<S: Storage> BTree<S> {
     /// # Complexity
     /// Without a window: O(log n) nodes, and one node per level for each
     /// subtree whose lane the blocks' changes left stale (the search
-    /// lowers it); the first aligned request computes the lanes,
-    /// O(n) once. With a window: O(log n + min(k, m)), `k` the blocks at least
+    /// lowers it); the first aligned request computes the lanes, O(n),
+    /// and so does the first after the granule floor falls (once a bit at
+    /// most). With a window: O(log n + min(k, m)), `k` the blocks at least
     /// `size` long that come before the answer in size order but cannot
     /// hold the request (the alignment misses in them, or they lie outside
     /// the window), `m` the blocks that meet the window.

@@ -24,7 +24,16 @@
 //! alignment above the last lane's is bounded by it. An insert raises the
 //! lanes along its path, a removal leaves them; a search that finds
 //! nothing in a subtree lowers the lane it read to what the subtree holds,
-//! so the next search does not go in again.
+//! so the next search does not go in again. In a node, the search reads
+//! its lane of every child in one pass into a mask of the children that
+//! may hold the request and goes into those in order; in a leaf it stops
+//! at the first entry that holds it.
+//!
+//! The granule follows the address tree's floor: when the floor falls
+//! below it, the next aligned search computes the lanes again at the
+//! floor. A coarser granule rounds each usable length up to whole
+//! granules, and its bounds would send searches into subtrees that hold
+//! nothing at the finer alignments.
 //!
 //! ```text
 //!   inner with lanes:  max[i], key[i]   child i's first entry
@@ -179,6 +188,52 @@ enum Search {
     /// None holds it: the code of the subtree's longest usable length at
     /// the request's alignment, when the lane is its own.
     Missed(Option<u64>),
+}
+
+/// The lowest `n` bits.
+#[inline]
+fn low_bits(n: usize) -> u32 {
+    ((1u64 << n) - 1) as u32
+}
+
+/// One bit per slot of `nd` whose lane admits `ask` (every slot when no
+/// lane bounds it), read in one pass with no branch per slot.
+#[inline]
+fn lanes_at_least(nd: &Inner, ask: &Ask) -> u32 {
+    if ask.j == 0 {
+        return !0;
+    }
+    let at = (ask.j - 1) * LANE_BITS;
+    nd.sum.iter().enumerate().fold(0, |m, (c, b)| {
+        let ok = (b.to_bits() >> at) & UNBOUNDED >= ask.need;
+        m | u32::from(ok) << c
+    })
+}
+
+/// [`SizeTree::first_fit`] in leaf `l`, from `from` or (`None`) its first
+/// entry: only the first entry that holds the request is compared with
+/// the bound.
+#[inline]
+fn leaf_search(l: &Leaf, from: Option<Key>, ask: &Ask) -> Search {
+    let at = from.map_or(0, |f| lower_bound(l, f));
+    let mask = (1u64 << ask.k) - 1;
+    for i in at..l.count() {
+        let (s, len) = (l.start[i], l.size[i]);
+        let a = s.wrapping_add(mask) & !mask;
+        let e = s.saturating_add(len);
+        // `a >= s`: no wrap past the top; `e >= a`: a start inside.
+        if (a >= s) & (e >= a) & (e.wrapping_sub(a) >= ask.size) {
+            return match (len, s) < ask.bound {
+                true => Search::Found((len, s)),
+                false => Search::Stopped,
+            };
+        }
+    }
+    if !ask.own {
+        return Search::Missed(None);
+    }
+    let most = (0..l.count()).fold(0, |m, i| m.max(usable_of(ask.k, l.get(i))));
+    Search::Missed(Some(code(up(most, ask.g))))
 }
 
 /// The way from the root to a leaf: node and child slot per inner level.
@@ -386,17 +441,21 @@ impl SizeTree {
 
     /// Keeps lanes in granules of `2^g` from now on (see the module
     /// docs), computing them for the entries held; a tree that keeps lanes
-    /// already is left as it is.
+    /// in granules of `2^g` or finer is left as it is. Lanes kept in
+    /// coarser granules are computed again at `2^g`: a coarse granule
+    /// rounds each usable length up to a whole granule, and the bounds
+    /// would admit subtrees that cannot hold a request at the finer
+    /// alignments.
     ///
     /// # Complexity
-    /// O(n) the first time.
+    /// O(n) the first time and each time `g` falls (at most once a bit).
     pub(super) fn keep_lanes<S: Storage>(
         &mut self,
         leaves: &Pool<Leaf, S>,
         inners: &mut Pool<Inner, S>,
         g: u32,
     ) {
-        if self.lanes == 0 {
+        if self.lanes == 0 || self.granule() > g {
             self.lanes = g as u16 + 1;
             self.relane(leaves, inners, self.root, 0);
         }
@@ -742,29 +801,16 @@ impl SizeTree {
         ask: &Ask,
     ) -> Search {
         if d == self.height() {
-            let l = &leaves[id as usize];
-            let at = from.map_or(0, |f| lower_bound(l, f));
-            let mut most = 0;
-            for i in at..l.count() {
-                let e = l.get(i);
-                if e >= ask.bound {
-                    return Search::Stopped;
-                }
-                let u = usable_of(ask.k, e);
-                if u >= ask.size {
-                    return Search::Found(e);
-                }
-                most = most.max(u);
-            }
-            if !ask.own {
-                return Search::Missed(None);
-            }
-            let most = (0..at).fold(most, |m, i| m.max(usable_of(ask.k, l.get(i))));
-            return Search::Missed(Some(code(up(most, ask.g))));
+            return leaf_search(&leaves[id as usize], from, ask);
         }
         let n = inners[id as usize].count();
         let c0 = from.map_or(0, |f| child_for(&inners[id as usize], f));
-        for c in c0..n {
+        // Every child from `c0` whose lane admits the request, one bit
+        // each: the loop below visits only these.
+        let mut cand = lanes_at_least(&inners[id as usize], ask) & (!0u32 << c0) & low_bits(n);
+        while cand != 0 {
+            let c = cand.trailing_zeros() as usize;
+            cand &= cand - 1;
             let (first, kid, m) = inners[id as usize].get(c);
             if c > c0 && first >= ask.bound {
                 return Search::Stopped;
@@ -774,7 +820,7 @@ impl SizeTree {
                 true => inners[id as usize].max[c + 1],
                 false => top,
             };
-            if longest < ask.size || (ask.j != 0 && lane(m, ask.j) < ask.need) {
+            if longest < ask.size {
                 continue;
             }
             let inside = if c == c0 { from } else { None };
@@ -1155,6 +1201,78 @@ mod tests {
                 .collect();
             run_aligned(lanes_from.min(all.len() - 1), &all, &probes)?;
         }
+    }
+
+    /// A size tree of `keys` (distinct), with inner nodes, and its pools.
+    fn tree_of(keys: impl Iterator<Item = Key>) -> (SizeTree, Pool<Leaf, Heap>, Pool<Inner, Heap>) {
+        let mut leaves = Pool::<Leaf, Heap>::new();
+        let mut inners = Pool::<Inner, Heap>::new();
+        let mut t = SizeTree::new(&mut leaves);
+        for k in keys {
+            t.insert(&mut leaves, &mut inners, k);
+        }
+        assert!(t.height() >= 1);
+        (t, leaves, inners)
+    }
+
+    /// Lanes kept at a coarse granule are computed again at a finer one,
+    /// and come out exact there: in granules of 2^14, `[0x1000, 0x9000)`
+    /// ends in the granule after the one at 0x8000 and seems to hold a
+    /// whole one aligned to 2^15; in granules of 2^12 it holds 0x1000
+    /// there. A granule the tree keeps already, or a coarser one, changes
+    /// nothing.
+    #[test]
+    fn lanes_follow_a_falling_granule() {
+        let (mut t, leaves, mut inners) =
+            tree_of((0..400u64).map(|i| (0x8000, 0x1000 + (i << 16))));
+        t.keep_lanes(&leaves, &mut inners, 14);
+        let root_lanes = |t: &SizeTree, inners: &Pool<Inner, Heap>| {
+            let n = &inners[t.root as usize];
+            (0..n.count()).fold(0, |m, c| lane_max(m, n.bound(c)))
+        };
+        assert_eq!(lane(root_lanes(&t, &inners), 1), 1, "rounded up at 2^14");
+        t.keep_lanes(&leaves, &mut inners, 12);
+        assert_eq!(t.granule(), 12);
+        // In granules of 2^12: 7 of them from 0x2000 and 1 from 0x8000.
+        let m = root_lanes(&t, &inners);
+        assert_eq!((lane(m, 1), lane(m, 3)), (7, 1));
+        t.keep_lanes(&leaves, &mut inners, 13);
+        assert_eq!(t.granule(), 12);
+        t.check(&leaves, &inners).unwrap();
+        assert_eq!(
+            t.first_fit(
+                &leaves,
+                &mut inners,
+                (0x2000, 0),
+                (0x2000, 15),
+                (u64::MAX, u64::MAX)
+            ),
+            None
+        );
+    }
+
+    /// The bound is exclusive: an entry that holds the request but equals
+    /// the bound is not found, the one below it is, in a leaf and through
+    /// inner nodes.
+    #[test]
+    fn an_entry_at_the_bound_is_not_below_it() {
+        let (mut t, mut leaves, mut inners) = tree_of((0..300u64).map(|i| (0x4000, i << 16)));
+        t.keep_lanes(&leaves, &mut inners, 12);
+        let fit = |t: &SizeTree, leaves: &Pool<Leaf, Heap>, inners: &mut Pool<Inner, Heap>, b| {
+            t.first_fit(leaves, inners, (0x4000, 0), (0x4000, 16), b)
+        };
+        assert_eq!(fit(&t, &leaves, &mut inners, (0x4000, 0)), None);
+        assert_eq!(
+            fit(&t, &leaves, &mut inners, (0x4000, 1)),
+            Some((0x4000, 0))
+        );
+        t.remove(&mut leaves, &mut inners, (0x4000, 0));
+        let next = (0x4000, 1 << 16);
+        assert_eq!(fit(&t, &leaves, &mut inners, next), None);
+        assert_eq!(
+            fit(&t, &leaves, &mut inners, (0x4000, next.1 + 1)),
+            Some(next)
+        );
     }
 
     /// Removing every entry in ascending order collapses the tree to its
