@@ -17,10 +17,10 @@ use alloc::vec::Vec;
 use mmkit_vmalloc::book::AreaBook;
 use mmkit_vmalloc::test_vmalloc::TestVmalloc;
 use mmkit_vmalloc::PAGE;
-use spin::Once;
 
 use crate::mm::Lock;
 use crate::percpu::MAX_CPUS;
+use crate::profile::TimedSpin;
 use crate::{arch, paging, phys};
 
 /// What Linux's `vm_struct` holds for these tests: the area's size, its
@@ -35,10 +35,12 @@ struct AreaRecord {
 /// The records of the areas each CPU allocated, by address.
 type Records = Lock<AreaBook<Box<AreaRecord>>>;
 
-static RECORDS: Once<Vec<Records>> = Once::new();
+/// Built at compile time: a call finds its CPU's table without a check.
+static RECORDS: [Records; MAX_CPUS] =
+    [const { Lock::const_new(<TimedSpin as lock_api::RawMutex>::INIT, AreaBook::new()) }; MAX_CPUS];
 
 fn records() -> &'static [Records] {
-    RECORDS.call_once(|| (0..MAX_CPUS).map(|_| Lock::new(AreaBook::new())).collect())
+    &RECORDS
 }
 
 /// `D` with Linux's per-call records and zeroing.

@@ -126,6 +126,11 @@ fn run_at(at: u64, pages: u64) -> u64 {
 /// from the first: fewer than all when the range leaves the area or no
 /// frame is left for a page-table page.
 pub fn map_run(va: u64, pfns: &[u64]) -> u64 {
+    // One page (most areas of the tests): one walk and one store, without
+    // the run loop's bookkeeping.
+    if let [pfn] = pfns {
+        return u64::from(map(va, *pfn));
+    }
     let (mut at, mut done) = (va, 0);
     while done < pfns.len() {
         let Some(t) = pt(at, true) else { break };
@@ -148,6 +153,12 @@ pub fn map_run(va: u64, pfns: &[u64]) -> u64 {
 /// walking the tables once per page table; a page without a table is
 /// clear already. Stops where the range leaves the area.
 pub fn clear_run(va: u64, pages: u64) {
+    if pages == 1 {
+        if let Some(e) = pte(va, false) {
+            e.store(0, Ordering::Release);
+        }
+        return;
+    }
     let (mut at, mut left) = (va, pages);
     while left > 0 && in_area(at) {
         let n = run_at(at, left);
@@ -192,6 +203,9 @@ pub fn translate(va: u64) -> Option<u64> {
 /// the mapping); false, with `out` partly written, when one of them is
 /// not mapped.
 pub fn translate_run(va: u64, out: &mut [u64]) -> bool {
+    if let [slot] = out {
+        return translate(va).map(|pfn| *slot = pfn).is_some();
+    }
     let (mut at, mut done) = (va, 0);
     while done < out.len() {
         let Some(t) = pt(at, false) else { return false };

@@ -69,19 +69,26 @@ impl<A> AreaBook<A> {
         self.slots.len() - 1
     }
 
-    /// The slot holding `va`.
-    fn find(&self, va: u64) -> Option<usize> {
+    /// The slot holding `va` (`Ok`), or the empty slot that ends its
+    /// probe run (`Err`: where an insert puts it, the table having no
+    /// tombstones); `None` before the first table.
+    fn probe(&self, va: u64) -> Option<Result<usize, usize>> {
         if self.slots.is_empty() {
             return None;
         }
         let mut i = self.home(va);
         loop {
             match &self.slots[i] {
-                None => return None,
-                Some((k, _)) if *k == va => return Some(i),
+                None => return Some(Err(i)),
+                Some((k, _)) if *k == va => return Some(Ok(i)),
                 Some(_) => i = (i + 1) & self.mask(),
             }
         }
+    }
+
+    /// The slot holding `va`.
+    fn find(&self, va: u64) -> Option<usize> {
+        self.probe(va)?.ok()
     }
 
     /// The area starting at `va`.
@@ -109,13 +116,19 @@ impl<A> AreaBook<A> {
     /// # Complexity
     /// O(1) expected, amortized (the table doubles when 7/8 full).
     pub fn insert(&mut self, va: u64, a: A) -> Option<A> {
-        if let Some(i) = self.find(va) {
-            return self.slots[i].replace((va, a)).map(|(_, old)| old);
+        let empty = match self.probe(va) {
+            Some(Ok(i)) => return self.slots[i].replace((va, a)).map(|(_, old)| old),
+            Some(Err(i)) => Some(i),
+            None => None,
+        };
+        match empty {
+            // One probe run: the empty slot it ended at is where `va` goes.
+            Some(i) if (self.len + 1) * 8 <= self.slots.len() * 7 => self.slots[i] = Some((va, a)),
+            _ => {
+                self.resize((self.slots.len() * 2).max(MIN_SLOTS));
+                self.place(va, a);
+            }
         }
-        if (self.len + 1) * 8 > self.slots.len() * 7 {
-            self.resize((self.slots.len() * 2).max(MIN_SLOTS));
-        }
-        self.place(va, a);
         self.len += 1;
         None
     }
@@ -136,7 +149,43 @@ impl<A> AreaBook<A> {
     /// O(1) expected. The table keeps its size (a workload that peaked at
     /// n areas will peak again: it would grow back, slot by slot).
     pub fn remove(&mut self, va: u64) -> Option<A> {
-        let mut hole = self.find(va)?;
+        let i = self.find(va)?;
+        self.remove_at(i)
+    }
+
+    /// Takes the area at `va` out if `test` passes it, with one lookup:
+    /// `None` when no area starts at `va`, `Some(Err)` with what `test`
+    /// said when it refused (nothing changes), `Some(Ok)` with the area.
+    ///
+    /// ```
+    /// use mmkit_vmalloc::book::AreaBook;
+    /// let mut b = AreaBook::new();
+    /// b.insert(0x1000, 7);
+    /// let odd = |a: &i32| if a % 2 == 1 { Ok(()) } else { Err(*a) };
+    /// assert_eq!(b.remove_where(0x2000, odd), None);
+    /// b.insert(0x2000, 8);
+    /// assert_eq!(b.remove_where(0x2000, odd), Some(Err(8)));
+    /// assert_eq!(b.remove_where(0x1000, odd), Some(Ok(7)));
+    /// assert_eq!(b.len(), 1);
+    /// ```
+    ///
+    /// # Complexity
+    /// O(1) expected, as [`remove`](Self::remove).
+    pub fn remove_where<E>(
+        &mut self,
+        va: u64,
+        test: impl FnOnce(&A) -> Result<(), E>,
+    ) -> Option<Result<A, E>> {
+        let i = self.find(va)?;
+        let (_, a) = self.slots[i].as_ref()?;
+        if let Err(e) = test(a) {
+            return Some(Err(e));
+        }
+        self.remove_at(i).map(Ok)
+    }
+
+    /// Empties slot `hole` (holding an entry) and closes the gap.
+    fn remove_at(&mut self, mut hole: usize) -> Option<A> {
         let (_, a) = self.slots[hole].take()?;
         self.len -= 1;
         // Shift back every entry of the run after the hole that may move
@@ -203,6 +252,7 @@ mod tests {
     enum Op {
         Insert(u64, u32),
         Remove(u64),
+        RemoveOdd(u64),
         Before(u64),
     }
 
@@ -215,6 +265,7 @@ mod tests {
         prop_oneof![
             (va.clone(), any::<u32>()).prop_map(|(v, x)| Op::Insert(v, x)),
             va.clone().prop_map(Op::Remove),
+            va.clone().prop_map(Op::RemoveOdd),
             va.prop_map(Op::Before),
         ]
     }
@@ -230,6 +281,15 @@ mod tests {
                 match o {
                     Op::Insert(v, x) => prop_assert_eq!(b.insert(v, x), m.insert(v, x)),
                     Op::Remove(v) => prop_assert_eq!(b.remove(v), m.remove(&v)),
+                    Op::RemoveOdd(v) => {
+                        let odd = |x: &u32| if x % 2 == 1 { Ok(()) } else { Err(*x) };
+                        let want = match m.get(&v).copied() {
+                            None => None,
+                            Some(x) if x % 2 == 1 => m.remove(&v).map(Ok),
+                            Some(x) => Some(Err(x)),
+                        };
+                        prop_assert_eq!(b.remove_where(v, odd), want);
+                    }
                     Op::Before(v) => {
                         let want = m.range(..=v).next_back().map(|(&k, x)| (k, x));
                         prop_assert_eq!(b.at_or_before(v), want);

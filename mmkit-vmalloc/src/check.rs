@@ -13,10 +13,10 @@ use super::maps::{AreaData, Vmalloc, Where};
 use super::{Mmu, PAGE};
 
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
-    /// Checks the range allocator, and that every range it holds is a live
-    /// area (or one of its pieces), a reserved range, a raw block, or a
-    /// freed range on the lazy or stuck list; and that the lazy bytes add
-    /// up.
+    /// Checks the range allocator, and that every range it holds live or
+    /// detached is a live area (or one of its pieces), a reserved range, a
+    /// raw block, or a freed range on the lazy or stuck list; and that the
+    /// lazy bytes add up.
     ///
     /// # Errors
     /// A description of the first disagreement.
@@ -33,10 +33,13 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
                 Gone::Block => 1,
             };
         }
-        let live = self.range.stats().live_areas;
-        if live != ours {
+        // Retired ranges are live there, or detached.
+        let st = self.range.stats();
+        let held = st.live_areas + st.detached_areas;
+        if held != ours {
             return Err(format!(
-                "{live} live ranges; areas, blocks, lazy and stuck make {ours}"
+                "{} live and {} detached ranges; areas, blocks, lazy and stuck make {ours}",
+                st.live_areas, st.detached_areas
             ));
         }
         self.retiring

@@ -397,10 +397,11 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     /// Takes the live area at `va` out of the books when it is of the kind
     /// asked for (`owned`: a `vmalloc` area), or says why not.
     fn take_live(&mut self, va: u64, owned: bool) -> Result<Area, VmError> {
-        match self.areas.get(va).map(|a| a.owned) {
-            Some(a) if a == owned => self.areas.remove(va).ok_or(VmError::NotMapped { va }),
-            Some(_) if owned => Err(VmError::NotVmalloc { va }),
-            Some(_) => Err(VmError::NotVmap { va }),
+        let kind = |a: &Area| if a.owned == owned { Ok(()) } else { Err(()) };
+        match self.areas.remove_where(va, kind) {
+            Some(Ok(a)) => Ok(a),
+            Some(Err(())) if owned => Err(VmError::NotVmalloc { va }),
+            Some(Err(())) => Err(VmError::NotVmap { va }),
             None => Err(self.not_an_area(va)),
         }
     }

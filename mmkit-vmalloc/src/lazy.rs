@@ -13,7 +13,7 @@
 use alloc::vec::Vec;
 
 use mmkit::lazy::{self, Extent};
-use mmkit::range::RangeAllocator;
+use mmkit::range::{Detached, RangeAllocator};
 
 use super::maps::{AreaData, Vmalloc, HISTORY};
 use super::{Flush, Mmu, Refused, VmError, PAGE};
@@ -37,12 +37,10 @@ pub struct Retired<A> {
     pub span: u64,
     /// What it held.
     pub what: Gone<A>,
-}
-
-impl<A> Retired<A> {
-    pub(crate) fn new(start: u64, span: u64, what: Gone<A>) -> Self {
-        Retired { start, span, what }
-    }
+    /// The range, detached from the range allocator's live areas at the
+    /// free (a range whole, not grown in place by pieces); released to it
+    /// by the purge that flushes it.
+    pub(crate) detached: Option<Detached>,
 }
 
 impl<A> Extent for Retired<A> {
@@ -99,6 +97,27 @@ pub(crate) fn lazy_max(flush: Flush) -> u64 {
 }
 
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
+    /// The freed range `[start, start + span)` that held `what`, a range
+    /// of ours out of the books: detached from the range allocator when
+    /// it holds it whole, so that its purge only merges it (and the range
+    /// allocator itself refuses a second free of it from now on).
+    pub(crate) fn detach_retired(&mut self, start: u64, span: u64, what: Gone<A>) -> Retired<A> {
+        let whole = !matches!(&what, Gone::Area(a) if !a.pieces().is_empty());
+        let detached = if whole {
+            let d = self.range.detach(start, start + span);
+            debug_assert!(d.is_ok(), "detaching our own range {start:#x}: {d:?}");
+            d.ok()
+        } else {
+            None
+        };
+        Retired {
+            start,
+            span,
+            what,
+            detached,
+        }
+    }
+
     /// Frees the reserved range `[start, start + span)` that held `what`
     /// (an area [`take`](Self::take)n out of the books, or one a failed map
     /// reached): clears it, then flushes it now (eager policy, or `now`)
@@ -145,7 +164,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         if matches!(what, Gone::Area(_)) {
             mmu.clear(start, span / PAGE);
         }
-        let r = Retired::new(start, span, what);
+        let r = self.detach_retired(start, span, what);
         let eager = self.flush == Flush::Eager;
         if when == When::Deferred || (when == When::Policy && !eager) {
             let due = self.retiring.push(r);
@@ -196,32 +215,40 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     }
 
     /// Counts the flush `p` reports and frees the ranges it released (and
-    /// their pieces); returns them. The ranges go back to the range
-    /// allocator in one batch, in the order they were freed, so that
+    /// their pieces); returns them. The detached ranges go back to the
+    /// range allocator in one pass, in the order they were freed, so that
     /// ranges freed one after another, side by side, join before they
     /// reach its free space.
-    fn settle(&mut self, p: lazy::Purged<Retired<A>>) -> Vec<Released<A>> {
+    fn settle(&mut self, mut p: lazy::Purged<Retired<A>>) -> Vec<Released<A>> {
         let (lo, hi) = p.span;
         self.stats.flushes += 1;
         self.stats.pages_flushed += (hi - lo) / PAGE;
         self.stats.refusals += p.refused;
-        let mut whole: Vec<(u64, u64)> = Vec::with_capacity(p.released.len());
-        for r in &p.released {
-            match &r.what {
-                Gone::Area(a) if !a.pieces().is_empty() => {
-                    // Grown in place: the range and each piece are areas of
-                    // their own in the range allocator.
-                    let freed = self.range.free(r.start);
-                    debug_assert!(freed.is_ok(), "freeing our own range {:#x}", r.start);
-                    for &piece in a.pieces() {
-                        let freed = self.range.free(piece);
-                        debug_assert!(freed.is_ok(), "freeing our own piece {piece:#x}");
-                    }
+        // Ranges still live in the range allocator (grown in place, each
+        // piece an area of its own), by their place in the list.
+        let mut live: Vec<usize> = Vec::new();
+        let mut handles = p.released.iter_mut().enumerate().filter_map(|(i, r)| {
+            let d = r.detached.take();
+            if d.is_none() {
+                live.push(i);
+            }
+            d
+        });
+        while let Err((d, e)) = self.range.release_detached(&mut handles) {
+            debug_assert!(false, "releasing our own range {:#x}: {e:?}", d.start());
+            let _ = self.range.free(d.start());
+        }
+        for &i in &live {
+            let r = &p.released[i];
+            let freed = self.range.free(r.start);
+            debug_assert!(freed.is_ok(), "freeing our own range {:#x}", r.start);
+            if let Gone::Area(a) = &r.what {
+                for &piece in a.pieces() {
+                    let freed = self.range.free(piece);
+                    debug_assert!(freed.is_ok(), "freeing our own piece {piece:#x}");
                 }
-                _ => whole.push((r.start, r.start + r.span)),
             }
         }
-        self.free_whole(&whole);
         // The history keeps the last HISTORY: older ones would be overwritten.
         let skip = p.released.len().saturating_sub(HISTORY);
         for r in &p.released[skip..] {
@@ -229,18 +256,6 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         }
         self.stats.released += p.released.len() as u64;
         p.released
-    }
-
-    /// Frees `whole`, ranges of ours that the range allocator holds as
-    /// areas of exactly those extents, as one batch.
-    fn free_whole(&mut self, whole: &[(u64, u64)]) {
-        let mut rest = whole;
-        while let Err((i, e)) = self.range.free_batch(rest) {
-            debug_assert!(false, "freeing our own range {:#x}: {e:?}", rest[i].0);
-            // Not of the extent the layer knows: freed by its start alone.
-            let _ = self.range.free(rest[i].0);
-            rest = &rest[i + 1..];
-        }
     }
 
     /// Records `[start, end)` as released lately, for fault reports.

@@ -170,9 +170,10 @@ pub struct Vmalloc<R, A = Area> {
     /// The span of `vm_map_ram` pages whose flush was refused: the next
     /// `vm_unmap_aliases` flushes it again.
     pub(crate) alias_pending: Option<(u64, u64)>,
-    /// Freed and cleared, still allocated in R: the lazy list (waiting for
-    /// the purge's flush, its threshold the policy's) and the stuck list
-    /// (their flush was refused: retried by every purge).
+    /// Freed and cleared, still allocated in R (live, or detached): the
+    /// lazy list (waiting for the purge's flush, its threshold the
+    /// policy's) and the stuck list (their flush was refused: retried by
+    /// every purge).
     pub(crate) retiring: Retiring<Retired<A>>,
     /// Ranges released lately: `(start, end)`.
     pub(crate) history: [(u64, u64); HISTORY],

@@ -31,7 +31,7 @@ use mmkit::range::{FlushHook, RangeAllocator, RangeStats};
 use mmkit::vblock::{Config, Counters, Policy, VblockAllocator};
 use mmkit::{AllocError, CheckError, FreeError};
 
-use super::lazy::{Gone, Retired};
+use super::lazy::Gone;
 use super::maps::{Area, Vmalloc};
 use super::{Flush, FrameSource, Mmu, VmError, PAGE};
 
@@ -350,7 +350,8 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         }
         // Eager with an unflushed page: it waits, and never makes a purge
         // due (the eager threshold is none).
-        let due = self.retiring.push(Retired::new(va, size, Gone::Block));
+        let r = self.detach_retired(va, size, Gone::Block);
+        let due = self.retiring.push(r);
         Some((size, due))
     }
 }

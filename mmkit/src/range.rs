@@ -55,6 +55,13 @@ pub struct RangeStats {
     pub lazy_areas: u64,
     /// Bytes freed lazily and waiting for a purge.
     pub lazy_bytes: u64,
+    /// Areas [detached](RangeAllocator::detach): no longer live, not free
+    /// until released (0 for allocators that keep them live until then).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub detached_areas: u64,
+    /// Bytes in detached areas.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub detached_bytes: u64,
     /// Purges that released something (explicit, threshold and
     /// allocation-failure purges alike). A purge that finds nothing lazy
     /// returns `false` and is not counted.
@@ -73,6 +80,51 @@ pub struct RangeStats {
 /// one is `Send` everywhere (it can sit in a kernel's static spin lock) and
 /// turning `std` on elsewhere in a build never breaks a `no_std` user.
 pub type FlushHook = alloc::boxed::Box<dyn FnMut(u64, u64) + Send>;
+
+/// A live area taken out of its allocator's live areas by
+/// [`RangeAllocator::detach`]: its space is neither live nor free until
+/// [`RangeAllocator::release_detached`] returns it to free space. Only
+/// `detach` makes one and it cannot be copied, so an area is released at
+/// most once; release gives it back to the allocator that detached it.
+///
+/// # Examples
+/// ```
+/// use mmkit::range::RangeAllocator;
+/// use mmkit::vmap::VmapAllocator;
+/// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+/// let a = va.alloc(0x1000, 1).unwrap();
+/// let d = va.detach(a, a + 0x1000).unwrap();
+/// assert_eq!((d.start(), d.end(), d.size()), (a, a + 0x1000, 0x1000));
+/// ```
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a detached area's space is not free until it is released"]
+pub struct Detached {
+    start: u64,
+    end: u64,
+}
+
+impl Detached {
+    /// The detached area `[start, end)`; `start < end`.
+    pub(crate) fn new(start: u64, end: u64) -> Self {
+        debug_assert!(start < end);
+        Detached { start, end }
+    }
+
+    /// Where the area starts.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// One past its last byte.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Its bytes.
+    pub fn size(&self) -> u64 {
+        self.end - self.start
+    }
+}
 
 /// The range allocator contract (see the [module docs](self)).
 pub trait RangeAllocator {
@@ -162,6 +214,81 @@ pub trait RangeAllocator {
     /// ```
     fn free_batch(&mut self, areas: &[(u64, u64)]) -> Result<(), (usize, FreeError)> {
         free_each(self, areas)
+    }
+
+    /// Detaches the live area `[start, end)`: it stops being live (a
+    /// [`free`](RangeAllocator::free), `free_lazy` or second `detach` of
+    /// it is refused from now on), and its space is not reused until the
+    /// returned handle goes to
+    /// [`release_detached`](RangeAllocator::release_detached). A kernel's
+    /// lazy `vfree` takes its area out of the busy index this way, and
+    /// its purge, after the TLB flush, only merges.
+    ///
+    /// By default the area stays live inside the allocator until it is
+    /// released (so its stats count it live and nothing refuses a second
+    /// detach early), and the release frees it by its start: correct for
+    /// every allocator, without the saving.
+    ///
+    /// # Errors
+    /// [`FreeError::Invalid`] for `start >= end`;
+    /// [`FreeError::NotAllocated`] if no live area starts at `start` and
+    /// [`FreeError::SizeMismatch`] if it ends elsewhere, where the
+    /// allocator keeps detached areas. Nothing changes then.
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::RangeAllocator;
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::FreeError;
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// let a = va.alloc(0x1000, 1).unwrap();
+    /// let d = va.detach(a, a + 0x1000).unwrap();
+    /// assert_eq!(va.free(a), Err(FreeError::NotAllocated)); // not live
+    /// assert_eq!(va.alloc(0x1000, 1), Ok(0x1000)); // nor free
+    /// assert_eq!(va.release_detached([d]), Ok(()));
+    /// assert_eq!(va.alloc(0x1000, 1), Ok(0));
+    /// ```
+    fn detach(&mut self, start: u64, end: u64) -> Result<Detached, FreeError> {
+        if start >= end {
+            return Err(FreeError::Invalid);
+        }
+        Ok(Detached::new(start, end))
+    }
+
+    /// Returns the detached `areas` to free space, in order. An allocator
+    /// may join areas that follow each other and touch, as
+    /// [`free_batch`](RangeAllocator::free_batch) does; it looks none up
+    /// (the handles say they are detached).
+    ///
+    /// # Errors
+    /// The first handle this allocator did not detach, as far as it can
+    /// tell without a lookup (outside its space, or past the areas or
+    /// bytes it holds detached), comes back with
+    /// [`FreeError::NotAllocated`]; by default, the first whose free is
+    /// refused, with that error. The areas before it are released, and
+    /// those after it are not taken from `areas` (pass `&mut iter` to
+    /// keep them).
+    ///
+    /// # Examples
+    /// ```
+    /// use mmkit::range::RangeAllocator;
+    /// use mmkit::vmap::VmapAllocator;
+    /// use mmkit::FreeError;
+    /// let mut va = VmapAllocator::new(0, 0x10000).unwrap();
+    /// let mut other = VmapAllocator::new(0x10000, 0x20000).unwrap();
+    /// let a = va.alloc(0x2000, 1).unwrap();
+    /// let b = other.alloc(0x1000, 1).unwrap();
+    /// let mut batch = vec![va.detach(a, a + 0x2000).unwrap(), other.detach(b, b + 0x1000).unwrap()];
+    /// let (refused, why) = va.release_detached(batch.drain(..)).unwrap_err();
+    /// assert_eq!((refused.start(), why), (b, FreeError::NotAllocated));
+    /// assert_eq!(va.stats().free_bytes, 0x10000); // the first was released
+    /// assert_eq!(other.release_detached([refused]), Ok(()));
+    /// ```
+    fn release_detached(
+        &mut self,
+        areas: impl IntoIterator<Item = Detached>,
+    ) -> Result<(), (Detached, FreeError)> {
+        release_each(self, areas, |a, d| a.free(d.start))
     }
 
     /// Releases the live area that starts at `addr` lazily and returns its
@@ -286,6 +413,21 @@ pub(crate) fn free_each<A: RangeAllocator + ?Sized>(
 ) -> Result<(), (usize, FreeError)> {
     for (i, &(s, _)) in areas.iter().enumerate() {
         a.free(s).map_err(|e| (i, e))?;
+    }
+    Ok(())
+}
+
+/// [`RangeAllocator::release_detached`] for areas that stayed live in
+/// their allocator: `free` frees each in turn, up to the first refusal.
+pub(crate) fn release_each<A: RangeAllocator + ?Sized>(
+    a: &mut A,
+    areas: impl IntoIterator<Item = Detached>,
+    mut free: impl FnMut(&mut A, &Detached) -> Result<u64, FreeError>,
+) -> Result<(), (Detached, FreeError)> {
+    for d in areas {
+        if let Err(e) = free(a, &d) {
+            return Err((d, e));
+        }
     }
     Ok(())
 }

@@ -685,3 +685,224 @@ fn free_batch_joins_runs_and_stops_at_a_bad_entry() {
     assert_eq!((a.stats().live_areas, a.stats().free_blocks), (0, 1));
     a.check().unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// Detached areas
+// ---------------------------------------------------------------------------
+
+/// One step on detached areas; indexes pick among the areas allocated so
+/// far and the handles held.
+#[derive(Debug, Clone)]
+enum DetachOp {
+    /// Detach area `.0` by its extent (0), with another end (1) or by an
+    /// interior address (2).
+    Detach(usize, u8),
+    Free(usize),
+    Lazy(usize),
+    /// Release every handle held, rotated by `.0`, reversed if `.1`, with
+    /// a handle of another allocator put at `.2` if any.
+    Release(usize, bool, Option<usize>),
+    /// Allocate this many pages.
+    Alloc(u8),
+    Purge,
+}
+
+fn detach_op() -> impl Strategy<Value = DetachOp> {
+    prop_oneof![
+        6 => (any::<usize>(), prop_oneof![6 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)])
+            .prop_map(|(i, k)| DetachOp::Detach(i, k)),
+        2 => any::<usize>().prop_map(DetachOp::Free),
+        1 => any::<usize>().prop_map(DetachOp::Lazy),
+        2 => (any::<usize>(), any::<bool>(), proptest::option::of(any::<usize>()))
+            .prop_map(|(r, v, f)| DetachOp::Release(r, v, f)),
+        3 => (1u8..5).prop_map(DetachOp::Alloc),
+        1 => Just(DetachOp::Purge),
+    ]
+}
+
+/// Runs `ops` on `a` and the model, comparing every result, the handles
+/// left after a release, `check()` and the stats after each step. The
+/// model's detached areas are neither live nor free; an allocator that
+/// keeps them (`keeps`: the tree) reports them as detached, and one that
+/// takes the trait's default keeps them live until their release, so
+/// only good detaches, and no frees of detached areas, are run on it.
+fn run_detach<A: RangeAllocator>(mut a: A, ops: &[DetachOp], keeps: bool) -> Result<(), String> {
+    const P: u64 = 0x1000;
+    let mut m = Model::new(0, 1 << 24);
+    let mut detached: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut other = VmapAllocator::new(1 << 30, 1 << 31).unwrap();
+    let mut areas: Vec<(u64, u64)> = Vec::new();
+    let mut held: Vec<mmkit::range::Detached> = Vec::new();
+    for op in ops {
+        let pick = |i: usize| areas.get(i % areas.len().max(1)).copied();
+        match *op {
+            DetachOp::Alloc(p) => {
+                let size = u64::from(p) * P;
+                let (got, want) = (a.alloc(size, P), m.alloc(size, P, 0, u64::MAX));
+                if got != want {
+                    return Err(format!("alloc {got:?}, model {want:?}"));
+                }
+                if let Ok(s) = got {
+                    areas.push((s, s + size));
+                }
+            }
+            DetachOp::Detach(i, kind) => {
+                let Some((s, e)) = pick(i) else { continue };
+                let (s, e) = match kind {
+                    0 => (s, e),
+                    1 => (s, e + P),
+                    _ => (s + P / 2, e),
+                };
+                let want = match m.live.get(&s) {
+                    Some(&end) if end == e => Ok((s, e)),
+                    Some(_) => Err(FreeError::SizeMismatch),
+                    None => Err(FreeError::NotAllocated),
+                };
+                if !keeps && (want.is_err() || detached.contains_key(&s)) {
+                    continue; // the default checks nothing at the detach
+                }
+                let got = a.detach(s, e);
+                if got.as_ref().map(|d| (d.start(), d.end())).map_err(|e| *e) != want {
+                    return Err(format!("detach {s:#x}..{e:#x}: {got:?}, model {want:?}"));
+                }
+                if let Ok(d) = got {
+                    if keeps {
+                        m.live.remove(&s);
+                    }
+                    detached.insert(s, e);
+                    held.push(d);
+                }
+            }
+            DetachOp::Free(i) | DetachOp::Lazy(i) => {
+                let Some((s, _)) = pick(i) else { continue };
+                if !keeps && detached.contains_key(&s) {
+                    continue;
+                }
+                let lazy = matches!(op, DetachOp::Lazy(_));
+                let (got, want) = if lazy {
+                    (a.free_lazy(s), m.free_lazy(s))
+                } else {
+                    (a.free(s), m.free(s))
+                };
+                if got != want {
+                    return Err(format!(
+                        "free {s:#x} (lazy {lazy}): {got:?}, model {want:?}"
+                    ));
+                }
+            }
+            DetachOp::Release(turn, rev, foreign) => {
+                let n = held.len().max(1);
+                held.rotate_left(turn % n);
+                if rev {
+                    held.reverse();
+                }
+                let mut bad = None;
+                if let (Some(at), true) = (foreign, keeps) {
+                    let x = other.alloc(P, P).unwrap();
+                    let at = at % (held.len() + 1);
+                    held.insert(at, other.detach(x, x + P).unwrap());
+                    bad = Some(at);
+                }
+                let ends: Vec<(u64, u64)> = held.iter().map(|d| (d.start(), d.end())).collect();
+                let done = bad.unwrap_or(ends.len());
+                let want = if bad.is_some() {
+                    Err(FreeError::NotAllocated)
+                } else {
+                    Ok(())
+                };
+                let mut it = std::mem::take(&mut held).into_iter();
+                let got = a.release_detached(&mut it);
+                if got.as_ref().map(|_| ()).map_err(|e| e.1) != want {
+                    return Err(format!("release {ends:x?}: {got:?}, model {want:?}"));
+                }
+                held = got.err().map(|e| e.0).into_iter().chain(it).collect();
+                let left: Vec<(u64, u64)> = held.iter().map(|d| (d.start(), d.end())).collect();
+                if left != ends[done..] {
+                    return Err(format!("release {ends:x?} left {left:x?}"));
+                }
+                for &(s, e) in &ends[..done] {
+                    detached.remove(&s);
+                    if keeps {
+                        m.give(s, e);
+                    } else {
+                        m.free(s).unwrap();
+                    }
+                }
+                if bad.is_some() {
+                    let d = held.remove(0);
+                    other.release_detached([d]).unwrap();
+                }
+            }
+            DetachOp::Purge => {
+                let (got, want) = (a.purge(&mut |_, _| {}), m.purge());
+                if got != want {
+                    return Err(format!("purge {got}, model {want}"));
+                }
+            }
+        }
+        a.check().map_err(|e| format!("after {op:?}: {e}"))?;
+        let mut want = m.stats();
+        if keeps {
+            want.detached_areas = detached.len() as u64;
+            want.detached_bytes = detached.iter().map(|(s, e)| e - s).sum();
+        }
+        if comparable(a.stats()) != want {
+            return Err(format!(
+                "after {op:?}: stats {:?}, model {want:?}",
+                a.stats()
+            ));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The tree takes detached areas out of its live ones (refusing a
+    /// second detach or free at once) and releases a batch in any order
+    /// as the model's merges, stopping at a handle of another allocator;
+    /// the busy list, on the trait's default, keeps them live until then.
+    #[test]
+    fn detach_matches_model(ops in prop::collection::vec(detach_op(), 1..120)) {
+        run_detach(tree(0, 1 << 24), &ops, true).map_err(TestCaseError::fail)?;
+        run_detach(linear(0, 1 << 24), &ops, false).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// Areas detached side by side come back as one free block; a handle of
+/// another allocator stops the release there, changing nothing after it.
+#[test]
+fn release_joins_runs_and_stops_at_a_foreign_handle() {
+    let mut a = tree(0, 1 << 20);
+    let mut b = tree(1 << 20, 1 << 21);
+    let x: Vec<u64> = (0..8).map(|_| a.alloc(0x1000, 0x1000).unwrap()).collect();
+    let y = b.alloc(0x1000, 0x1000).unwrap();
+    let mut held: Vec<_> = x
+        .iter()
+        .rev()
+        .map(|&s| a.detach(s, s + 0x1000).unwrap())
+        .collect();
+    assert_eq!(a.detach(x[0], x[0] + 0x1000), Err(FreeError::NotAllocated));
+    assert_eq!(a.free(x[0]), Err(FreeError::NotAllocated));
+    let s = a.stats();
+    assert_eq!(
+        (s.live_areas, s.detached_areas, s.detached_bytes),
+        (0, 8, 0x8000)
+    );
+    held.insert(4, b.detach(y, y + 0x1000).unwrap());
+    let mut it = held.into_iter();
+    let (foreign, why) = a.release_detached(&mut it).unwrap_err();
+    assert_eq!((foreign.start(), why), (y, FreeError::NotAllocated));
+    assert_eq!(it.len(), 4);
+    assert_eq!((a.stats().detached_areas, a.stats().free_blocks), (4, 1));
+    b.release_detached([foreign]).unwrap();
+    assert_eq!(a.release_detached(it), Ok(()));
+    let s = a.stats();
+    assert_eq!(
+        (s.detached_areas, s.free_blocks, s.free_bytes),
+        (0, 1, 1 << 20)
+    );
+    a.check().unwrap();
+    b.check().unwrap();
+}

@@ -399,6 +399,8 @@ impl RangeAllocator for LinearVmap {
             live_bytes: self.live_bytes,
             lazy_areas: self.lazy.len() as u64,
             lazy_bytes: self.lazy.bytes(),
+            detached_areas: 0,
+            detached_bytes: 0,
             purges: self.purges,
             flushes: self.flushes,
             metadata_bytes: self.busy.len() as u64 * entry * 4 / 3 + self.lazy.heap_bytes() as u64,

@@ -24,6 +24,8 @@
 //!              taken back whole or merged (see `pending`)
 //!   lazy list: areas freed lazily; not reusable until the next purge
 //!              (a `crate::lazy::LazyList`, which decides when)
+//!   detached:  areas out of the busy index whose holder releases them
+//!              (counted only: see `detached`)
 //! ```
 //!
 //! Metadata: a free block is 16 bytes in a leaf of the
@@ -38,11 +40,11 @@
 //! count it was found at and whether descending from it has paid), the
 //! tree's last failed search, the bound its last aligned search left with
 //! the path to its leaf, the root's longest block and the busy slot last
-//! emptied, the live-area count, the two flags of
+//! emptied, the live-area count, the detached count and bytes, the two flags of
 //! [`without_busy_index`](VmapAllocator::without_busy_index) and the list
 //! of holes in a memory map (see `memmap`) and the tree's best-fit size
 //! index (empty until a best fit is asked for), the allocator itself is
-//! 936 bytes (`size_of::<VmapAllocator>()` on 64-bit targets). Released
+//! 952 bytes (`size_of::<VmapAllocator>()` on 64-bit targets). Released
 //! nodes are reused and none of these shrink, so steady-state operation
 //! allocates no heap memory (the best-fit index's nodes come from the
 //! tree's pools too).
@@ -71,6 +73,7 @@ macro_rules! per_storage {
 
 mod api;
 pub(crate) mod busy;
+mod detached;
 mod fixed;
 mod isolated;
 mod memmap;
@@ -139,7 +142,8 @@ impl FitType {
 /// The augmented-tree range allocator (seed 000) with lazy purge (seed 002).
 ///
 /// Invariants (checked by [`check`](RangeAllocator::check)):
-/// `free_bytes + live_bytes + lazy_bytes == end - start - holes` (the hull
+/// `free_bytes + live_bytes + lazy_bytes + detached_bytes == end - start -
+/// holes` (the hull
 /// less the unmanaged gaps inside it, see [`add_free`](Self::add_free));
 /// free blocks are
 /// maximal (no two adjacent); free, busy and lazy ranges are disjoint; every
@@ -189,6 +193,10 @@ pub struct VmapAllocator<S: Storage = Heap> {
     live_bytes: u64,
     /// Live areas (the busy index's length when it holds them all).
     live_count: u64,
+    /// Areas detached from the busy index and not yet released, and their
+    /// bytes (see `detached`).
+    detached_count: u64,
+    detached_bytes: u64,
     /// Made [`without_busy_index`](Self::without_busy_index): frees carry
     /// their size, and `free(addr)` is refused.
     sized_only: bool,
@@ -268,6 +276,8 @@ where
             free_bytes: 0,
             live_bytes: 0,
             live_count: 0,
+            detached_count: 0,
+            detached_bytes: 0,
             sized_only: false,
             indexed: true,
             align_summaries: true,
@@ -756,6 +766,27 @@ impl RangeAllocator {
         self.free_joined(areas)
     }
 
+    /// Takes the area out of the busy index (its end checked).
+    ///
+    /// # Complexity
+    /// O(1) expected.
+    fn detach(&mut self, start: u64, end: u64) -> Result<crate::range::Detached, FreeError> {
+        self.detach_body(start, end)
+    }
+
+    /// Checks each handle against the space and the detached counts and
+    /// joins runs as [`free_batch`](RangeAllocator::free_batch) does,
+    /// with no busy-index lookup.
+    ///
+    /// # Complexity
+    /// O(k) for k areas, and O(r log n) for r runs.
+    fn release_detached(
+        &mut self,
+        areas: impl IntoIterator<Item = crate::range::Detached>,
+    ) -> Result<(), (crate::range::Detached, FreeError)> {
+        self.release_body(areas)
+    }
+
     /// # Complexity
     /// O(log n), plus a purge when the lazy bytes pass `lazy_max`.
     fn free_lazy(&mut self, addr: u64) -> Result<u64, FreeError> {
@@ -822,6 +853,8 @@ impl RangeAllocator {
             live_bytes: self.live_bytes,
             lazy_areas: self.lazy.len() as u64,
             lazy_bytes: self.lazy.bytes(),
+            detached_areas: self.detached_count,
+            detached_bytes: self.detached_bytes,
             purges: self.purges,
             flushes: self.flushes,
             metadata_bytes: metadata as u64,
@@ -906,13 +939,14 @@ impl RangeAllocator {
             all.push((s, e, "lazy"));
         }
         all.sort_unstable();
-        let mut sums = [0u64; 3];
+        // Without an index, the gaps between free and lazy ranges are the
+        // live areas; with one, they are the detached areas.
+        let gap = if self.indexed { 3 } else { 1 };
+        let mut sums = [0u64; 4];
         let mut expect = lo;
         for &(s, e, kind) in &all {
-            // Without an index, the gaps between free and lazy ranges are
-            // the live areas.
-            if !self.indexed && s > expect {
-                sums[1] += s - expect;
+            if s > expect && (!self.indexed || self.detached_count > 0) {
+                sums[gap] += s - expect;
                 expect = s;
             }
             ensure!(s == expect, Layout @ s, "{kind} range at {s:#x}: expected one at {expect:#x}");
@@ -924,12 +958,21 @@ impl RangeAllocator {
                 _ => {}
             }
         }
-        if !self.indexed && expect < hi {
-            sums[1] += hi - expect;
+        if expect < hi && (!self.indexed || self.detached_count > 0) {
+            sums[gap] += hi - expect;
             expect = hi;
         }
         ensure!(expect == hi, Layout @ expect, "ranges end at {expect:#x}, space at {hi:#x}");
-        let [free, live, lazy] = sums;
+        let [free, live, lazy, detached] = sums;
+        ensure!(
+            detached == self.detached_bytes
+                && (self.detached_count == 0) == (detached == 0)
+                && self.detached_count <= detached,
+            Accounting,
+            "detached: {detached} bytes in gaps, counters {} areas, {} bytes",
+            self.detached_count,
+            self.detached_bytes
+        );
         ensure!(
             free == self.free_bytes,
             Accounting,
