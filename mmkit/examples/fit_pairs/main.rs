@@ -4,7 +4,9 @@
 //!
 //! `fit_pairs lowest|best|sized|best-sized WORKLOAD N PAIRS`: `sized` and
 //! `best-sized` keep no busy index and free with `free_sized`, as the
-//! bench's `mmkit-sized` row. The set-up (N live areas, or N holes for the
+//! bench's `mmkit-sized` row. Each allocates through the call its bench
+//! row makes: `alloc(size, align)` for lowest fit, `allocate` with a
+//! best-fit request for best fit. The set-up (N live areas, or N holes for the
 //! holes workloads) is not counted; `run` is:
 //!
 //! ```text
@@ -33,14 +35,16 @@ struct Alloc {
 impl Pairs for Alloc {
     type Handle = (u64, u64);
 
+    /// As the bench's rows: lowest fit through `alloc`, best fit through
+    /// `allocate` with a [`Policy::BestFit`] request.
     fn alloc(&mut self, size: u64, align: u64) -> Option<(u64, u64)> {
-        let policy = if self.best {
-            Policy::BestFit
+        let a = if self.best {
+            let req = Request::bytes(size)?.align(align).policy(Policy::BestFit);
+            self.va.allocate(req).ok()
         } else {
-            Policy::Lowest
+            self.va.alloc(size, align).ok()
         };
-        let req = Request::bytes(size)?.align(align).policy(policy);
-        self.va.allocate(req).ok().map(|a| (a, size))
+        a.map(|a| (a, size))
     }
 
     fn free(&mut self, (a, size): (u64, u64)) {

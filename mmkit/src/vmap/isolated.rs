@@ -85,7 +85,7 @@ impl Isolated {
     /// `[a, a + size)` inside one block, and that block's index `i`; or
     /// none, and `i` the count of blocks starting below `hi`. Either way
     /// the first `i` blocks were looked at and cannot hold the request.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lowest_fit(
         &self,
         size: u64,
@@ -249,6 +249,7 @@ impl Isolated {
 
     // The shifts are tested for nothing to move first: the usual case (an
     // array of one block), where a `memmove` call would cost more.
+    #[inline(always)]
     fn insert(&mut self, i: usize, s: u64, e: u64) {
         let n = self.len;
         if i < n {

@@ -360,6 +360,7 @@ where
 
     /// Cuts `[a, a + size)` out of the free block at `pos`, per its
     /// [`FitType`], as the search found it (no second descent).
+    #[inline(always)]
     fn clip(&mut self, pos: &Pos, a: u64, size: u64) {
         let (s, e) = self.free.get(pos);
         match FitType::classify(s, e, a, size) {
@@ -442,7 +443,7 @@ where
     /// block of the tree is isolated in turn and waits out of the tree.
     /// One that does, if nothing joined it and `may_hold`, waits as the
     /// pending area, its neighbours left in the tree as its pads.
-    #[inline]
+    #[inline(always)]
     fn release(&mut self, s: u64, e: u64, may_hold: bool) {
         debug_assert!(self.pending.held().is_none());
         let nb = &self.nb;
@@ -589,6 +590,7 @@ where
 
     /// The exact lowest fit in `[lo, hi)`, in the tree, an isolated block
     /// or the pending extent, made a live area.
+    #[inline(always)]
     fn try_alloc(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
         self.enable_summaries(align);
         let mut pos = Pos::new();
@@ -662,6 +664,7 @@ where
     /// Makes `[a, a + size)`, found at `pos`, a live area. (The busy
     /// index's home bucket is not read ahead here, as `free` reads it
     /// before its descent: see docs/bench-history.md.)
+    #[inline(always)]
     fn claim(&mut self, pos: &Pos, a: u64, size: u64) {
         self.clip(pos, a, size);
         self.mark_live(a, size);

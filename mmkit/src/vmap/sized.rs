@@ -219,6 +219,7 @@ where
     /// free blocks around it. `descend` finds the neighbours for an eager
     /// release (the home bucket read first, as `free` reads it); without a
     /// busy index the check needs them anyway.
+    #[inline(always)]
     fn take_sized(&mut self, addr: u64, end: u64, descend: bool) -> Result<(), FreeError> {
         if self.indexed {
             let probe = self.busy.probe(addr);
@@ -255,6 +256,7 @@ where
     /// must not overlap a free block (the tree's beside it, `self.nb`,
     /// found for `addr` with nothing pending, or an isolated one) nor
     /// exceed the live bytes.
+    #[inline(always)]
     fn trusted(&self, addr: u64, end: u64) -> Result<(), FreeError> {
         let nb = &self.nb;
         let overlaps = nb.prev.is_some_and(|p| p.1 > addr)

@@ -122,7 +122,7 @@ impl<S: Storage> BTree<S> {
     ///
     /// # Complexity
     /// O(1) in the same gap or from a current finger, O(log n) otherwise.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn neighbours_near(&self, key: u64, nb: &mut Neighbours) {
         if nb.version == self.version && nb.holds_gap(key) {
             // Same tree, same gap between blocks: the same answer.
@@ -144,7 +144,7 @@ impl<S: Storage> BTree<S> {
     /// [`neighbours_near`](Self::neighbours_near) without the shortcut for
     /// a key in the gap found last: from the finger's leaf, down from as
     /// much of its path as still leads to the key, or by a descent.
-    #[inline]
+    #[inline(never)]
     pub(super) fn find_neighbours(&self, key: u64, nb: &mut Neighbours) {
         (nb.prev, nb.next, nb.prev_wild, nb.next_at) = (None, None, false, Next::None);
         // From a finger, a key past the leaf's last block found the leaf to

@@ -72,7 +72,7 @@ impl<S: Storage> BTree<S> {
     /// the tree is unchanged: an allocator whose allocations take back
     /// isolated blocks asks this of the same tree every time, and reading
     /// it is a scan of all the root's children.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn may_hold_below(&mut self, b: u64, size: u64) -> bool {
         if self.lowest_start() >= b {
             return false;

@@ -85,7 +85,9 @@
 //! `of_subtree` read straight from the node's arrays, bit for bit (proptests
 //! again), in `i16` lanes that SSE2 takes the minimum of in one instruction:
 //! independent lanes, where folding the children with the SWAR combine is
-//! one long dependency chain.
+//! one long dependency chain. A child's ten fields reach their lanes by
+//! three multiplications, each placing several fields at once
+//! (`class_lanes`).
 
 /// Alignment classes stored above the granule.
 pub const CLASSES: u32 = 10;
@@ -497,16 +499,13 @@ impl AlignSummary {
     /// summary's granule loses nothing to rounding.
     #[inline(always)]
     fn lanes(self, g: u32) -> Lanes {
-        let own = self.unpack();
         let shift = (self.granule() - g) as usize;
-        let mut c = [0; LANES];
         if shift == 0 {
             // The common case: one granule, classes line up.
-            for (ci, o) in c.iter_mut().zip(own) {
-                *ci = o as u16;
-            }
-            return c;
+            return class_lanes(self.0);
         }
+        let own = self.unpack();
+        let mut c = [0; LANES];
         for i in shift..CLASSES as usize {
             // The class g+1+i is class g+1+i-shift of the summary's; its
             // deficit is below 2^(i + 1) granules, so it fits in a lane.
@@ -519,6 +518,39 @@ impl AlignSummary {
 /// Lanes of deficits in granules: `CLASSES` used, padded for vectorizing.
 const LANES: usize = 16;
 type Lanes = [u16; LANES];
+
+/// The class fields of the summary word `w` as lanes (class `i` in lane
+/// `i - 1`, the padding lanes 0), as [`AlignSummary::unpack`] gives them,
+/// four lanes to a word. A multiplication places several fields at once:
+/// each factor bit adds a copy of the masked word shifted by it, and the
+/// copies are chosen so that the field each lane keeps is not overlapped,
+/// nor reached by a carry, from another copy.
+#[inline(always)]
+fn class_lanes(w: u64) -> Lanes {
+    // Classes 1-4, ten bits from `offset(1)`: the copies (at 0, 15, 29
+    // and 42) do not overlap at all.
+    let x = (w >> offset(1)) & 0x3ff;
+    let a =
+        x.wrapping_mul(1 | 1 << 15 | 1 << 29 | 1 << 42) & (0x1 | 0x3 << 16 | 0x7 << 32 | 0xf << 48);
+    // Classes 5-8, 26 bits from `offset(5)`, in two multiplications: 5
+    // and 7 (copies at 0 and 21 do not overlap); 6 and 8 (copies at 11
+    // and 30 overlap in bits 35-36, whose sum stays below bit 42, clear of
+    // the lanes kept).
+    let y = w >> offset(5);
+    let odd = (y & (0x1f | 0x7f << 11)).wrapping_mul(1 | 1 << 21) & (0x1f | 0x7f << 32);
+    let even =
+        (y & (0x3f << 5 | 0xff << 18)).wrapping_mul(1 << 11 | 1 << 30) & (0x3f << 16 | 0xff << 48);
+    // Classes 9 and 10, 19 bits from `offset(9)`.
+    let z = w >> offset(9);
+    let c = (z & 0x1ff) | ((z >> 9) & 0x3ff) << 16;
+    let mut lanes = [0; LANES];
+    for (j, word) in [a, odd | even, c].into_iter().enumerate() {
+        for k in 0..4 {
+            lanes[4 * j + k] = (word >> (16 * k)) as u16;
+        }
+    }
+    lanes
+}
 
 /// A deficit of `2^CLASSES` granules or more: above the true deficit of
 /// every class, so larger contributions are clamped to it.

@@ -286,6 +286,27 @@ proptest! {
             AlignSummary::of_subtree(smax, &parts)
         );
     }
+
+    /// The multiplications place every class field in its lane, whatever
+    /// the other fields and the bits outside them hold.
+    #[test]
+    fn class_lanes_are_the_fields(w in any::<u64>()) {
+        let mut want = [0u16; LANES];
+        for (lane, field) in want.iter_mut().zip(AlignSummary(w).unpack()) {
+            *lane = field as u16;
+        }
+        prop_assert_eq!(class_lanes(w), want);
+    }
+}
+
+#[test]
+fn class_lanes_at_full_fields() {
+    // Every field at its largest: the copies' sums are at their largest.
+    let w = CLASS_BITS | 0x3f;
+    let want: Vec<u16> = (1..=CLASSES).map(|i| (1 << i) - 1).collect();
+    assert_eq!(class_lanes(w)[..CLASSES as usize], want[..]);
+    assert_eq!(class_lanes(w)[CLASSES as usize..], [0; 6]);
+    assert_eq!(class_lanes(u64::MAX), class_lanes(w));
 }
 
 #[test]
