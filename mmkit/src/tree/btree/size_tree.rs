@@ -85,6 +85,18 @@ fn usable_of(k: u32, (len, s): Key) -> u64 {
     usable(s, s.saturating_add(len), k).unwrap_or(0)
 }
 
+/// Whether an entry holds `size > 0` bytes from its first start aligned
+/// to `2^k`: `usable_of(k, key) >= size`, without branches, for the
+/// searches' scans of a leaf.
+#[inline(always)]
+fn holds(k: u32, (len, s): Key, size: u64) -> bool {
+    let mask = (1u64 << k) - 1;
+    let a = s.wrapping_add(mask) & !mask;
+    let e = s.saturating_add(len);
+    // `a >= s`: no wrap past the top; `e >= a`: a start inside.
+    (a >= s) & (e >= a) & (e.wrapping_sub(a) >= size)
+}
+
 /// Alignments a lane set covers: `2^(g+1)..=2^(g+LANES)`, each in its
 /// lane, and any above through the last lane, which bounds them too.
 const LANES: u32 = 10;
@@ -216,15 +228,11 @@ fn lanes_at_least(nd: &Inner, ask: &Ask) -> u32 {
 #[inline]
 fn leaf_search(l: &Leaf, from: Option<Key>, ask: &Ask) -> Search {
     let at = from.map_or(0, |f| lower_bound(l, f));
-    let mask = (1u64 << ask.k) - 1;
     for i in at..l.count() {
-        let (s, len) = (l.start[i], l.size[i]);
-        let a = s.wrapping_add(mask) & !mask;
-        let e = s.saturating_add(len);
-        // `a >= s`: no wrap past the top; `e >= a`: a start inside.
-        if (a >= s) & (e >= a) & (e.wrapping_sub(a) >= ask.size) {
-            return match (len, s) < ask.bound {
-                true => Search::Found((len, s)),
+        let key = (l.size[i], l.start[i]);
+        if holds(ask.k, key, ask.size) {
+            return match key < ask.bound {
+                true => Search::Found(key),
                 false => Search::Stopped,
             };
         }
