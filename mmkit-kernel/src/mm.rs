@@ -231,6 +231,34 @@ pub fn vmalloc<R: mmkit::range::RangeAllocator>(
     })
 }
 
+/// [`vmalloc`] with the caller's record of the area: `tag` stays with the
+/// area until [`vfree_tagged`] hands it back, and `out` gets its frames
+/// ([`Vmalloc::vmalloc_tagged`]).
+pub fn vmalloc_tagged<R: mmkit::range::RangeAllocator>(
+    layer: &'static Lock<Vmalloc<R>>,
+    pages: u64,
+    align: u64,
+    tag: u64,
+    out: &mut [u64],
+) -> Result<u64, VmError> {
+    let size = pages
+        .checked_mul(PAGE)
+        .ok_or(VmError::TooLarge { bytes: pages })?;
+    timed(Phase::Calls, || {
+        locked(layer).vmalloc_tagged(&mut KernelMmu, &mut PhysFrames, size, align, tag, out)
+    })
+}
+
+/// [`vfree`] that hands back the area's tag (0 when it has none).
+pub fn vfree_tagged<R: mmkit::range::RangeAllocator>(
+    layer: &'static Lock<Vmalloc<R>>,
+    va: u64,
+) -> Result<u64, VmError> {
+    timed(Phase::Calls, || {
+        locked(layer).vfree_tagged(&mut KernelMmu, &mut PhysFrames, va)
+    })
+}
+
 /// `vfree`: unmaps and returns the frames to this CPU's lists.
 pub fn vfree<R: mmkit::range::RangeAllocator>(
     layer: &'static Lock<Vmalloc<R>>,

@@ -21,7 +21,7 @@ use mmkit::AllocError;
 
 use super::frames::take;
 use super::lazy::{Gone, Released, When};
-use super::maps::{Area, Vmalloc};
+use super::maps::{Area, Pieces, Vmalloc};
 use super::{Flush, FramePolicy, FrameSource, Mmu, VmError, PAGE};
 
 /// Pages for `bytes`, and the span with a guard page.
@@ -66,7 +66,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         src: &mut impl FrameSource,
         size: u64,
     ) -> Result<u64, VmError> {
-        self.alloc_area(mmu, src, size, PAGE, false)
+        self.alloc_area(mmu, src, size, PAGE, false, (0, &mut []))
     }
 
     /// [`vmalloc`](Self::vmalloc) at an address aligned to `align` (a power
@@ -81,7 +81,54 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         size: u64,
         align: u64,
     ) -> Result<u64, VmError> {
-        self.alloc_area(mmu, src, size, align, false)
+        self.alloc_area(mmu, src, size, align, false, (0, &mut []))
+    }
+
+    /// [`vmalloc_aligned`](Self::vmalloc_aligned) for a caller that keeps
+    /// its own record of each area, as Linux keeps a `vm_struct` with its
+    /// page array beside the `vmap_area`: `tag` (a handle of that record)
+    /// stays with the area until [`vfree_tagged`](Self::vfree_tagged) hands
+    /// it back, so that the free finds the record through the layer's own
+    /// lookup, and `pages` gets the frames mapped in page order (the first
+    /// `min(pages.len(), pages of the area)` of them).
+    ///
+    /// ```
+    /// # use mmkit_vmalloc::*;
+    /// # struct Table;
+    /// # impl Mmu for Table {
+    /// #     fn map(&mut self, _: u64, _: &[u64]) -> Result<(), MapFailed> { Ok(()) }
+    /// #     fn clear(&mut self, _: u64, _: u64) {}
+    /// #     fn flush(&mut self, _: u64, _: u64) -> Refused { Refused::new() }
+    /// #     fn translate(&self, _: u64) -> Option<u64> { None }
+    /// # }
+    /// # struct Frames(u64);
+    /// # impl FrameSource for Frames {
+    /// #     fn alloc(&mut self, _: u64) -> Option<(u64, u64)> { self.0 += 1; Some((self.0, 1)) }
+    /// #     fn free(&mut self, _: u64, _: u64) {}
+    /// #     fn zero(&mut self, _: u64, _: u64) {}
+    /// # }
+    /// let range = mmkit::vmap::VmapAllocator::new(1 << 30, 1 << 31).unwrap();
+    /// let mut v = Vmalloc::new(range, Flush::Lazy { max_bytes: 1 << 20 });
+    /// let (mmu, src) = (&mut Table, &mut Frames(100));
+    /// let mut pages = [0; 2];
+    /// let va = v.vmalloc_tagged(mmu, src, 2 * PAGE, PAGE, 7, &mut pages).unwrap();
+    /// assert_eq!(pages, [101, 102]);
+    /// assert_eq!(v.vfree_tagged(mmu, src, va), Ok(7));
+    /// ```
+    ///
+    /// # Errors
+    /// As [`vmalloc_aligned`](Self::vmalloc_aligned); `pages` is then
+    /// unchanged.
+    pub fn vmalloc_tagged(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        size: u64,
+        align: u64,
+        tag: u64,
+        pages: &mut [u64],
+    ) -> Result<u64, VmError> {
+        self.alloc_area(mmu, src, size, align, false, (tag, pages))
     }
 
     /// [`vmalloc`](Self::vmalloc) of zeroed memory (the frames are zeroed
@@ -95,9 +142,11 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         src: &mut impl FrameSource,
         size: u64,
     ) -> Result<u64, VmError> {
-        self.alloc_area(mmu, src, size, PAGE, true)
+        self.alloc_area(mmu, src, size, PAGE, true, (0, &mut []))
     }
 
+    /// The area's call sequence; `(tag, pages)`: the caller's word kept
+    /// with the area, and where the frames mapped are copied.
     fn alloc_area(
         &mut self,
         mmu: &mut impl Mmu,
@@ -105,6 +154,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         size: u64,
         align: u64,
         zero: bool,
+        (tag, pages_out): (u64, &mut [u64]),
     ) -> Result<u64, VmError> {
         check_align(align)?;
         let (pages, _) = pages_for(size)?;
@@ -117,12 +167,15 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         }
         match self.install(mmu, src, &frames, align, 0) {
             Ok(va) => {
+                let n = pages_out.len().min(frames.len());
+                pages_out[..n].copy_from_slice(&frames[..n]);
                 self.areas.insert(
                     va,
                     Area {
                         frames,
                         owned: true,
-                        pieces: Vec::new(),
+                        pieces: Pieces::default(),
+                        tag,
                     },
                 );
                 self.stats.maps += 1;
@@ -232,7 +285,8 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
                 Vec::new()
             },
             owned: true,
-            pieces: Vec::new(),
+            pieces: Pieces::default(),
+            tag: 0,
         };
         let mut out = self.retire_range(mmu, va, span, Gone::Area(shown), When::Now);
         let held = match out.released.iter().position(|r| r.start == va) {
@@ -317,7 +371,8 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             Area {
                 frames,
                 owned: false,
-                pieces: Vec::new(),
+                pieces: Pieces::default(),
+                tag: 0,
             },
         );
         self.stats.maps += 1;
@@ -360,10 +415,26 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         src: &mut impl FrameSource,
         va: u64,
     ) -> Result<(), VmError> {
-        let area = self.take_live(va, true)?;
+        self.vfree_tagged(mmu, src, va).map(drop)
+    }
+
+    /// [`vfree`](Self::vfree) that hands back the area's tag (0 for an
+    /// area that was given none): see
+    /// [`vmalloc_tagged`](Self::vmalloc_tagged).
+    ///
+    /// # Errors
+    /// As [`vfree`](Self::vfree); nothing changes then.
+    pub fn vfree_tagged(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        va: u64,
+    ) -> Result<u64, VmError> {
+        let mut area = self.take_live(va, true)?;
+        let tag = core::mem::take(&mut area.tag);
         let kept = self.unmap_area(mmu, src, va, area, When::Policy);
         debug_assert!(kept.is_none(), "a vmalloc area's frames are ours");
-        Ok(())
+        Ok(tag)
     }
 
     /// The kernel's `vfree_atomic`: [`vfree`](Self::vfree) that never
@@ -482,12 +553,15 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             }
         };
         let frames = core::mem::take(frames);
+        let mut tag = 0;
         if let Some(old) = self.areas.remove(va) {
             let span = old.span_bytes();
+            tag = old.tag;
             let shown = Area {
                 frames: Vec::new(),
                 owned: false,
                 pieces: old.pieces,
+                tag: 0,
             };
             let out = self.retire_range(mmu, va, span, Gone::Area(shown), When::Policy);
             let released = out.released.iter().any(|r| r.start == va);
@@ -505,7 +579,8 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             Area {
                 frames,
                 owned: true,
-                pieces: Vec::new(),
+                pieces: Pieces::default(),
+                tag,
             },
         );
         Ok(to)

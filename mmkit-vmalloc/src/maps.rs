@@ -16,6 +16,7 @@
 //!  reserve_block ──> block ──free_block──> lazy / stuck
 //! ```
 
+use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
@@ -62,7 +63,42 @@ pub struct Area {
     /// (`vrealloc`), each reserved in the range allocator and freed with
     /// it. The area's pages stay contiguous: its guard page is after the
     /// last frame.
-    pub pieces: Vec<u64>,
+    pub pieces: Pieces,
+    /// The caller's word for the area, 0 when it gave none: a handle of
+    /// its own record of the area, which
+    /// [`vfree_tagged`](Vmalloc::vfree_tagged) hands back, as Linux's
+    /// `vmap_area` points at its `vm_struct` (see
+    /// [`vmalloc_tagged`](Vmalloc::vmalloc_tagged)).
+    pub tag: u64,
+}
+
+/// The ranges an area grew into in place, in the order it grew: none for
+/// nearly every area, so they take one word (no allocation) until the
+/// first, and the book's entries stay small.
+///
+/// ```
+/// let mut p = mmkit_vmalloc::Pieces::default();
+/// assert!(p.is_empty());
+/// p.push(0x5000);
+/// p.push(0x9000);
+/// assert_eq!(&p[..], [0x5000, 0x9000]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pieces(Option<Box<Vec<u64>>>);
+
+impl Pieces {
+    /// Adds `start` after the others.
+    pub fn push(&mut self, start: u64) {
+        self.0.get_or_insert_with(Box::default).push(start);
+    }
+}
+
+impl core::ops::Deref for Pieces {
+    type Target = [u64];
+
+    fn deref(&self) -> &[u64] {
+        self.0.as_deref().map_or(&[], |v| v)
+    }
 }
 
 impl AreaData for Area {

@@ -634,3 +634,74 @@ fn the_default_batch_refuses_a_run_that_breaks_the_contract() {
     assert_eq!(src.freed, [(100, 5), (10, 2)]);
     assert!(m.ptes.is_empty());
 }
+
+mod tagged {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// `vmalloc_tagged` of 1 to 4 pages.
+        Alloc(u64),
+        /// `vfree_tagged` of the `n`th live area (modulo their count).
+        Free(usize),
+        /// `vrealloc` of the `n`th live area to 1 to 6 pages.
+        Grow(usize, u64),
+        /// Plain `vfree` of the `n`th live area (its tag is dropped).
+        PlainFree(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (1u64..5).prop_map(Op::Alloc),
+            2 => any::<usize>().prop_map(Op::Free),
+            1 => (any::<usize>(), 1u64..7).prop_map(|(n, p)| Op::Grow(n, p)),
+            1 => any::<usize>().prop_map(Op::PlainFree),
+        ]
+    }
+
+    proptest! {
+        /// Every tag comes back from the free of its own area (after any
+        /// `vrealloc` that moved it), the page array gets the frames the
+        /// MMU maps, and a free of an address that starts no live area
+        /// hands back no tag.
+        #[test]
+        fn each_free_hands_back_its_areas_tag(ops in proptest::collection::vec(op(), 1..120)) {
+            let mut m = Machine::default();
+            let mut f = Pool::new(4096);
+            let mut v = tree(Flush::Lazy { max_bytes: 64 * PAGE });
+            // Live areas: address, tag.
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            let mut next_tag = 1;
+            for op in ops {
+                match op {
+                    Op::Alloc(pages) => {
+                        let mut out = vec![0; pages as usize];
+                        let va = v.vmalloc_tagged(&mut m, &mut f, pages * PAGE, PAGE, next_tag, &mut out).unwrap();
+                        let mapped: Vec<u64> = (0..pages).map(|i| m.translate(va + i * PAGE).unwrap()).collect();
+                        prop_assert_eq!(out, mapped);
+                        live.push((va, next_tag));
+                        next_tag += 1;
+                    }
+                    Op::Free(_) | Op::Grow(..) | Op::PlainFree(_) if live.is_empty() => {
+                        prop_assert!(v.vfree_tagged(&mut m, &mut f, START).is_err());
+                    }
+                    Op::Free(n) => {
+                        let (va, tag) = live.swap_remove(n % live.len());
+                        prop_assert_eq!(v.vfree_tagged(&mut m, &mut f, va), Ok(tag));
+                        prop_assert!(v.vfree_tagged(&mut m, &mut f, va).is_err());
+                    }
+                    Op::Grow(n, pages) => {
+                        let i = n % live.len();
+                        live[i].0 = v.vrealloc(&mut m, &mut f, live[i].0, pages * PAGE).unwrap();
+                    }
+                    Op::PlainFree(n) => {
+                        let (va, _) = live.swap_remove(n % live.len());
+                        v.vfree(&mut m, &mut f, va).unwrap();
+                    }
+                }
+                v.check(&m).unwrap();
+            }
+        }
+    }
+}
