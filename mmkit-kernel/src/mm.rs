@@ -147,6 +147,12 @@ static MAP_RAM_NODES: Once<MapRamNodes> = Once::new();
 /// design's layer for them.
 pub type MapRamNodes = MapRam<TimedSpin, crate::nodes::NodeRange>;
 
+/// The largest area, in pages with its guard page, the tree layer pools
+/// (Linux's `MAX_VA_SIZE_PAGES`).
+const POOL_PAGES: usize = 256;
+/// The most areas of one size the tree layer pools.
+const POOL_LEN: usize = usize::MAX;
+
 /// Acquisitions of a layer's (global) lock.
 pub static GLOBAL_LOCKS: AtomicU64 = AtomicU64::new(0);
 
@@ -164,11 +170,15 @@ pub fn init(cpus: usize) {
     // The tree leaves its alignment summaries off: its aligned requests
     // (the `vm_map_ram` blocks, a few tests) are rare, and keeping the
     // summaries costs every vmalloc and vfree (Linux's tree keeps none).
+    // Its flushed areas of up to 256 pages are pooled for reuse by size,
+    // as Linux 6.12's vmap nodes pool theirs.
     TREE.call_once(|| {
         let r = VmapAllocator::new(TREE_RANGE.0, TREE_RANGE.1)
             .expect("tree range")
             .without_align_summaries();
-        Lock::new(Vmalloc::new(r, lazy))
+        let mut v = Vmalloc::new(r, lazy);
+        v.set_pools(POOL_PAGES, POOL_LEN);
+        Lock::new(v)
     });
     LINEAR.call_once(|| {
         let r = LinearVmap::new(LINEAR_RANGE.0, LINEAR_RANGE.1).expect("list range");

@@ -244,9 +244,12 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         lent: usize,
     ) -> Result<u64, (VmError, usize)> {
         let (_, span) = pages_for(frames.len() as u64 * PAGE).map_err(|e| (e, 0))?;
-        let va = self
-            .reserve_or_purge(mmu, src, span, align)
-            .map_err(|e| (e, 0))?;
+        let va = match self.pools.take(span, align) {
+            Some(va) => va,
+            None => self
+                .reserve_or_purge(mmu, src, span, align)
+                .map_err(|e| (e, 0))?,
+        };
         let Err(f) = mmu.map(va, frames) else {
             return Ok(va);
         };
@@ -308,7 +311,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 
     fn purgeable(&self) -> bool {
-        !self.retiring.is_empty()
+        !self.retiring.is_empty() || self.pools.len() > 0
     }
 
     /// Reserves `span` bytes at `align`, purging the lazy and stuck lists
@@ -502,7 +505,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         }
         self.dispose(src, out.released);
         if out.purge_due {
-            self.purge(mmu, src);
+            self.purge_lazy(mmu, src);
         }
         match mine {
             Some(frames) if owned => {
@@ -571,7 +574,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             }
             self.dispose(src, out.released);
             if out.purge_due {
-                self.purge(mmu, src);
+                self.purge_lazy(mmu, src);
             }
         }
         self.areas.insert(
@@ -655,8 +658,18 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
 
     /// Flushes the span of the lazy and stuck lists on every CPU, frees
     /// what the flush released and gives the frames that waited for it to
-    /// `src`. Returns whether anything was flushed. Flushes.
+    /// `src`; gives every pooled area's range back to the range allocator
+    /// ([`set_pools`](Self::set_pools)). Returns whether anything
+    /// was flushed. Flushes.
     pub fn purge(&mut self, mmu: &mut impl Mmu, src: &mut impl FrameSource) -> bool {
+        let flushed = self.purge_lazy(mmu, src);
+        self.drain_pools();
+        flushed
+    }
+
+    /// The purge the lazy list's threshold runs: [`purge`](Self::purge),
+    /// but the pools only decay and take the areas released.
+    pub(crate) fn purge_lazy(&mut self, mmu: &mut impl Mmu, src: &mut impl FrameSource) -> bool {
         let p = self.purge_released(mmu);
         self.dispose(src, p.released);
         p.flushed.is_some()

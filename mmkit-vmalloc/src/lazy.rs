@@ -100,10 +100,13 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// The freed range `[start, start + span)` that held `what`, a range
     /// of ours out of the books: detached from the range allocator when
     /// it holds it whole, so that its purge only merges it (and the range
-    /// allocator itself refuses a second free of it from now on).
+    /// allocator itself refuses a second free of it from now on); an area
+    /// of a size the pools take stays allocated there, for its purge to
+    /// pool.
     pub(crate) fn detach_retired(&mut self, start: u64, span: u64, what: Gone<A>) -> Retired<A> {
         let whole = !matches!(&what, Gone::Area(a) if !a.pieces().is_empty());
-        let detached = if whole {
+        let poolable = matches!(what, Gone::Area(_)) && whole && self.pools.takes(span);
+        let detached = if whole && !poolable {
             let d = self.range.detach(start, start + span);
             debug_assert!(d.is_ok(), "detaching our own range {start:#x}: {d:?}");
             d.ok()
@@ -215,7 +218,8 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     }
 
     /// Counts the flush `p` reports and frees the ranges it released (and
-    /// their pieces); returns them. The detached ranges go back to the
+    /// their pieces), or pools them; returns them. The detached ranges go
+    /// back to the
     /// range allocator in one pass, in the order they were freed, so that
     /// ranges freed one after another, side by side, join before they
     /// reach its free space.
@@ -234,12 +238,13 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             }
             d
         });
-        while let Err((d, e)) = self.range.release_detached(&mut handles) {
-            debug_assert!(false, "releasing our own range {:#x}: {e:?}", d.start());
-            let _ = self.range.free(d.start());
-        }
+        self.release_all(&mut handles);
         for &i in &live {
             let r = &p.released[i];
+            let whole = matches!(&r.what, Gone::Area(a) if a.pieces().is_empty());
+            if whole && self.pools.put(r.start, r.span) {
+                continue;
+            }
             let freed = self.range.free(r.start);
             debug_assert!(freed.is_ok(), "freeing our own range {:#x}", r.start);
             if let Gone::Area(a) = &r.what {
@@ -256,6 +261,15 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         }
         self.stats.released += p.released.len() as u64;
         p.released
+    }
+
+    /// Releases the detached ranges of `handles` to the range allocator in
+    /// one pass (a refused one is freed by its start: a bug, asserted).
+    pub(crate) fn release_all(&mut self, mut handles: impl Iterator<Item = Detached>) {
+        while let Err((d, e)) = self.range.release_detached(&mut handles) {
+            debug_assert!(false, "releasing our own range {:#x}: {e:?}", d.start());
+            let _ = self.range.free(d.start());
+        }
     }
 
     /// Records `[start, end)` as released lately, for fault reports.

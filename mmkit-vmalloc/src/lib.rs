@@ -102,6 +102,7 @@ mod error;
 mod frames;
 mod lazy;
 mod maps;
+mod pool;
 mod ram;
 pub mod test_vmalloc;
 

@@ -27,6 +27,7 @@ use mmkit::AllocError;
 
 use super::book::{sorted_at_or_before, AreaBook};
 use super::lazy::{lazy_max, Gone, Outcome, Retired, When};
+use super::pool::Pools;
 use super::{Flush, FramePolicy, Mmu, VmError, PAGE};
 
 /// What an area holds, as the layer needs to know it: its extent, the
@@ -217,6 +218,9 @@ pub struct Vmalloc<R, A = Area> {
     pub(crate) stats: LayerStats,
     /// Where the range allocator places new ranges.
     pub(crate) place: Policy,
+    /// Flushed areas kept allocated in R for reuse by size (none unless
+    /// [`set_pools`](Vmalloc::set_pools) asks).
+    pub(crate) pools: Pools,
 }
 
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
@@ -248,7 +252,40 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             next_hist: 0,
             stats: LayerStats::default(),
             place: Policy::Lowest,
+            pools: Pools::default(),
         }
+    }
+
+    /// Pools flushed areas of up to `max_pages` pages (guard page included)
+    /// for reuse, at most `max_len` of each size, as Linux 6.12's vmap
+    /// nodes do: the purge the lazy list's threshold runs pools the areas
+    /// it released instead of freeing their ranges; an allocation of a
+    /// pooled size takes the newest one when it is aligned as asked,
+    /// without the range allocator. A purge that [`purge`](Vmalloc::purge)
+    /// runs (the one a failed allocation runs too) gives every pool back.
+    /// Unlike Linux, whose purges each give a quarter of every pool back,
+    /// the pools do not decay otherwise: they hold address space, not
+    /// frames, and a decayed area costs a free-tree merge at the purge
+    /// that gives it back, whatever the caller is doing then.
+    /// `max_pages` 0, the default, pools nothing; a change gives back what
+    /// was pooled.
+    pub fn set_pools(&mut self, max_pages: usize, max_len: usize) {
+        self.drain_pools();
+        self.pools = Pools::new(max_pages, max_len);
+    }
+
+    /// Areas pooled (see [`set_pools`](Self::set_pools)).
+    pub fn pooled(&self) -> usize {
+        self.pools.len()
+    }
+
+    /// Gives every pooled range back to the range allocator.
+    pub(crate) fn drain_pools(&mut self) {
+        let range = &mut self.range;
+        self.pools.drain(|start| {
+            let freed = range.free(start);
+            debug_assert!(freed.is_ok(), "freeing our own pooled range {start:#x}");
+        });
     }
 
     /// The range allocator.

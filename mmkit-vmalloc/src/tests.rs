@@ -705,3 +705,39 @@ mod tagged {
         }
     }
 }
+
+/// A purge pools the areas it released, a vmalloc of their size reuses the
+/// newest, and `purge` gives every pool back.
+#[test]
+fn purged_areas_are_pooled_and_reused_by_size() {
+    let mut m = Machine::default();
+    let mut f = Pool::new(64);
+    let mut v = tree(Flush::Lazy {
+        max_bytes: 3 * PAGE,
+    });
+    v.set_pools(2, 8);
+    let a: Vec<u64> = (0..3)
+        .map(|_| v.vmalloc(&mut m, &mut f, PAGE).unwrap())
+        .collect();
+    let big = v.vmalloc(&mut m, &mut f, 2 * PAGE).unwrap();
+    // Two 2-page spans pass the threshold: the purge pools both.
+    v.vfree(&mut m, &mut f, a[0]).unwrap();
+    v.vfree(&mut m, &mut f, a[1]).unwrap();
+    assert_eq!((v.pooled(), v.lazy().0), (2, 0));
+    v.check(&m).unwrap();
+    // The newest first, without the range allocator: its live count stays.
+    let live = v.range().stats().live_areas;
+    assert_eq!(v.vmalloc(&mut m, &mut f, PAGE), Ok(a[1]));
+    assert_eq!(v.range().stats().live_areas, live);
+    // A 3-page span has no pool: it goes back to the range allocator.
+    v.vfree(&mut m, &mut f, big).unwrap();
+    v.vfree(&mut m, &mut f, a[2]).unwrap();
+    assert_eq!(v.pooled(), 2);
+    assert_eq!(v.vmalloc(&mut m, &mut f, PAGE), Ok(a[2]));
+    v.vfree(&mut m, &mut f, a[1]).unwrap();
+    v.vfree(&mut m, &mut f, a[2]).unwrap();
+    assert_eq!(v.pooled(), 3);
+    v.purge(&mut m, &mut f);
+    assert_eq!((v.pooled(), v.range().stats().live_areas), (0, 0));
+    v.check(&m).unwrap();
+}
