@@ -229,8 +229,8 @@ fn a_request_nothing_could_hold_fails_without_a_purge() {
     );
     assert!(m.flushes.is_empty(), "{:?}", m.flushes);
     assert_eq!((v.stats().purges, v.lazy().0), (0, 1));
-    // One the empty space holds still purges and retries.
-    let b = v.vmap(&mut m, &mut f, &[3], END - START).unwrap();
+    // One the empty space holds, to its last byte, still purges and retries.
+    let b = v.vmap(&mut m, &mut f, &[3; 0xffff], END - START).unwrap();
     assert_eq!((b, m.flushes.len(), v.stats().purges), (START, 1, 1));
     v.check(&m).unwrap();
 }
