@@ -42,9 +42,7 @@ fn pages_for(bytes: u64) -> Result<(u64, u64), VmError> {
 fn fits_empty((lo, hi): (u64, u64), span: u64, align: u64) -> bool {
     let mask = align.wrapping_sub(1);
     match lo.checked_add(mask) {
-        Some(end) => hi
-            .checked_sub(end & !mask)
-            .map_or(false, |room| room >= span),
+        Some(end) => hi.checked_sub(end & !mask).is_some_and(|room| room >= span),
         None => false,
     }
 }

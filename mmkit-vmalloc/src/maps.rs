@@ -84,6 +84,9 @@ pub struct Area {
 /// p.push(0x9000);
 /// assert_eq!(&p[..], [0x5000, 0x9000]);
 /// ```
+// A boxed vector: one word in the area (a `Vec` takes three, a boxed
+// slice two), the extra allocation only for an area that grew.
+#[allow(clippy::box_collection)]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pieces(Option<Box<Vec<u64>>>);
 
