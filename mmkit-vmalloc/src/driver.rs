@@ -680,7 +680,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 
     /// The purge the lazy list's threshold runs: [`purge`](Self::purge),
-    /// but the pools only decay and take the areas released.
+    /// but the pools keep what they hold and take the areas released.
     pub(crate) fn purge_lazy(&mut self, mmu: &mut impl Mmu, src: &mut impl FrameSource) -> bool {
         let p = self.purge_released(mmu);
         self.dispose(src, p.released);

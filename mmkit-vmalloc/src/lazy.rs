@@ -219,10 +219,9 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
 
     /// Counts the flush `p` reports and frees the ranges it released (and
     /// their pieces), or pools them; returns them. The detached ranges go
-    /// back to the
-    /// range allocator in one pass, in the order they were freed, so that
-    /// ranges freed one after another, side by side, join before they
-    /// reach its free space.
+    /// back to the range allocator in one pass, in the order they were
+    /// freed, so that ranges freed one after another, side by side, join
+    /// before they reach its free space.
     fn settle(&mut self, mut p: lazy::Purged<Retired<A>>) -> Vec<Released<A>> {
         let (lo, hi) = p.span;
         self.stats.flushes += 1;

@@ -63,9 +63,12 @@ impl Pools {
         self.by_pages.get_mut(k.checked_sub(1)?)
     }
 
-    /// Whether a range of `span` bytes would be pooled.
+    /// Whether a range of `span` bytes would be pooled now (its size has
+    /// a pool, and the pool has room).
     pub(crate) fn takes(&self, span: u64) -> bool {
-        span % PAGE == 0 && (1..=self.by_pages.len() as u64).contains(&(span / PAGE))
+        let k = (span % PAGE == 0).then_some(span / PAGE);
+        let pool = k.and_then(|k| self.by_pages.get(usize::try_from(k).ok()?.checked_sub(1)?));
+        pool.is_some_and(|p| p.len() < self.max_len)
     }
 
     /// Pools the flushed range `[start, start + span)`; false when no pool
@@ -133,7 +136,8 @@ mod tests {
     fn a_full_pool_refuses_and_drain_empties_every_pool() {
         let mut p = Pools::new(2, 2);
         assert!(p.put(0x10000, PAGE) && p.put(0x20000, PAGE));
-        assert!(!p.put(0x30000, PAGE), "full");
+        assert!(!p.takes(PAGE) && !p.put(0x30000, PAGE), "full");
+        assert!(p.takes(2 * PAGE) && !p.takes(3 * PAGE) && !p.takes(PAGE + 1));
         assert!(p.put(0x40000, 2 * PAGE));
         assert_eq!(
             p.iter().collect::<Vec<_>>(),
