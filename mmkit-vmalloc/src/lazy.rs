@@ -227,23 +227,24 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         self.stats.flushes += 1;
         self.stats.pages_flushed += (hi - lo) / PAGE;
         self.stats.refusals += p.refused;
-        // Ranges still live in the range allocator (grown in place, each
-        // piece an area of its own), by their place in the list.
+        // Ranges still live in the range allocator that no pool takes
+        // (grown in place, each piece an area of its own), by their place
+        // in the list; the pools take theirs in the same pass.
         let mut live: Vec<usize> = Vec::new();
+        let pools = &mut self.pools;
         let mut handles = p.released.iter_mut().enumerate().filter_map(|(i, r)| {
             let d = r.detached.take();
             if d.is_none() {
-                live.push(i);
+                let whole = matches!(&r.what, Gone::Area(a) if a.pieces().is_empty());
+                if !(whole && pools.put(r.start, r.span)) {
+                    live.push(i);
+                }
             }
             d
         });
-        self.release_all(&mut handles);
+        release_all(&mut self.range, &mut handles);
         for &i in &live {
             let r = &p.released[i];
-            let whole = matches!(&r.what, Gone::Area(a) if a.pieces().is_empty());
-            if whole && self.pools.put(r.start, r.span) {
-                continue;
-            }
             let freed = self.range.free(r.start);
             debug_assert!(freed.is_ok(), "freeing our own range {:#x}", r.start);
             if let Gone::Area(a) = &r.what {
@@ -262,18 +263,18 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         p.released
     }
 
-    /// Releases the detached ranges of `handles` to the range allocator in
-    /// one pass (a refused one is freed by its start: a bug, asserted).
-    pub(crate) fn release_all(&mut self, mut handles: impl Iterator<Item = Detached>) {
-        while let Err((d, e)) = self.range.release_detached(&mut handles) {
-            debug_assert!(false, "releasing our own range {:#x}: {e:?}", d.start());
-            let _ = self.range.free(d.start());
-        }
-    }
-
     /// Records `[start, end)` as released lately, for fault reports.
     pub(crate) fn remember(&mut self, start: u64, end: u64) {
         self.history[self.next_hist] = (start, end);
         self.next_hist = (self.next_hist + 1) % HISTORY;
+    }
+}
+
+/// Releases the detached ranges of `handles` to `range` in one pass (a
+/// refused one is freed by its start: a bug, asserted).
+fn release_all<R: RangeAllocator>(range: &mut R, mut handles: impl Iterator<Item = Detached>) {
+    while let Err((d, e)) = range.release_detached(&mut handles) {
+        debug_assert!(false, "releasing our own range {:#x}: {e:?}", d.start());
+        let _ = range.free(d.start());
     }
 }
