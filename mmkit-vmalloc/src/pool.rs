@@ -12,7 +12,7 @@
 //!  purge: the released areas that fit a pool with room ──> pooled (the
 //!         others: freed to the range allocator)
 //!  alloc: pool of the span ──(newest aligned)──> the area's range, as it was
-//!                          └─(misaligned: it moves to the oldest end)──> miss
+//!                          └─(misaligned: it changes places with the oldest)──> miss
 //!  full purge (no space): every pool back to the range allocator
 //! ```
 //!
@@ -22,7 +22,6 @@
 //!
 //! Pooled ranges have been flushed: reusing one maps pages no TLB holds.
 
-use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use super::PAGE;
@@ -30,8 +29,8 @@ use super::PAGE;
 /// Pools of flushed ranges, one per size in pages (`1..=max_pages`).
 #[derive(Debug, Default)]
 pub(crate) struct Pools {
-    /// `by_pages[k - 1]`: starts of ranges of `k` pages, newest at the back.
-    by_pages: Vec<VecDeque<u64>>,
+    /// `by_pages[k - 1]`: starts of ranges of `k` pages, newest last.
+    by_pages: Vec<Vec<u64>>,
     /// Ranges pooled, over every size.
     len: usize,
     /// The most ranges one pool holds.
@@ -43,7 +42,7 @@ impl Pools {
     /// most `max_len` ranges.
     pub(crate) fn new(max_pages: usize, max_len: usize) -> Self {
         Pools {
-            by_pages: (0..max_pages).map(|_| VecDeque::new()).collect(),
+            by_pages: (0..max_pages).map(|_| Vec::new()).collect(),
             len: 0,
             max_len,
         }
@@ -55,7 +54,7 @@ impl Pools {
     }
 
     /// The pool of ranges of `span` bytes, if there is one.
-    fn pool(&mut self, span: u64) -> Option<&mut VecDeque<u64>> {
+    fn pool(&mut self, span: u64) -> Option<&mut Vec<u64>> {
         if span % PAGE != 0 {
             return None;
         }
@@ -78,21 +77,23 @@ impl Pools {
         let Some(p) = self.pool(span).filter(|p| p.len() < max) else {
             return false;
         };
-        p.push_back(start);
+        p.push(start);
         self.len += 1;
         true
     }
 
     /// The newest pooled range of `span` bytes when it starts at a
-    /// multiple of `align`; a misaligned one moves to the oldest end (the
-    /// next request of the size sees another).
+    /// multiple of `align`; a misaligned one changes places with the
+    /// oldest (the next request of the size sees another).
     pub(crate) fn take(&mut self, span: u64, align: u64) -> Option<u64> {
         let p = self.pool(span)?;
-        let start = p.pop_back()?;
+        let &start = p.last()?;
         if start % align.max(1) != 0 {
-            p.push_front(start);
+            let newest = p.len() - 1;
+            p.swap(0, newest);
             return None;
         }
+        p.pop();
         self.len -= 1;
         Some(start)
     }
@@ -120,7 +121,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn takes_the_newest_aligned_and_rotates_a_misaligned_one() {
+    fn takes_the_newest_aligned_and_swaps_a_misaligned_one_away() {
         let mut p = Pools::new(2, 8);
         assert!(!p.put(0x10000, 3 * PAGE), "no pool of 3 pages");
         assert!(p.put(0x10000, 2 * PAGE));
