@@ -86,8 +86,9 @@
 //! again), in `i16` lanes that SSE2 takes the minimum of in one instruction:
 //! independent lanes, where folding the children with the SWAR combine is
 //! one long dependency chain. A child's ten fields reach their lanes by
-//! three multiplications, each placing several fields at once
-//! (`class_lanes`).
+//! three multiplications, each placing several fields at once, into three
+//! words whose bytes are the lanes' (`class_lanes`): the lanes are read
+//! back as one block, with no shift and store per lane.
 
 /// Alignment classes stored above the granule.
 pub const CLASSES: u32 = 10;
