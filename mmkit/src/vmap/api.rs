@@ -388,9 +388,14 @@ where
         }
         let bound = kept.map_or((u64::MAX, u64::MAX), |(_, len, s, _)| (len, s));
         let mut pos = Pos::new();
-        let found = self
-            .free
-            .best_fit_below(size, align, lo, hi, bound, &mut pos);
+        // An isolated block of exactly the size is the usual bound, and
+        // the tree can rarely beat it: asked first, it needs no search.
+        let found = match self.free.may_beat(size, bound) {
+            true => self
+                .free
+                .best_fit_below(size, align, lo, hi, bound, &mut pos),
+            false => None,
+        };
         debug_assert!(
             self.free.len() > 4096
                 || found.or(kept.map(|k| k.3)) == self.best_fit_linear(size, align, lo, hi),

@@ -112,6 +112,31 @@ impl<S: Storage> BTree<S> {
         }
     }
 
+    /// Whether the classes show that no block is `size` to `longest`
+    /// bytes long (both within the classes): then no block holds a request
+    /// of `size` bytes and is shorter than a bound `longest` long, or as
+    /// long and lower, so a best fit below that bound has no answer. False
+    /// when they cannot tell. Every block of a length in the range has its
+    /// class among the range's (the classes' granule is the floor or
+    /// coarser), so a clear range is proof.
+    #[inline]
+    pub(super) fn classes_rule_out(&self, size: u64, longest: u64) -> bool {
+        let Some(g) = self.class_granule() else {
+            return false;
+        };
+        let (first, last) = (class_bit(size, g), class_bit(longest, g));
+        if first == 0 || last < first {
+            return false; // outside the classes (a clear `last` is below any `first`)
+        }
+        let range = (last - first) | last;
+        let wild = self.wild.map_or(0, |(s, e)| class_bit(e - s, g));
+        let nodes = match self.height {
+            0 => leaf_classes(&self.leaves[self.root as usize], g),
+            _ => self.classes_of_inner(self.root),
+        };
+        (nodes | wild) & range == 0
+    }
+
     /// Turns the classes on in granules of the floor, for a new size
     /// index (which then files only the blocks beyond them).
     pub(super) fn classes_on(&mut self) {
