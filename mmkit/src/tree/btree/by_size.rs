@@ -205,7 +205,7 @@ impl<S: Storage> BTree<S> {
     /// holds none, told at a glance (by the length classes, while they are
     /// on). A search ruled out this way costs no descent.
     #[inline]
-    pub fn may_beat(&self, size: u64, bound: (u64, u64)) -> bool {
+    pub fn may_beat(&mut self, size: u64, bound: (u64, u64)) -> bool {
         !self.classes_rule_out(size, bound.0)
     }
 

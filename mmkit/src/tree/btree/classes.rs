@@ -120,7 +120,7 @@ impl<S: Storage> BTree<S> {
     /// class among the range's (the classes' granule is the floor or
     /// coarser), so a clear range is proof.
     #[inline]
-    pub(super) fn classes_rule_out(&self, size: u64, longest: u64) -> bool {
+    pub(super) fn classes_rule_out(&mut self, size: u64, longest: u64) -> bool {
         let Some(g) = self.class_granule() else {
             return false;
         };
@@ -130,11 +130,23 @@ impl<S: Storage> BTree<S> {
         }
         let range = (last - first) | last;
         let wild = self.wild.map_or(0, |(s, e)| class_bit(e - s, g));
-        let nodes = match self.height {
+        if self.nodes_classes.0 != self.version {
+            self.nodes_classes = (self.version, self.classes_of_nodes(g));
+        }
+        debug_assert_eq!(self.nodes_classes.1, self.classes_of_nodes(g));
+        (self.nodes_classes.1 | wild) & range == 0
+    }
+
+    /// The classes of the blocks in the nodes (the wilderness left out),
+    /// read at the root. Kept from one call to the next while the tree is
+    /// unchanged: a best fit that takes back an isolated block of exactly
+    /// its size asks this of the same tree every time.
+    #[inline]
+    fn classes_of_nodes(&self, g: u32) -> Classes {
+        match self.height {
             0 => leaf_classes(&self.leaves[self.root as usize], g),
             _ => self.classes_of_inner(self.root),
-        };
-        (nodes | wild) & range == 0
+        }
     }
 
     /// Turns the classes on in granules of the floor, for a new size
@@ -183,6 +195,7 @@ impl<S: Storage> BTree<S> {
     /// Recomputes every inner entry from the blocks (after the classes
     /// changed meaning).
     fn rebuild_entries(&mut self) {
+        self.nodes_classes.0 = super::NO_VERSION;
         if self.height > 0 {
             self.rebuild(self.root, 0);
         }

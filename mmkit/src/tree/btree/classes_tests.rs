@@ -29,7 +29,7 @@ fn best_fit_churn(seed: u64, steps: usize, sizes: u64, shift: u32) -> Result<usi
                 .filter(|&&(s, e)| e - s >= size)
                 .map(|&(s, e)| (e - s, s))
                 .min();
-            may_beat_matches(&t, &model, size, rnd(), unit)?;
+            may_beat_matches(&mut t, &model, size, rnd(), unit)?;
             let mut pos = Pos::new();
             let got = t.best_fit(size, 1 << unit, lo, hi, &mut pos);
             prop_assert!(
@@ -64,7 +64,7 @@ fn best_fit_churn(seed: u64, steps: usize, sizes: u64, shift: u32) -> Result<usi
 /// units within the classes, exactly when no block is `size` to the
 /// bound's length long (nothing else is in the classes' reach).
 fn may_beat_matches(
-    t: &BTree,
+    t: &mut BTree,
     model: &[(u64, u64)],
     size: u64,
     r: u64,
@@ -172,4 +172,27 @@ fn may_beat_sees_every_place_a_block_is() {
         assert!(t.may_beat(6 * g, (u64::MAX, 0)), "no bound");
         t.check(0, u64::MAX).expect("a sound tree");
     }
+}
+
+/// The root's classes kept between calls are read again when the classes
+/// move to a finer granule, even though no block changed since.
+#[test]
+fn may_beat_follows_the_classes_to_a_finer_granule() {
+    let g = 1u64 << 12;
+    let mut t = BTree::new();
+    t.insert(0, 2 * g);
+    t.insert(1 << 20, (1 << 20) + 3 * g);
+    assert_eq!(t.best_fit(g, 1, 0, u64::MAX, &mut Pos::new()), Some(0));
+    assert_eq!(t.class_granule(), Some(12));
+    // A block of three 512-byte granules: the floor falls to 2^9.
+    t.insert(4 * g, 4 * g + 1536);
+    assert!(t.may_beat(2 * g, (2 * g, u64::MAX)));
+    // A best fit that finds nothing moves the classes and changes no block.
+    assert_eq!(t.best_fit(1 << 19, 1, 0, u64::MAX, &mut Pos::new()), None);
+    assert_eq!(t.class_granule(), Some(9));
+    assert!(
+        t.may_beat(1536, (1536, u64::MAX)),
+        "the block of 1536 bytes"
+    );
+    t.check(0, u64::MAX).expect("a sound tree");
 }
