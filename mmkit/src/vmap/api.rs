@@ -390,7 +390,7 @@ where
         let mut pos = Pos::new();
         // An isolated block of exactly the size is the usual bound, and
         // the tree can rarely beat it: asked first, it needs no search.
-        let found = match self.free.may_beat(size, bound) {
+        let found = match kept.is_none() || self.free.may_beat(size, bound) {
             true => self
                 .free
                 .best_fit_below(size, align, lo, hi, bound, &mut pos),

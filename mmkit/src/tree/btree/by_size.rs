@@ -233,9 +233,6 @@ impl<S: Storage> BTree<S> {
             *pos = self.find(s).expect("a scanned block is in the tree");
             return Some(a);
         }
-        if self.classes_rule_out(size, bound.0) {
-            return None; // the common bound: a block of exactly the size
-        }
         let whole = lo <= self.lowest_start() && self.wild.map_or(true, |w| w.1 <= hi);
         let k = align.trailing_zeros();
         if self.classes_answer(k, whole) {
