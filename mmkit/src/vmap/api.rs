@@ -263,11 +263,11 @@ where
         {
             return Err(RequestError::StorageFull);
         }
-        if let Some(a) = self.try_place(&req, lo, hi) {
+        if let Some(a) = self.place(&req, lo, hi) {
             return Ok(a);
         }
         if self.purge_with_hook() {
-            if let Some(a) = self.try_place(&req, lo, hi) {
+            if let Some(a) = self.place(&req, lo, hi) {
                 return Ok(a);
             }
         }
@@ -326,6 +326,17 @@ where
             return Err(FreeError::NotAllocated);
         }
         self.free(addr).map(|_| ())
+    }
+
+    /// Tries `req` in the clamped window `[lo, hi)` once, without purging:
+    /// a best fit straight to its own path, which then inlines into the
+    /// caller's.
+    #[inline(always)]
+    fn place(&mut self, req: &Request, lo: u64, hi: u64) -> Option<u64> {
+        match req.placement() {
+            Policy::BestFit => self.try_best_fit(req.size(), req.alignment(), lo, hi),
+            _ => self.try_place(req, lo, hi),
+        }
     }
 
     /// Tries `req` in the clamped window `[lo, hi)` once, without purging.

@@ -124,17 +124,23 @@ impl<S: Storage> BTree<S> {
         let Some(g) = self.class_granule() else {
             return false;
         };
-        let (first, last) = (class_bit(size, g), class_bit(longest, g));
-        if first == 0 || last < first {
-            return false; // outside the classes (a clear `last` is below any `first`)
+        // Classes `a - 1 ..= b - 1`, when both are classes.
+        let (a, b) = (size >> g, longest >> g);
+        if a == 0 || a > b || b > CLASSES {
+            return false;
         }
-        let range = (last - first) | last;
-        let wild = self.wild.map_or(0, |(s, e)| class_bit(e - s, g));
+        if self
+            .wild
+            .is_some_and(|(s, e)| (a..=b).contains(&((e - s) >> g)))
+        {
+            return false;
+        }
         if self.nodes_classes.0 != self.version {
             self.nodes_classes = (self.version, self.classes_of_nodes(g));
         }
         debug_assert_eq!(self.nodes_classes.1, self.classes_of_nodes(g));
-        (self.nodes_classes.1 | wild) & range == 0
+        let range = (Classes::MAX << (a - 1)) & (Classes::MAX >> (CLASSES - b));
+        self.nodes_classes.1 & range == 0
     }
 
     /// The classes of the blocks in the nodes (the wilderness left out),
