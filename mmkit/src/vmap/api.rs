@@ -380,7 +380,10 @@ where
     /// area. The pending area goes into the tree first; the isolated
     /// blocks stay out of it: the best of them bounds the tree's search,
     /// and one that no block of the tree beats is taken back without
-    /// touching the tree, as a lowest fit takes it.
+    /// touching the tree, as a lowest fit takes it. When the tree's length
+    /// classes show it holds no block that could beat that one (the usual
+    /// case for an isolated block of exactly the request's length), the
+    /// search is not made at all.
     fn try_best_fit(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
         if lo >= hi {
             return None;

@@ -16,6 +16,15 @@
 //! classes hold that bit, then the first block of that length in the leaf.
 //! The path found is the `Pos` the update needs, and nothing else is read.
 //!
+//! The same words rule a bound out at a glance (`classes_rule_out`, the
+//! tree's `may_beat`): when no class from the request's to the bound's
+//! length has a block, no block of the tree holds the request and comes
+//! before the bound. The vmap layer's usual bound is an isolated block of
+//! exactly the request's length, which then needs no search. The OR of
+//! the root's words is kept with the tree's version, so a tree that has
+//! not changed since (the isolated blocks come and go outside it) is asked
+//! with one load.
+//!
 //! Blocks longer than `CLASSES` granules stay in the size index
 //! (`by_size.rs`), which then holds only them: an update of a short block
 //! costs the address tree's path, whose class words change with its
