@@ -37,6 +37,18 @@ fn pages_for(bytes: u64) -> Result<(u64, u64), VmError> {
     Ok((pages, span))
 }
 
+/// Whether `span` bytes at `align` (a power of two) fit anywhere in the
+/// space `[lo, hi)` with nothing else in it.
+fn fits_empty((lo, hi): (u64, u64), span: u64, align: u64) -> bool {
+    let mask = align.wrapping_sub(1);
+    match lo.checked_add(mask) {
+        Some(end) => hi
+            .checked_sub(end & !mask)
+            .map_or(false, |room| room >= span),
+        None => false,
+    }
+}
+
 fn check_align(align: u64) -> Result<(), VmError> {
     if !align.is_power_of_two() || align < PAGE {
         return Err(VmError::BadAlign { align });
@@ -258,7 +270,9 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 
     /// Reserves `span` bytes at `align`, purging the lazy and stuck lists
-    /// once when nothing fits (the kernel's retry).
+    /// once when nothing fits (the kernel's retry). A request that no
+    /// address of the empty space could hold fails without the purge: its
+    /// flush would free nothing the request can use.
     fn reserve_or_purge(
         &mut self,
         mmu: &mut impl Mmu,
@@ -268,7 +282,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     ) -> Result<u64, VmError> {
         let space = self.range.space();
         let r = match self.place_range(span, align, space) {
-            Err(AllocError::NoSpace) if self.purgeable() => {
+            Err(AllocError::NoSpace) if self.purgeable() && fits_empty(space, span, align) => {
                 self.purge(mmu, src);
                 self.place_range(span, align, space)
             }

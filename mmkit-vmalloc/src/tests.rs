@@ -203,6 +203,38 @@ fn a_full_space_purges_and_retries() {
     assert_eq!(m.flushes.len(), 1);
 }
 
+/// A request no address of the empty space could hold (the alignment
+/// test's last steps) fails at once: a purge would flush for nothing.
+#[test]
+fn a_request_nothing_could_hold_fails_without_a_purge() {
+    let mut m = Machine::default();
+    let mut f = no_frames();
+    let mut v = tree(Flush::Lazy {
+        max_bytes: u64::MAX,
+    });
+    let a = v.vmap(&mut m, &mut f, &[1, 2], PAGE).unwrap();
+    v.vunmap(&mut m, &mut f, a).unwrap();
+    let wide = (END - START).next_power_of_two() * 2;
+    for align in [wide, 1 << 63] {
+        assert_eq!(
+            v.vmap(&mut m, &mut f, &[3], align),
+            Err(VmError::NoSpace { bytes: 2 * PAGE })
+        );
+    }
+    assert_eq!(
+        v.vmap(&mut m, &mut f, &[3; 0x1_0000], PAGE).err(),
+        Some(VmError::NoSpace {
+            bytes: 0x1_0001 * PAGE
+        })
+    );
+    assert!(m.flushes.is_empty(), "{:?}", m.flushes);
+    assert_eq!((v.stats().purges, v.lazy().0), (0, 1));
+    // One the empty space holds, to its last byte, still purges and retries.
+    let b = v.vmap(&mut m, &mut f, &[3; 0xffff], END - START).unwrap();
+    assert_eq!((b, m.flushes.len(), v.stats().purges), (START, 1, 1));
+    v.check(&m).unwrap();
+}
+
 /// Random maps and unmaps on both range allocators and both policies: no
 /// range is mapped again while a TLB may hold it, and every check passes.
 #[test]
