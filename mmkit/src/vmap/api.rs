@@ -380,10 +380,9 @@ where
     /// area. The pending area goes into the tree first; the isolated
     /// blocks stay out of it: the best of them bounds the tree's search,
     /// and one that no block of the tree beats is taken back without
-    /// touching the tree, as a lowest fit takes it. When the tree's length
-    /// classes show it holds no block that could beat that one (the usual
-    /// case for an isolated block of exactly the request's length), the
-    /// search is not made at all.
+    /// touching the tree, as a lowest fit takes it. When that block is
+    /// exactly the request's length and the tree's length classes show no
+    /// block of the tree as short, the search is not made at all.
     fn try_best_fit(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
         if lo >= hi {
             return None;
@@ -402,9 +401,12 @@ where
         }
         let bound = kept.map_or((u64::MAX, u64::MAX), |(_, len, s, _)| (len, s));
         let mut pos = Pos::new();
-        // An isolated block of exactly the size is the usual bound, and
-        // the tree can rarely beat it: asked first, it needs no search.
-        let found = match kept.is_none() || self.free.may_beat(size, bound) {
+        // An isolated block of exactly the size is the usual bound of a
+        // one-size workload, and the tree can rarely beat it: the classes,
+        // asked first, spare the search. A longer one rarely rules the
+        // tree out, and asking would only add to the search.
+        let exact = kept.is_some_and(|k| k.1 == size);
+        let found = match !exact || self.free.may_beat(size, bound) {
             true => self
                 .free
                 .best_fit_below(size, align, lo, hi, bound, &mut pos),
