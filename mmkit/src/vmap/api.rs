@@ -263,11 +263,11 @@ where
         {
             return Err(RequestError::StorageFull);
         }
-        if let Some(a) = self.try_place(&req, lo, hi) {
+        if let Some(a) = self.place(&req, lo, hi) {
             return Ok(a);
         }
         if self.purge_with_hook() {
-            if let Some(a) = self.try_place(&req, lo, hi) {
+            if let Some(a) = self.place(&req, lo, hi) {
                 return Ok(a);
             }
         }
@@ -328,6 +328,17 @@ where
         self.free(addr).map(|_| ())
     }
 
+    /// Tries `req` in the clamped window `[lo, hi)` once, without purging:
+    /// a best fit straight to its own path, which then inlines into the
+    /// caller's.
+    #[inline(always)]
+    fn place(&mut self, req: &Request, lo: u64, hi: u64) -> Option<u64> {
+        match req.placement() {
+            Policy::BestFit => self.try_best_fit(req.size(), req.alignment(), lo, hi),
+            _ => self.try_place(req, lo, hi),
+        }
+    }
+
     /// Tries `req` in the clamped window `[lo, hi)` once, without purging.
     fn try_place(&mut self, req: &Request, lo: u64, hi: u64) -> Option<u64> {
         let (size, align) = (req.size(), req.alignment());
@@ -369,7 +380,9 @@ where
     /// area. The pending area goes into the tree first; the isolated
     /// blocks stay out of it: the best of them bounds the tree's search,
     /// and one that no block of the tree beats is taken back without
-    /// touching the tree, as a lowest fit takes it.
+    /// touching the tree, as a lowest fit takes it. When that block is
+    /// exactly the request's length and the tree's length classes show no
+    /// block of the tree as short, the search is not made at all.
     fn try_best_fit(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
         if lo >= hi {
             return None;
@@ -388,9 +401,17 @@ where
         }
         let bound = kept.map_or((u64::MAX, u64::MAX), |(_, len, s, _)| (len, s));
         let mut pos = Pos::new();
-        let found = self
-            .free
-            .best_fit_below(size, align, lo, hi, bound, &mut pos);
+        // An isolated block of exactly the size is the usual bound of a
+        // one-size workload, and the tree can rarely beat it: the classes,
+        // asked first, spare the search. A longer one rarely rules the
+        // tree out, and asking would only add to the search.
+        let exact = kept.is_some_and(|k| k.1 == size);
+        let found = match !exact || self.free.may_beat(size, bound) {
+            true => self
+                .free
+                .best_fit_below(size, align, lo, hi, bound, &mut pos),
+            false => None,
+        };
         debug_assert!(
             self.free.len() > 4096
                 || found.or(kept.map(|k| k.3)) == self.best_fit_linear(size, align, lo, hi),

@@ -39,12 +39,12 @@
 //! free's neighbours and their path (the finger, with the tree's shape
 //! count it was found at and whether descending from it has paid), the
 //! tree's last failed search, the bound its last aligned search left with
-//! the path to its leaf, the root's longest block and the busy slot last
-//! emptied, the live-area count, the detached count and bytes, the two flags of
+//! the path to its leaf, the root's longest block and length classes, the
+//! busy slot last emptied, the live-area count, the detached count and bytes, the two flags of
 //! [`without_busy_index`](VmapAllocator::without_busy_index) and the list
 //! of holes in a memory map (see `memmap`) and the tree's best-fit size
 //! index (empty until a best fit is asked for), the allocator itself is
-//! 952 bytes (`size_of::<VmapAllocator>()` on 64-bit targets). Released
+//! 968 bytes (`size_of::<VmapAllocator>()` on 64-bit targets). Released
 //! nodes are reused and none of these shrink, so steady-state operation
 //! allocates no heap memory (the best-fit index's nodes come from the
 //! tree's pools too).

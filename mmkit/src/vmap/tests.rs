@@ -13,7 +13,7 @@ fn free_blocks(v: &VmapAllocator) -> Vec<(u64, u64)> {
 #[cfg(target_pointer_width = "64")]
 #[test]
 fn the_allocator_is_the_size_its_docs_say() {
-    assert_eq!(core::mem::size_of::<VmapAllocator>(), 952);
+    assert_eq!(core::mem::size_of::<VmapAllocator>(), 968);
     assert_eq!(core::mem::size_of::<Pending>(), 48);
 }
 
@@ -318,6 +318,38 @@ fn a_wilderness_below_an_isolated_block_is_searched_first() {
     assert_eq!(v.isolated.len(), 1);
     assert_eq!(v.alloc(p, p), Ok(0));
     assert_eq!(v.alloc(p, p), Ok(2 * p));
+    v.check().unwrap();
+}
+
+/// A best fit whose isolated block has exactly the request's length takes
+/// an equal block lower in the tree instead (the lowest among equals), and
+/// the isolated one once the tree holds none as short.
+#[test]
+fn an_isolated_block_of_the_size_yields_to_a_lower_equal_one() {
+    use crate::request::{Policy, Request};
+    let p = 0x1000;
+    let mut v = va(0, 100 * p);
+    let best = |v: &mut VmapAllocator, pages: u64| {
+        v.allocate(Request::bytes(pages * p).unwrap().policy(Policy::BestFit))
+    };
+    for i in 0..6 {
+        assert_eq!(v.alloc(3 * p, p), Ok(3 * i * p));
+    }
+    // [9, 12) is isolated and taken back: the array has paid.
+    v.free(9 * p).unwrap();
+    assert_eq!(v.isolated.len(), 1);
+    assert_eq!(best(&mut v, 3), Ok(9 * p));
+    // [3, 6) is isolated, then goes into the tree: it cannot hold four pages.
+    v.free(3 * p).unwrap();
+    assert_eq!(v.isolated.len(), 1);
+    assert_eq!(best(&mut v, 4), Ok(18 * p));
+    assert_eq!(v.isolated.len(), 0);
+    // [9, 12) is isolated: the tree's [3, 6) is as short and lower.
+    v.free(9 * p).unwrap();
+    assert_eq!(v.isolated.len(), 1);
+    assert_eq!(best(&mut v, 3), Ok(3 * p));
+    assert_eq!(best(&mut v, 3), Ok(9 * p));
+    assert_eq!(v.isolated.len(), 0);
     v.check().unwrap();
 }
 

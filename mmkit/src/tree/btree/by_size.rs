@@ -200,6 +200,15 @@ impl<S: Storage> BTree<S> {
         self.best_fit_below(size, align, lo, hi, (u64::MAX, u64::MAX), pos)
     }
 
+    /// Whether the tree may hold a best fit of `size` bytes below `bound`
+    /// (see [`best_fit_below`](Self::best_fit_below)); false only when it
+    /// holds none, told at a glance (by the length classes, while they are
+    /// on). A search ruled out this way costs no descent.
+    #[inline]
+    pub fn may_beat(&mut self, size: u64, bound: (u64, u64)) -> bool {
+        !self.classes_rule_out(size, bound.0)
+    }
+
     /// [`best_fit`](Self::best_fit) among the blocks whose `(length,
     /// start)` is below `bound` (a better block found elsewhere): none when
     /// the tree has no better one. The walks stop at the bound, so a

@@ -16,6 +16,15 @@
 //! classes hold that bit, then the first block of that length in the leaf.
 //! The path found is the `Pos` the update needs, and nothing else is read.
 //!
+//! The same words rule a bound out at a glance (`classes_rule_out`, the
+//! tree's `may_beat`): when no class from the request's to the bound's
+//! length has a block, no block of the tree holds the request and comes
+//! before the bound. The vmap layer's usual bound is an isolated block of
+//! exactly the request's length, which then needs no search. The OR of
+//! the root's words is kept with the tree's version, so a tree that has
+//! not changed since (the isolated blocks come and go outside it) is asked
+//! with one load.
+//!
 //! Blocks longer than `CLASSES` granules stay in the size index
 //! (`by_size.rs`), which then holds only them: an update of a short block
 //! costs the address tree's path, whose class words change with its
@@ -112,6 +121,49 @@ impl<S: Storage> BTree<S> {
         }
     }
 
+    /// Whether the classes show that no block is `size` to `longest`
+    /// bytes long (both within the classes): then no block holds a request
+    /// of `size` bytes and is shorter than a bound `longest` long, or as
+    /// long and lower, so a best fit below that bound has no answer. False
+    /// when they cannot tell. Every block of a length in the range has its
+    /// class among the range's (the classes' granule is the floor or
+    /// coarser), so a clear range is proof.
+    #[inline]
+    pub(super) fn classes_rule_out(&mut self, size: u64, longest: u64) -> bool {
+        let Some(g) = self.class_granule() else {
+            return false;
+        };
+        // Classes `a - 1 ..= b - 1`, when both are classes.
+        let (a, b) = (size >> g, longest >> g);
+        if a == 0 || a > b || b > CLASSES {
+            return false;
+        }
+        if self
+            .wild
+            .is_some_and(|(s, e)| (a..=b).contains(&((e - s) >> g)))
+        {
+            return false;
+        }
+        if self.nodes_classes.0 != self.version {
+            self.nodes_classes = (self.version, self.classes_of_nodes(g));
+        }
+        debug_assert_eq!(self.nodes_classes.1, self.classes_of_nodes(g));
+        let range = (Classes::MAX << (a - 1)) & (Classes::MAX >> (CLASSES - b));
+        self.nodes_classes.1 & range == 0
+    }
+
+    /// The classes of the blocks in the nodes (the wilderness left out),
+    /// read at the root. Kept from one call to the next while the tree is
+    /// unchanged: a best fit that takes back an isolated block of exactly
+    /// its size asks this of the same tree every time.
+    #[inline]
+    fn classes_of_nodes(&self, g: u32) -> Classes {
+        match self.height {
+            0 => leaf_classes(&self.leaves[self.root as usize], g),
+            _ => self.classes_of_inner(self.root),
+        }
+    }
+
     /// Turns the classes on in granules of the floor, for a new size
     /// index (which then files only the blocks beyond them).
     pub(super) fn classes_on(&mut self) {
@@ -158,6 +210,7 @@ impl<S: Storage> BTree<S> {
     /// Recomputes every inner entry from the blocks (after the classes
     /// changed meaning).
     fn rebuild_entries(&mut self) {
+        self.nodes_classes.0 = super::NO_VERSION;
         if self.height > 0 {
             self.rebuild(self.root, 0);
         }

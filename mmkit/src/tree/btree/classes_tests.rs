@@ -29,6 +29,7 @@ fn best_fit_churn(seed: u64, steps: usize, sizes: u64, shift: u32) -> Result<usi
                 .filter(|&&(s, e)| e - s >= size)
                 .map(|&(s, e)| (e - s, s))
                 .min();
+            may_beat_matches(&mut t, &model, size, rnd(), unit)?;
             let mut pos = Pos::new();
             let got = t.best_fit(size, 1 << unit, lo, hi, &mut pos);
             prop_assert!(
@@ -55,6 +56,40 @@ fn best_fit_churn(seed: u64, steps: usize, sizes: u64, shift: u32) -> Result<usi
         }
     }
     Ok(max_height)
+}
+
+/// `may_beat(size, bound)` against the free list, for a bound drawn from
+/// `r`: false only when no block holds `size` bytes and comes before the
+/// bound; with the classes at the unit's granule and a bound of whole
+/// units within the classes, exactly when no block is `size` to the
+/// bound's length long (nothing else is in the classes' reach).
+fn may_beat_matches(
+    t: &mut BTree,
+    model: &[(u64, u64)],
+    size: u64,
+    r: u64,
+    unit: u32,
+) -> Result<(), TestCaseError> {
+    let len = match r % 4 {
+        0 => size,
+        1 => size + (r >> 8) % (4 << unit),
+        _ => ((r >> 8) % (CLASSES + 8) + 1) << unit,
+    };
+    let bound = (len, (r >> 16) % (1 << (unit + 24)));
+    let beats = model
+        .iter()
+        .any(|&(s, e)| e - s >= size && (e - s, s) < bound);
+    let in_range = model.iter().any(|&(s, e)| (size..=len).contains(&(e - s)));
+    let got = t.may_beat(size, bound);
+    prop_assert!(
+        got || !beats,
+        "ruled out {size} below {bound:?}, which a block beats"
+    );
+    let exact = len % (1 << unit) == 0 && len >> unit <= CLASSES && len >= size;
+    if exact && t.class_granule() == Some(unit) {
+        prop_assert_eq!(got, in_range, "size {} bound {:?}", size, bound);
+    }
+    Ok(())
 }
 
 proptest! {
@@ -97,4 +132,67 @@ fn a_request_the_classes_cannot_answer_turns_them_off() {
     t.check(0, u64::MAX).expect("classes off");
     assert_eq!(best(&mut t, 1 << 12), Some((2 << 20) + (1 << 12)));
     assert_eq!(t.best_fit(1, 1, 0, u64::MAX, &mut pos), Some(1 << 12));
+}
+
+/// `may_beat` sees blocks in a root leaf, in a deeper tree and in the
+/// wilderness (a short one, within the classes).
+#[test]
+fn may_beat_sees_every_place_a_block_is() {
+    let g = 1u64 << 12;
+    for blocks in [4u64, 200] {
+        let mut t = BTree::new();
+        // One-granule blocks, one of three granules, and a wilderness of five.
+        for i in 0..blocks {
+            t.insert(i * 8 * g, i * 8 * g + g);
+        }
+        t.insert(blocks * 8 * g, blocks * 8 * g + 3 * g);
+        let top = (blocks + 1) * 8 * g;
+        t.insert(top, top + 5 * g);
+        assert_eq!(
+            t.best_fit(2 * g, g, 0, u64::MAX, &mut Pos::new()),
+            Some(blocks * 8 * g)
+        );
+        assert!(t.class_granule().is_some());
+        assert_eq!(blocks > 100, t.height > 0);
+        assert!(t.may_beat(g, (g, u64::MAX)), "the one-granule blocks");
+        assert!(
+            !t.may_beat(2 * g, (2 * g, 0)),
+            "nothing is two granules long"
+        );
+        assert!(
+            t.may_beat(2 * g, (3 * g, u64::MAX)),
+            "the three-granule block"
+        );
+        assert!(
+            !t.may_beat(4 * g, (4 * g, u64::MAX)),
+            "nothing is four granules long"
+        );
+        assert!(t.may_beat(4 * g, (5 * g, u64::MAX)), "the wilderness");
+        assert!(t.may_beat(5 * g, (CLASSES * g, 0)), "the wilderness");
+        assert!(t.may_beat(6 * g, (u64::MAX, 0)), "no bound");
+        t.check(0, u64::MAX).expect("a sound tree");
+    }
+}
+
+/// The root's classes kept between calls are read again when the classes
+/// move to a finer granule, even though no block changed since.
+#[test]
+fn may_beat_follows_the_classes_to_a_finer_granule() {
+    let g = 1u64 << 12;
+    let mut t = BTree::new();
+    t.insert(0, 2 * g);
+    t.insert(1 << 20, (1 << 20) + 3 * g);
+    assert_eq!(t.best_fit(g, 1, 0, u64::MAX, &mut Pos::new()), Some(0));
+    assert_eq!(t.class_granule(), Some(12));
+    // A block of three 512-byte granules: the floor falls to 2^9.
+    t.insert(4 * g, 4 * g + 1536);
+    assert!(t.may_beat(2 * g, (2 * g, u64::MAX)));
+    // A best fit that finds nothing moves the classes and changes no block.
+    assert_eq!(t.best_fit(1 << 19, 1, 0, u64::MAX, &mut Pos::new()), None);
+    assert_eq!(t.class_granule(), Some(9));
+    assert!(
+        t.may_beat(1536, (1536, u64::MAX)),
+        "the block of 1536 bytes"
+    );
+    t.check(0, u64::MAX).expect("a sound tree");
 }

@@ -233,6 +233,9 @@ pub struct BTree<S: Storage = Heap> {
     /// The longest block in the nodes and the version it was read at
     /// (see [`may_hold_below`](Self::may_hold_below)).
     nodes_max: (u64, u64),
+    /// The length classes of the blocks in the nodes and the version they
+    /// were read at (see `classes.rs`).
+    nodes_classes: (u64, u64),
     /// Once a best fit is asked for: every block as `(length, start)`,
     /// in nodes from the same pools (see `by_size.rs`).
     by_size: Option<SizeTree>,
@@ -281,6 +284,7 @@ impl<S: Storage> BTree<S> {
             cleared: Cleared::NONE,
             shape: 0,
             nodes_max: (NO_VERSION, 0),
+            nodes_classes: (NO_VERSION, 0),
             by_size: None,
             classes: None,
         }

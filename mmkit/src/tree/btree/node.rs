@@ -29,14 +29,15 @@ pub(super) const RELEASED: u32 = u32::MAX;
 #[repr(C)]
 pub(super) struct Leaf {
     /// Blocks held (`RELEASED` in the free chain, then `start[0]` links).
-    /// First, in the cache line of the first starts.
+    /// First, with the codes a search reads next, in the cache line of
+    /// the first starts.
     pub(super) len: u32,
-    pub(super) start: [u64; LEAF_CAP],
-    pub(super) size: [u64; LEAF_CAP],
     /// `code(size[i])` for each slot, in the address tree (a size tree
     /// leaves them 0): the searches find their candidates in these 16
     /// bytes with a few word operations ([`may_reach`]).
     pub(super) code: [u8; LEAF_CAP],
+    pub(super) start: [u64; LEAF_CAP],
+    pub(super) size: [u64; LEAF_CAP],
 }
 
 pub(super) const EMPTY_LEAF: Leaf = Leaf {
@@ -105,17 +106,18 @@ impl Leaf {
 #[repr(C)]
 pub(super) struct Inner {
     /// Children held (`RELEASED` in the free chain, then `kid[0]` links).
-    /// First, in the cache line of the first keys.
+    /// First, with the codes a search scans and the ids it follows: a
+    /// descent's reads begin in one cache line.
     pub(super) len: u32,
+    /// `code(max[i])` for each slot, in the address tree (see `Leaf`).
+    pub(super) code: [u8; FANOUT],
+    pub(super) kid: [u32; FANOUT],
     pub(super) key: [u64; FANOUT],
     pub(super) max: [u64; FANOUT],
     pub(super) sum: [AlignSummary; FANOUT],
-    pub(super) kid: [u32; FANOUT],
     /// While the tree keeps length classes (`classes.rs`): the classes
     /// of the blocks below each child; 0 otherwise.
     pub(super) cls: [Classes; FANOUT],
-    /// `code(max[i])` for each slot, in the address tree (see `Leaf`).
-    pub(super) code: [u8; FANOUT],
 }
 
 pub(super) const EMPTY_INNER: Inner = Inner {

@@ -216,8 +216,12 @@ fn lanes_at_least(nd: &Inner, ask: &Ask) -> u32 {
         return !0;
     }
     let at = (ask.j - 1) * LANE_BITS;
+    // Lanes and the need fit in 32 bits: compared at that width, the
+    // slots' tests vectorize.
+    debug_assert!(ask.need <= UNBOUNDED);
+    let need = ask.need as u32;
     nd.sum.iter().enumerate().fold(0, |m, (c, b)| {
-        let ok = (b.to_bits() >> at) & UNBOUNDED >= ask.need;
+        let ok = ((b.to_bits() >> at) as u32) & UNBOUNDED as u32 >= need;
         m | u32::from(ok) << c
     })
 }

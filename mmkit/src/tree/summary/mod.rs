@@ -86,8 +86,9 @@
 //! again), in `i16` lanes that SSE2 takes the minimum of in one instruction:
 //! independent lanes, where folding the children with the SWAR combine is
 //! one long dependency chain. A child's ten fields reach their lanes by
-//! three multiplications, each placing several fields at once
-//! (`class_lanes`).
+//! three multiplications, each placing several fields at once, into three
+//! words whose bytes are the lanes' (`class_lanes`): the lanes are read
+//! back as one block, with no shift and store per lane.
 
 /// Alignment classes stored above the granule.
 pub const CLASSES: u32 = 10;
@@ -543,11 +544,15 @@ fn class_lanes(w: u64) -> Lanes {
     // Classes 9 and 10, 19 bits from `offset(9)`.
     let z = w >> offset(9);
     let c = (z & 0x1ff) | ((z >> 9) & 0x3ff) << 16;
-    let mut lanes = [0; LANES];
+    // Lane `4j + k` is bits `16k..` of word `j`: the words' little-endian
+    // bytes are the lanes' (read back as one block, not lane by lane).
+    let mut bytes = [0u8; 2 * LANES];
     for (j, word) in [a, odd | even, c].into_iter().enumerate() {
-        for k in 0..4 {
-            lanes[4 * j + k] = (word >> (16 * k)) as u16;
-        }
+        bytes[8 * j..8 * j + 8].copy_from_slice(&word.to_le_bytes());
+    }
+    let mut lanes = [0; LANES];
+    for (l, b) in lanes.iter_mut().zip(bytes.chunks_exact(2)) {
+        *l = u16::from_le_bytes([b[0], b[1]]);
     }
     lanes
 }
