@@ -147,6 +147,12 @@ static MAP_RAM_NODES: Once<MapRamNodes> = Once::new();
 /// design's layer for them.
 pub type MapRamNodes = MapRam<TimedSpin, crate::nodes::NodeRange>;
 
+/// The largest area, in pages with its guard page, the tree layer pools
+/// (Linux's `MAX_VA_SIZE_PAGES`).
+const POOL_PAGES: usize = 256;
+/// The most areas of one size the tree layer pools.
+const POOL_LEN: usize = usize::MAX;
+
 /// Acquisitions of a layer's (global) lock.
 pub static GLOBAL_LOCKS: AtomicU64 = AtomicU64::new(0);
 
@@ -164,11 +170,15 @@ pub fn init(cpus: usize) {
     // The tree leaves its alignment summaries off: its aligned requests
     // (the `vm_map_ram` blocks, a few tests) are rare, and keeping the
     // summaries costs every vmalloc and vfree (Linux's tree keeps none).
+    // Its flushed areas of up to 256 pages are pooled for reuse by size,
+    // as Linux 6.12's vmap nodes pool theirs.
     TREE.call_once(|| {
         let r = VmapAllocator::new(TREE_RANGE.0, TREE_RANGE.1)
             .expect("tree range")
             .without_align_summaries();
-        Lock::new(Vmalloc::new(r, lazy))
+        let mut v = Vmalloc::new(r, lazy);
+        v.set_pools(POOL_PAGES, POOL_LEN);
+        Lock::new(v)
     });
     LINEAR.call_once(|| {
         let r = LinearVmap::new(LINEAR_RANGE.0, LINEAR_RANGE.1).expect("list range");
@@ -228,6 +238,34 @@ pub fn vmalloc<R: mmkit::range::RangeAllocator>(
         .ok_or(VmError::TooLarge { bytes: pages })?;
     timed(Phase::Calls, || {
         locked(layer).vmalloc_aligned(&mut KernelMmu, &mut PhysFrames, size, align)
+    })
+}
+
+/// [`vmalloc`] with the caller's record of the area: `tag` stays with the
+/// area until [`vfree_tagged`] hands it back, and `out` gets its frames
+/// ([`Vmalloc::vmalloc_tagged`]).
+pub fn vmalloc_tagged<R: mmkit::range::RangeAllocator>(
+    layer: &'static Lock<Vmalloc<R>>,
+    pages: u64,
+    align: u64,
+    tag: u64,
+    out: &mut [u64],
+) -> Result<u64, VmError> {
+    let size = pages
+        .checked_mul(PAGE)
+        .ok_or(VmError::TooLarge { bytes: pages })?;
+    timed(Phase::Calls, || {
+        locked(layer).vmalloc_tagged(&mut KernelMmu, &mut PhysFrames, size, align, tag, out)
+    })
+}
+
+/// [`vfree`] that hands back the area's tag (0 when it has none).
+pub fn vfree_tagged<R: mmkit::range::RangeAllocator>(
+    layer: &'static Lock<Vmalloc<R>>,
+    va: u64,
+) -> Result<u64, VmError> {
+    timed(Phase::Calls, || {
+        locked(layer).vfree_tagged(&mut KernelMmu, &mut PhysFrames, va)
     })
 }
 

@@ -198,35 +198,6 @@ pub fn translate(va: u64) -> Option<u64> {
     (v & PRESENT != 0).then_some((v & ADDR) >> 12)
 }
 
-/// Fills `out` with the frames of the consecutive pages from `va`,
-/// walking the tables once per page table (a page array read back from
-/// the mapping); false, with `out` partly written, when one of them is
-/// not mapped.
-pub fn translate_run(va: u64, out: &mut [u64]) -> bool {
-    if let [slot] = out {
-        return translate(va).map(|pfn| *slot = pfn).is_some();
-    }
-    let (mut at, mut done) = (va, 0);
-    while done < out.len() {
-        let Some(t) = pt(at, false) else { return false };
-        let first = idx(at, 0);
-        let n = run_at(at, (out.len() - done) as u64) as usize;
-        for (e, slot) in t[first..first + n].iter().zip(&mut out[done..]) {
-            let v = e.load(Ordering::Acquire);
-            if v & PRESENT == 0 {
-                return false;
-            }
-            *slot = (v & ADDR) >> 12;
-        }
-        done += n;
-        match at.checked_add(n as u64 * PAGE) {
-            Some(next) => at = next,
-            None => return done == out.len(),
-        }
-    }
-    true
-}
-
 /// Whether the PTE of `va` is writable and not executable, as mapped here.
 pub fn flags_ok(va: u64) -> bool {
     pte(va, false).is_some_and(|e| {

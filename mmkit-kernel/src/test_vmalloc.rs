@@ -73,7 +73,7 @@ struct Designs {
     old_lazy: Design<LinearVmap>,
     new: Design<VmapAllocator>,
     nodes: NodesDesign,
-    new_ll: LinuxLike<Design<VmapAllocator>>,
+    new_ll: LinuxLike<VmapAllocator>,
 }
 
 impl Designs {
@@ -83,7 +83,7 @@ impl Designs {
             old_lazy: Design(mm::linear_lazy()),
             new: Design(mm::tree()),
             nodes: NodesDesign,
-            new_ll: LinuxLike(Design(mm::tree())),
+            new_ll: LinuxLike(mm::tree()),
         }
     }
 

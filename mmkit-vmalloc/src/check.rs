@@ -15,8 +15,8 @@ use super::{Mmu, PAGE};
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// Checks the range allocator, and that every range it holds live or
     /// detached is a live area (or one of its pieces), a reserved range, a
-    /// raw block, or a freed range on the lazy or stuck list; and that the
-    /// lazy bytes add up.
+    /// raw block, a freed range on the lazy or stuck list, or a pooled
+    /// one; and that the lazy bytes add up.
     ///
     /// # Errors
     /// A description of the first disagreement.
@@ -26,6 +26,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             .map_err(|e| format!("range allocator: {e}"))?;
         let pieces = |a: &A| 1 + a.pieces().len() as u64;
         let mut ours = self.blocks.len() as u64 + self.reserved.len() as u64;
+        ours += self.pools.len() as u64;
         ours += self.areas.iter().map(|(_, a)| pieces(a)).sum::<u64>();
         for (r, _) in self.retired() {
             ours += match &r.what {
@@ -45,6 +46,9 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         self.retiring
             .check()
             .map_err(|e| format!("lazy list: {e}"))?;
+        if let Some((s, _)) = (self.pools.iter()).find(|(s, _)| self.areas.contains(*s)) {
+            return Err(format!("pooled range {s:#x} is a live area"));
+        }
         for (s, a) in self.areas.iter() {
             if a.mapped_pages() * PAGE >= a.span() {
                 return Err(format!("area {s:#x}: no guard page in its span"));

@@ -21,7 +21,7 @@ use mmkit::AllocError;
 
 use super::frames::take;
 use super::lazy::{Gone, Released, When};
-use super::maps::{Area, Vmalloc};
+use super::maps::{Area, Pieces, Vmalloc};
 use super::{Flush, FramePolicy, FrameSource, Mmu, VmError, PAGE};
 
 /// Pages for `bytes`, and the span with a guard page.
@@ -42,9 +42,7 @@ fn pages_for(bytes: u64) -> Result<(u64, u64), VmError> {
 fn fits_empty((lo, hi): (u64, u64), span: u64, align: u64) -> bool {
     let mask = align.wrapping_sub(1);
     match lo.checked_add(mask) {
-        Some(end) => hi
-            .checked_sub(end & !mask)
-            .map_or(false, |room| room >= span),
+        Some(end) => hi.checked_sub(end & !mask).is_some_and(|room| room >= span),
         None => false,
     }
 }
@@ -78,7 +76,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         src: &mut impl FrameSource,
         size: u64,
     ) -> Result<u64, VmError> {
-        self.alloc_area(mmu, src, size, PAGE, false)
+        self.alloc_area(mmu, src, size, PAGE, false, (0, &mut []))
     }
 
     /// [`vmalloc`](Self::vmalloc) at an address aligned to `align` (a power
@@ -93,7 +91,54 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         size: u64,
         align: u64,
     ) -> Result<u64, VmError> {
-        self.alloc_area(mmu, src, size, align, false)
+        self.alloc_area(mmu, src, size, align, false, (0, &mut []))
+    }
+
+    /// [`vmalloc_aligned`](Self::vmalloc_aligned) for a caller that keeps
+    /// its own record of each area, as Linux keeps a `vm_struct` with its
+    /// page array beside the `vmap_area`: `tag` (a handle of that record)
+    /// stays with the area until [`vfree_tagged`](Self::vfree_tagged) hands
+    /// it back, so that the free finds the record through the layer's own
+    /// lookup, and `pages` gets the frames mapped in page order (the first
+    /// `min(pages.len(), pages of the area)` of them).
+    ///
+    /// ```
+    /// # use mmkit_vmalloc::*;
+    /// # struct Table;
+    /// # impl Mmu for Table {
+    /// #     fn map(&mut self, _: u64, _: &[u64]) -> Result<(), MapFailed> { Ok(()) }
+    /// #     fn clear(&mut self, _: u64, _: u64) {}
+    /// #     fn flush(&mut self, _: u64, _: u64) -> Refused { Refused::new() }
+    /// #     fn translate(&self, _: u64) -> Option<u64> { None }
+    /// # }
+    /// # struct Frames(u64);
+    /// # impl FrameSource for Frames {
+    /// #     fn alloc(&mut self, _: u64) -> Option<(u64, u64)> { self.0 += 1; Some((self.0, 1)) }
+    /// #     fn free(&mut self, _: u64, _: u64) {}
+    /// #     fn zero(&mut self, _: u64, _: u64) {}
+    /// # }
+    /// let range = mmkit::vmap::VmapAllocator::new(1 << 30, 1 << 31).unwrap();
+    /// let mut v = Vmalloc::new(range, Flush::Lazy { max_bytes: 1 << 20 });
+    /// let (mmu, src) = (&mut Table, &mut Frames(100));
+    /// let mut pages = [0; 2];
+    /// let va = v.vmalloc_tagged(mmu, src, 2 * PAGE, PAGE, 7, &mut pages).unwrap();
+    /// assert_eq!(pages, [101, 102]);
+    /// assert_eq!(v.vfree_tagged(mmu, src, va), Ok(7));
+    /// ```
+    ///
+    /// # Errors
+    /// As [`vmalloc_aligned`](Self::vmalloc_aligned); `pages` is then
+    /// unchanged.
+    pub fn vmalloc_tagged(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        size: u64,
+        align: u64,
+        tag: u64,
+        pages: &mut [u64],
+    ) -> Result<u64, VmError> {
+        self.alloc_area(mmu, src, size, align, false, (tag, pages))
     }
 
     /// [`vmalloc`](Self::vmalloc) of zeroed memory (the frames are zeroed
@@ -107,9 +152,11 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         src: &mut impl FrameSource,
         size: u64,
     ) -> Result<u64, VmError> {
-        self.alloc_area(mmu, src, size, PAGE, true)
+        self.alloc_area(mmu, src, size, PAGE, true, (0, &mut []))
     }
 
+    /// The area's call sequence; `(tag, pages)`: the caller's word kept
+    /// with the area, and where the frames mapped are copied.
     fn alloc_area(
         &mut self,
         mmu: &mut impl Mmu,
@@ -117,6 +164,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         size: u64,
         align: u64,
         zero: bool,
+        (tag, pages_out): (u64, &mut [u64]),
     ) -> Result<u64, VmError> {
         check_align(align)?;
         let (pages, _) = pages_for(size)?;
@@ -129,12 +177,15 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         }
         match self.install(mmu, src, &frames, align, 0) {
             Ok(va) => {
+                let n = pages_out.len().min(frames.len());
+                pages_out[..n].copy_from_slice(&frames[..n]);
                 self.areas.insert(
                     va,
                     Area {
                         frames,
                         owned: true,
-                        pieces: Vec::new(),
+                        pieces: Pieces::default(),
+                        tag,
                     },
                 );
                 self.stats.maps += 1;
@@ -203,9 +254,12 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         lent: usize,
     ) -> Result<u64, (VmError, usize)> {
         let (_, span) = pages_for(frames.len() as u64 * PAGE).map_err(|e| (e, 0))?;
-        let va = self
-            .reserve_or_purge(mmu, src, span, align)
-            .map_err(|e| (e, 0))?;
+        let va = match self.pools.take(span, align) {
+            Some(va) => va,
+            None => self
+                .reserve_or_purge(mmu, src, span, align)
+                .map_err(|e| (e, 0))?,
+        };
         let Err(f) = mmu.map(va, frames) else {
             return Ok(va);
         };
@@ -244,7 +298,8 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
                 Vec::new()
             },
             owned: true,
-            pieces: Vec::new(),
+            pieces: Pieces::default(),
+            tag: 0,
         };
         let mut out = self.retire_range(mmu, va, span, Gone::Area(shown), When::Now);
         let held = match out.released.iter().position(|r| r.start == va) {
@@ -266,7 +321,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
     }
 
     fn purgeable(&self) -> bool {
-        !self.retiring.is_empty()
+        !self.retiring.is_empty() || self.pools.len() > 0
     }
 
     /// Reserves `span` bytes at `align`, purging the lazy and stuck lists
@@ -331,7 +386,8 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             Area {
                 frames,
                 owned: false,
-                pieces: Vec::new(),
+                pieces: Pieces::default(),
+                tag: 0,
             },
         );
         self.stats.maps += 1;
@@ -374,10 +430,26 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         src: &mut impl FrameSource,
         va: u64,
     ) -> Result<(), VmError> {
-        let area = self.take_live(va, true)?;
+        self.vfree_tagged(mmu, src, va).map(drop)
+    }
+
+    /// [`vfree`](Self::vfree) that hands back the area's tag (0 for an
+    /// area that was given none): see
+    /// [`vmalloc_tagged`](Self::vmalloc_tagged).
+    ///
+    /// # Errors
+    /// As [`vfree`](Self::vfree); nothing changes then.
+    pub fn vfree_tagged(
+        &mut self,
+        mmu: &mut impl Mmu,
+        src: &mut impl FrameSource,
+        va: u64,
+    ) -> Result<u64, VmError> {
+        let mut area = self.take_live(va, true)?;
+        let tag = core::mem::take(&mut area.tag);
         let kept = self.unmap_area(mmu, src, va, area, When::Policy);
         debug_assert!(kept.is_none(), "a vmalloc area's frames are ours");
-        Ok(())
+        Ok(tag)
     }
 
     /// The kernel's `vfree_atomic`: [`vfree`](Self::vfree) that never
@@ -445,7 +517,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
         }
         self.dispose(src, out.released);
         if out.purge_due {
-            self.purge(mmu, src);
+            self.purge_lazy(mmu, src);
         }
         match mine {
             Some(frames) if owned => {
@@ -496,12 +568,15 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             }
         };
         let frames = core::mem::take(frames);
+        let mut tag = 0;
         if let Some(old) = self.areas.remove(va) {
             let span = old.span_bytes();
+            tag = old.tag;
             let shown = Area {
                 frames: Vec::new(),
                 owned: false,
                 pieces: old.pieces,
+                tag: 0,
             };
             let out = self.retire_range(mmu, va, span, Gone::Area(shown), When::Policy);
             let released = out.released.iter().any(|r| r.start == va);
@@ -511,7 +586,7 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             }
             self.dispose(src, out.released);
             if out.purge_due {
-                self.purge(mmu, src);
+                self.purge_lazy(mmu, src);
             }
         }
         self.areas.insert(
@@ -519,7 +594,8 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
             Area {
                 frames,
                 owned: true,
-                pieces: Vec::new(),
+                pieces: Pieces::default(),
+                tag,
             },
         );
         Ok(to)
@@ -594,8 +670,18 @@ impl<R: RangeAllocator> Vmalloc<R, Area> {
 
     /// Flushes the span of the lazy and stuck lists on every CPU, frees
     /// what the flush released and gives the frames that waited for it to
-    /// `src`. Returns whether anything was flushed. Flushes.
+    /// `src`; gives every pooled area's range back to the range allocator
+    /// ([`set_pools`](Self::set_pools)). Returns whether anything
+    /// was flushed. Flushes.
     pub fn purge(&mut self, mmu: &mut impl Mmu, src: &mut impl FrameSource) -> bool {
+        let flushed = self.purge_lazy(mmu, src);
+        self.drain_pools();
+        flushed
+    }
+
+    /// The purge the lazy list's threshold runs: [`purge`](Self::purge),
+    /// but the pools keep what they hold and take the areas released.
+    pub(crate) fn purge_lazy(&mut self, mmu: &mut impl Mmu, src: &mut impl FrameSource) -> bool {
         let p = self.purge_released(mmu);
         self.dispose(src, p.released);
         p.flushed.is_some()

@@ -100,10 +100,13 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// The freed range `[start, start + span)` that held `what`, a range
     /// of ours out of the books: detached from the range allocator when
     /// it holds it whole, so that its purge only merges it (and the range
-    /// allocator itself refuses a second free of it from now on).
+    /// allocator itself refuses a second free of it from now on); an area
+    /// of a size the pools take stays allocated there, for its purge to
+    /// pool.
     pub(crate) fn detach_retired(&mut self, start: u64, span: u64, what: Gone<A>) -> Retired<A> {
         let whole = !matches!(&what, Gone::Area(a) if !a.pieces().is_empty());
-        let detached = if whole {
+        let poolable = matches!(what, Gone::Area(_)) && whole && self.pools.takes(span);
+        let detached = if whole && !poolable {
             let d = self.range.detach(start, start + span);
             debug_assert!(d.is_ok(), "detaching our own range {start:#x}: {d:?}");
             d.ok()
@@ -215,29 +218,31 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     }
 
     /// Counts the flush `p` reports and frees the ranges it released (and
-    /// their pieces); returns them. The detached ranges go back to the
-    /// range allocator in one pass, in the order they were freed, so that
-    /// ranges freed one after another, side by side, join before they
-    /// reach its free space.
+    /// their pieces), or pools them; returns them. The detached ranges go
+    /// back to the range allocator in one pass, in the order they were
+    /// freed, so that ranges freed one after another, side by side, join
+    /// before they reach its free space.
     fn settle(&mut self, mut p: lazy::Purged<Retired<A>>) -> Vec<Released<A>> {
         let (lo, hi) = p.span;
         self.stats.flushes += 1;
         self.stats.pages_flushed += (hi - lo) / PAGE;
         self.stats.refusals += p.refused;
-        // Ranges still live in the range allocator (grown in place, each
-        // piece an area of its own), by their place in the list.
+        // Ranges still live in the range allocator that no pool takes
+        // (grown in place, each piece an area of its own), by their place
+        // in the list; the pools take theirs in the same pass.
         let mut live: Vec<usize> = Vec::new();
+        let pools = &mut self.pools;
         let mut handles = p.released.iter_mut().enumerate().filter_map(|(i, r)| {
             let d = r.detached.take();
             if d.is_none() {
-                live.push(i);
+                let whole = matches!(&r.what, Gone::Area(a) if a.pieces().is_empty());
+                if !(whole && pools.put(r.start, r.span)) {
+                    live.push(i);
+                }
             }
             d
         });
-        while let Err((d, e)) = self.range.release_detached(&mut handles) {
-            debug_assert!(false, "releasing our own range {:#x}: {e:?}", d.start());
-            let _ = self.range.free(d.start());
-        }
+        release_all(&mut self.range, &mut handles);
         for &i in &live {
             let r = &p.released[i];
             let freed = self.range.free(r.start);
@@ -262,5 +267,14 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     pub(crate) fn remember(&mut self, start: u64, end: u64) {
         self.history[self.next_hist] = (start, end);
         self.next_hist = (self.next_hist + 1) % HISTORY;
+    }
+}
+
+/// Releases the detached ranges of `handles` to `range` in one pass (a
+/// refused one is freed by its start: a bug, asserted).
+fn release_all<R: RangeAllocator>(range: &mut R, mut handles: impl Iterator<Item = Detached>) {
+    while let Err((d, e)) = range.release_detached(&mut handles) {
+        debug_assert!(false, "releasing our own range {:#x}: {e:?}", d.start());
+        let _ = range.free(d.start());
     }
 }

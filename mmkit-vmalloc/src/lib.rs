@@ -102,13 +102,14 @@ mod error;
 mod frames;
 mod lazy;
 mod maps;
+mod pool;
 mod ram;
 pub mod test_vmalloc;
 
 pub use error::VmError;
 pub use frames::{frame_runs, FramePolicy, FrameSource};
 pub use lazy::{Gone, Outcome, Purged, Released, Retired};
-pub use maps::{Area, AreaData, LayerStats, Vmalloc, Where};
+pub use maps::{Area, AreaData, LayerStats, Pieces, Vmalloc, Where};
 pub use ram::{BlockSource, Lock, MapRam, MapRamIn, Queue, MAX_PAGES};
 
 use alloc::vec::Vec;

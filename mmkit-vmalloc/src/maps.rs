@@ -16,6 +16,7 @@
 //!  reserve_block ──> block ──free_block──> lazy / stuck
 //! ```
 
+use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
@@ -26,6 +27,7 @@ use mmkit::AllocError;
 
 use super::book::{sorted_at_or_before, AreaBook};
 use super::lazy::{lazy_max, Gone, Outcome, Retired, When};
+use super::pool::Pools;
 use super::{Flush, FramePolicy, Mmu, VmError, PAGE};
 
 /// What an area holds, as the layer needs to know it: its extent, the
@@ -62,7 +64,45 @@ pub struct Area {
     /// (`vrealloc`), each reserved in the range allocator and freed with
     /// it. The area's pages stay contiguous: its guard page is after the
     /// last frame.
-    pub pieces: Vec<u64>,
+    pub pieces: Pieces,
+    /// The caller's word for the area, 0 when it gave none: a handle of
+    /// its own record of the area, which
+    /// [`vfree_tagged`](Vmalloc::vfree_tagged) hands back, as Linux's
+    /// `vmap_area` points at its `vm_struct` (see
+    /// [`vmalloc_tagged`](Vmalloc::vmalloc_tagged)).
+    pub tag: u64,
+}
+
+/// The ranges an area grew into in place, in the order it grew: none for
+/// nearly every area, so they take one word (no allocation) until the
+/// first, and the book's entries stay small.
+///
+/// ```
+/// let mut p = mmkit_vmalloc::Pieces::default();
+/// assert!(p.is_empty());
+/// p.push(0x5000);
+/// p.push(0x9000);
+/// assert_eq!(&p[..], [0x5000, 0x9000]);
+/// ```
+// A boxed vector: one word in the area (a `Vec` takes three, a boxed
+// slice two), the extra allocation only for an area that grew.
+#[allow(clippy::box_collection)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pieces(Option<Box<Vec<u64>>>);
+
+impl Pieces {
+    /// Adds `start` after the others.
+    pub fn push(&mut self, start: u64) {
+        self.0.get_or_insert_with(Box::default).push(start);
+    }
+}
+
+impl core::ops::Deref for Pieces {
+    type Target = [u64];
+
+    fn deref(&self) -> &[u64] {
+        self.0.as_deref().map_or(&[], |v| v)
+    }
 }
 
 impl AreaData for Area {
@@ -181,6 +221,9 @@ pub struct Vmalloc<R, A = Area> {
     pub(crate) stats: LayerStats,
     /// Where the range allocator places new ranges.
     pub(crate) place: Policy,
+    /// Flushed areas kept allocated in R for reuse by size (none unless
+    /// [`set_pools`](Vmalloc::set_pools) asks).
+    pub(crate) pools: Pools,
 }
 
 impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
@@ -212,7 +255,40 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
             next_hist: 0,
             stats: LayerStats::default(),
             place: Policy::Lowest,
+            pools: Pools::default(),
         }
+    }
+
+    /// Pools flushed areas of up to `max_pages` pages (guard page included)
+    /// for reuse, at most `max_len` of each size, as Linux 6.12's vmap
+    /// nodes do: the purge the lazy list's threshold runs pools the areas
+    /// it released instead of freeing their ranges; an allocation of a
+    /// pooled size takes the newest one when it is aligned as asked,
+    /// without the range allocator. A purge that [`purge`](Vmalloc::purge)
+    /// runs (the one a failed allocation runs too) gives every pool back.
+    /// Unlike Linux, whose purges each give a quarter of every pool back,
+    /// the pools do not decay otherwise: they hold address space, not
+    /// frames, and a decayed area costs a free-tree merge at the purge
+    /// that gives it back, whatever the caller is doing then.
+    /// `max_pages` 0, the default, pools nothing; a change gives back what
+    /// was pooled.
+    pub fn set_pools(&mut self, max_pages: usize, max_len: usize) {
+        self.drain_pools();
+        self.pools = Pools::new(max_pages, max_len);
+    }
+
+    /// Areas pooled (see [`set_pools`](Self::set_pools)).
+    pub fn pooled(&self) -> usize {
+        self.pools.len()
+    }
+
+    /// Gives every pooled range back to the range allocator.
+    pub(crate) fn drain_pools(&mut self) {
+        let range = &mut self.range;
+        self.pools.drain(|start| {
+            let freed = range.free(start);
+            debug_assert!(freed.is_ok(), "freeing our own pooled range {start:#x}");
+        });
     }
 
     /// The range allocator.

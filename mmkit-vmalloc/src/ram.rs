@@ -264,7 +264,7 @@ where
                 layer.alias_refused(va, va + n * PAGE);
             }
         } else if due {
-            self.layer.lock().purge(mmu, src);
+            self.layer.lock().purge_lazy(mmu, src);
         }
         Ok(())
     }

@@ -666,3 +666,110 @@ fn the_default_batch_refuses_a_run_that_breaks_the_contract() {
     assert_eq!(src.freed, [(100, 5), (10, 2)]);
     assert!(m.ptes.is_empty());
 }
+
+mod tagged {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// `vmalloc_tagged` of 1 to 4 pages.
+        Alloc(u64),
+        /// `vfree_tagged` of the `n`th live area (modulo their count).
+        Free(usize),
+        /// `vrealloc` of the `n`th live area to 1 to 6 pages.
+        Grow(usize, u64),
+        /// Plain `vfree` of the `n`th live area (its tag is dropped).
+        PlainFree(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (1u64..5).prop_map(Op::Alloc),
+            2 => any::<usize>().prop_map(Op::Free),
+            1 => (any::<usize>(), 1u64..7).prop_map(|(n, p)| Op::Grow(n, p)),
+            1 => any::<usize>().prop_map(Op::PlainFree),
+        ]
+    }
+
+    proptest! {
+        /// Every tag comes back from the free of its own area (after any
+        /// `vrealloc` that moved it), the page array gets the frames the
+        /// MMU maps, and a free of an address that starts no live area
+        /// hands back no tag.
+        #[test]
+        fn each_free_hands_back_its_areas_tag(ops in proptest::collection::vec(op(), 1..120)) {
+            let mut m = Machine::default();
+            let mut f = Pool::new(4096);
+            let mut v = tree(Flush::Lazy { max_bytes: 64 * PAGE });
+            // Live areas: address, tag.
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            let mut next_tag = 1;
+            for op in ops {
+                match op {
+                    Op::Alloc(pages) => {
+                        let mut out = vec![0; pages as usize];
+                        let va = v.vmalloc_tagged(&mut m, &mut f, pages * PAGE, PAGE, next_tag, &mut out).unwrap();
+                        let mapped: Vec<u64> = (0..pages).map(|i| m.translate(va + i * PAGE).unwrap()).collect();
+                        prop_assert_eq!(out, mapped);
+                        live.push((va, next_tag));
+                        next_tag += 1;
+                    }
+                    Op::Free(_) | Op::Grow(..) | Op::PlainFree(_) if live.is_empty() => {
+                        prop_assert!(v.vfree_tagged(&mut m, &mut f, START).is_err());
+                    }
+                    Op::Free(n) => {
+                        let (va, tag) = live.swap_remove(n % live.len());
+                        prop_assert_eq!(v.vfree_tagged(&mut m, &mut f, va), Ok(tag));
+                        prop_assert!(v.vfree_tagged(&mut m, &mut f, va).is_err());
+                    }
+                    Op::Grow(n, pages) => {
+                        let i = n % live.len();
+                        live[i].0 = v.vrealloc(&mut m, &mut f, live[i].0, pages * PAGE).unwrap();
+                    }
+                    Op::PlainFree(n) => {
+                        let (va, _) = live.swap_remove(n % live.len());
+                        v.vfree(&mut m, &mut f, va).unwrap();
+                    }
+                }
+                v.check(&m).unwrap();
+            }
+        }
+    }
+}
+
+/// A purge pools the areas it released, a vmalloc of their size reuses the
+/// newest, and `purge` gives every pool back.
+#[test]
+fn purged_areas_are_pooled_and_reused_by_size() {
+    let mut m = Machine::default();
+    let mut f = Pool::new(64);
+    let mut v = tree(Flush::Lazy {
+        max_bytes: 3 * PAGE,
+    });
+    v.set_pools(2, 8);
+    let a: Vec<u64> = (0..3)
+        .map(|_| v.vmalloc(&mut m, &mut f, PAGE).unwrap())
+        .collect();
+    let big = v.vmalloc(&mut m, &mut f, 2 * PAGE).unwrap();
+    // Two 2-page spans pass the threshold: the purge pools both.
+    v.vfree(&mut m, &mut f, a[0]).unwrap();
+    v.vfree(&mut m, &mut f, a[1]).unwrap();
+    assert_eq!((v.pooled(), v.lazy().0), (2, 0));
+    v.check(&m).unwrap();
+    // The newest first, without the range allocator: its live count stays.
+    let live = v.range().stats().live_areas;
+    assert_eq!(v.vmalloc(&mut m, &mut f, PAGE), Ok(a[1]));
+    assert_eq!(v.range().stats().live_areas, live);
+    // A 3-page span has no pool: it goes back to the range allocator.
+    v.vfree(&mut m, &mut f, big).unwrap();
+    v.vfree(&mut m, &mut f, a[2]).unwrap();
+    assert_eq!(v.pooled(), 2);
+    assert_eq!(v.vmalloc(&mut m, &mut f, PAGE), Ok(a[2]));
+    v.vfree(&mut m, &mut f, a[1]).unwrap();
+    v.vfree(&mut m, &mut f, a[2]).unwrap();
+    assert_eq!(v.pooled(), 3);
+    v.purge(&mut m, &mut f);
+    assert_eq!((v.pooled(), v.range().stats().live_areas), (0, 0));
+    v.check(&m).unwrap();
+}

@@ -246,10 +246,15 @@ struct Run {
 
 impl Run {
     fn new(flush: Flush, frames: FramePolicy) -> Self {
+        Self::pooled(flush, frames, 0)
+    }
+
+    /// A run whose layer pools areas of up to `pool_pages` pages.
+    fn pooled(flush: Flush, frames: FramePolicy, pool_pages: usize) -> Self {
         let range = VmapAllocator::new(START, END).unwrap();
-        let layer: &'static Layer = Box::leak(Box::new(lock_api::Mutex::new(
-            Vmalloc::with_frames(range, flush, frames),
-        )));
+        let mut v = Vmalloc::with_frames(range, flush, frames);
+        v.set_pools(pool_pages, 3);
+        let layer: &'static Layer = Box::leak(Box::new(lock_api::Mutex::new(v)));
         let mmu = TlbMmu::default();
         let src = Frames {
             pool: Pool::new(FRAMES),
@@ -455,7 +460,10 @@ impl Run {
         self.layer.lock().purge(m, f);
         let l = self.layer.lock();
         l.check(&self.mmu).unwrap();
-        assert_eq!((l.stuck(), l.lazy().0, l.live_areas()), (0, 0, 0));
+        assert_eq!(
+            (l.stuck(), l.lazy().0, l.live_areas(), l.pooled()),
+            (0, 0, 0, 0)
+        );
         assert!(self.mmu.0.borrow().ptes.is_empty(), "pages left mapped");
         assert_eq!(self.src.pool.free.len() as u64, FRAMES, "frames lost");
     }
@@ -486,9 +494,10 @@ proptest! {
     #[test]
     fn no_stale_translation_on_any_sequence(
         (flush, frames) in policies(),
+        pool_pages in prop_oneof![Just(0usize), 1usize..5],
         ops in proptest::collection::vec(op(), 1..120),
     ) {
-        let mut run = Run::new(flush, frames);
+        let mut run = Run::pooled(flush, frames, pool_pages);
         for op in &ops {
             run.step(op);
             run.check();

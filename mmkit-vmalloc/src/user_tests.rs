@@ -131,7 +131,8 @@ fn alloc(
         Area {
             frames,
             owned: true,
-            pieces: Vec::new(),
+            pieces: Pieces::default(),
+            tag: 0,
         },
     )
     .unwrap();
