@@ -27,6 +27,13 @@ pub enum Gone<A> {
     Block,
 }
 
+impl<A: AreaData> Gone<A> {
+    /// An area that never grew in place: one range, which a pool may take.
+    fn single_area(&self) -> bool {
+        matches!(self, Gone::Area(a) if a.pieces().is_empty())
+    }
+}
+
 /// A freed range: on the lazy or stuck list, or handed back by a purge
 /// once released.
 #[derive(Debug)]
@@ -105,7 +112,7 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
     /// pool.
     pub(crate) fn detach_retired(&mut self, start: u64, span: u64, what: Gone<A>) -> Retired<A> {
         let whole = !matches!(&what, Gone::Area(a) if !a.pieces().is_empty());
-        let poolable = matches!(what, Gone::Area(_)) && whole && self.pools.takes(span);
+        let poolable = what.single_area() && self.pools.takes(span);
         let detached = if whole && !poolable {
             let d = self.range.detach(start, start + span);
             debug_assert!(d.is_ok(), "detaching our own range {start:#x}: {d:?}");
@@ -234,11 +241,8 @@ impl<R: RangeAllocator, A: AreaData> Vmalloc<R, A> {
         let pools = &mut self.pools;
         let mut handles = p.released.iter_mut().enumerate().filter_map(|(i, r)| {
             let d = r.detached.take();
-            if d.is_none() {
-                let whole = matches!(&r.what, Gone::Area(a) if a.pieces().is_empty());
-                if !(whole && pools.put(r.start, r.span)) {
-                    live.push(i);
-                }
+            if d.is_none() && !(r.what.single_area() && pools.put(r.start, r.span)) {
+                live.push(i);
             }
             d
         });

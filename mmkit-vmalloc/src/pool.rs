@@ -53,21 +53,26 @@ impl Pools {
         self.len
     }
 
-    /// The pool of ranges of `span` bytes, if there is one.
-    fn pool(&mut self, span: u64) -> Option<&mut Vec<u64>> {
+    /// Where the pool of ranges of `span` bytes is in `by_pages`, if
+    /// there is one.
+    fn index(&self, span: u64) -> Option<usize> {
         if span % PAGE != 0 {
             return None;
         }
-        let k = usize::try_from(span / PAGE).ok()?;
-        self.by_pages.get_mut(k.checked_sub(1)?)
+        let i = usize::try_from(span / PAGE).ok()?.checked_sub(1)?;
+        (i < self.by_pages.len()).then_some(i)
+    }
+
+    /// The pool of ranges of `span` bytes, if there is one.
+    fn pool(&mut self, span: u64) -> Option<&mut Vec<u64>> {
+        let i = self.index(span)?;
+        Some(&mut self.by_pages[i])
     }
 
     /// Whether a range of `span` bytes would be pooled now (its size has
     /// a pool, and the pool has room).
     pub(crate) fn takes(&self, span: u64) -> bool {
-        let k = (span % PAGE == 0).then_some(span / PAGE);
-        let pool = k.and_then(|k| self.by_pages.get(usize::try_from(k).ok()?.checked_sub(1)?));
-        pool.is_some_and(|p| p.len() < self.max_len)
+        (self.index(span)).is_some_and(|i| self.by_pages[i].len() < self.max_len)
     }
 
     /// Pools the flushed range `[start, start + span)`; false when no pool
